@@ -1,0 +1,87 @@
+"""Hash-verified, cached, atomic downloads.
+
+A file lands in the cache only after its sha256 matched, under its final
+name, by an atomic rename: an interrupted or tampered download never leaves
+a file that a later run would trust.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from .errors import UserError
+
+
+def cache_dir() -> Path:
+    """Where downloads are kept: ``$SGLANG_STACK_CACHE`` or ``~/.cache/sglang-stack``."""
+    env = os.environ.get("SGLANG_STACK_CACHE")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sglang-stack"
+    return base
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def filename_of(url: str) -> str:
+    return unquote(Path(urlparse(url).path).name)
+
+
+def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
+    """Return a local copy of ``url`` whose sha256 is ``sha256``.
+
+    A cached copy is re-hashed before use; a mismatch there is deleted and
+    fetched again. A mismatch after download is an error naming the URL and
+    both hashes.
+    """
+    import requests  # host-side only; the image never imports this module
+
+    dest = dest or cache_dir() / "downloads"
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / filename_of(url)
+    if target.exists():
+        if sha256_of(target) == sha256:
+            return target
+        target.unlink()
+    print(f"fetch: {url}", file=sys.stderr, flush=True)
+    digest = hashlib.sha256()
+    fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=f".{target.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with requests.get(url, stream=True, timeout=60, verify=ca_bundle() or True) as resp:
+                    resp.raise_for_status()
+                    for chunk in resp.iter_content(1 << 20):
+                        out.write(chunk)
+                        digest.update(chunk)
+            except requests.RequestException as err:
+                raise UserError(f"download failed: {url}: {err.__class__.__name__}: {err}") from err
+        got = digest.hexdigest()
+        if got != sha256:
+            raise UserError(f"sha256 mismatch for {url}: expected {sha256}, got {got}")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def ca_bundle() -> str | None:
+    """The CA bundle the host trusts, as pip and requests look for it."""
+    for name in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        value = os.environ.get(name)
+        if value and Path(value).is_file():
+            return value
+    for candidate in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"):
+        if Path(candidate).is_file():
+            return candidate
+    return None
