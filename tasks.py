@@ -30,6 +30,130 @@ def user_errors(body):
 
 # --- lock, render, build -----------------------------------------------------
 
+
+@task(
+    help={
+        "check": "validate versions.lock and requirements.lock.txt, fetching the pinned sglang wheel "
+        "(hash-verified, cached) to cross-check its declared requirements; writes nothing (default: off)",
+        "verify": "download every artifact whose sha256 is only 'published', hash it, compare each wheel's "
+        "requirements with its METADATA and the base image digest with the registry, then mark them "
+        "'checked' (network, GBs; default: off)",
+    }
+)
+@user_errors
+def lock(c, check=False, verify=False):
+    """Re-resolve requirements.lock.txt from versions.lock (network), or validate/verify the lock.
+
+    Without flags: resolve every Python dependency from PyPI with `uv pip compile`,
+    applying the [[override]]s of versions.lock, and write requirements.lock.txt
+    with hashes. Then validate both files.
+    """
+    from sglang_stack import lock as lockmod
+
+    if check and verify:
+        raise UserError("--check and --verify: choose one")
+    if verify:
+        lockmod.print_lines(lockmod.verify())
+    elif not check:
+        path = lockmod.resolve()
+        print(f"wrote {path.name}")
+    result, cross_checked = lockmod.check_all(download=True)
+    print(lockmod.summary(result, cross_checked))
+
+
+@task(help={"check": "do not write; exit 1 if docker/Dockerfile differs from a fresh render (default: off)"})
+@user_errors
+def render(c, check=False):
+    """Render docker/Dockerfile from docker/Dockerfile.j2 and versions.lock (offline).
+
+    Validates the lock first. The output is deterministic and carries a
+    generated-file header; commit it so `docker build` works without Python.
+    """
+    from sglang_stack import lock as lockmod
+    from sglang_stack import render as rendermod
+
+    result, cross_checked = lockmod.check_all(download=False)
+    print(lockmod.summary(result, cross_checked))
+    if check:
+        diff = rendermod.drift(result)
+        if diff:
+            print("\n".join(diff[:80]))
+            raise Exit("error: docker/Dockerfile is out of date with its template or lock: run `invoke render`", code=1)
+        print("docker/Dockerfile: up to date")
+    else:
+        changed = rendermod.render(result)
+        print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
+
+
+@task(
+    help={
+        "engine": "docker (BuildKit via `docker buildx`), podman or buildah (default: stack.engine, 'docker')",
+        "target": "stage to build: base, deps, sglang or runtime (default: runtime)",
+        "tag": "image reference (default: derived from versions.lock, e.g. sglang-stack:0.5.9-cu130; "
+        "stages other than runtime get a -STAGE suffix)",
+        "base-image": "replace the pinned CUDA base image (e.g. a local Debian image for a smoke build)",
+        "no-cache": "build every layer afresh (default: off)",
+        "ca-bundle": "PEM CA bundle passed as the build secret 'ca' for TLS-inspecting proxies "
+        "(default: stack.ca_bundle, 'auto' = $PIP_CERT/$REQUESTS_CA_BUNDLE/$SSL_CERT_FILE if set; 'none' to skip)",
+        "hf-token-file": "file holding a Hugging Face token, passed as the build secret 'hf_token' "
+        "(default: $HF_TOKEN if set, through a private temporary file)",
+        "build-arg": "extra KEY=VALUE build argument, repeatable (e.g. PREFETCH_MODELS=org/drafter)",
+        "isolation": "podman/buildah isolation, e.g. chroot where there are no cgroups (default: stack.isolation)",
+    },
+    iterable=["build_arg"],
+    auto_shortflags=False,
+)
+@user_errors
+def build(
+    c,
+    engine=None,
+    target="runtime",
+    tag=None,
+    base_image=None,
+    no_cache=False,
+    ca_bundle=None,
+    hf_token_file=None,
+    build_arg=None,
+    isolation=None,
+):
+    """Validate the lock, render docker/Dockerfile, then build the image.
+
+    Prints the exact engine command before it runs and ends with the image
+    reference and ID. Fails fast, with a hint, when no engine is reachable.
+    """
+    from pathlib import Path
+
+    from sglang_stack import build as buildmod
+    from sglang_stack import fetch
+    from sglang_stack import lock as lockmod
+    from sglang_stack import render as rendermod
+
+    cfg = c.config.stack
+    engine = engine or cfg.engine
+    result, cross_checked = lockmod.check_all(download=False)
+    print(lockmod.summary(result, cross_checked))
+    changed = rendermod.render(result)
+    print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
+    ca_bundle = ca_bundle or cfg.ca_bundle
+    if ca_bundle == "auto":
+        ca_bundle = fetch.ca_bundle(explicit_only=True)
+    elif ca_bundle == "none":
+        ca_bundle = None
+    isolation = isolation or (cfg.isolation if engine != "docker" else None) or None
+    request = buildmod.BuildRequest(
+        engine=engine,
+        tag=tag or buildmod.default_tag(result.tag, target),
+        target=target,
+        base_image=base_image,
+        no_cache=no_cache,
+        ca_bundle=Path(ca_bundle) if ca_bundle else None,
+        hf_token_file=Path(hf_token_file) if hf_token_file else None,
+        build_args=buildmod.parse_build_args(build_arg or []),
+        isolation=isolation,
+    )
+    ref, image_id = buildmod.build(request)
+    print(f"built {ref} ({image_id})")
+
 # --- patches and audit --------------------------------------------------------
 
 # --- services: up, down, logs, status, doctor ---------------------------------
@@ -44,6 +168,8 @@ ns.configure(
     {
         "stack": {
             "engine": "docker",
+            "ca_bundle": "auto",
+            "isolation": "",
         }
     }
 )

@@ -75,12 +75,18 @@ def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
     return target
 
 
-def ca_bundle() -> str | None:
-    """The CA bundle the host trusts, as pip and requests look for it."""
+def ca_bundle(explicit_only: bool = False) -> str | None:
+    """The CA bundle the host trusts, as pip and requests look for it.
+
+    With ``explicit_only``, only a bundle named by $PIP_CERT, $REQUESTS_CA_BUNDLE
+    or $SSL_CERT_FILE counts: those are set on hosts behind a TLS-inspecting proxy.
+    """
     for name in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
         value = os.environ.get(name)
         if value and Path(value).is_file():
             return value
+    if explicit_only:
+        return None
     for candidate in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"):
         if Path(candidate).is_file():
             return candidate

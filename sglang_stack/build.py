@@ -1,0 +1,170 @@
+"""Build the image with Docker (BuildKit), Podman or Buildah.
+
+The Docker SDK for Python only speaks the engine's classic ``/build`` API: no
+BuildKit, so no cache or secret mounts (docker/docker-py#2230). Builds on the
+Docker engine therefore run ``docker buildx build``; the SDK checks that the
+engine is reachable first and reads the built image back afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ROOT
+from .errors import UserError
+from .shell import require, run
+
+ENGINES = ("docker", "podman", "buildah")
+TARGETS = ("base", "deps", "sglang", "runtime")
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+# [registry[:port]/]name[/name...][:tag], as the engines accept it.
+REFERENCE = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::\w[\w.-]{0,127})?$"
+)
+
+
+@dataclass
+class BuildRequest:
+    """Everything one build needs; ``command()`` turns it into the engine's argv."""
+
+    engine: str
+    tag: str
+    target: str = "runtime"
+    base_image: str | None = None
+    no_cache: bool = False
+    ca_bundle: Path | None = None
+    hf_token_file: Path | None = None
+    build_args: dict[str, str] = field(default_factory=dict)
+    isolation: str | None = None
+    iidfile: Path | None = None
+    context: Path = ROOT
+    dockerfile: Path = DOCKERFILE
+
+    def validate(self) -> None:
+        if self.engine not in ENGINES:
+            raise UserError(f"--engine {self.engine!r}: unsupported (choose one of {', '.join(ENGINES)})")
+        if self.target not in TARGETS:
+            raise UserError(f"--target {self.target!r}: not a stage of {self.dockerfile.name} (choose one of {', '.join(TARGETS)})")
+        if not REFERENCE.match(self.tag):
+            raise UserError(f"--tag {self.tag!r}: not a valid image reference (lowercase name[:tag])")
+        for flag, path in (("--ca-bundle", self.ca_bundle), ("--hf-token-file", self.hf_token_file)):
+            if path is not None and not Path(path).is_file():
+                raise UserError(f"{flag} {path}: no such file")
+        if self.ca_bundle is not None and b"BEGIN CERTIFICATE" not in Path(self.ca_bundle).read_bytes()[:1 << 20]:
+            raise UserError(f"--ca-bundle {self.ca_bundle}: not a PEM certificate bundle")
+        if self.isolation and self.engine == "docker":
+            raise UserError("--isolation applies to --engine podman|buildah only")
+        if not self.dockerfile.is_file():
+            raise UserError(f"{self.dockerfile}: missing (run `invoke render`)")
+
+    def command(self) -> list[str]:
+        """The exact engine command line, secrets passed as files, never as values."""
+        if self.engine == "docker":
+            argv = ["docker", "buildx", "build", "--load"]
+        elif self.engine == "podman":
+            argv = ["podman", "build", "--format", "docker", "--layers"]
+        else:
+            argv = ["buildah", "bud", "--format", "docker", "--layers"]
+        # OCI format drops HEALTHCHECK and SHELL, hence --format docker for podman/buildah.
+        if self.isolation:
+            argv += ["--isolation", self.isolation]
+        argv += ["--file", str(self.dockerfile), "--target", self.target, "--tag", self.tag]
+        if self.no_cache:
+            argv.append("--no-cache")
+        if self.base_image:
+            argv += ["--build-arg", f"BASE_IMAGE={self.base_image}"]
+        for key, value in sorted(self.build_args.items()):
+            argv += ["--build-arg", f"{key}={value}"]
+        if self.ca_bundle:
+            argv += ["--secret", f"id=ca,src={self.ca_bundle}"]
+        if self.hf_token_file:
+            argv += ["--secret", f"id=hf_token,src={self.hf_token_file}"]
+        if self.iidfile:
+            argv += ["--iidfile", str(self.iidfile)]
+        argv.append(str(self.context))
+        return argv
+
+
+def default_tag(lock_tag: str, target: str) -> str:
+    """``sglang-stack:0.5.9-cu130`` for the runtime; other stages get a suffix."""
+    return lock_tag if target == "runtime" else f"{lock_tag}-{target}"
+
+
+def parse_build_args(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "").isalnum():
+            raise UserError(f"--build-arg {item!r}: expected KEY=VALUE")
+        if key == "BASE_IMAGE":
+            raise UserError("--build-arg BASE_IMAGE=...: use --base-image instead")
+        out[key] = value
+    return out
+
+
+def preflight(engine: str) -> None:
+    """Fail fast, in one line, when the engine cannot build here."""
+    if engine == "docker":
+        require("docker", "install Docker, or build daemonless with --engine buildah|podman")
+        docker_reachable()
+        run(["docker", "buildx", "version"], capture=True, quiet=True, what="docker buildx (the BuildKit CLI plugin)")
+    elif engine == "podman":
+        require("podman", "install podman, or use --engine docker|buildah")
+    elif engine == "buildah":
+        require("buildah", "install buildah (Debian/Ubuntu: apt-get install buildah), or use --engine docker|podman")
+
+
+def docker_reachable():
+    """A Docker SDK client for a reachable engine, or a one-line ``UserError``."""
+    import docker
+    from docker.errors import DockerException
+
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(timeout=5)
+        client.ping()
+    except DockerException as err:
+        reason = str(err).splitlines()[0][:160]
+        raise UserError(
+            f"no Docker engine reachable at {where} ({reason}): start Docker, or build daemonless with --engine buildah|podman"
+        ) from None
+    return client
+
+
+def build(request: BuildRequest) -> tuple[str, str]:
+    """Run the build; return (image reference, image ID)."""
+    request.validate()
+    preflight(request.engine)
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sglang-stack-build-")))
+        request.iidfile = tmp / "iid"
+        if request.hf_token_file is None and os.environ.get("HF_TOKEN"):
+            # Pass the token as a file-backed secret: it never appears on a command line.
+            token = tmp / "hf_token"
+            token.touch(mode=0o600)
+            token.write_text(os.environ["HF_TOKEN"])
+            request.hf_token_file = token
+        run(request.command(), what=f"{request.engine} build")
+        image_id = request.iidfile.read_text().strip() if request.iidfile.exists() else ""
+    if not image_id:
+        raise UserError(f"{request.engine} build finished but reported no image ID for {request.tag}")
+    return request.tag, image_id
+
+
+def image_labels(engine: str, ref: str) -> dict[str, str]:
+    """The labels of a built image, read back from the engine."""
+    import json
+
+    if engine == "docker":
+        return docker_reachable().images.get(ref).labels or {}
+    tool = "podman" if engine == "podman" else "buildah"
+    argv = [tool, "inspect", "--format", "{{json .Config.Labels}}" if tool == "podman" else "{{json .OCIv1.Config.Labels}}"]
+    if tool == "buildah":
+        argv += ["--type", "image"]
+    proc = run([*argv, ref], capture=True, quiet=True, what=f"{tool} inspect")
+    return json.loads(proc.stdout or "{}") or {}

@@ -1,0 +1,140 @@
+"""Render docker/Dockerfile from docker/Dockerfile.j2 and versions.lock.
+
+Pure and offline: the same lock, requirements file, patch series and template
+always give the same bytes. The template sees one context object, ``lock``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from . import ROOT
+from .errors import UserError
+from .lock import Artifact, Lock, atomic_write
+from .patches import read_series
+
+TEMPLATE_DIR = ROOT / "docker"
+TEMPLATE = "Dockerfile.j2"
+OUTPUT = ROOT / "docker" / "Dockerfile"
+LABEL_PREFIX = "io.sglang-stack"
+
+HEADER = """\
+# ------------------------------------------------------------------------------
+# GENERATED FILE: do not edit. Rendered by `invoke render` from docker/Dockerfile.j2,
+# versions.lock, requirements.lock.txt and patches/series; `invoke render --check`
+# fails when this file and its sources disagree.
+# ------------------------------------------------------------------------------"""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the template sees as ``lock``: the validated lock plus derived values."""
+
+    name: str
+    version_tag: str
+    base_image: str
+    audit_arch: str
+    cuda: dict
+    python: dict
+    sglang: Artifact
+    wheels: tuple[Artifact, ...]
+    wheel: dict[str, Artifact]
+    labels: tuple[tuple[str, str], ...]
+    generated_header: str = HEADER
+
+
+def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
+    """The one Jinja environment: a missing value fails the render instead of printing ''."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def labels(lock: Lock, patches_dir: Path) -> tuple[tuple[str, str], ...]:
+    """One label per pin and per patch, in a stable order."""
+    out = [
+        (f"{LABEL_PREFIX}.cuda.version", lock.cuda["version"]),
+        (f"{LABEL_PREFIX}.python.version", lock.python["version"]),
+        (f"{LABEL_PREFIX}.sglang.version", lock.sglang.version),
+        (f"{LABEL_PREFIX}.sglang.sha256", lock.sglang.sha256),
+    ]
+    for wheel in lock.wheels:
+        out += [
+            (f"{LABEL_PREFIX}.wheel.{wheel.name}.version", wheel.version),
+            (f"{LABEL_PREFIX}.wheel.{wheel.name}.sha256", wheel.sha256),
+        ]
+    for override in lock.overrides:
+        value = "omitted" if override.omit else override.version
+        out.append((f"{LABEL_PREFIX}.override.{override.package}", f"{value} ({override.of} declares {override.declared})"))
+    requirements = lock.path.with_name("requirements.lock.txt")
+    out += [
+        (f"{LABEL_PREFIX}.requirements.sha256", hashlib.sha256(requirements.read_bytes()).hexdigest()),
+        (f"{LABEL_PREFIX}.requirements.count", str(len(lock.requirements))),
+    ]
+    series = read_series(patches_dir)
+    out.append((f"{LABEL_PREFIX}.patches", " ".join(p.name for p in series)))
+    for patch in series:
+        out.append((f"{LABEL_PREFIX}.patch.{patch.name.removesuffix('.patch')}.sha256", patch.sha256))
+    for key, value in out:
+        if '"' in value or "\\" in value or "\n" in value:
+            raise UserError(f"label {key}: value {value!r} cannot be written into a Dockerfile LABEL")
+    return tuple(out)
+
+
+def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
+    return Context(
+        name=lock.name,
+        version_tag=lock.tag.split(":", 1)[1],
+        base_image=lock.base_image,
+        audit_arch=lock.data["image"].get("audit_arch", "KimiK25ForConditionalGeneration"),
+        cuda=lock.cuda,
+        python=lock.python,
+        sglang=lock.sglang,
+        wheels=lock.wheels,
+        wheel={w.name: w for w in lock.wheels},
+        labels=labels(lock, patches_dir),
+    )
+
+
+def render_text(lock: Lock, *, template_dir: Path = TEMPLATE_DIR, patches_dir: Path = ROOT / "patches") -> str:
+    """The Dockerfile's text for ``lock``."""
+    env = environment(template_dir)
+    try:
+        return env.get_template(TEMPLATE).render(lock=context(lock, patches_dir))
+    except jinja2.UndefinedError as err:
+        raise UserError(f"{template_dir / TEMPLATE}: {err.message} (is it missing from versions.lock?)") from None
+    except jinja2.TemplateSyntaxError as err:
+        raise UserError(f"{err.filename or template_dir / TEMPLATE}:{err.lineno}: {err.message}") from None
+    except jinja2.TemplateNotFound as err:
+        raise UserError(f"{template_dir}: template {err.name} not found") from None
+
+
+def render(lock: Lock, output: Path = OUTPUT, **kwargs) -> bool:
+    """Write the Dockerfile atomically; return whether it changed."""
+    text = render_text(lock, **kwargs)
+    if output.exists() and output.read_text() == text:
+        return False
+    atomic_write(output, text)
+    return True
+
+
+def drift(lock: Lock, output: Path = OUTPUT, **kwargs) -> list[str]:
+    """A unified diff between the committed Dockerfile and a fresh render; empty when in sync."""
+    text = render_text(lock, **kwargs)
+    current = output.read_text() if output.exists() else ""
+    rel = output.relative_to(ROOT) if output.is_relative_to(ROOT) else output
+    return list(
+        difflib.unified_diff(
+            current.splitlines(), text.splitlines(), f"{rel} (committed)", f"{rel} (rendered)", lineterm=""
+        )
+    )
