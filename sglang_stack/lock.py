@@ -201,7 +201,7 @@ def check(
     _check_artifacts(lock, bad)
     _check_cuda_tags(lock, bad)
     _check_flashinfer_trio(lock, bad)
-    if with_requirements:
+    if with_requirements and requirements.is_file():  # a missing file is already one problem
         _check_requirements_file(lock, requirements.name, problems)
         sources = {canonicalize_name(w.name): list(w.requires) for w in wheels}
         if sglang_requires is not None:

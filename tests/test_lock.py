@@ -1,0 +1,300 @@
+"""versions.lock validation: the committed lock passes, and each kind of bad input is one clear line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_stack import ROOT
+from sglang_stack import lock as lockmod
+
+LOCK = (ROOT / "versions.lock").read_text()
+REQUIREMENTS = (ROOT / "requirements.lock.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def sglang_requires() -> list[str]:
+    """Requires-Dist of the real, hash-verified sglang 0.5.9 wheel (downloaded once, cached)."""
+    table = lockmod.load()["sglang"]
+    wheel = lockmod.sglang_wheel(table["url"], table["sha256"], download=True)
+    return lockmod.wheel_requires(wheel)
+
+
+def write(tmp_path: Path, lock_text: str = LOCK, requirements: str = REQUIREMENTS) -> Path:
+    (tmp_path / "requirements.lock.txt").write_text(requirements)
+    path = tmp_path / "versions.lock"
+    path.write_text(lock_text)
+    return path
+
+
+def problems_of(path: Path, **kwargs) -> list[str]:
+    with pytest.raises(lockmod.LockProblems) as info:
+        lockmod.check(path, **kwargs)
+    return info.value.problems
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) >= 1, f"test setup: {old!r} not found in versions.lock"
+    return text.replace(old, new, 1)
+
+
+def test_committed_lock_is_consistent_with_sglang_metadata(sglang_requires):
+    lock = lockmod.check(ROOT / "versions.lock", sglang_requires=sglang_requires)
+    assert lock.tag == "sglang-stack:0.5.9-cu130", f"default tag derived from the lock: {lock.tag}"
+    assert len(lock.requirements) > 100, "requirements.lock.txt should pin the whole transitive set"
+
+
+def test_sglang_declares_the_conflicts_facts_describe(sglang_requires):
+    declared = {re.split(r"[=<>!~ ;]", r, maxsplit=1)[0].replace("_", "-").lower(): r for r in sglang_requires}
+    assert "==0.6.3" in declared["flashinfer-python"], declared["flashinfer-python"]
+    assert "==12.9" in declared["cuda-python"], declared["cuda-python"]
+
+
+def test_pins_from_the_target_stack():
+    lock = lockmod.check()
+    pins = lock.pins()
+    expected = {
+        "torch": "2.9.1+cu130",
+        "torchvision": "0.24.1+cu130",
+        "sgl-kernel": "0.3.21+cu130",
+        "flashinfer-python": "0.6.4",
+        "flashinfer-cubin": "0.6.4",
+        "flashinfer-jit-cache": "0.6.4+cu130",
+        "sglang": "0.5.9",
+        "cuda-python": "13.1.1",
+        "nvidia-nccl-cu13": "2.28.3",
+        "nvidia-cudnn-cu13": "9.16.0.29",
+        "nvidia-cublas": "13.1.0.3",
+    }
+    for name, version in expected.items():
+        assert pins.get(name) == version, f"{name}: pinned {pins.get(name)!r}, expected {version}"
+    assert not any(n.endswith("-cu12") for n in pins), "a CUDA 12 library leaked into the CUDA 13 set"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "value"),
+    [
+        pytest.param(
+            'sha256 = "e70e1b18881e6b3c1ce402d0a989da39f956a3a057526e03c354df23d704ce9b"',
+            'sha256 = "e70e1b18"',
+            "wheel[torch].sha256",
+            "'e70e1b18'",
+            id="short-sha256",
+        ),
+        pytest.param(
+            'sha256 = "8a936c4d25fea605f44254e533cff2144c73ceffbc1f8738aba393461bbb64d1"',
+            'sha256 = "8A936C4D25FEA605F44254E533CFF2144C73CEFFBC1F8738ABA393461BBB64D1"',
+            "sglang.sha256",
+            "'8A936C4D",
+            id="uppercase-sha256",
+        ),
+        pytest.param(
+            'url = "https://download.pytorch.org/whl/cu130/torchvision',
+            'url = "http://download.pytorch.org/whl/cu130/torchvision',
+            "wheel[torchvision].url",
+            "'http://download.pytorch.org",
+            id="plain-http-url",
+        ),
+        pytest.param(
+            "flashinfer_jit_cache-0.6.4+cu130-cp39-abi3-manylinux_2_28_x86_64.whl",
+            "flashinfer_jit_cache-0.6.4+cu130.tar.gz",
+            "wheel[flashinfer-jit-cache].url",
+            "flashinfer_jit_cache-0.6.4+cu130.tar.gz",
+            id="url-not-a-wheel",
+        ),
+        pytest.param(
+            "sglang-0.5.9-py3-none-any.whl",
+            "sglang-0.5.8-py3-none-any.whl",
+            "sglang.url",
+            "'sglang-0.5.8-py3-none-any.whl' is not sglang 0.5.9",
+            id="url-version-differs",
+        ),
+        pytest.param(
+            'version = "0.24.1+cu130"',
+            'version = "0.24.1+cu128"',
+            "wheel[torchvision].version",
+            "'0.24.1+cu128' is built for cu128",
+            id="local-tag-vs-cuda",
+        ),
+        pytest.param(
+            'tag = "cu130"',
+            'tag = "cu129"',
+            "cuda.tag",
+            "'cu129'",
+            id="cuda-tag",
+        ),
+        pytest.param(
+            'version = "0.6.4+cu130"',
+            'version = "0.6.3+cu130"',
+            "flashinfer",
+            "flashinfer-jit-cache 0.6.3",
+            id="flashinfer-trio",
+        ),
+        pytest.param(
+            'digest = "sha256:8b2705ea',
+            'digest = "md5:8b2705ea',
+            "cuda.base.digest",
+            "'md5:8b2705ea",
+            id="base-digest",
+        ),
+        pytest.param(
+            'status = "checked"',
+            'status = "trusted"',
+            "sglang.status",
+            "'trusted'",
+            id="status",
+        ),
+        pytest.param(
+            'version = "13.1.1"\nof = "sglang"',
+            'version = "13.1.1"\nomit = true\nof = "sglang"',
+            "override[cuda-python].version",
+            "exactly one of",
+            id="override-version-and-omit",
+        ),
+        pytest.param(
+            '[python]\nversion = "3.12"',
+            '[python]\nversion = 3.12',
+            "python.version",
+            "3.12",
+            id="python-version-type",
+        ),
+        pytest.param(
+            'name = "sglang-stack"\n',
+            "",
+            "image.name",
+            "missing",
+            id="missing-key",
+        ),
+    ],
+)
+def test_bad_lock_values_are_one_line_naming_key_and_value(tmp_path, old, new, key, value):
+    path = write(tmp_path, replace_once(LOCK, old, new))
+    problems = problems_of(path)
+    hits = [p for p in problems if f": {key}:" in p or p.startswith(f"versions.lock: {key}")]
+    assert hits, f"no problem names {key}; got {problems}"
+    assert any(value in p for p in hits), f"the problem for {key} does not quote {value!r}: {hits}"
+    assert all("\n" not in p for p in problems), "each problem must be a single line"
+
+
+def test_cuda_tag_in_url_path_must_match(tmp_path):
+    path = write(tmp_path, LOCK.replace("download.pytorch.org/whl/cu130/torch-", "download.pytorch.org/whl/cu128/torch-"))
+    problems = problems_of(path)
+    assert any("wheel[torch].url" in p and "cu128" in p for p in problems), problems
+
+
+def test_invalid_toml_names_the_file_and_line(tmp_path):
+    path = write(tmp_path, LOCK.replace('[sglang]\nversion = "0.5.9"', '[sglang]\nversion = 0.5.9"'))
+    with pytest.raises(lockmod.UserError) as info:
+        lockmod.check(path)
+    assert "versions.lock" in str(info.value) and "line" in str(info.value), str(info.value)
+
+
+def test_undeclared_conflict_with_sglang_is_an_error(tmp_path, sglang_requires):
+    block = LOCK[LOCK.index('[[override]]\npackage = "cuda-python"') :]
+    block = block[: block.index("\n\n") + 2]
+    path = write(tmp_path, LOCK.replace(block, ""))
+    problems = problems_of(path, sglang_requires=sglang_requires)
+    assert any(
+        p.startswith("versions.lock: cuda-python:") and "==12.9" in p and "13.1.1" in p for p in problems
+    ), f"an undeclared override of cuda-python must be reported: {problems}"
+
+
+def test_override_whose_declared_pin_is_stale_is_an_error(tmp_path, sglang_requires):
+    path = write(tmp_path, LOCK.replace('declared = "==12.9"', 'declared = "==12.8"'))
+    problems = problems_of(path, sglang_requires=sglang_requires)
+    assert any("override[cuda-python].declared" in p and "'==12.8'" in p for p in problems), problems
+
+
+def test_override_that_overrides_nothing_is_an_error(tmp_path, sglang_requires):
+    extra = (
+        '\n[[override]]\npackage = "transformers"\nversion = "4.57.1"\nof = "sglang"\n'
+        'declared = "==4.57.1"\nreason = "no conflict at all, so this entry is stale"\n'
+    )
+    path = write(tmp_path, LOCK + extra)
+    problems = problems_of(path, sglang_requires=sglang_requires)
+    assert any("override[transformers]" in p and "remove the override" in p for p in problems), problems
+
+
+def test_override_conflicting_with_a_wheel_requirement(tmp_path):
+    block = LOCK[LOCK.index('[[override]]\npackage = "nvidia-nccl-cu13"') :]
+    block = block[: block.index("\n\n") + 2]
+    path = write(tmp_path, LOCK.replace(block, ""))
+    problems = problems_of(path)
+    assert any(p.startswith("versions.lock: nvidia-nccl-cu13:") and "torch declares" in p for p in problems), problems
+
+
+def test_requirements_must_have_hashes(tmp_path):
+    text = re.sub(r"(filelock==[^\n]*\\\n)(?:\s+--hash=sha256:[0-9a-f]{64}(?: \\)?\n)+", r"filelock==3.20.0\n", REQUIREMENTS)
+    assert text != REQUIREMENTS, "test setup: filelock entry not found"
+    path = write(tmp_path, requirements=text)
+    problems = problems_of(path)
+    assert any("requirements.lock.txt:" in p and "filelock has no valid --hash" in p for p in problems), problems
+
+
+def test_requirements_must_not_pin_a_url_wheel_from_pypi(tmp_path):
+    entry = "sgl-kernel==0.3.21 \\\n    --hash=sha256:" + "ab" * 32 + "\n"
+    path = write(tmp_path, requirements=REQUIREMENTS + entry)
+    problems = problems_of(path)
+    assert any("pins sgl-kernel from PyPI" in p for p in problems), problems
+
+
+def test_omitted_package_must_not_be_pinned(tmp_path, sglang_requires):
+    entry = "torchaudio==2.9.1 \\\n    --hash=sha256:" + "cd" * 32 + "\n"
+    path = write(tmp_path, requirements=REQUIREMENTS + entry)
+    problems = problems_of(path, sglang_requires=sglang_requires)
+    assert any("override[torchaudio]" in p and "omit = true" in p for p in problems), problems
+
+
+def test_missing_requirements_file(tmp_path):
+    path = write(tmp_path)
+    (tmp_path / "requirements.lock.txt").unlink()
+    problems = problems_of(path)
+    assert problems == ["requirements.lock.txt: missing (run `invoke lock` to generate it)"], problems
+
+
+def test_resolve_inputs_drop_url_wheels_and_apply_overrides():
+    lock = lockmod.check()
+    requirements_in, overrides = lockmod.resolve_inputs(lock)
+    assert requirements_in.splitlines()[0] == "sglang==0.5.9"
+    assert "nvidia-cuda-runtime==13.0.48" in requirements_in, "torch's own requirements are resolved from PyPI"
+    for name in ("torch", "torchvision", "sgl-kernel", "flashinfer-jit-cache", "torchaudio"):
+        assert f"{name} ; sys_platform == 'never'" in overrides, f"{name} must be kept out of the PyPI resolution"
+    assert "flashinfer-python==0.6.4" in overrides and "cuda-python==13.1.1" in overrides
+
+
+@pytest.fixture
+def repo_copy(tmp_path) -> Path:
+    """A throwaway copy of the project, so CLI tests can break its files."""
+    dest = tmp_path / "repo"
+    shutil.copytree(
+        ROOT,
+        dest,
+        ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", "bench-results", "tests"),
+    )
+    return dest
+
+
+def invoke(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args], cwd=repo, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_bad_lock_is_one_line_exit_2_no_traceback(repo_copy):
+    lock = repo_copy / "versions.lock"
+    lock.write_text(lock.read_text().replace('tag = "cu130"', 'tag = "cu129"'))
+    proc = invoke(repo_copy, "render")
+    assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stderr}"
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert "versions.lock: cuda.tag: 'cu129'" in proc.stderr, proc.stderr
+
+
+def test_cli_lock_check_passes_on_the_committed_lock():
+    proc = invoke(ROOT, "lock", "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert "versions.lock: ok" in proc.stdout and "sglang's declared requirements not cross-checked" not in proc.stdout, proc.stdout

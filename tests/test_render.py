@@ -1,0 +1,96 @@
+"""Rendering is deterministic, strict about missing values, and catches drift."""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+
+import pytest
+
+from sglang_stack import ROOT
+from sglang_stack import lock as lockmod
+from sglang_stack import render
+from sglang_stack.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def lock():
+    return lockmod.check()
+
+
+def test_render_is_deterministic(lock):
+    first = render.render_text(lock)
+    second = render.render_text(lockmod.check())
+    assert first == second, "two renders of the same inputs differ"
+
+
+def test_committed_dockerfile_is_in_sync(lock):
+    diff = render.drift(lock)
+    assert not diff, "docker/Dockerfile drifted from its template and lock; run `invoke render`:\n" + "\n".join(diff[:40])
+
+
+def test_generated_header_comes_right_after_the_syntax_directive(lock):
+    lines = render.render_text(lock).splitlines()
+    assert lines[0] == "# syntax=docker/dockerfile:1.7", "the BuildKit syntax directive must be the first line"
+    assert "GENERATED FILE: do not edit" in "\n".join(lines[1:4]), "missing generated-file header"
+
+
+def test_drift_is_detected_and_render_repairs_it(lock, tmp_path):
+    out = tmp_path / "Dockerfile"
+    shutil.copy(ROOT / "docker" / "Dockerfile", out)
+    out.write_text(out.read_text().replace("--start-period=20m", "--start-period=1m"))
+    diff = render.drift(lock, out)
+    assert any(line.startswith("-") and "--start-period=1m" in line for line in diff), diff
+    assert render.render(lock, out) is True, "render should report that it rewrote the file"
+    assert render.drift(lock, out) == [], "after render the file must be in sync"
+    assert render.render(lock, out) is False, "a second render must be a no-op"
+
+
+def test_a_changed_pin_changes_the_output(lock, tmp_path):
+    text = (ROOT / "versions.lock").read_text().replace("04220efdcee5ba4b", "14220efdcee5ba4b")
+    (tmp_path / "versions.lock").write_text(text)
+    shutil.copy(ROOT / "requirements.lock.txt", tmp_path)
+    changed = lockmod.check(tmp_path / "versions.lock")
+    assert "14220efdcee5ba4b" in render.render_text(changed)
+    assert render.drift(changed), "a changed hash must show up as drift of the committed Dockerfile"
+
+
+def test_a_changed_patch_changes_only_labels(lock, tmp_path):
+    patches = tmp_path / "patches"
+    shutil.copytree(ROOT / "patches", patches)
+    (patches / "0999-extra.patch").write_text("--- a/x\n+++ b/x\n")
+    with open(patches / "series", "a") as series:
+        series.write("0999-extra.patch\n")
+    before = render.render_text(lock).splitlines()
+    after = render.render_text(lock, patches_dir=patches).splitlines()
+    changed = [
+        line[1:]
+        for line in difflib.unified_diff(before, after, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    assert changed and all("io.sglang-stack.patch" in line for line in changed), changed
+    assert any("0999-extra" in line for line in after), "the new patch must be labelled"
+
+
+def test_missing_value_fails_the_render(lock, tmp_path):
+    shutil.copy(ROOT / "docker" / "macros.j2", tmp_path)
+    (tmp_path / "Dockerfile.j2").write_text("FROM x\nENV A={{ lock.cuda.no_such_key }}\n")
+    with pytest.raises(UserError) as info:
+        render.render_text(lock, template_dir=tmp_path)
+    assert "no_such_key" in str(info.value), str(info.value)
+
+
+def test_template_syntax_error_names_the_file_and_line(lock, tmp_path):
+    (tmp_path / "Dockerfile.j2").write_text("FROM x\n{% if %}\n")
+    with pytest.raises(UserError) as info:
+        render.render_text(lock, template_dir=tmp_path)
+    assert "Dockerfile.j2:2" in str(info.value), str(info.value)
+
+
+def test_secrets_in_the_environment_never_reach_the_dockerfile(lock, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_dummy_token_do_not_leak")
+    monkeypatch.setenv("PIP_CERT", "/tmp/dummy-ca-do-not-leak.pem")
+    text = render.render_text(lockmod.check())
+    assert "hf_dummy_token_do_not_leak" not in text and "dummy-ca-do-not-leak" not in text
+    for line in text.splitlines():
+        assert not line.lstrip().startswith(("ENV HF_TOKEN", "ARG HF_TOKEN")), f"a token must be a secret, not {line!r}"
