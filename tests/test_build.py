@@ -1,0 +1,134 @@
+"""`invoke build`: the exact command for each engine, clear errors, and a real buildah build."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_stack import ROOT
+from sglang_stack import build as buildmod
+from sglang_stack.errors import UserError
+
+CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def request(**kwargs) -> buildmod.BuildRequest:
+    base = dict(engine="docker", tag="sglang-stack:0.5.9-cu130")
+    base.update(kwargs)
+    return buildmod.BuildRequest(**base)
+
+
+def test_docker_uses_buildkit_through_buildx():
+    argv = request(no_cache=True, base_image="debian:bookworm").command()
+    assert argv[:4] == ["docker", "buildx", "build", "--load"], argv
+    assert argv[-1] == str(ROOT), "the build context is the repository root"
+    pairs = list(zip(argv, argv[1:]))
+    assert ("--file", str(ROOT / "docker" / "Dockerfile")) in pairs
+    assert ("--target", "runtime") in pairs and ("--tag", "sglang-stack:0.5.9-cu130") in pairs
+    assert ("--build-arg", "BASE_IMAGE=debian:bookworm") in pairs and "--no-cache" in argv
+
+
+@pytest.mark.parametrize("engine,head", [("podman", ["podman", "build"]), ("buildah", ["buildah", "bud"])])
+def test_daemonless_engines_keep_docker_format_and_layers(engine, head):
+    argv = request(engine=engine, isolation="chroot").command()
+    assert argv[:2] == head, argv
+    pairs = list(zip(argv, argv[1:]))
+    # OCI format would silently drop HEALTHCHECK and SHELL.
+    assert ("--format", "docker") in pairs and "--layers" in argv and ("--isolation", "chroot") in pairs, argv
+
+
+def test_secrets_are_passed_as_files_not_values(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("hf_secret_value")
+    argv = request(engine="buildah", ca_bundle=CA, hf_token_file=token).command()
+    assert f"id=ca,src={CA}" in argv and f"id=hf_token,src={token}" in argv, argv
+    assert not any("hf_secret_value" in a for a in argv), "a secret value must never appear on the command line"
+
+
+def test_build_args_are_sorted_and_validated():
+    argv = request(build_args=buildmod.parse_build_args(["PREFETCH_MODELS=a/b", "A=1"])).command()
+    assert argv.index("A=1") < argv.index("PREFETCH_MODELS=a/b"), argv
+    with pytest.raises(UserError, match="--build-arg 'NOVALUE'"):
+        buildmod.parse_build_args(["NOVALUE"])
+    with pytest.raises(UserError, match="use --base-image"):
+        buildmod.parse_build_args(["BASE_IMAGE=x"])
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(engine="kaniko"), "--engine 'kaniko': unsupported"),
+        (dict(target="devel"), "--target 'devel': not a stage"),
+        (dict(tag="Sglang Stack"), "--tag 'Sglang Stack': not a valid image reference"),
+        (dict(ca_bundle=Path("/nonexistent/ca.pem")), "--ca-bundle /nonexistent/ca.pem: no such file"),
+        (dict(ca_bundle=ROOT / "versions.lock"), "not a PEM certificate bundle"),
+        (dict(isolation="chroot"), "--isolation applies to --engine podman|buildah only"),
+    ],
+)
+def test_bad_build_input_is_one_line(kwargs, message):
+    with pytest.raises(UserError) as info:
+        request(**kwargs).validate()
+    assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_valid_references_pass():
+    for tag in ("sglang-stack:0.5.9-cu130", "registry.example.com:5000/team/sglang-stack:v1", "localhost/x"):
+        request(tag=tag).validate()
+
+
+def test_default_tag_follows_the_target():
+    assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "runtime") == "sglang-stack:0.5.9-cu130"
+    assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "sglang") == "sglang-stack:0.5.9-cu130-sglang"
+
+
+def test_no_docker_engine_fails_fast_with_a_hint(tmp_path):
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-such.sock", PATH=f"{tmp_path}:{os.environ['PATH']}")
+    # A stand-in `docker` CLI, so the check reaches the engine probe on hosts without the CLI too.
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "build", "--engine", "docker"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no Docker engine reachable at unix://") and "--engine buildah|podman" in last, last
+
+
+def test_unknown_engine_via_cli_is_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "build", "--engine", "kaniko"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "error: --engine 'kaniko': unsupported (choose one of docker, podman, buildah)"
+
+
+@pytest.mark.container
+def test_buildah_builds_the_base_stage_for_real(smoke_base, request):
+    from sglang_stack import smoke
+
+    tag = "localhost/sglang-stack-test:base"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "invoke", "build", "--engine", "buildah", "--isolation", "chroot",
+            "--target", "base", "--base-image", smoke_base, "--tag", tag,
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    try:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "$ buildah bud --format docker --layers --isolation chroot" in proc.stderr, "the command is shown first"
+        assert f"built {tag} (sha256:" in proc.stdout, proc.stdout
+        with smoke.Container(tag) as box:
+            pth = box.run("sh", "-c", "cat /opt/venv/lib/python3*/site-packages/sglang-stack.pth").stdout.split()
+            assert pth == ["/opt/sglang", "/opt/sglang-stack"], pth
+            assert box.run("id", "-u", "sglang").stdout.strip() == "10001"
+    finally:
+        if not request.config.getoption("--keep-images"):
+            smoke.remove_image(tag)
