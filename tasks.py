@@ -160,6 +160,33 @@ def build(
 
 # --- smoke --------------------------------------------------------------------
 
+
+@task(
+    help={
+        "keep": "keep the images and containers the smoke test creates (default: remove them)",
+        "base-image": "build on this Debian-like base (python3, venv, patch) instead of the debootstrap one "
+        "(default: localhost/sglang-stack-smoke-base:bookworm, made if missing)",
+        "negative": "also prove that a broken patch fails the build (default: on; --no-negative skips it)",
+    }
+)
+@user_errors
+def smoke(c, keep=False, base_image=None, negative=True):
+    """Container smoke test, daemonless: build the real Dockerfile's sglang stage with buildah and check it.
+
+    Makes (or reuses) a local Debian base with debootstrap, builds the SGLang stage
+    of docker/Dockerfile on it (pinned wheel from PyPI, patch series, audit), then
+    checks from inside the image: sglang version, patched-file hashes, the Kimi-K2.5
+    EAGLE-3 methods, the audit, the labels, and that no build secret reached a layer.
+    Exits 1 if any check fails.
+    """
+    from sglang_stack import smoke as smokemod
+
+    result = smokemod.smoke(base=base_image or smokemod.BASE_IMAGE, keep=keep, negative=negative)
+    times = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
+    print(f"smoke: {sum(ok for _, ok, _ in result.checks)}/{len(result.checks)} checks passed; {times}; image {result.size / 1e6:.0f} MB")
+    if not result.ok:
+        raise Exit("error: smoke test failed", code=1)
+
 # --- bench --------------------------------------------------------------------
 
 
