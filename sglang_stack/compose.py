@@ -81,7 +81,7 @@ def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        where = f"{path.name}:{lineno}"
+        where = f"{path}:{lineno}"
         if line.startswith("export "):
             line = line[len("export ") :].lstrip()
         key, sep, rest = line.partition("=")
@@ -134,13 +134,14 @@ def _expect_comment(tail: str, path: Path, lineno: int, key: str) -> None:
         raise UserError(f"{path}:{lineno}: {key}: unexpected text after the closing quote: {tail!r}")
 
 
-def environment(env_file: Path | None = ENV_FILE, shell_env: Mapping[str, str] | None = None) -> Environment:
-    """``.env`` (when present) overlaid by the shell: Compose's precedence."""
+def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | None = None) -> Environment:
+    """``env_file`` (default: the project's ``.env``, when present) overlaid by the shell: Compose's precedence."""
+    env_file = env_file if env_file is not None else ENV_FILE
     shell_env = dict(os.environ if shell_env is None else shell_env)
     values: dict[str, str] = {}
     origin: dict[str, str] = {}
     used = None
-    if env_file is not None and env_file.is_file():
+    if env_file.is_file():
         values, origin = read_env_file(env_file, shell_env)
         used = env_file
     for key, value in shell_env.items():
@@ -203,6 +204,8 @@ def _braced(text: str, i: int, env: Mapping[str, str], where: str) -> tuple[str,
     name = match.group()
     i = match.end()
     value = env.get(name)
+    if i >= len(text):
+        raise UserError(f"{where}: invalid interpolation: missing '}}' in {text!r}")
     if text[i : i + 1] == "}":
         return value or "", i + 1
     for op in (":-", ":?", ":+", "-", "?", "+"):
