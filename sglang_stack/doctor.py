@@ -39,6 +39,10 @@ SHM_FAIL_GIB, SHM_WARN_GIB = 2, 32
 # devel image with torch, plus build cache) or, once built, for container layers and logs.
 DISK_BUILD_GIB, DISK_RUN_GIB = 60, 10
 IMAGE_USER_UID = 10001
+# compose.yaml mounts the cache volume here. Docker seeds a new named volume with the
+# image's directory and its owner; when the image lacks the directory, the volume is
+# root-owned and uid 10001 cannot write FlashInfer's, Triton's or Hugging Face's caches.
+CACHE_DIR = "/home/sglang/.cache"
 AUDIT_TIMEOUT_S = 90
 GIB = 1 << 30
 
@@ -87,6 +91,7 @@ class Facts:
     memlock: tuple = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
     disk_path: str = ""
     disk_free: int | None = None
+    cache_owner: str = ""  # "uid:mode" of the image's cache directory, "" when not asked
     audit: tuple | None = None  # (exit code, output) of the in-image audit
     audit_skip: str = ""
 
@@ -194,11 +199,17 @@ def gather(engine: str, svc: compose.Service | None, show: bool = False, audit: 
         facts.shm_bytes = None
     facts.memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     root = (facts.docker_info or {}).get("DockerRootDir") or "/var/lib/docker"
-    for candidate in (root, "/var/lib", "/"):
+    for candidate in (root, os.path.dirname(root) or "/", "/"):
         if os.path.exists(candidate):
             st = os.statvfs(candidate)
-            facts.disk_path, facts.disk_free = candidate, st.f_frsize * st.f_bavail
+            label = candidate if candidate == root else f"{candidate} (for {root}, not there yet)"
+            facts.disk_path, facts.disk_free = label, st.f_frsize * st.f_bavail
             break
+    if facts.image:
+        image = svc.image if svc else DEFAULT_IMAGE
+        code, out, err = _capture([engine, "run", "--rm", "--network", "none", "--entrypoint", "stat", image,
+                                   "-c", "%u:%a", CACHE_DIR], 30, show)
+        facts.cache_owner = out.strip() if code == 0 else f"missing: {_last_line(err) or 'exit ' + str(code)}"
     if audit:
         _gather_audit(facts, engine, svc, show)
     return facts
@@ -366,7 +377,10 @@ def check_gpu_runtime(facts: Facts) -> Check:
         detail = "nvidia-container-runtime-hook on PATH (Docker's GPU device requests use it)"
         return Check("gpu-runtime", OK if facts.docker_info else WARN, detail + ("" if facts.docker_info else "; Docker not reachable to confirm"),
                      "" if facts.docker_info else "start Docker and run invoke doctor again")
-    known = f"runtimes: {', '.join(runtimes)}" if runtimes else "Docker not reachable"
+    if runtimes:
+        known = f"runtimes: {', '.join(runtimes)}"
+    else:
+        known = "no docker CLI" if not facts.docker_cli else "Docker not reachable"
     return Check("gpu-runtime", FAIL, f"no NVIDIA container runtime ({known}; no nvidia-container-runtime-hook)", fix)
 
 
@@ -513,7 +527,12 @@ def check_image(facts: Facts, svc: compose.Service | None) -> Check:
     if entry[-1:] != ["sglang.launch_server"]:
         return Check("image", WARN, f"{detail}; its entrypoint {entry} is not SGLang's launch_server",
                      "rebuild with invoke build, or set SGLANG_STACK_IMAGE to this stack's image")
-    return Check("image", OK, detail)
+    owner = facts.cache_owner.split(":")[0]
+    if facts.cache_owner and owner != str(IMAGE_USER_UID):
+        return Check("image", WARN, f"{detail}; {CACHE_DIR} in the image is {facts.cache_owner or 'missing'}, so the "
+                     f"cache volume would not be writable by uid {IMAGE_USER_UID}",
+                     f"rebuild with an image that creates {CACHE_DIR} owned by {IMAGE_USER_UID}, then docker volume rm sglang-stack_cache")
+    return Check("image", OK, detail + (f"; {CACHE_DIR} owned by uid {owner}" if facts.cache_owner else ""))
 
 
 def check_audit(facts: Facts, svc: compose.Service | None) -> Check:

@@ -33,6 +33,11 @@ if args[:2] == ["image", "inspect"]:
     if cfg.get("image") is None:
         out("[]\n"); sys.stderr.write("Error response from daemon: No such image: %s\n" % args[-1]); sys.exit(1)
     out(json.dumps([cfg["image"]]) + "\n"); sys.exit(0)
+if args[:1] == ["run"] and "stat" in args:
+    owner = cfg.get("cache_owner", "10001:755")
+    if owner is None:
+        sys.stderr.write("stat: cannot statx '/home/sglang/.cache': No such file or directory\n"); sys.exit(1)
+    out(owner + "\n"); sys.exit(0)
 if args[:1] == ["run"]:
     out(cfg.get("audit_output", "") + "\n"); sys.exit(cfg.get("audit_exit", 0))
 if args[:1] == ["compose"]:

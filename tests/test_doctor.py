@@ -317,6 +317,16 @@ def test_config_health_timeouts(values, text):
     assert check.status == FAIL and text in check.detail, check.line()
 
 
+def test_image_cache_directory_ownership():
+    good = doctor.check_image(facts_for("", "", cache_owner="10001:755"), svc_of())
+    assert good.status == OK and "owned by uid 10001" in good.detail, good.line()
+    for owner in ("0:755", "missing: stat: cannot statx '/home/sglang/.cache': No such file or directory"):
+        check = doctor.check_image(facts_for("", "", cache_owner=owner), svc_of())
+        assert check.status == WARN and "not be writable by uid 10001" in check.detail, f"{owner}: {check.line()}"
+        assert "docker volume rm sglang-stack_cache" in check.fix, check.fix
+    assert doctor.check_image(facts_for("", "", image=None), svc_of()).status == WARN, "a missing image should warn (compose can build it)"
+
+
 def test_audit_verdicts():
     ok = doctor.check_audit(facts_for("", ""), svc_of(MODEL_DIR="/x"))
     assert ok.status == OK, ok.line()
@@ -383,11 +393,13 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     any_fail = any(line.startswith("FAIL") for line in lines)
     assert proc.returncode == (1 if any_fail else 0), f"exit {proc.returncode} must follow the FAIL lines:\n{proc.stdout}"
     ran = fake_cli.calls(fake)
-    audit = next(c for c in ran if c[:2] == ["docker", "run"])
+    audit = next(c for c in ran if c[:2] == ["docker", "run"] and "sglang_stack.audit" in c)
     expected_audit = ["--entrypoint", "python3", "sglang-stack:0.5.9-cu130", "-m", "sglang_stack.audit",
                       "--sglang-src", "/opt/sglang", "--arch", TARGET_ARCH]
     assert audit[audit.index("--entrypoint") :] == expected_audit, f"audit command: {audit}"
     assert "$ docker info" in proc.stderr, f"doctor shows the commands it runs: {proc.stderr}"
+    stat = next(c for c in ran if c[:2] == ["docker", "run"] and "stat" in c)
+    assert stat[-1] == "/home/sglang/.cache", f"the image's cache directory must be checked: {stat}"
 
 
 def test_doctor_without_docker_or_gpu(tmp_path):
