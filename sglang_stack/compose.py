@@ -540,7 +540,7 @@ def up(
         proc = subprocess.Popen(argv)
     except FileNotFoundError:
         raise UserError(f"{engine}: not found on PATH: install Docker Engine with the compose plugin") from None
-    last_shown = ""
+    last_key: tuple | None = None
     last_time = 0.0
     try:
         while True:
@@ -553,11 +553,13 @@ def up(
                 rows = [r for r in ps(engine, [name], quiet=True) if r.get("Service") == name]
             except UserError:
                 rows = []
-            line = progress_line(name, time.monotonic() - start, rows[0] if rows else None, last_log_line(engine, name))
-            body = line.split(" ", 2)[-1]
-            if body != last_shown or time.monotonic() - last_time >= 60:
-                out(line)
-                last_shown, last_time = body, time.monotonic()
+            row = rows[0] if rows else None
+            log_line = last_log_line(engine, name)
+            # A line when something changed, and at least once a minute while nothing does.
+            key = ((row or {}).get("State"), (row or {}).get("Health"), log_line)
+            if key != last_key or time.monotonic() - last_time >= 60:
+                out(progress_line(name, time.monotonic() - start, row, log_line))
+                last_key, last_time = key, time.monotonic()
     except KeyboardInterrupt:
         proc.wait()
         raise UserError(

@@ -361,8 +361,9 @@ def check_docker(facts: Facts, engine: str) -> Check:
         return Check("docker", FAIL, f"Docker Engine {version}, but no compose plugin",
                      "install the docker-compose-plugin package (Compose v2)")
     detail = f"Docker Engine {version}, Compose {facts.compose_version}"
-    if _version_tuple(facts.compose_version) < (2, 20):
-        return Check("docker", WARN, detail, "upgrade Compose to 2.20 or newer (up --wait-timeout, ps --format json)")
+    # `up --wait-timeout` arrived in Compose 2.17.0 (docker/compose#10276).
+    if _version_tuple(facts.compose_version) < (2, 17):
+        return Check("docker", WARN, detail, "upgrade Compose to 2.17 or newer: invoke up needs up --wait-timeout")
     return Check("docker", OK, detail)
 
 
