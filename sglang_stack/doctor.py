@@ -394,7 +394,7 @@ def check_exclusive(svc: compose.Service, rows: list | None) -> Check:
         other = others[0].get("Service")
         return Check("exclusive", FAIL, f"{other} is running and holds the GPUs {svc.name} needs",
                      f"invoke down (or docker compose --profile {other} down) first")
-    return Check("exclusive", OK, f"no other sglang-stack service is running")
+    return Check("exclusive", OK, "no other sglang-stack service is running")
 
 
 def check_driver(facts: Facts) -> Check:

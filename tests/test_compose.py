@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from sglang_stack import ROOT, compose, health
 from sglang_stack.errors import UserError
