@@ -158,6 +158,84 @@ def build(
 
 # --- services: up, down, logs, status, doctor ---------------------------------
 
+
+@task(
+    help={
+        "service": "baseline or eagle3 (required)",
+        "timeout": "seconds to wait for /health to generate a token (default 0: the healthcheck's "
+        "start period plus its retries, 32 min with compose.yaml's defaults)",
+        "interval": "seconds between progress lines while the model loads (default 15)",
+    }
+)
+@user_errors
+def up(c, service, timeout=0, interval=15):
+    """Start SERVICE (baseline or eagle3) on every GPU and wait until it really generates.
+
+    Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
+    first failed check. Then `docker compose up --detach --wait SERVICE`, which builds the
+    image if it is missing, printing progress while the model loads. Returns once the
+    healthcheck passes: SGLang's /health generated one token.
+    """
+    from sglang_stack import compose, doctor
+
+    compose.check_service_name(service)
+    doctor.preflight(c.stack.engine, service)
+    wait = int(timeout) or compose.wait_timeout(compose.service(service))
+    compose.up(c.stack.engine, service, wait_timeout=wait, interval=float(interval))
+
+
+@task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})
+@user_errors
+def down(c, volumes=False):
+    """Stop and remove the baseline and eagle3 containers (whichever runs)."""
+    from sglang_stack import compose
+
+    compose.down(c.stack.engine, volumes=volumes)
+
+
+@task(
+    help={
+        "service": "baseline or eagle3 (required)",
+        "follow": "keep printing new lines (default: on; --no-follow to stop at the end)",
+        "tail": "lines of history to show first (default 200; 'all' for everything)",
+    }
+)
+@user_errors
+def logs(c, service, follow=True, tail="200"):
+    """Show SERVICE's SGLang log (docker compose logs)."""
+    from sglang_stack import compose
+
+    compose.logs(c.stack.engine, service, follow=follow, tail=tail)
+
+
+@task
+@user_errors
+def status(c):
+    """One line per service: state, health, published address, uptime."""
+    from sglang_stack import compose
+
+    compose.status(c.stack.engine)
+
+
+@task(help={"service": "which service to check for: baseline or eagle3 (default: eagle3, which also needs the drafter)"})
+@user_errors
+def doctor(c, service="eagle3"):
+    """Check this host for SERVICE, one line per check, each FAIL with its fix.
+
+    Docker engine and NVIDIA runtime, driver (CUDA 13.0), GPU count against TP_SIZE,
+    compute capability (with SM120 notes), /dev/shm, memlock, disk, the model and
+    drafter directories, the port, and the EAGLE-3 audit inside the built image.
+    Works without Docker (those checks fail, the rest run); exits 1 if any check failed.
+    """
+    from sglang_stack import compose
+    from sglang_stack import doctor as preflight_checks
+
+    compose.check_service_name(service)
+    code = preflight_checks.doctor(c.stack.engine, service)
+    if code:
+        raise Exit(code=code)
+
+
 # --- smoke --------------------------------------------------------------------
 
 

@@ -40,11 +40,14 @@ def run(
     check: bool = True,
     quiet: bool = False,
     what: str | None = None,
+    timeout: float | None = None,
 ) -> subprocess.CompletedProcess:
     """Show ``argv``, run it, and turn a failure into a one-line ``UserError``.
 
     ``what`` names the step in the error ("buildah bud", "uv pip compile").
-    With ``capture`` the output is returned instead of streamed.
+    With ``capture`` the output is returned instead of streamed. A command
+    still running after ``timeout`` seconds is killed and reported as a
+    ``UserError`` (exit code 124, as timeout(1) uses).
     """
     argv = [str(a) for a in argv]
     if not quiet:
@@ -57,9 +60,12 @@ def run(
             text=True,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
+            timeout=timeout,
         )
     except FileNotFoundError as err:
         raise UserError(f"{argv[0]}: not found on PATH") from err
+    except subprocess.TimeoutExpired as err:
+        raise UserError(f"{what or argv[0]} did not finish within {timeout:g}s", code=124) from err
     if check and proc.returncode != 0:
         detail = ""
         if capture and proc.stderr:

@@ -1,0 +1,629 @@
+"""compose.yaml as the host sees it, and the `docker compose` commands that run it.
+
+compose.yaml is the single source of every service setting and default. This
+module reads it the way Docker Compose does (``.env``, then the shell, then
+``${VAR:-default}`` interpolation), so the preflight, ``invoke status`` and the
+bench read the same model directory, port and TP size that ``docker compose``
+will use, without a second copy of the defaults. It needs no Docker: the
+preflight must run on a host without it.
+
+Compose v2 has no Python API, so the tasks run its CLI, print each command,
+and parse ``docker compose ps --format json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from . import ROOT, shell
+from .errors import UserError
+
+COMPOSE_FILE = ROOT / "compose.yaml"
+ENV_FILE = ROOT / ".env"
+SERVICES = ("baseline", "eagle3")
+TARGET_MOUNT = "/models/target"
+DRAFT_MOUNT = "/models/draft"
+CONTAINER_PORT = 30000
+
+
+# --- .env ------------------------------------------------------------------------------------
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The variables compose interpolates with: ``.env`` overlaid by the shell.
+
+    ``origin`` says where each came from (``.env:12`` or ``shell``) so an error
+    can point at the line to fix.
+    """
+
+    values: Mapping[str, str]
+    origin: Mapping[str, str] = field(default_factory=dict)
+    env_file: Path | None = None
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.values.get(name, default)
+
+    def where(self, name: str) -> str:
+        """``NAME=value (.env:12)``, ``NAME=value (shell)``, or ``NAME (unset)``."""
+        if name not in self.values:
+            return f"{name} (unset)"
+        return f"{name}={self.values[name]} ({self.origin.get(name, 'shell')})"
+
+
+def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[dict, dict]:
+    """Parse a Compose ``.env`` file into ``(values, origin)``.
+
+    ``KEY=VALUE`` per line, optional ``export``; ``#`` starts a comment line, or an
+    inline comment after whitespace in an unquoted value. Double-quoted values
+    take ``\\n``, ``\\"`` and ``\\\\`` escapes; single-quoted ones are literal.
+    Unquoted and double-quoted values may use ``${VAR}`` of earlier lines or
+    the shell, as Compose allows. A malformed line is a ``UserError`` naming it.
+    """
+    lookup = dict(lookup if lookup is not None else os.environ)
+    values: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror}") from None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"{path}:{lineno}"
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, rest = line.partition("=")
+        key = key.strip()
+        if not _KEY.match(key):
+            raise UserError(f"{path}:{lineno}: expected KEY=VALUE, got {raw.strip()!r}")
+        if not sep:  # a bare KEY takes its value from the shell, as in Compose
+            if key in lookup:
+                values[key], origin[key] = lookup[key], "shell"
+            continue
+        rest = rest.strip()
+        scope = {**lookup, **values}
+        if rest[:1] == "'":
+            end = rest.find("'", 1)
+            if end < 0:
+                raise UserError(f"{path}:{lineno}: {key}: unterminated single quote")
+            value = rest[1:end]
+            _expect_comment(rest[end + 1 :], path, lineno, key)
+        elif rest[:1] == '"':
+            value, end = _double_quoted(rest, path, lineno, key)
+            _expect_comment(rest[end + 1 :], path, lineno, key)
+            value = interpolate(value, scope, f"{where} {key}")
+        else:
+            value = re.split(r"\s+#", rest, maxsplit=1)[0].strip()
+            value = interpolate(value, scope, f"{where} {key}")
+        values[key], origin[key] = value, where
+    return values, origin
+
+
+def _double_quoted(rest: str, path: Path, lineno: int, key: str) -> tuple[str, int]:
+    out = []
+    i = 1
+    escapes = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "$": "$$"}
+    while i < len(rest):
+        ch = rest[i]
+        if ch == "\\" and i + 1 < len(rest):
+            out.append(escapes.get(rest[i + 1], "\\" + rest[i + 1]))
+            i += 2
+            continue
+        if ch == '"':
+            return "".join(out), i
+        out.append(ch)
+        i += 1
+    raise UserError(f"{path}:{lineno}: {key}: unterminated double quote")
+
+
+def _expect_comment(tail: str, path: Path, lineno: int, key: str) -> None:
+    tail = tail.strip()
+    if tail and not tail.startswith("#"):
+        raise UserError(f"{path}:{lineno}: {key}: unexpected text after the closing quote: {tail!r}")
+
+
+def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | None = None) -> Environment:
+    """``env_file`` (default: the project's ``.env``, when present) overlaid by the shell: Compose's precedence."""
+    env_file = env_file if env_file is not None else ENV_FILE
+    shell_env = dict(os.environ if shell_env is None else shell_env)
+    values: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    used = None
+    if env_file.is_file():
+        values, origin = read_env_file(env_file, shell_env)
+        used = env_file
+    for key, value in shell_env.items():
+        values[key], origin[key] = value, "shell"
+    return Environment(values, origin, used)
+
+
+# --- interpolation -----------------------------------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def interpolate(text: str, env: Mapping[str, str], where: str = "") -> str:
+    """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}``,
+    ``${VAR:?error}``, ``${VAR?error}``, ``${VAR:+alt}``, ``${VAR+alt}`` and
+    ``$$`` as Docker Compose does; defaults and alternatives may nest.
+
+    ``:?`` on an unset or empty variable, or a malformed expression, is a
+    ``UserError`` that names ``where``.
+    """
+    out, end = _expand(text, 0, env, where, closing=False)
+    return out
+
+
+def _expand(text: str, i: int, env: Mapping[str, str], where: str, closing: bool) -> tuple[str, int]:
+    out = []
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if closing and ch == "}":
+            return "".join(out), i
+        if ch != "$":
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1 : i + 2]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "{":
+            value, i = _braced(text, i + 2, env, where)
+            out.append(value)
+        else:
+            match = _NAME.match(text, i + 1)
+            if not match:
+                out.append("$")
+                i += 1
+                continue
+            out.append(env.get(match.group(), ""))
+            i = match.end()
+    if closing:
+        raise UserError(f"{where}: invalid interpolation: missing '}}' in {text!r}")
+    return "".join(out), i
+
+
+def _braced(text: str, i: int, env: Mapping[str, str], where: str) -> tuple[str, int]:
+    match = _NAME.match(text, i)
+    if not match:
+        raise UserError(f"{where}: invalid interpolation format in {text!r}: a variable name must follow '${{'")
+    name = match.group()
+    i = match.end()
+    value = env.get(name)
+    if i >= len(text):
+        raise UserError(f"{where}: invalid interpolation: missing '}}' in {text!r}")
+    if text[i : i + 1] == "}":
+        return value or "", i + 1
+    for op in (":-", ":?", ":+", "-", "?", "+"):
+        if text.startswith(op, i):
+            break
+    else:
+        raise UserError(f"{where}: invalid interpolation format for {name} in {text!r}")
+    word, end = _expand(text, i + len(op), env, where, closing=True)
+    unset = value is None
+    empty = unset or value == ""
+    missing = empty if op.startswith(":") else unset
+    if op in (":-", "-"):
+        result = word if missing else value
+    elif op in (":+", "+"):
+        result = "" if missing else word
+    else:  # ":?" / "?"
+        if missing:
+            raise UserError(f"{where}: required variable {name} is missing a value: {word or 'set it in .env'}")
+        result = value
+    return result, end + 1
+
+
+def interpolate_tree(node, env: Mapping[str, str], path: str = ""):
+    """Interpolate every string value (not key) of a loaded YAML tree."""
+    if isinstance(node, dict):
+        return {key: interpolate_tree(value, env, f"{path}.{key}" if path else str(key)) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolate_tree(value, env, f"{path}[{i}]") for i, value in enumerate(node)]
+    if isinstance(node, str):
+        return interpolate(node, env, f"compose.yaml: {path}")
+    return node
+
+
+# --- compose.yaml --------------------------------------------------------------------------
+
+
+def load_raw(path: Path = COMPOSE_FILE) -> dict:
+    """compose.yaml as YAML, anchors and merge keys resolved, nothing interpolated."""
+    import yaml  # host-side only
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f":{mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{at}: invalid YAML: {getattr(err, 'problem', err)}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+        raise UserError(f"{path}: no 'services' mapping")
+    return data
+
+
+def load(path: Path = COMPOSE_FILE, env: Environment | None = None) -> dict:
+    """compose.yaml after interpolation, as ``docker compose config`` would see it."""
+    env = env if env is not None else environment()
+    return interpolate_tree(load_raw(path), env.values)
+
+
+@dataclass(frozen=True)
+class Service:
+    """What the preflight and the tasks need to know about one service."""
+
+    name: str
+    image: str
+    argv: list[str]
+    model_dir: Path
+    draft_dir: Path | None
+    bind_address: str
+    host_port: int
+    tp_size: int
+    gpu_ids: str
+    environment: dict
+    healthcheck: dict
+    env: Environment
+
+    @property
+    def url(self) -> str:
+        host = self.bind_address
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.host_port}"
+
+    def flag(self, name: str) -> str | None:
+        """The last value given to ``--name`` in the command line (SGLANG_EXTRA_ARGS may repeat it)."""
+        return _flag(self.argv, name)
+
+
+def parse_duration(text: str) -> float | None:
+    """Compose durations: ``15s``, ``30m``, ``1h30m``, ``1m30s``, ``500ms``."""
+    text = str(text).strip()
+    parts = re.findall(r"([0-9.]+)(ms|us|h|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def wait_timeout(svc: Service) -> int:
+    """Seconds ``up --wait`` may take: the start period plus every retry after it, and 2 minutes more."""
+    hc = svc.healthcheck
+    start = parse_duration(hc.get("start_period", "")) or 0
+    step = (parse_duration(hc.get("interval", "")) or 30) + (parse_duration(hc.get("timeout", "")) or 30)
+    retries = int(hc.get("retries") or 3)
+    return int(start + retries * step + 120)
+
+
+def check_service_name(name: str) -> str:
+    if name not in SERVICES:
+        raise UserError(f"unknown service {name!r}: choose one of {', '.join(SERVICES)} (compose.yaml)")
+    return name
+
+
+def service(name: str, env: Environment | None = None, path: Path = COMPOSE_FILE) -> Service:
+    """Resolve service ``name`` from compose.yaml; a bad value is one line naming its variable."""
+    check_service_name(name)
+    env = env if env is not None else environment()
+    config = load(path, env)
+    spec = config["services"].get(name)
+    if not isinstance(spec, dict):
+        raise UserError(f"{path}: service {name!r} is missing")
+    command = spec.get("command") or ""
+    try:
+        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+    except ValueError as err:
+        raise UserError(f"{path}: services.{name}.command: {err} (check SGLANG_EXTRA_ARGS and SGLANG_API_KEY)") from None
+    mounts = {m.get("target"): m.get("source") for m in spec.get("volumes", []) if isinstance(m, dict)}
+    if TARGET_MOUNT not in mounts:
+        raise UserError(f"{path}: services.{name} mounts nothing at {TARGET_MOUNT}")
+    bind, port = _published(spec.get("ports") or [], name, env, path)
+    tp_raw = _flag(argv, "--tp") or _flag(argv, "--tp-size") or _flag(argv, "--tensor-parallel-size") or ""
+    tp = _positive_int(tp_raw, "TP_SIZE", env)
+    for var, flag in (
+        ("SGLANG_SPEC_NUM_STEPS", "--speculative-num-steps"),
+        ("SGLANG_SPEC_EAGLE_TOPK", "--speculative-eagle-topk"),
+        ("SGLANG_SPEC_NUM_DRAFT_TOKENS", "--speculative-num-draft-tokens"),
+    ):
+        if flag in argv:
+            _positive_int(_flag(argv, flag) or "", var, env)
+    devices = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or [{}]
+    gpu_ids = ",".join(devices[0].get("device_ids") or ["all"])
+    if not re.fullmatch(r"all|[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*", gpu_ids):
+        raise UserError(f"{env.where('GPU_IDS')}: use 'all' or comma-separated GPU indices or UUIDs, e.g. 0,1,2,3")
+    return Service(
+        name=name,
+        image=str(spec.get("image") or ""),
+        argv=argv,
+        model_dir=_host_path(mounts[TARGET_MOUNT]),
+        draft_dir=_host_path(mounts[DRAFT_MOUNT]) if DRAFT_MOUNT in mounts else None,
+        bind_address=bind,
+        host_port=port,
+        tp_size=tp,
+        gpu_ids=gpu_ids,
+        environment=dict(spec.get("environment") or {}),
+        healthcheck=dict(spec.get("healthcheck") or {}),
+        env=env,
+    )
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    found = None
+    for i, token in enumerate(argv):
+        if token == name and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif token.startswith(name + "="):
+            found = token.split("=", 1)[1]
+    return found
+
+
+def _positive_int(raw: str, var: str, env: Environment) -> int:
+    if not re.fullmatch(r"[0-9]+", raw or "") or int(raw) < 1:
+        shown = env.where(var) if var in env.values else f"{var}={raw!r}"
+        raise UserError(f"{shown}: must be a positive integer")
+    return int(raw)
+
+
+def _published(ports: list, name: str, env: Environment, path: Path) -> tuple[str, int]:
+    """The host address and port that publish the container's port 30000.
+
+    Short syntax only, as compose.yaml writes it: ``[IP:]HOST_PORT:30000``
+    (an IPv6 address in brackets).
+    """
+    var = "BASELINE_PORT" if name == "baseline" else "EAGLE3_PORT"
+    for entry in ports:
+        parts = str(entry).removesuffix("/tcp").rsplit(":", 2)
+        if len(parts) < 2 or parts[-1] != str(CONTAINER_PORT):
+            continue
+        ip = parts[0].strip("[]") if len(parts) == 3 else "0.0.0.0"
+        host = parts[-2]
+        if not re.fullmatch(r"[0-9]+", host) or not 1 <= int(host) <= 65535:
+            shown = env.where(var) if var in env.values else f"{var}={host!r}"
+            raise UserError(f"{shown}: must be a port number 1-65535")
+        if not re.fullmatch(r"[0-9A-Fa-f:.]+", ip):
+            raise UserError(f"{env.where('BIND_ADDRESS')}: must be an IP address such as 127.0.0.1 or 0.0.0.0")
+        return ip, int(host)
+    raise UserError(f"{path}: services.{name} publishes no port for the container's {CONTAINER_PORT}")
+
+
+def _host_path(source: str | None) -> Path:
+    path = Path(os.path.expanduser(source or ""))
+    return path if path.is_absolute() else (ROOT / path)
+
+
+def endpoint(name: str, env: Environment | None = None) -> str:
+    """The base URL on the host for service ``name``, e.g. ``http://127.0.0.1:30001``."""
+    return service(name, env).url
+
+
+# --- docker compose --------------------------------------------------------------------------
+
+
+def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] = SERVICES) -> list[str]:
+    """``docker compose`` for this project from any working directory.
+
+    Profiles are named explicitly: a service in an inactive profile is invisible
+    to ``down``, ``ps`` and ``logs``.
+    """
+    argv = [engine, "compose", "--project-directory", str(ROOT), "--file", str(COMPOSE_FILE)]
+    for profile in profiles:
+        argv += ["--profile", profile]
+    return argv + list(args)
+
+
+def parse_ps(text: str) -> list[dict]:
+    """``docker compose ps --format json``: a JSON array (Compose < 2.21) or one object per line."""
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+        return data if isinstance(data, list) else [data]
+    except json.JSONDecodeError:
+        pass
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise UserError(f"docker compose ps --format json: line {lineno} is not JSON: {err.msg}") from None
+    return rows
+
+
+def describe(row: dict) -> str:
+    """One status line for a ``ps`` row: ``eagle3  running (healthy)  127.0.0.1:30001->30000  Up 9 minutes``."""
+    state = row.get("State", "?")
+    health = row.get("Health") or ""
+    if state == "exited":
+        state = f"exited ({row.get('ExitCode', '?')})"
+    elif health:
+        state = f"{state} ({health})"
+    ports = []
+    for pub in row.get("Publishers") or []:
+        if pub.get("PublishedPort"):
+            ports.append(f"{pub.get('URL') or '0.0.0.0'}:{pub['PublishedPort']}->{pub.get('TargetPort')}")
+    return f"{row.get('Service', '?'):<9} {state:<22} {', '.join(sorted(set(ports))) or '-':<26} {row.get('Status', '')}".rstrip()
+
+
+def ps(engine: str, services: tuple[str, ...] | list[str] = SERVICES, quiet: bool = False) -> list[dict]:
+    argv = compose_argv(engine, "ps", "--all", "--format", "json", *services)
+    proc = shell.run(argv, capture=True, quiet=quiet, what="docker compose ps", timeout=30)
+    return parse_ps(proc.stdout)
+
+
+def last_log_line(engine: str, name: str) -> str:
+    """The newest line the service logged, with progress bars reduced to their latest state."""
+    argv = compose_argv(engine, "logs", "--no-color", "--no-log-prefix", "--tail", "1", name, profiles=[name])
+    try:
+        proc = shell.run(argv, capture=True, check=False, quiet=True, timeout=15)
+    except UserError:
+        return ""
+    lines = [line for line in (proc.stdout or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    latest = lines[-1].split("\r")[-1].strip()
+    return latest if len(latest) <= 110 else latest[:107] + "..."
+
+
+def format_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def progress_line(name: str, elapsed: float, row: dict | None, log_line: str) -> str:
+    """``eagle3 4m10s  running, health: starting  | <last log line>``."""
+    if row is None:
+        where = "creating"
+    else:
+        where = row.get("State", "?")
+        if row.get("Health"):
+            where += f", health: {row['Health']}"
+    tail = f"  | {log_line}" if log_line else ""
+    return f"{name} {format_elapsed(elapsed):>7}  {where}{tail}"
+
+
+def failure_reason(row: dict) -> str:
+    """Why a service that ``up --wait`` gave up on is not serving, from its ``ps`` row."""
+    state = row.get("State", "?")
+    if state == "exited":
+        return f"exited with code {row.get('ExitCode', '?')}"
+    if row.get("Health") == "unhealthy":
+        return "is unhealthy: /health did not answer 200"
+    if row.get("Health") == "starting":
+        return "was still starting when the wait ended"
+    return f"is {state}"
+
+
+def up(
+    engine: str,
+    name: str,
+    wait_timeout: int,
+    interval: float = 15.0,
+    out: Callable[[str], None] = lambda line: print(line, flush=True),
+) -> None:
+    """``docker compose up --detach --wait NAME``, with a progress line while the model loads.
+
+    Compose returns once the healthcheck passes (the server generated a token),
+    or fails when the container exits or turns unhealthy, or after
+    ``wait_timeout`` seconds. Progress comes from ``ps`` and the last log line.
+    """
+    svc = service(name)
+    argv = compose_argv(
+        engine, "up", "--detach", "--wait", "--wait-timeout", str(wait_timeout), name, profiles=[name]
+    )
+    shell.show(argv)
+    out(f"{name}: waiting for /health to generate a token (start period {svc.healthcheck.get('start_period', '?')}); "
+        f"progress every {interval:g}s, full log: invoke logs {name}")
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv)
+    except FileNotFoundError:
+        raise UserError(f"{engine}: not found on PATH: install Docker Engine with the compose plugin") from None
+    last_key: tuple | None = None
+    last_time = 0.0
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=interval)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                rows = [r for r in ps(engine, [name], quiet=True) if r.get("Service") == name]
+            except UserError:
+                rows = []
+            row = rows[0] if rows else None
+            log_line = last_log_line(engine, name)
+            # A line when something changed, and at least once a minute while nothing does.
+            key = ((row or {}).get("State"), (row or {}).get("Health"), log_line)
+            if key != last_key or time.monotonic() - last_time >= 60:
+                out(progress_line(name, time.monotonic() - start, row, log_line))
+                last_key, last_time = key, time.monotonic()
+    except KeyboardInterrupt:
+        proc.wait()
+        raise UserError(
+            f"stopped waiting; {name} goes on starting in the background: invoke status, invoke logs {name}, invoke down",
+            code=130,
+        ) from None
+    elapsed = format_elapsed(time.monotonic() - start)
+    if code == 0:
+        out(f"{name}: healthy after {elapsed}: {svc.url} (OpenAI-compatible API under {svc.url}/v1)")
+        return
+    reason = "did not become healthy"
+    try:
+        rows = [r for r in ps(engine, [name], quiet=True) if r.get("Service") == name]
+        if rows:
+            reason = failure_reason(rows[0])
+        shell.run(compose_argv(engine, "logs", "--no-color", "--tail", "40", name, profiles=[name]), check=False, timeout=30)
+    except UserError:
+        pass
+    raise UserError(f"{name} {reason} after {elapsed} (docker compose exit {code}): see the log above, or invoke logs {name}")
+
+
+def down(engine: str, volumes: bool = False) -> None:
+    """Stop and remove both services' containers (and the cache volume with ``volumes``)."""
+    shell.run(compose_argv(engine, "down", *(["--volumes"] if volumes else [])), what="docker compose down")
+
+
+def logs(engine: str, name: str, follow: bool, tail: str) -> None:
+    check_service_name(name)
+    args = ["logs", "--tail", str(tail)] + (["--follow"] if follow else []) + [name]
+    shell.run(compose_argv(engine, *args, profiles=[name]), what="docker compose logs")
+
+
+def status(engine: str, out: Callable[[str], None] = print) -> list[dict]:
+    """One line per service container; a service that is not up says how to start it."""
+    rows = ps(engine)
+    seen = {row.get("Service") for row in rows}
+    for row in rows:
+        out(describe(row))
+    for name in SERVICES:
+        if name not in seen:
+            out(f"{name:<9} {'not created':<22} {'-':<26} invoke up {name}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sglang_stack.compose [SERVICE]``: print what compose.yaml resolves to."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m sglang_stack.compose", description=main.__doc__)
+    parser.add_argument("service", nargs="?", choices=SERVICES, default=None)
+    args = parser.parse_args(argv)
+    for name in [args.service] if args.service else SERVICES:
+        svc = service(name)
+        print(f"{name}: {svc.url}  image {svc.image}  tp {svc.tp_size}  gpus {svc.gpu_ids}")
+        print(f"  model {svc.model_dir}" + (f"  drafter {svc.draft_dir}" if svc.draft_dir else ""))
+        print(f"  sglang {shlex.join(_redacted(svc.argv))}")
+    return 0
+
+
+def _redacted(argv: list[str]) -> list[str]:
+    return [re.sub(r"^(--api-key=).+", r"\1***", a) for a in argv]
+
+
+if __name__ == "__main__":
+    from .errors import run_main
+
+    run_main(main)

@@ -1,0 +1,634 @@
+"""Host preflight: can this machine run `baseline` or `eagle3`?
+
+    invoke doctor [--service eagle3]      or    python -m sglang_stack.doctor [SERVICE]
+
+One line per check, each ``ok``, ``warn``, ``FAIL``, ``skip`` or ``note``; every
+FAIL says how to fix it. It runs without Docker (the Docker checks fail, the
+rest still run) and only runs quick commands (``docker info``, ``nvidia-smi``,
+one ``docker run`` of the audit), each under a timeout, so it takes seconds.
+
+``invoke up`` runs the same checks first, quietly, and refuses to start on the
+first FAIL with that check's line.
+
+The module gathers raw facts (``Facts``) first and judges them in pure
+functions, so the tests feed it recorded ``nvidia-smi`` output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import compose, shell
+from .errors import UserError
+
+OK, WARN, FAIL, SKIP, NOTE = "ok", "warn", "FAIL", "skip", "note"
+
+DEFAULT_IMAGE = "sglang-stack:0.5.9-cu130"
+CUDA_NEEDED = (13, 0)  # the image's CUDA 13.0.1; minor-version compatibility needs driver >= 580
+DRIVER_BRANCH_FOR_CUDA13 = 580
+SHM_FAIL_GIB, SHM_WARN_GIB = 2, 32
+# Free space the Docker root needs: to build the image (an estimate: a ~25 GB CUDA 13
+# devel image with torch, plus build cache) or, once built, for container layers and logs.
+DISK_BUILD_GIB, DISK_RUN_GIB = 60, 10
+IMAGE_USER_UID = 10001
+# compose.yaml mounts the cache volume here. Docker seeds a new named volume with the
+# image's directory and its owner; when the image lacks the directory, the volume is
+# root-owned and uid 10001 cannot write FlashInfer's, Triton's or Hugging Face's caches.
+CACHE_DIR = "/home/sglang/.cache"
+AUDIT_TIMEOUT_S = 90
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        fix = f" -- fix: {self.fix}" if self.fix and self.status in (FAIL, WARN) else ""
+        return f"{self.status:<5} {self.name:<12} {self.detail}{fix}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_cap: str
+    driver: str
+    memory_mib: int
+
+    @property
+    def sm(self) -> int:
+        major, _, minor = self.compute_cap.partition(".")
+        return int(major) * 10 + int(minor or 0)
+
+
+@dataclass
+class Facts:
+    """Everything the checks judge, gathered once (or built by a test)."""
+
+    docker_cli: bool = False
+    docker_info: dict | None = None
+    docker_error: str = ""
+    compose_version: str = ""
+    image: dict | None = None
+    ps_rows: list | None = None  # None: could not ask Docker
+    gpus: list = field(default_factory=list)
+    cuda_version: str = ""
+    smi_error: str = ""
+    nvidia_hook: bool = False
+    shm_bytes: int | None = None
+    memlock: tuple = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    disk_path: str = ""
+    disk_free: int | None = None
+    cache_owner: str = ""  # "uid:mode" of the image's cache directory, "" when not asked
+    audit: tuple | None = None  # (exit code, output) of the in-image audit
+    audit_skip: str = ""
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+QUERY_FIELDS = "index,name,compute_cap,driver_version,memory.total"
+
+
+def parse_query_csv(text: str) -> list[Gpu]:
+    """``nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv[,noheader][,nounits]``.
+
+    Extra trailing columns (such as ``pci.bus_id``) are ignored; a header line and
+    ``MiB`` units are accepted.
+    """
+    gpus = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.lower().startswith("index"):
+            continue
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) < 5 or not cols[0].isdigit():
+            raise UserError(f"nvidia-smi --query-gpu: unexpected line {line!r}")
+        memory = re.match(r"[0-9]+", cols[4])
+        gpus.append(Gpu(int(cols[0]), cols[1], cols[2], cols[3], int(memory.group()) if memory else 0))
+    return gpus
+
+
+def parse_cuda_version(text: str) -> str:
+    """The CUDA version the driver supports, from ``nvidia-smi``'s banner or ``-q -x`` XML."""
+    match = re.search(r"CUDA Version:\s*([0-9]+\.[0-9]+)", text) or re.search(
+        r"<cuda_version>\s*([0-9]+\.[0-9]+)\s*</cuda_version>", text
+    )
+    return match.group(1) if match else ""
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"[0-9]+", text))
+
+
+# --- gathering ---------------------------------------------------------------------------------
+
+
+def _capture(argv: list[str], timeout: float, show: bool) -> tuple[int | None, str, str]:
+    """(exit code, stdout, stderr); exit code None when the command is missing or timed out."""
+    try:
+        proc = shell.run(argv, capture=True, check=False, quiet=not show, timeout=timeout)
+    except UserError as err:
+        return None, "", str(err)
+    return proc.returncode, proc.stdout or "", proc.stderr or ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def gather(engine: str, svc: compose.Service | None, show: bool = False, audit: bool = True) -> Facts:
+    """Ask the host; never raises for a missing tool or an unreachable daemon."""
+    facts = Facts()
+    facts.docker_cli = shutil.which(engine) is not None
+    facts.nvidia_hook = shutil.which("nvidia-container-runtime-hook") is not None
+    if facts.docker_cli:
+        code, out, err = _capture([engine, "info", "--format", "{{json .}}"], 15, show)
+        info = None
+        try:
+            info = json.loads(out) if out.strip() else None
+        except json.JSONDecodeError:
+            info = None
+        server_errors = (info or {}).get("ServerErrors") or []
+        if code == 0 and info and not server_errors and info.get("ServerVersion"):
+            facts.docker_info = info
+        else:
+            facts.docker_error = (server_errors[0] if server_errors else "") or _last_line(err) or f"exit {code}"
+        if facts.docker_info:
+            code, out, _ = _capture([engine, "compose", "version", "--short"], 10, show)
+            facts.compose_version = out.strip() if code == 0 else ""
+            image = svc.image if svc else DEFAULT_IMAGE
+            code, out, _ = _capture([engine, "image", "inspect", image], 10, show)
+            if code == 0:
+                try:
+                    facts.image = (json.loads(out) or [None])[0]
+                except json.JSONDecodeError:
+                    facts.image = None
+            code, out, _ = _capture(compose.compose_argv(engine, "ps", "--all", "--format", "json"), 15, show)
+            if code == 0:
+                try:
+                    facts.ps_rows = compose.parse_ps(out)
+                except UserError:
+                    facts.ps_rows = None
+    code, out, err = _capture(["nvidia-smi", f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader,nounits"], 20, show)
+    if code == 0:
+        try:
+            facts.gpus = parse_query_csv(out)
+        except UserError as exc:
+            facts.smi_error = str(exc)
+        code, out, _ = _capture(["nvidia-smi"], 20, show)
+        facts.cuda_version = parse_cuda_version(out) if code == 0 else ""
+    else:
+        facts.smi_error = _last_line(err) or _last_line(out) or f"nvidia-smi exited {code}"
+    try:
+        st = os.statvfs("/dev/shm")
+        facts.shm_bytes = st.f_frsize * st.f_blocks
+    except OSError:
+        facts.shm_bytes = None
+    facts.memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    root = (facts.docker_info or {}).get("DockerRootDir") or "/var/lib/docker"
+    for candidate in (root, os.path.dirname(root) or "/", "/"):
+        if os.path.exists(candidate):
+            st = os.statvfs(candidate)
+            label = candidate if candidate == root else f"{candidate} (for {root}, not there yet)"
+            facts.disk_path, facts.disk_free = label, st.f_frsize * st.f_bavail
+            break
+    if facts.image:
+        image = svc.image if svc else DEFAULT_IMAGE
+        code, out, err = _capture([engine, "run", "--rm", "--network", "none", "--entrypoint", "stat", image,
+                                   "-c", "%u:%a", CACHE_DIR], 30, show)
+        facts.cache_owner = out.strip() if code == 0 else f"missing: {_last_line(err) or 'exit ' + str(code)}"
+    if audit:
+        _gather_audit(facts, engine, svc, show)
+    return facts
+
+
+def model_architecture(directory: Path | None) -> str:
+    """``architectures[0]`` of ``directory/config.json``, or '' when unreadable."""
+    if directory is None:
+        return ""
+    try:
+        config = json.loads((directory / "config.json").read_text())
+        return str((config.get("architectures") or [""])[0])
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def _gather_audit(facts: Facts, engine: str, svc: compose.Service | None, show: bool) -> None:
+    arch = model_architecture(svc.model_dir if svc else None)
+    if not facts.docker_info:
+        facts.audit_skip = "skipped: no Docker engine to run the image"
+    elif not facts.image:
+        facts.audit_skip = "skipped: image not built (invoke build)"
+    elif not arch:
+        facts.audit_skip = "skipped: no architecture (MODEL_DIR has no readable config.json)"
+    else:
+        argv = [engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image,
+                "-m", "sglang_stack.audit", "--sglang-src", "/opt/sglang", "--arch", arch]
+        code, out, err = _capture(argv, AUDIT_TIMEOUT_S, show)
+        facts.audit = (code, (out + err).strip())
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def check_config(svc: compose.Service | None, error: str, env: compose.Environment | None) -> Check:
+    if svc is None:
+        return Check("config", FAIL, error, "correct that value in .env (see .env.example)")
+    source = f".env {env.env_file}" if env and env.env_file else "no .env (compose.yaml defaults; cp .env.example .env)"
+    status = OK if env and env.env_file else WARN
+    detail = f"{source}; {svc.name} on {svc.url}, TP {svc.tp_size}, GPUs {svc.gpu_ids}"
+    timeouts = _health_timeouts(svc)
+    if timeouts:
+        return Check("config", FAIL, f"{detail}; {timeouts}", "raise HEALTH_TIMEOUT in .env above SGLANG_HEALTH_CHECK_TIMEOUT + 10 s")
+    return Check("config", status, detail, "cp .env.example .env and set MODEL_DIR" if status == WARN else "")
+
+
+def _health_timeouts(svc: compose.Service) -> str:
+    """A non-empty complaint when Docker would kill the probe before SGLang answers it."""
+    hc = svc.healthcheck
+    timeout = compose.parse_duration(hc.get("timeout", ""))
+    for key in ("interval", "timeout", "start_period"):
+        if compose.parse_duration(hc.get(key, "")) is None:
+            return f"healthcheck {key}={hc.get(key)!r} is not a duration such as 15s or 30m"
+    inner_raw = str(svc.environment.get("SGLANG_HEALTH_CHECK_TIMEOUT") or "20")
+    try:
+        inner = max(float(inner_raw), 20.0)
+    except ValueError:
+        return f"SGLANG_HEALTH_CHECK_TIMEOUT={inner_raw!r} is not a number of seconds"
+    if timeout <= inner + 10:
+        return (f"healthcheck timeout {hc.get('timeout')} must exceed the probe's {inner + 10:g}s "
+                f"(SGLANG_HEALTH_CHECK_TIMEOUT {inner:g}s + 10s), or Docker kills every probe")
+    return ""
+
+
+def _model_dir_check(name: str, var: str, directory: Path, env: compose.Environment, svc_name: str) -> tuple[Check, str]:
+    shown = env.where(var) if var in env.values else f"{var} unset, default {directory}"
+    what = "the model" if name == "model" else "the EAGLE-3 drafter"
+    fix = f"set {var} in .env to the directory that holds {what}'s config.json"
+    if not directory.is_dir():
+        return Check(name, FAIL, f"{shown}: no such directory", fix), ""
+    config = directory / "config.json"
+    if not config.is_file():
+        return Check(name, FAIL, f"{shown}: no config.json in {directory}", fix), ""
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError) as err:
+        return Check(name, FAIL, f"{config}: not readable JSON ({err.__class__.__name__})", "download the model again"), ""
+    arch = str((data.get("architectures") or ["?"])[0]) if isinstance(data, dict) else "?"
+    index = directory / "model.safetensors.index.json"
+    shards = sorted(p.name for p in directory.glob("*.safetensors"))
+    if index.is_file():
+        try:
+            wanted = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        except (OSError, ValueError):
+            wanted = set()
+        missing = sorted(wanted - set(shards))
+        if missing:
+            return Check(name, FAIL, f"{directory}: {arch}, {len(missing)} of {len(wanted)} shards missing (first: {missing[0]})",
+                         "finish the download (huggingface-cli download resumes)"), arch
+        weights = f"{len(wanted)} of {len(wanted)} shards"
+    elif shards:
+        weights = f"{len(shards)} *.safetensors"
+    else:
+        return Check(name, WARN, f"{directory}: {arch}, but no *.safetensors", "finish the download"), arch
+    detail = f"{directory}: {arch}, {weights}"
+    st = config.stat()
+    if not (st.st_mode & 0o004) and st.st_uid != IMAGE_USER_UID:
+        return Check(name, WARN, f"{detail}; config.json is not world-readable",
+                     f"the container runs as uid {IMAGE_USER_UID}: chmod -R a+rX {directory}"), arch
+    if name == "drafter" and "eagle3" not in arch.lower():
+        return Check(name, WARN, f"{detail}: does not look like an EAGLE-3 drafter",
+                     "point DRAFT_MODEL_DIR at an EAGLE-3 drafter for Kimi-K2.5"), arch
+    return Check(name, OK, detail), arch
+
+
+def check_models(svc: compose.Service) -> list[Check]:
+    model, _ = _model_dir_check("model", "MODEL_DIR", svc.model_dir, svc.env, svc.name)
+    if svc.draft_dir is None:
+        drafter = Check("drafter", SKIP, f"{svc.name} uses no drafter")
+    else:
+        drafter, _ = _model_dir_check("drafter", "DRAFT_MODEL_DIR", svc.draft_dir, svc.env, svc.name)
+    return [model, drafter]
+
+
+def _own_container(rows: list | None, name: str) -> dict | None:
+    for row in rows or []:
+        if row.get("Service") == name and row.get("State") in ("running", "restarting", "created"):
+            return row
+    return None
+
+
+def check_port(svc: compose.Service, rows: list | None) -> Check:
+    var = "BASELINE_PORT" if svc.name == "baseline" else "EAGLE3_PORT"
+    where = f"{svc.bind_address}:{svc.host_port}"
+    if _own_container(rows, svc.name):
+        return Check("port", OK, f"{where} is held by {svc.name}'s own container (already up)")
+    family = socket.AF_INET6 if ":" in svc.bind_address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((svc.bind_address, svc.host_port))
+        except OSError as err:
+            if err.errno == 98:  # EADDRINUSE
+                return Check("port", FAIL, f"{where} is already in use",
+                             f"stop what listens there, or set {var} in .env to a free port")
+            return Check("port", FAIL, f"cannot bind {where}: {err.strerror}",
+                         "set BIND_ADDRESS in .env to an address of this host (127.0.0.1 or 0.0.0.0)")
+    return Check("port", OK, f"{where} is free")
+
+
+def check_docker(facts: Facts, engine: str) -> Check:
+    if not facts.docker_cli:
+        return Check("docker", FAIL, f"{engine} CLI not found on PATH",
+                     "install Docker Engine with the compose plugin: https://docs.docker.com/engine/install/")
+    if not facts.docker_info:
+        return Check("docker", FAIL, f"engine not reachable: {facts.docker_error}",
+                     "start it (sudo systemctl start docker) or add your user to the docker group")
+    version = facts.docker_info.get("ServerVersion", "?")
+    if not facts.compose_version:
+        return Check("docker", FAIL, f"Docker Engine {version}, but no compose plugin",
+                     "install the docker-compose-plugin package (Compose v2)")
+    detail = f"Docker Engine {version}, Compose {facts.compose_version}"
+    # `up --wait-timeout` arrived in Compose 2.17.0 (docker/compose#10276).
+    if _version_tuple(facts.compose_version) < (2, 17):
+        return Check("docker", WARN, detail, "upgrade Compose to 2.17 or newer: invoke up needs up --wait-timeout")
+    return Check("docker", OK, detail)
+
+
+def check_gpu_runtime(facts: Facts) -> Check:
+    """compose.yaml reserves GPUs with driver "nvidia": Docker needs the NVIDIA container toolkit for that."""
+    runtimes = sorted(((facts.docker_info or {}).get("Runtimes") or {}).keys())
+    fix = ("install nvidia-container-toolkit, then sudo nvidia-ctk runtime configure --runtime=docker "
+           "&& sudo systemctl restart docker")
+    if "nvidia" in runtimes:
+        return Check("gpu-runtime", OK, f"nvidia runtime registered (runtimes: {', '.join(runtimes)})")
+    if facts.nvidia_hook:
+        detail = "nvidia-container-runtime-hook on PATH (Docker's GPU device requests use it)"
+        return Check("gpu-runtime", OK if facts.docker_info else WARN, detail + ("" if facts.docker_info else "; Docker not reachable to confirm"),
+                     "" if facts.docker_info else "start Docker and run invoke doctor again")
+    if runtimes:
+        known = f"runtimes: {', '.join(runtimes)}"
+    else:
+        known = "no docker CLI" if not facts.docker_cli else "Docker not reachable"
+    return Check("gpu-runtime", FAIL, f"no NVIDIA container runtime ({known}; no nvidia-container-runtime-hook)", fix)
+
+
+def check_exclusive(svc: compose.Service, rows: list | None) -> Check:
+    if rows is None:
+        return Check("exclusive", SKIP, "skipped: cannot ask Docker which services run")
+    others = [r for r in rows if r.get("Service") in compose.SERVICES and r.get("Service") != svc.name
+              and r.get("State") in ("running", "restarting")]
+    if others:
+        other = others[0].get("Service")
+        return Check("exclusive", FAIL, f"{other} is running and holds the GPUs {svc.name} needs",
+                     f"invoke down (or docker compose --profile {other} down) first")
+    return Check("exclusive", OK, "no other sglang-stack service is running")
+
+
+def check_driver(facts: Facts) -> Check:
+    if not facts.gpus:
+        error = facts.smi_error or "no GPU listed"
+        return Check("driver", FAIL, error if error.startswith("nvidia-smi") else f"nvidia-smi: {error}",
+                     f"install the NVIDIA driver {DRIVER_BRANCH_FOR_CUDA13} or newer (it provides nvidia-smi)")
+    driver = facts.gpus[0].driver
+    major = _version_tuple(driver)[:1] or (0,)
+    cuda = facts.cuda_version
+    supports = _version_tuple(cuda)[:2] >= CUDA_NEEDED if cuda else major[0] >= DRIVER_BRANCH_FOR_CUDA13
+    shown = f"driver {driver}" + (f" (CUDA {cuda})" if cuda else "")
+    if not supports:
+        return Check("driver", FAIL, f"{shown}: the image needs CUDA 13.0",
+                     f"install NVIDIA driver {DRIVER_BRANCH_FOR_CUDA13} or newer")
+    return Check("driver", OK, f"{shown} supports the image's CUDA 13.0.1")
+
+
+def visible_gpus(gpus: list[Gpu], gpu_ids: str) -> tuple[list[Gpu], str]:
+    """The GPUs GPU_IDS selects, and an error when it names one the host lacks."""
+    if gpu_ids == "all":
+        return gpus, ""
+    chosen = []
+    for ident in gpu_ids.split(","):
+        if ident.isdigit():
+            match = [g for g in gpus if g.index == int(ident)]
+            if not match:
+                return chosen, f"GPU_IDS names GPU {ident}, but the host has GPUs 0-{len(gpus) - 1}"
+            chosen += match
+        else:  # a UUID or MIG id: nvidia-smi's query does not list it here, trust it
+            chosen.append(Gpu(-1, ident, gpus[0].compute_cap if gpus else "0.0", "", 0))
+    return chosen, ""
+
+
+def check_gpus(facts: Facts, svc: compose.Service) -> Check:
+    if not facts.gpus:
+        return Check("gpus", SKIP, "skipped: nvidia-smi listed no GPU")
+    chosen, error = visible_gpus(facts.gpus, svc.gpu_ids)
+    if error:
+        return Check("gpus", FAIL, error, "fix GPU_IDS in .env (or set it to all)")
+    detail = f"{len(chosen)} GPU{'s' if len(chosen) != 1 else ''} visible (GPU_IDS={svc.gpu_ids}), TP_SIZE={svc.tp_size}"
+    if len(chosen) < svc.tp_size:
+        return Check("gpus", FAIL, f"{detail}: TP needs one GPU per shard",
+                     f"use a host with {svc.tp_size} GPUs, or lower TP_SIZE in .env if the model fits on fewer")
+    return Check("gpus", OK, detail)
+
+
+def check_arch(facts: Facts, svc: compose.Service | None) -> list[Check]:
+    if not facts.gpus:
+        return [Check("arch", SKIP, "skipped: nvidia-smi listed no GPU")]
+    groups: dict[tuple[str, str], list[Gpu]] = {}
+    for gpu in facts.gpus:
+        groups.setdefault((gpu.name, gpu.compute_cap), []).append(gpu)
+    parts = [f"{len(g)}x {name} (compute capability {cc}, SM{g[0].sm}, {g[0].memory_mib} MiB)" for (name, cc), g in groups.items()]
+    detail = "; ".join(parts)
+    sms = {gpu.sm for gpu in facts.gpus}
+    out = []
+    if len(groups) > 1:
+        out.append(Check("arch", WARN, detail, "give the service identical GPUs with GPU_IDS in .env"))
+    elif not sms <= {90, 100, 103, 120, 121}:
+        out.append(Check("arch", WARN, f"{detail}: not a target of this image (sgl-kernel ships SM90 and SM100 builds; "
+                                       "other GPUs load the SM100 one)", "use Hopper (SM90) or Blackwell (SM100/SM120) GPUs"))
+    else:
+        out.append(Check("arch", OK, detail))
+    if 120 in sms or 121 in sms:
+        fusion = "--enable-flashinfer-allreduce-fusion"
+        asked = svc is not None and fusion in svc.argv
+        out.append(Check("sm120", WARN if asked else NOTE,
+                         f"{fusion} is a no-op here: SGLang 0.5.9 gates it to SM90/SM100 and flashinfer 0.6.4 "
+                         "builds its all-reduce kernels for SM90/SM100 only",
+                         f"drop {fusion} from SGLANG_EXTRA_ARGS" if asked else ""))
+        out.append(Check("sm120", NOTE,
+                         "patches that matter: Kimi-K2.5 EAGLE-3 methods (eagle3 dies after loading without them); "
+                         "torch symm-mem SM120 entry (--enable-torch-symm-mem raises KeyError without it); "
+                         "sgl-kernel runs its SM100 build; MLA attention defaults to triton"))
+    return out
+
+
+def check_shm(facts: Facts) -> Check:
+    if facts.shm_bytes is None:
+        return Check("shm", FAIL, "/dev/shm is missing", "mount a tmpfs at /dev/shm (the container shares it: ipc: host)")
+    gib = facts.shm_bytes / GIB
+    detail = f"/dev/shm {gib:.0f} GiB, shared with the container (ipc: host)"
+    if gib < SHM_FAIL_GIB:
+        return Check("shm", FAIL, detail, f"grow it: sudo mount -o remount,size={SHM_WARN_GIB}G /dev/shm")
+    if gib < SHM_WARN_GIB:
+        return Check("shm", WARN, f"{detail}; NCCL and CUDA IPC across 8 workers want {SHM_WARN_GIB}+ GiB",
+                     f"sudo mount -o remount,size={SHM_WARN_GIB}G /dev/shm")
+    return Check("shm", OK, detail)
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else f"{value // 1024} KiB"
+
+
+def check_memlock(facts: Facts) -> Check:
+    soft, hard = facts.memlock
+    host = f"host ulimit -l {_limit(soft)} (hard {_limit(hard)})"
+    options = " ".join((facts.docker_info or {}).get("SecurityOptions") or [])
+    if "rootless" in options:
+        if hard != resource.RLIM_INFINITY:
+            return Check("memlock", FAIL, f"rootless Docker cannot give the container more than the {host}",
+                         "set 'memlock unlimited' for your user in /etc/security/limits.conf and log in again, or use rootful Docker")
+        return Check("memlock", OK, f"{host}; rootless Docker can grant compose.yaml's memlock -1")
+    return Check("memlock", OK, f"the container gets memlock unlimited from compose.yaml; {host}")
+
+
+def check_disk(facts: Facts) -> Check:
+    if facts.disk_free is None:
+        return Check("disk", SKIP, "skipped: no local Docker root directory")
+    need = DISK_RUN_GIB if facts.image else DISK_BUILD_GIB
+    free = facts.disk_free / GIB
+    why = "headroom for the running container" if facts.image else "to build the image (estimate)"
+    detail = f"{facts.disk_path}: {free:.0f} GiB free; {need} GiB wanted {why}"
+    if free < need:
+        return Check("disk", FAIL, detail, "free space there, or move Docker's data-root to a larger disk")
+    return Check("disk", OK, detail)
+
+
+def check_image(facts: Facts, svc: compose.Service | None) -> Check:
+    name = svc.image if svc else DEFAULT_IMAGE
+    if not facts.docker_info:
+        return Check("image", SKIP, "skipped: no Docker engine")
+    if not facts.image:
+        return Check("image", WARN, f"{name} is not built", "invoke build (docker compose up would build it without the lock checks)")
+    config = facts.image.get("Config") or {}
+    size = (facts.image.get("Size") or 0) / 1e9
+    created = str(facts.image.get("Created", "?"))[:10]
+    detail = f"{name}: {size:.1f} GB, created {created}"
+    entry = config.get("Entrypoint") or []
+    if entry[-1:] != ["sglang.launch_server"]:
+        return Check("image", WARN, f"{detail}; its entrypoint {entry} is not SGLang's launch_server",
+                     "rebuild with invoke build, or set SGLANG_STACK_IMAGE to this stack's image")
+    owner = facts.cache_owner.split(":")[0]
+    if facts.cache_owner and owner != str(IMAGE_USER_UID):
+        return Check("image", WARN, f"{detail}; {CACHE_DIR} in the image is {facts.cache_owner or 'missing'}, so the "
+                     f"cache volume would not be writable by uid {IMAGE_USER_UID}",
+                     f"rebuild with an image that creates {CACHE_DIR} owned by {IMAGE_USER_UID}, then docker volume rm sglang-stack_cache")
+    return Check("image", OK, detail + (f"; {CACHE_DIR} owned by uid {owner}" if facts.cache_owner else ""))
+
+
+def check_audit(facts: Facts, svc: compose.Service | None) -> Check:
+    if facts.audit is None:
+        return Check("audit", SKIP, facts.audit_skip or "skipped")
+    code, output = facts.audit
+    last = _last_line(output)
+    arch = model_architecture(svc.model_dir if svc else None)
+    severity = FAIL if svc is not None and svc.draft_dir is not None else WARN
+    if code == 0:
+        return Check("audit", OK, f"EAGLE-3 audit passes for {arch} in the image{': ' + last if last else ''}")
+    if code == 1:
+        return Check("audit", severity, f"EAGLE-3 audit fails for {arch}: {last}",
+                     "rebuild the image with the patch series (invoke build); eagle3 would die after loading")
+    return Check("audit", severity, f"EAGLE-3 audit could not run (exit {code}): {last}",
+                 "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.audit --help")
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_error: str = "",
+             env: compose.Environment | None = None) -> list[Check]:
+    """All checks, in the order they print: what you asked for, then the host, then the image."""
+    checks = [check_config(svc, config_error, env)]
+    if svc is not None:
+        checks += check_models(svc)
+        checks.append(check_port(svc, facts.ps_rows))
+    else:
+        checks += [Check(name, SKIP, "skipped: config invalid") for name in ("model", "drafter", "port")]
+    checks += [check_docker(facts, engine), check_gpu_runtime(facts)]
+    checks.append(check_exclusive(svc, facts.ps_rows) if svc else Check("exclusive", SKIP, "skipped: config invalid"))
+    checks.append(check_driver(facts))
+    checks.append(check_gpus(facts, svc) if svc else Check("gpus", SKIP, "skipped: config invalid"))
+    checks += check_arch(facts, svc)
+    checks += [check_shm(facts), check_memlock(facts), check_disk(facts), check_image(facts, svc), check_audit(facts, svc)]
+    return checks
+
+
+def run(engine: str, name: str, show: bool = False, env: compose.Environment | None = None) -> list[Check]:
+    compose.check_service_name(name)
+    env = env if env is not None else compose.environment()
+    svc, error = None, ""
+    try:
+        svc = compose.service(name, env)
+    except UserError as err:
+        error = str(err)
+    facts = gather(engine, svc, show=show)
+    return evaluate(facts, engine, svc, error, env)
+
+
+def summary(checks: list[Check]) -> str:
+    counts = {status: sum(1 for c in checks if c.status == status) for status in (OK, WARN, FAIL, SKIP, NOTE)}
+    words = [f"{counts[OK]} ok", f"{counts[WARN]} warn", f"{counts[FAIL]} FAIL", f"{counts[SKIP]} skipped"]
+    return ", ".join(words)
+
+
+def doctor(engine: str, name: str, out: Callable[[str], None] = print, show: bool = True) -> int:
+    """Print every check; return 1 when any failed."""
+    env = compose.environment()
+    out(f"sglang-stack doctor: service {name}" + (f", {env.env_file}" if env.env_file else ", no .env"))
+    checks = run(engine, name, show=show, env=env)
+    for check in checks:
+        out(check.line())
+    out(f"doctor: {summary(checks)}")
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def preflight(engine: str, name: str, out: Callable[[str], None] = print) -> list[Check]:
+    """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error."""
+    checks = run(engine, name, show=False)
+    failed = [c for c in checks if c.status == FAIL]
+    if failed:
+        first = failed[0]
+        more = f" (+{len(failed) - 1} more: invoke doctor --service {name})" if len(failed) > 1 else ""
+        raise UserError(f"preflight {first.name}: {first.detail} -- fix: {first.fix}{more}")
+    for check in checks:
+        if check.status == WARN:
+            out(check.line())
+    out(f"preflight: {summary(checks)}")
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m sglang_stack.doctor", description="Host preflight for sglang-stack.")
+    parser.add_argument("service", nargs="?", default="eagle3", help="baseline or eagle3 (default: eagle3)")
+    parser.add_argument("--engine", default="docker", help="container CLI (default: docker)")
+    args = parser.parse_args(argv)
+    compose.check_service_name(args.service)
+    return doctor(args.engine, args.service)
+
+
+if __name__ == "__main__":
+    from .errors import run_main
+
+    run_main(main)

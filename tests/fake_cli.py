@@ -1,0 +1,113 @@
+"""Stand-ins for the `docker` and `nvidia-smi` commands, for hosts (and CI) that have neither.
+
+They are real executables put first on PATH, so the code under test runs its
+real subprocess path. Each call appends its argv to a log, which lets a test
+prove that nothing was started. `nvidia-smi` prints the fixture files under
+tests/fixtures/nvidia-smi/ (recorded for H200, constructed for RTX PRO 6000).
+The `docker info` and `docker compose ps` answers are built by each test from
+the keys the code reads; they are not recordings.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
+
+DOCKER = r'''#!PYTHON
+import json, os, sys, time
+cfg = json.load(open(os.environ["FAKE_CLI_CONFIG"]))
+args = sys.argv[1:]
+with open(os.environ["FAKE_CLI_LOG"], "a") as log:
+    log.write(json.dumps(["docker"] + args) + "\n")
+def out(text): sys.stdout.write(text); sys.stdout.flush()
+if args[:1] == ["info"]:
+    if cfg.get("info") is None:
+        sys.stderr.write("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?\n")
+        sys.exit(1)
+    out(json.dumps(cfg["info"]) + "\n"); sys.exit(0)
+if args[:2] == ["image", "inspect"]:
+    if cfg.get("image") is None:
+        out("[]\n"); sys.stderr.write("Error response from daemon: No such image: %s\n" % args[-1]); sys.exit(1)
+    out(json.dumps([cfg["image"]]) + "\n"); sys.exit(0)
+if args[:1] == ["run"] and "stat" in args:
+    owner = cfg.get("cache_owner", "10001:755")
+    if owner is None:
+        sys.stderr.write("stat: cannot statx '/home/sglang/.cache': No such file or directory\n"); sys.exit(1)
+    out(owner + "\n"); sys.exit(0)
+if args[:1] == ["run"]:
+    out(cfg.get("audit_output", "") + "\n"); sys.exit(cfg.get("audit_exit", 0))
+if args[:1] == ["compose"]:
+    if "version" in args:
+        if not cfg.get("compose_version"):
+            sys.stderr.write("docker: 'compose' is not a docker command.\n"); sys.exit(1)
+        out(cfg["compose_version"] + "\n"); sys.exit(0)
+    if "ps" in args:
+        state_file = os.environ["FAKE_CLI_LOG"] + ".ups"
+        ups = open(state_file).read().count("x") if os.path.exists(state_file) else 0
+        rows = cfg.get("ps_rows_after_up") if ups and cfg.get("ps_rows_after_up") is not None else cfg.get("ps_rows", [])
+        out("".join(json.dumps(r) + "\n" for r in rows)); sys.exit(0)
+    if "up" in args:
+        open(os.environ["FAKE_CLI_LOG"] + ".ups", "a").write("x")
+        time.sleep(cfg.get("up_seconds", 0))
+        sys.exit(cfg.get("up_exit", 0))
+    if "logs" in args:
+        out("Loading safetensors checkpoint shards:  10% 6/64\rLoading safetensors checkpoint shards:  50% 32/64\n"); sys.exit(0)
+    sys.exit(0)
+sys.exit(0)
+'''
+
+NVIDIA_SMI = r'''#!PYTHON
+import json, os, sys
+cfg = json.load(open(os.environ["FAKE_CLI_CONFIG"]))
+with open(os.environ["FAKE_CLI_LOG"], "a") as log:
+    log.write(json.dumps(["nvidia-smi"] + sys.argv[1:]) + "\n")
+name = cfg["smi"]
+query = any(a.startswith("--query-gpu") for a in sys.argv[1:])
+path = os.path.join(FIXTURES, name + ("-query.csv" if query else "-nvidia-smi.txt"))
+sys.stdout.write(open(path).read())
+'''
+
+
+def install(bin_dir: Path, *, smi: str | None = None, **config) -> dict:
+    """Write fake `docker` (and `nvidia-smi` when ``smi`` names a fixture prefix) into ``bin_dir``.
+
+    Returns the environment to run the code under: PATH with ``bin_dir`` first,
+    and the config and log files the fakes read and write.
+    """
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    python = sys.executable
+    scripts = {"docker": DOCKER}
+    if smi:
+        scripts["nvidia-smi"] = NVIDIA_SMI.replace("FIXTURES", repr(str(FIXTURES)))
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(body.replace("#!PYTHON", "#!" + python, 1))
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    cfg_path = bin_dir / "fake-cli.json"
+    cfg_path.write_text(json.dumps({"smi": smi, **config}))
+    log = bin_dir / "fake-cli.log"
+    log.write_text("")
+    # PATH is this directory alone: a real docker, nvidia-smi or nvidia-container-runtime-hook
+    # on a developer's machine must not answer instead. The fakes run by absolute shebang.
+    return {"PATH": str(bin_dir), "FAKE_CLI_CONFIG": str(cfg_path), "FAKE_CLI_LOG": str(log)}
+
+
+def calls(env: dict) -> list[list[str]]:
+    """Every command the fakes ran, in order."""
+    text = Path(env["FAKE_CLI_LOG"]).read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+NVIDIA_INFO = {
+    "ServerVersion": "28.2.2",
+    "DockerRootDir": "/var/lib/docker",
+    "Runtimes": {"io.containerd.runc.v2": {}, "nvidia": {"path": "nvidia-container-runtime"}, "runc": {}},
+    "DefaultRuntime": "runc",
+    "SecurityOptions": ["name=apparmor", "name=seccomp,profile=builtin", "name=cgroupns"],
+}
+
+PLAIN_INFO = {**NVIDIA_INFO, "Runtimes": {"io.containerd.runc.v2": {}, "runc": {}}}

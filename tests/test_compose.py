@@ -1,0 +1,570 @@
+"""compose.yaml, .env.example and sglang_stack.compose.
+
+The file is validated with a real validator: check-jsonschema (pinned in the dev
+extras) and the official compose-spec JSON schema it vendors. Compose validates
+after interpolation, so each scenario is interpolated first, as `docker compose
+config` would, then validated; the raw file is validated too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_stack import ROOT, compose, health
+from sglang_stack.errors import UserError
+
+import fake_cli
+
+COMPOSE_YAML = ROOT / "compose.yaml"
+ENV_EXAMPLE = ROOT / ".env.example"
+
+# check-jsonschema 0.39.0 vendors the compose-spec schema (compose-spec/compose-spec's
+# schema/compose-spec.json, JSON Schema draft 2020-12) at this hash. A new pin of
+# check-jsonschema that changes the schema fails here, so the change is noticed.
+COMPOSE_SPEC_SHA256 = "d549057ebc2925f39f62799eab0db7b9e2c18b35b6c00595199116da3ed10e64"
+
+SHARED_WITH_BENCH = {
+    "SGLANG_STACK_IMAGE": None,
+    "MODEL_DIR": None,
+    "DRAFT_MODEL_DIR": None,
+    "BIND_ADDRESS": "127.0.0.1",
+    "BASELINE_PORT": "30000",
+    "EAGLE3_PORT": "30001",
+    "TP_SIZE": "8",
+    "SGLANG_SPEC_NUM_STEPS": "3",
+    "SGLANG_SPEC_EAGLE_TOPK": "1",
+    "SGLANG_SPEC_NUM_DRAFT_TOKENS": "4",
+    "SGLANG_API_KEY": None,
+    "HF_TOKEN": None,
+}
+
+
+def env_of(**values: str) -> compose.Environment:
+    """An Environment with only these values, as if from a shell with nothing else set."""
+    return compose.Environment(values, {k: "shell" for k in values})
+
+
+def resolved(**values: str) -> dict:
+    return compose.load(COMPOSE_YAML, env_of(**values))
+
+
+def command_of(config: dict, name: str) -> list[str]:
+    return shlex.split(config["services"][name]["command"])
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+# --- validation against the compose-spec schema ------------------------------------------------
+
+
+def _schema_path() -> Path:
+    import check_jsonschema
+
+    return Path(check_jsonschema.__file__).parent / "builtin_schemas" / "vendor" / "compose-spec.json"
+
+
+def validate(document: dict, tmp_path: Path, name: str) -> subprocess.CompletedProcess:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(document))
+    exe = Path(sys.executable).parent / "check-jsonschema"
+    return subprocess.run(
+        [str(exe), "--builtin-schema", "vendor.compose-spec", str(path)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_vendored_schema_is_the_recorded_one():
+    digest = hashlib.sha256(_schema_path().read_bytes()).hexdigest()
+    assert digest == COMPOSE_SPEC_SHA256, f"check-jsonschema's compose-spec schema changed: {digest}; review and re-record"
+
+
+SCENARIOS = {
+    "defaults": {"MODEL_DIR": "/srv/models/k", "DRAFT_MODEL_DIR": "/srv/models/d"},
+    "everything-set": {
+        "MODEL_DIR": "/m",
+        "DRAFT_MODEL_DIR": "/d",
+        "GPU_IDS": "0,1,2,3",
+        "TP_SIZE": "4",
+        "BIND_ADDRESS": "0.0.0.0",
+        "SGLANG_API_KEY": "k-123",
+        "SGLANG_EXTRA_ARGS": "--mem-fraction-static 0.85 --enable-torch-symm-mem",
+        "HEALTH_START_PERIOD": "45m",
+        "NCCL_P2P_LEVEL": "SYS",
+    },
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
+    raw = validate(compose.load_raw(COMPOSE_YAML), tmp_path, "raw")
+    assert raw.returncode == 0, f"compose.yaml (not interpolated) fails the compose-spec schema:\n{raw.stdout}{raw.stderr}"
+    done = validate(resolved(**SCENARIOS[scenario]), tmp_path, scenario)
+    assert done.returncode == 0, f"compose.yaml interpolated for {scenario} fails the schema:\n{done.stdout}{done.stderr}"
+
+
+def test_compose_spec_schema_accepts_the_env_example(tmp_path):
+    values, _ = compose.read_env_file(ENV_EXAMPLE, {})
+    done = validate(compose.load(COMPOSE_YAML, env_of(**values)), tmp_path, "env-example")
+    assert done.returncode == 0, f"compose.yaml with .env.example's values fails the schema:\n{done.stdout}"
+
+
+def test_validator_catches_mistakes(tmp_path):
+    """The validator can fail: typical slips in a GPU compose file are rejected."""
+    broken = resolved(MODEL_DIR="/m")
+    svc = broken["services"]["eagle3"]
+    svc["healthcheck"]["start-period"] = svc["healthcheck"].pop("start_period")
+    result = validate(broken, tmp_path, "broken-healthcheck")
+    assert result.returncode != 0, "a misspelled healthcheck key must fail the compose-spec schema"
+    broken = resolved(MODEL_DIR="/m")
+    broken["services"]["baseline"]["deploy"]["resources"]["reservations"]["devices"][0]["gpus"] = "all"
+    result = validate(broken, tmp_path, "broken-devices")
+    assert result.returncode != 0, "an unknown key in a device reservation must fail the compose-spec schema"
+
+
+# --- semantics -----------------------------------------------------------------------------
+
+
+def test_services_and_profiles():
+    config = resolved()
+    assert set(config["services"]) == {"baseline", "eagle3"}, f"services: {sorted(config['services'])}"
+    for name, spec in config["services"].items():
+        # A profile per service: plain `docker compose up` starts neither (both want every GPU),
+        # and `docker compose up eagle3` activates eagle3's profile by naming the service.
+        assert spec.get("profiles") == [name], f"{name} must sit in the profile named after it: {spec.get('profiles')}"
+
+
+def test_image_and_build():
+    for name, spec in resolved()["services"].items():
+        assert spec["image"] == "sglang-stack:0.5.9-cu130", f"{name}: default image must be invoke build's tag: {spec['image']}"
+        assert spec["build"] == {"context": ".", "dockerfile": "docker/Dockerfile", "target": "runtime"}, (
+            f"{name}: build must point at docker/Dockerfile's runtime stage: {spec['build']}"
+        )
+    config = resolved(SGLANG_STACK_IMAGE="registry.example/sglang-stack:test")
+    assert config["services"]["eagle3"]["image"] == "registry.example/sglang-stack:test", "SGLANG_STACK_IMAGE must set the image"
+
+
+def test_gpu_reservation():
+    for name, spec in resolved()["services"].items():
+        devices = spec["deploy"]["resources"]["reservations"]["devices"]
+        assert len(devices) == 1, f"{name}: expected one device reservation: {devices}"
+        device = devices[0]
+        assert device["driver"] == "nvidia", f"{name}: GPUs must be reserved with the nvidia driver: {device}"
+        assert "gpu" in device["capabilities"], f"{name}: the reservation needs the gpu capability: {device}"
+        assert device["device_ids"] == ["all"], f"{name}: all GPUs by default: {device}"
+        assert "count" not in device, f"{name}: Docker refuses count together with device_ids: {device}"
+    chosen = resolved(GPU_IDS="0,1,2,3")["services"]["eagle3"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert chosen["device_ids"] == ["0,1,2,3"], f"GPU_IDS must choose the GPUs: {chosen}"
+
+
+def test_runtime_settings():
+    for name, spec in resolved()["services"].items():
+        assert spec.get("ipc") == "host", f"{name}: NCCL/CUDA IPC need the host IPC namespace (or a big shm_size)"
+        assert spec["ulimits"]["memlock"] == -1, f"{name}: memlock must be unlimited: {spec['ulimits']}"
+        assert spec["ulimits"]["stack"] == 67108864, f"{name}: stack must be 64 MiB: {spec['ulimits']}"
+        assert spec.get("init") is True, f"{name}: an init process must reap SGLang's forked workers"
+
+
+def test_model_mounts_read_only_and_cache_volume():
+    config = resolved(MODEL_DIR="/srv/k", DRAFT_MODEL_DIR="/srv/d")
+    for name, spec in config["services"].items():
+        mounts = {m["target"]: m for m in spec["volumes"]}
+        model = mounts.get("/models/target")
+        assert model and model["type"] == "bind" and model["source"] == "/srv/k", f"{name}: MODEL_DIR mount: {model}"
+        assert model.get("read_only") is True, f"{name}: the model must be mounted read-only: {model}"
+        cache = mounts.get("/home/sglang/.cache")
+        assert cache and cache["type"] == "volume" and cache["source"] in config["volumes"], f"{name}: cache volume: {cache}"
+        assert spec["environment"]["HF_HOME"].startswith("/home/sglang/.cache/"), f"{name}: HF_HOME must live in the cache volume"
+    draft = {m["target"]: m for m in config["services"]["eagle3"]["volumes"]}.get("/models/draft")
+    assert draft and draft["source"] == "/srv/d" and draft.get("read_only") is True, f"eagle3 drafter mount: {draft}"
+    assert "/models/draft" not in {m["target"] for m in config["services"]["baseline"]["volumes"]}, "baseline needs no drafter"
+
+
+def test_healthcheck_timings():
+    probe_timeout = health.default_timeout({})
+    for name, spec in resolved()["services"].items():
+        hc = spec["healthcheck"]
+        assert hc["test"] == ["CMD", "python3", "-m", "sglang_stack.health"], f"{name}: must run the image's probe: {hc['test']}"
+        interval = compose.parse_duration(hc["interval"])
+        timeout = compose.parse_duration(hc["timeout"])
+        start = compose.parse_duration(hc["start_period"])
+        assert 10 <= interval <= 20, f"{name}: interval should be about 15 s, got {hc['interval']}"
+        assert probe_timeout > 20, f"the probe's timeout {probe_timeout} must exceed SGLang's 20 s health timeout"
+        assert timeout > probe_timeout, f"{name}: Docker's timeout {hc['timeout']} must exceed the probe's {probe_timeout}s"
+        assert start >= 20 * 60, f"{name}: start_period {hc['start_period']} is too short for a 1T-parameter load"
+    longer = resolved(HEALTH_START_PERIOD="1h")["services"]["eagle3"]["healthcheck"]["start_period"]
+    assert compose.parse_duration(longer) == 3600, f"HEALTH_START_PERIOD must set start_period: {longer}"
+
+
+BASELINE_FLAGS = {
+    "--model-path": "/models/target",
+    "--tp": "8",
+    "--tool-call-parser": "kimi_k2",
+    "--reasoning-parser": "kimi_k2",
+    "--host": "0.0.0.0",
+    "--port": "30000",
+}
+
+
+def test_baseline_command():
+    argv = command_of(resolved(), "baseline")
+    for flag, value in BASELINE_FLAGS.items():
+        assert flag_value(argv, flag) == value, f"baseline: {flag} should be {value}: {argv}"
+    assert "--trust-remote-code" in argv, f"baseline needs --trust-remote-code for Kimi-K2.5: {argv}"
+    assert not [a for a in argv if a.startswith("--speculative")], f"baseline must not speculate: {argv}"
+    assert not [a for a in argv if a.startswith("--api-key")], f"no --api-key unless SGLANG_API_KEY is set: {argv}"
+
+
+def test_eagle3_command_and_overrides():
+    baseline = command_of(resolved(), "baseline")
+    argv = command_of(resolved(), "eagle3")
+    assert argv[: len(baseline)] == baseline, f"eagle3 must start with baseline's flags:\n{baseline}\n{argv}"
+    expected = {
+        "--speculative-algorithm": "EAGLE3",
+        "--speculative-draft-model-path": "/models/draft",
+        "--speculative-num-steps": "3",
+        "--speculative-eagle-topk": "1",
+        "--speculative-num-draft-tokens": "4",
+    }
+    for flag, value in expected.items():
+        assert flag_value(argv, flag) == value, f"eagle3: {flag} should be {value}: {argv}"
+    tuned = command_of(
+        resolved(SGLANG_SPEC_NUM_STEPS="2", SGLANG_SPEC_EAGLE_TOPK="4", SGLANG_SPEC_NUM_DRAFT_TOKENS="3", TP_SIZE="4"),
+        "eagle3",
+    )
+    got = [flag_value(tuned, f) for f in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--tp")]
+    assert got == ["2", "4", "3", "4"], f"every EAGLE-3 number and TP_SIZE must come from .env: {tuned}"
+
+
+def test_api_key_and_extra_args():
+    for name in compose.SERVICES:
+        argv = command_of(resolved(SGLANG_API_KEY="k-123", SGLANG_EXTRA_ARGS="--mem-fraction-static 0.85"), name)
+        assert "--api-key=k-123" in argv, f"{name}: SGLANG_API_KEY must become --api-key: {argv}"
+        assert argv[-2:] == ["--mem-fraction-static", "0.85"], f"{name}: SGLANG_EXTRA_ARGS must be appended: {argv}"
+        empty = command_of(resolved(SGLANG_API_KEY=""), name)
+        assert not [a for a in empty if a.startswith("--api-key")], f"{name}: an empty key must not add --api-key: {empty}"
+
+
+def test_ports_bind_loopback_by_default():
+    config = resolved()
+    assert config["services"]["baseline"]["ports"] == ["127.0.0.1:30000:30000"], config["services"]["baseline"]["ports"]
+    assert config["services"]["eagle3"]["ports"] == ["127.0.0.1:30001:30000"], config["services"]["eagle3"]["ports"]
+    moved = resolved(BIND_ADDRESS="0.0.0.0", EAGLE3_PORT="31001")
+    assert moved["services"]["eagle3"]["ports"] == ["0.0.0.0:31001:30000"], f"BIND_ADDRESS/EAGLE3_PORT: {moved['services']['eagle3']['ports']}"
+    for name, spec in config["services"].items():
+        assert spec["environment"]["SGLANG_PORT"] == "30000", f"{name}: the probe must know the container port"
+
+
+def test_nccl_and_runtime_knobs_reach_the_container():
+    spec = resolved(NCCL_DEBUG="INFO")["services"]["eagle3"]
+    env = spec["environment"]
+    assert env["NCCL_DEBUG"] == "INFO", f"NCCL_DEBUG must be settable from .env: {env.get('NCCL_DEBUG')}"
+    for knob in ("NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "PYTORCH_CUDA_ALLOC_CONF"):
+        assert knob in env and env[knob] is None, f"{knob} must be passed through from .env when set (no value in compose.yaml)"
+    assert env["SGLANG_HEALTH_CHECK_TIMEOUT"] == "20", "the probe must see SGLang's health timeout"
+
+
+def test_no_secret_values_in_the_files():
+    raw = compose.load_raw(COMPOSE_YAML)
+    text = COMPOSE_YAML.read_text()
+    for name, spec in raw["services"].items():
+        env = spec["environment"]
+        for secret in ("HF_TOKEN", "SGLANG_API_KEY"):
+            assert env.get(secret) is None, f"{name}: {secret} must be passed through, never given a value in compose.yaml"
+    assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), "compose.yaml contains something that looks like a Hugging Face token"
+    assert re.search(r"--api-key=\$\{SGLANG_API_KEY", text), "the API key must come from a variable"
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        match = re.match(r"\s*(HF_TOKEN|SGLANG_API_KEY)\s*=\s*(.*)", line)
+        assert not match or not match.group(2).strip(), f".env.example gives a secret a value: {line!r}"
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert ".env" in ignored, ".env holds secrets and must be git-ignored"
+
+
+def _compose_variables() -> set[str]:
+    text = "\n".join(line.split(" #")[0] for line in COMPOSE_YAML.read_text().splitlines() if not line.strip().startswith("#"))
+    names = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
+    raw = compose.load_raw(COMPOSE_YAML)
+    for spec in raw["services"].values():
+        names |= {k for k, v in spec["environment"].items() if v is None}
+    return names
+
+
+def _documented() -> dict[str, str]:
+    """Every VAR in .env.example, set (VAR=x) or shown commented (# VAR=x), with its value."""
+    found = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        match = re.match(r"#?\s*([A-Z][A-Z0-9_]*)=(.*)$", line.strip())
+        if match:
+            found.setdefault(match.group(1), match.group(2).strip())
+    return found
+
+
+def test_every_variable_is_documented():
+    used, documented = _compose_variables(), set(_documented())
+    assert not used - documented, f"variables compose.yaml uses but .env.example does not document: {sorted(used - documented)}"
+    assert not documented - used, f".env.example documents variables compose.yaml ignores: {sorted(documented - used)}"
+    missing = set(SHARED_WITH_BENCH) - used
+    assert not missing, f"variable names shared with the bench task are missing: {sorted(missing)}"
+
+
+def test_env_example_shows_the_real_defaults():
+    text = COMPOSE_YAML.read_text()
+    defaults = dict(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-([^}]*)\}", text))
+    documented = _documented()
+    for name, default in defaults.items():
+        if name in ("MODEL_DIR", "DRAFT_MODEL_DIR", "SGLANG_EXTRA_ARGS"):
+            continue  # .env.example gives an example path / empty value on purpose
+        assert documented.get(name) == default, f".env.example shows {name}={documented.get(name)!r}, compose.yaml's default is {default!r}"
+    for name, default in SHARED_WITH_BENCH.items():
+        if default is not None:
+            assert defaults.get(name) == default, f"shared variable {name} must default to {default}, not {defaults.get(name)}"
+
+
+# --- interpolation and .env ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, env, expected",
+    [
+        ("${A}", {"A": "1"}, "1"),
+        ("$A-x", {"A": "1"}, "1-x"),
+        ("${A:-d}", {}, "d"),
+        ("${A:-d}", {"A": ""}, "d"),
+        ("${A-d}", {"A": ""}, ""),
+        ("${A:+alt}", {"A": "1"}, "alt"),
+        ("${A:+alt}", {"A": ""}, ""),
+        ("${A+alt}", {"A": ""}, "alt"),
+        ("${A:+--key=${A:-}}", {"A": "s3"}, "--key=s3"),
+        ("${A:-${B:-deep}}", {}, "deep"),
+        ("$${A}", {"A": "1"}, "${A}"),
+        ("cost $5", {}, "cost $5"),
+        ("${UNSET}", {}, ""),
+    ],
+)
+def test_interpolation(text, env, expected):
+    assert compose.interpolate(text, env, "test") == expected, f"{text!r} with {env} should give {expected!r}"
+
+
+@pytest.mark.parametrize(
+    "text, env, message",
+    [
+        ("${A:?set A in .env}", {}, "required variable A is missing a value: set A in .env"),
+        ("${A?}", {}, "required variable A"),
+        ("${A", {}, "missing '}'"),
+        ("${1A}", {}, "a variable name must follow"),
+        ("${A%x}", {"A": "1"}, "invalid interpolation format for A"),
+    ],
+)
+def test_interpolation_errors(text, env, message):
+    with pytest.raises(UserError) as err:
+        compose.interpolate(text, env, "compose.yaml: services.x")
+    assert message in str(err.value), f"{text!r}: expected {message!r} in {err.value}"
+    assert "compose.yaml: services.x" in str(err.value), f"the error must say where: {err.value}"
+
+
+def test_env_file_parsing(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "# comment\n"
+        "\n"
+        "MODEL_DIR=/srv/models/k   # trailing comment\n"
+        "export TP_SIZE=4\n"
+        "QUOTED=\"a # not a comment\"\n"
+        "SINGLE='${NOT_EXPANDED}'\n"
+        "DERIVED=${MODEL_DIR}-eagle3\n"
+        "ESCAPED=\"line\\nnext\"\n"
+        "EMPTY=\n"
+        "FROM_SHELL\n"
+    )
+    values, origin = compose.read_env_file(env_file, {"FROM_SHELL": "yes"})
+    expected = {
+        "MODEL_DIR": "/srv/models/k",
+        "TP_SIZE": "4",
+        "QUOTED": "a # not a comment",
+        "SINGLE": "${NOT_EXPANDED}",
+        "DERIVED": "/srv/models/k-eagle3",
+        "ESCAPED": "line\nnext",
+        "EMPTY": "",
+        "FROM_SHELL": "yes",
+    }
+    assert values == expected, f"parsed {values}"
+    assert origin["TP_SIZE"] == f"{env_file}:4", f"origin must name the file and line: {origin}"
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("not a line", "expected KEY=VALUE"),
+        ("KEY='open", "unterminated single quote"),
+        ('KEY="open', "unterminated double quote"),
+        ('KEY="x" junk', "unexpected text after the closing quote"),
+        ("KEY=${", "a variable name must follow"),
+        ("KEY=${A", "missing '}'"),
+    ],
+)
+def test_env_file_errors_name_the_line(tmp_path, line, message):
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"OK=1\n{line}\n")
+    with pytest.raises(UserError) as err:
+        compose.read_env_file(env_file, {})
+    assert f"{env_file}:2" in str(err.value), f"error must name the file and line: {err.value}"
+    assert message in str(err.value), f"expected {message!r} in {err.value}"
+
+
+def test_shell_wins_over_env_file(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text("TP_SIZE=4\nEAGLE3_PORT=31001\n")
+    env = compose.environment(env_file, {"TP_SIZE": "2"})
+    assert env.get("TP_SIZE") == "2" and env.origin["TP_SIZE"] == "shell", f"the shell must win, as in Compose: {env.where('TP_SIZE')}"
+    assert env.get("EAGLE3_PORT") == "31001" and env.origin["EAGLE3_PORT"] == f"{env_file}:2", env.where("EAGLE3_PORT")
+
+
+# --- resolving a service ---------------------------------------------------------------------
+
+
+def test_service_resolution():
+    svc = compose.service("eagle3", env_of(MODEL_DIR="/srv/k", DRAFT_MODEL_DIR="/srv/d", EAGLE3_PORT="31001", TP_SIZE="4"))
+    assert (svc.model_dir, svc.draft_dir) == (Path("/srv/k"), Path("/srv/d")), f"mounts: {svc.model_dir} {svc.draft_dir}"
+    assert (svc.bind_address, svc.host_port, svc.tp_size) == ("127.0.0.1", 31001, 4), f"resolved {svc}"
+    assert svc.url == "http://127.0.0.1:31001", svc.url
+    base = compose.service("baseline", env_of(MODEL_DIR="models/k"))
+    assert base.draft_dir is None and base.model_dir == ROOT / "models" / "k", f"relative paths are relative to the project: {base.model_dir}"
+    assert compose.service("baseline", env_of(SGLANG_EXTRA_ARGS="--tp 2")).tp_size == 2, "a --tp in SGLANG_EXTRA_ARGS wins, as in argparse"
+    assert compose.endpoint("eagle3", env_of(BIND_ADDRESS="0.0.0.0")) == "http://127.0.0.1:30001", "0.0.0.0 is reached via loopback"
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"TP_SIZE": "eight"}, "TP_SIZE=eight (shell): must be a positive integer"),
+        ({"TP_SIZE": "0"}, "TP_SIZE=0 (shell): must be a positive integer"),
+        ({"EAGLE3_PORT": "70000"}, "EAGLE3_PORT=70000 (shell): must be a port number"),
+        ({"SGLANG_SPEC_NUM_STEPS": "x"}, "SGLANG_SPEC_NUM_STEPS=x (shell): must be a positive integer"),
+        ({"GPU_IDS": "0, 1"}, "GPU_IDS=0, 1 (shell)"),
+        ({"BIND_ADDRESS": "localhost"}, "BIND_ADDRESS=localhost (shell): must be an IP address"),
+        ({"SGLANG_EXTRA_ARGS": '--x "open'}, "services.eagle3.command"),
+    ],
+)
+def test_bad_values_are_one_line_errors(values, message):
+    with pytest.raises(UserError) as err:
+        compose.service("eagle3", env_of(**values))
+    assert message in str(err.value), f"expected {message!r} in {err.value}"
+    assert "\n" not in str(err.value), f"errors must be one line: {err.value!r}"
+
+
+def test_cli_bad_value_no_traceback():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "TP_", "EAGLE3_"))}
+    env.update(TP_SIZE="many", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "sglang_stack.compose", "eagle3"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2, f"a bad TP_SIZE must exit 2, got {proc.returncode}"
+    assert proc.stderr.strip() == "error: TP_SIZE=many (shell): must be a positive integer", f"stderr: {proc.stderr!r}"
+
+
+def test_unknown_service():
+    with pytest.raises(UserError, match="unknown service 'gpt'"):
+        compose.service("gpt", env_of())
+
+
+def test_wait_timeout_follows_the_healthcheck():
+    svc = compose.service("eagle3", env_of(HEALTH_START_PERIOD="30m", HEALTH_INTERVAL="15s", HEALTH_TIMEOUT="40s"))
+    assert compose.wait_timeout(svc) == 1800 + 3 * 55 + 120, f"wait timeout {compose.wait_timeout(svc)}"
+
+
+@pytest.mark.parametrize("text, seconds", [("15s", 15), ("30m", 1800), ("1h30m", 5400), ("30m0s", 1800), ("500ms", 0.5), ("15", None), ("s", None)])
+def test_parse_duration(text, seconds):
+    assert compose.parse_duration(text) == seconds, f"{text!r} -> {compose.parse_duration(text)}"
+
+
+# --- docker compose ps and the CLI wrappers ----------------------------------------------------
+
+ROW_HEALTHY = {
+    "Service": "eagle3",
+    "Name": "sglang-stack-eagle3-1",
+    "State": "running",
+    "Health": "healthy",
+    "Status": "Up 9 minutes (healthy)",
+    "ExitCode": 0,
+    "Publishers": [{"URL": "127.0.0.1", "TargetPort": 30000, "PublishedPort": 30001, "Protocol": "tcp"}],
+}
+
+
+def test_parse_ps_both_formats():
+    other = {**ROW_HEALTHY, "Service": "baseline", "State": "exited", "Health": "", "ExitCode": 137}
+    lines = json.dumps(ROW_HEALTHY) + "\n" + json.dumps(other) + "\n"
+    assert compose.parse_ps(lines) == [ROW_HEALTHY, other], "one JSON object per line (Compose >= 2.21)"
+    assert compose.parse_ps(json.dumps([ROW_HEALTHY, other])) == [ROW_HEALTHY, other], "a JSON array (older Compose)"
+    assert compose.parse_ps("") == [], "no containers"
+    with pytest.raises(UserError, match="line 2 is not JSON"):
+        compose.parse_ps(json.dumps(ROW_HEALTHY) + "\nWARN something\n")
+    assert "exited (137)" in compose.describe(other), compose.describe(other)
+    line = compose.describe(ROW_HEALTHY)
+    assert "running (healthy)" in line and "127.0.0.1:30001->30000" in line, line
+
+
+def test_compose_argv_names_project_file_and_profiles():
+    argv = compose.compose_argv("docker", "ps")
+    assert argv[:2] == ["docker", "compose"], argv
+    assert argv[argv.index("--file") + 1] == str(COMPOSE_YAML), argv
+    assert argv[argv.index("--project-directory") + 1] == str(ROOT), argv
+    profiles = [argv[i + 1] for i, a in enumerate(argv) if a == "--profile"]
+    assert profiles == ["baseline", "eagle3"], f"down/ps must see both profiled services: {argv}"
+
+
+@pytest.fixture
+def fake_docker(tmp_path, monkeypatch):
+    """Install fake docker (no daemon here) and point this process and .env lookups at it."""
+
+    def make(**config):
+        env = fake_cli.install(tmp_path / "bin", **config)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        for key in ("MODEL_DIR", "DRAFT_MODEL_DIR", "EAGLE3_PORT", "BASELINE_PORT", "TP_SIZE", "BIND_ADDRESS", "GPU_IDS"):
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setattr(compose, "ENV_FILE", tmp_path / "no.env")  # a developer's .env must not leak in
+        return env
+
+    return make
+
+
+def test_up_reports_progress_then_healthy(fake_docker):
+    starting = {**ROW_HEALTHY, "Health": "starting", "Status": "Up 1 minute (health: starting)"}
+    env = fake_docker(up_seconds=1.5, ps_rows_after_up=[starting])
+    lines = []
+    compose.up("docker", "eagle3", wait_timeout=60, interval=0.3, out=lines.append)
+    ran = fake_cli.calls(env)
+    up_call = next(c for c in ran if "up" in c)
+    assert up_call[-6:] == ["up", "--detach", "--wait", "--wait-timeout", "60", "eagle3"], f"up command: {up_call}"
+    progress = [line for line in lines if line.startswith("eagle3 ") and "health: starting" in line]
+    assert len(progress) == 1, f"one progress line while nothing changes (the fake polls ~4 times): {lines}"
+    assert "Loading safetensors checkpoint shards:  50% 32/64" in progress[0], f"progress must show the latest log state: {progress[0]}"
+    assert lines[-1].startswith("eagle3: healthy after"), f"last line must announce health: {lines[-1]}"
+    assert "http://127.0.0.1:30001" in lines[-1], f"and where to reach it: {lines[-1]}"
+
+
+def test_up_failure_is_one_line_with_the_reason(fake_docker):
+    exited = {**ROW_HEALTHY, "State": "exited", "Health": "", "ExitCode": 1, "Status": "Exited (1) 3 seconds ago"}
+    fake_docker(up_exit=1, ps_rows_after_up=[exited])
+    with pytest.raises(UserError) as err:
+        compose.up("docker", "eagle3", wait_timeout=60, interval=5, out=lambda line: None)
+    assert "eagle3 exited with code 1" in str(err.value), f"the error must say why: {err.value}"
+    assert "invoke logs eagle3" in str(err.value), f"and where to look: {err.value}"
+
+
+def test_down_and_logs_commands(fake_docker):
+    env = fake_docker()
+    compose.down("docker", volumes=True)
+    compose.logs("docker", "baseline", follow=False, tail="50")
+    down_call, logs_call = fake_cli.calls(env)
+    assert down_call[-2:] == ["down", "--volumes"] and down_call.count("--profile") == 2, f"down: {down_call}"
+    assert logs_call[-4:] == ["logs", "--tail", "50", "baseline"], f"logs: {logs_call}"
+    with pytest.raises(UserError, match="unknown service"):
+        compose.logs("docker", "nope", follow=False, tail="1")

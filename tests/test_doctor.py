@@ -1,0 +1,466 @@
+"""The host preflight: parsing recorded nvidia-smi output, each check's verdict and fix,
+end-to-end runs with and without Docker, and `invoke up`'s refusals.
+
+GPU facts come from tests/fixtures/nvidia-smi/ (H200 recorded, 8x RTX PRO 6000
+constructed; see its README). Model directories, sockets and /dev/shm are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_stack import ROOT, compose, doctor
+from sglang_stack.doctor import FAIL, NOTE, OK, SKIP, WARN, Facts, Gpu
+
+import fake_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
+H200_QUERY = (FIXTURES / "h200-query.csv").read_text()
+H200_SMI = (FIXTURES / "h200-nvidia-smi.txt").read_text()
+H200_XML = (FIXTURES / "h200-nvidia-smi-q.xml").read_text()
+RTX_QUERY = (FIXTURES / "rtxpro6000x8-query.csv").read_text()
+RTX_SMI = (FIXTURES / "rtxpro6000x8-nvidia-smi.txt").read_text()
+TARGET_ARCH = "KimiK25ForConditionalGeneration"
+DRAFT_ARCH = "LlamaForCausalLMEagle3"
+
+
+def env_of(**values: str) -> compose.Environment:
+    return compose.Environment(values, {k: "shell" for k in values})
+
+
+def svc_of(name: str = "eagle3", **values: str) -> compose.Service:
+    return compose.service(name, env_of(**values))
+
+
+def by_name(checks: list, name: str) -> list:
+    return [c for c in checks if c.name == name]
+
+
+def make_model(directory: Path, arch: str, shards: int = 2, drop: int = 0, index: bool = True) -> Path:
+    """A model directory shaped like a Hugging Face download (tiny files)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": "x"}))
+    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+    for name in names[: shards - drop]:
+        (directory / name).write_bytes(b"\0" * 8)
+    if index:
+        weight_map = {f"layer.{i}.weight": name for i, name in enumerate(names)}
+        (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return directory
+
+
+def facts_for(query: str, smi: str, **overrides) -> Facts:
+    base = dict(
+        docker_cli=True,
+        docker_info=dict(fake_cli.NVIDIA_INFO),
+        compose_version="2.40.3",
+        ps_rows=[],
+        gpus=doctor.parse_query_csv(query),
+        cuda_version=doctor.parse_cuda_version(smi),
+        shm_bytes=128 << 30,
+        memlock=(resource.RLIM_INFINITY, resource.RLIM_INFINITY),
+        disk_path="/var/lib/docker",
+        disk_free=500 << 30,
+        image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"], "User": "sglang"}, "Size": 31e9, "Created": "2026-11-29T07:00:00Z"},
+        audit=(0, "KimiK25ForConditionalGeneration: all EAGLE-3 methods present"),
+    )
+    base.update(overrides)
+    return Facts(**base)
+
+
+# --- parsing recorded output -------------------------------------------------------------------
+
+
+def test_parse_h200_recording():
+    gpus = doctor.parse_query_csv(H200_QUERY)
+    assert gpus == [Gpu(0, "NVIDIA H200", "9.0", "580.159.04", 143771)], f"parsed {gpus}"
+    assert gpus[0].sm == 90, f"compute capability 9.0 is SM90, got {gpus[0].sm}"
+    assert doctor.parse_cuda_version(H200_SMI) == "13.0", "CUDA version from the nvidia-smi banner"
+    assert doctor.parse_cuda_version(H200_XML) == "13.0", "CUDA version from nvidia-smi -q -x"
+
+
+def test_parse_h200_csv_with_header_and_units():
+    """The recording's --format=csv block (header, MiB units, an extra pci.bus_id column)."""
+    lines = H200_SMI.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("index, name"))
+    gpus = doctor.parse_query_csv("\n".join(lines[start : start + 2]))
+    assert gpus == [Gpu(0, "NVIDIA H200", "9.0", "580.159.04", 143771)], f"parsed {gpus}"
+
+
+def test_parse_rtx_pro_6000_fixture():
+    gpus = doctor.parse_query_csv(RTX_QUERY)
+    assert [g.index for g in gpus] == list(range(8)), f"eight GPUs expected: {gpus}"
+    assert {g.sm for g in gpus} == {120}, f"RTX PRO 6000 Blackwell is SM120: {gpus}"
+    assert {g.memory_mib for g in gpus} == {97887}, f"memory per card: {gpus}"
+    assert doctor.parse_cuda_version(RTX_SMI) == "13.0", "CUDA version from the banner"
+
+
+def test_parse_garbage_is_one_line_error():
+    with pytest.raises(doctor.UserError, match="unexpected line .NVIDIA-SMI has failed"):
+        doctor.parse_query_csv("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
+
+
+# --- GPU checks on the fixtures ----------------------------------------------------------------
+
+
+def test_h200_single_gpu_fails_tp8_with_a_fix():
+    checks = doctor.evaluate(facts_for(H200_QUERY, H200_SMI), "docker", svc_of("baseline"), env=env_of())
+    gpus = by_name(checks, "gpus")[0]
+    assert gpus.status == FAIL, f"1 GPU for TP 8 must fail: {gpus.line()}"
+    assert "1 GPU visible" in gpus.detail and "TP_SIZE=8" in gpus.detail, gpus.line()
+    assert "lower TP_SIZE" in gpus.fix, f"the fix must say what to change: {gpus.fix}"
+    assert by_name(checks, "driver")[0].status == OK, by_name(checks, "driver")[0].line()
+    arch = by_name(checks, "arch")[0]
+    assert arch.status == OK and "SM90" in arch.detail and "NVIDIA H200" in arch.detail, arch.line()
+    assert not by_name(checks, "sm120"), "no SM120 notes on Hopper"
+    single = doctor.check_gpus(facts_for(H200_QUERY, H200_SMI), svc_of("baseline", TP_SIZE="1"))
+    assert single.status == OK, f"TP_SIZE=1 fits one H200: {single.line()}"
+
+
+def test_rtx_pro_6000_x8_passes_with_sm120_notes():
+    checks = doctor.evaluate(facts_for(RTX_QUERY, RTX_SMI), "docker", svc_of(), env=env_of())
+    assert by_name(checks, "gpus")[0].status == OK, by_name(checks, "gpus")[0].line()
+    arch = by_name(checks, "arch")[0]
+    assert arch.status == OK and "8x NVIDIA RTX PRO 6000 Blackwell Server Edition" in arch.detail and "SM120" in arch.detail, arch.line()
+    notes = by_name(checks, "sm120")
+    assert [n.status for n in notes] == [NOTE, NOTE], f"two SM120 notes expected: {[n.line() for n in notes]}"
+    assert "no-op" in notes[0].detail and "flashinfer" in notes[0].detail.lower(), notes[0].line()
+    assert "EAGLE-3" in notes[1].detail and "symm-mem" in notes[1].detail, notes[1].line()
+
+
+def test_sm120_fusion_flag_is_a_warning():
+    svc = svc_of(SGLANG_EXTRA_ARGS="--enable-flashinfer-allreduce-fusion")
+    notes = by_name(doctor.evaluate(facts_for(RTX_QUERY, RTX_SMI), "docker", svc, env=env_of()), "sm120")
+    assert notes[0].status == WARN, f"asking for fusion on SM120 should warn: {notes[0].line()}"
+    assert "drop --enable-flashinfer-allreduce-fusion" in notes[0].fix, notes[0].fix
+
+
+@pytest.mark.parametrize(
+    "gpu_ids, status, text",
+    [("0,1,2,3,4,5,6,7", OK, "8 GPUs visible"), ("0,1,2,3", FAIL, "4 GPUs visible"), ("0,9", FAIL, "names GPU 9")],
+)
+def test_gpu_ids_against_tp(gpu_ids, status, text):
+    check = doctor.check_gpus(facts_for(RTX_QUERY, RTX_SMI), svc_of(GPU_IDS=gpu_ids))
+    assert check.status == status and text in check.detail, f"GPU_IDS={gpu_ids}: {check.line()}"
+
+
+@pytest.mark.parametrize(
+    "driver, banner, status",
+    [
+        ("580.159.04", "CUDA Version: 13.0", OK),
+        ("590.10.01", "CUDA Version: 13.1", OK),
+        ("570.86.15", "CUDA Version: 12.8", FAIL),
+        ("580.65.06", "", OK),  # no banner: R580 is the CUDA 13 branch
+        ("575.51.03", "", FAIL),
+    ],
+)
+def test_driver_supports_cuda_13(driver, banner, status):
+    query = f"0, NVIDIA H200, 9.0, {driver}, 143771\n"
+    check = doctor.check_driver(facts_for(query, banner))
+    assert check.status == status, f"driver {driver} {banner!r}: {check.line()}"
+    if status == FAIL:
+        assert "580 or newer" in check.fix, f"the fix must name the driver branch: {check.fix}"
+
+
+def test_no_nvidia_smi():
+    facts = facts_for("", "", gpus=[], smi_error="nvidia-smi: not found on PATH")
+    check = doctor.check_driver(facts)
+    assert check.status == FAIL and "not found" in check.detail and "install the NVIDIA driver" in check.fix, check.line()
+    assert doctor.check_gpus(facts, svc_of()).status == SKIP, "no GPU data: the count is skipped, not failed twice"
+
+
+def test_mixed_and_old_gpus_warn():
+    mixed = facts_for(RTX_QUERY.splitlines()[0] + "\n" + "1, NVIDIA H200, 9.0, 580.159.04, 143771\n", RTX_SMI)
+    assert doctor.check_arch(mixed, None)[0].status == WARN, "mixed GPU models should warn"
+    ampere = facts_for("0, NVIDIA A100-SXM4-80GB, 8.0, 580.159.04, 81920\n", "")
+    check = doctor.check_arch(ampere, None)[0]
+    assert check.status == WARN and "not a target" in check.detail, check.line()
+
+
+# --- Docker checks ------------------------------------------------------------------------------
+
+
+def test_docker_checks():
+    assert doctor.check_docker(Facts(docker_cli=False), "docker").status == FAIL, "no CLI must fail"
+    assert "install Docker Engine" in doctor.check_docker(Facts(docker_cli=False), "docker").fix
+    down = doctor.check_docker(Facts(docker_cli=True, docker_error="Cannot connect to the Docker daemon"), "docker")
+    assert down.status == FAIL and "Cannot connect" in down.detail and "systemctl start docker" in down.fix, down.line()
+    no_compose = doctor.check_docker(Facts(docker_cli=True, docker_info=fake_cli.NVIDIA_INFO), "docker")
+    assert no_compose.status == FAIL and "compose plugin" in no_compose.detail, no_compose.line()
+    old = doctor.check_docker(Facts(docker_cli=True, docker_info=fake_cli.NVIDIA_INFO, compose_version="2.12.2"), "docker")
+    assert old.status == WARN, old.line()
+    good = doctor.check_docker(facts_for(RTX_QUERY, RTX_SMI), "docker")
+    assert good.status == OK and "28.2.2" in good.detail and "2.40.3" in good.detail, good.line()
+
+
+def test_gpu_runtime():
+    assert doctor.check_gpu_runtime(facts_for(RTX_QUERY, RTX_SMI)).status == OK, "nvidia runtime registered"
+    plain = facts_for(RTX_QUERY, RTX_SMI, docker_info=fake_cli.PLAIN_INFO)
+    missing = doctor.check_gpu_runtime(plain)
+    assert missing.status == FAIL and "nvidia-ctk runtime configure" in missing.fix, missing.line()
+    hooked = facts_for(RTX_QUERY, RTX_SMI, docker_info=fake_cli.PLAIN_INFO, nvidia_hook=True)
+    assert doctor.check_gpu_runtime(hooked).status == OK, "the runtime hook alone serves device requests"
+
+
+def test_exclusive_and_port_with_running_containers():
+    baseline_up = [{"Service": "baseline", "State": "running", "Health": "healthy"}]
+    check = doctor.check_exclusive(svc_of(), baseline_up)
+    assert check.status == FAIL and "baseline is running" in check.detail and "invoke down" in check.fix, check.line()
+    assert doctor.check_exclusive(svc_of(), None).status == SKIP, "no Docker: skip, not fail"
+    own = [{"Service": "eagle3", "State": "running"}]
+    assert doctor.check_exclusive(svc_of(), own).status == OK, "its own container is not a conflict"
+
+
+def test_port_in_use_and_bad_bind_address():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        busy = doctor.check_port(svc_of(EAGLE3_PORT=str(port)), [])
+        assert busy.status == FAIL and f"127.0.0.1:{port} is already in use" in busy.detail, busy.line()
+        assert "EAGLE3_PORT" in busy.fix, busy.fix
+        own = doctor.check_port(svc_of(EAGLE3_PORT=str(port)), [{"Service": "eagle3", "State": "running"}])
+        assert own.status == OK, f"a port held by the service's own container is fine: {own.line()}"
+    free = doctor.check_port(svc_of(EAGLE3_PORT=str(port)), [])
+    assert free.status == OK, f"after closing, the port is free: {free.line()}"
+    foreign = doctor.check_port(svc_of(BIND_ADDRESS="192.0.2.1"), [])  # TEST-NET-1: never an address of this host
+    assert foreign.status == FAIL and "cannot bind" in foreign.detail and "BIND_ADDRESS" in foreign.fix, foreign.line()
+
+
+# --- host limits ------------------------------------------------------------------------------
+
+
+def test_shm_memlock_disk():
+    assert doctor.check_shm(facts_for("", "", shm_bytes=1 << 30)).status == FAIL, "1 GiB /dev/shm must fail"
+    assert doctor.check_shm(facts_for("", "", shm_bytes=16 << 30)).status == WARN, "16 GiB /dev/shm should warn"
+    assert doctor.check_shm(facts_for("", "", shm_bytes=None)).status == FAIL, "no /dev/shm must fail"
+    rootless = {**fake_cli.NVIDIA_INFO, "SecurityOptions": ["name=seccomp,profile=builtin", "name=rootless"]}
+    limited = doctor.check_memlock(facts_for("", "", docker_info=rootless, memlock=(8 << 20, 8 << 20)))
+    assert limited.status == FAIL and "limits.conf" in limited.fix, limited.line()
+    assert doctor.check_memlock(facts_for("", "", memlock=(8 << 20, 8 << 20))).status == OK, "rootful Docker raises memlock itself"
+    tight = facts_for("", "", image=None, disk_free=40 << 30)
+    assert doctor.check_disk(tight).status == FAIL, "40 GiB is too little to build the image"
+    assert doctor.check_disk(facts_for("", "", disk_free=40 << 30)).status == OK, "but enough once it is built"
+
+
+# --- configuration and models ---------------------------------------------------------------------
+
+
+def test_model_and_drafter(tmp_path):
+    target = make_model(tmp_path / "k25", TARGET_ARCH, shards=3)
+    draft = make_model(tmp_path / "draft", DRAFT_ARCH, shards=1)
+    model, drafter = doctor.check_models(svc_of(MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
+    assert model.status == OK and TARGET_ARCH in model.detail and "3 of 3 shards" in model.detail, model.line()
+    assert drafter.status == OK and DRAFT_ARCH in drafter.detail, drafter.line()
+    skipped = doctor.check_models(svc_of("baseline", MODEL_DIR=str(target)))[1]
+    assert skipped.status == SKIP, f"baseline needs no drafter: {skipped.line()}"
+
+
+@pytest.mark.parametrize(
+    "setup, status, text",
+    [
+        ("missing", FAIL, "no such directory"),
+        ("no-config", FAIL, "no config.json"),
+        ("bad-json", FAIL, "not readable JSON"),
+        ("missing-shard", FAIL, "1 of 3 shards missing"),
+        ("no-weights", WARN, "no *.safetensors"),
+        ("private", WARN, "not world-readable"),
+    ],
+)
+def test_model_dir_problems(tmp_path, setup, status, text):
+    target = tmp_path / "k25"
+    if setup == "no-config":
+        target.mkdir()
+    elif setup == "bad-json":
+        make_model(target, TARGET_ARCH)
+        (target / "config.json").write_text("{not json")
+    elif setup == "missing-shard":
+        make_model(target, TARGET_ARCH, shards=3, drop=1)
+    elif setup == "no-weights":
+        make_model(target, TARGET_ARCH, shards=0, index=False)
+    elif setup == "private":
+        make_model(target, TARGET_ARCH)
+        (target / "config.json").chmod(0o600)
+    model = doctor.check_models(svc_of("baseline", MODEL_DIR=str(target)))[0]
+    assert model.status == status and text in model.detail, f"{setup}: {model.line()}"
+    if status == FAIL:
+        assert model.fix, f"every FAIL needs a fix: {model.line()}"
+    if setup == "missing":
+        assert f"MODEL_DIR={target} (shell)" in model.detail, f"the error must name the variable and its source: {model.line()}"
+
+
+def test_drafter_that_is_not_eagle3_warns(tmp_path):
+    target = make_model(tmp_path / "k25", TARGET_ARCH)
+    wrong = make_model(tmp_path / "wrong", "DeepseekV3ForCausalLM")
+    drafter = doctor.check_models(svc_of(MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(wrong)))[1]
+    assert drafter.status == WARN and "EAGLE-3" in drafter.detail, drafter.line()
+
+
+@pytest.mark.parametrize(
+    "values, text",
+    [
+        ({"HEALTH_TIMEOUT": "25s"}, "must exceed the probe's 30s"),
+        ({"SGLANG_HEALTH_CHECK_TIMEOUT": "60"}, "must exceed the probe's 70s"),
+        ({"HEALTH_INTERVAL": "15"}, "interval='15' is not a duration"),
+    ],
+)
+def test_config_health_timeouts(values, text):
+    check = doctor.check_config(svc_of(**values), "", env_of(**values))
+    assert check.status == FAIL and text in check.detail, check.line()
+
+
+def test_image_cache_directory_ownership():
+    good = doctor.check_image(facts_for("", "", cache_owner="10001:755"), svc_of())
+    assert good.status == OK and "owned by uid 10001" in good.detail, good.line()
+    for owner in ("0:755", "missing: stat: cannot statx '/home/sglang/.cache': No such file or directory"):
+        check = doctor.check_image(facts_for("", "", cache_owner=owner), svc_of())
+        assert check.status == WARN and "not be writable by uid 10001" in check.detail, f"{owner}: {check.line()}"
+        assert "docker volume rm sglang-stack_cache" in check.fix, check.fix
+    assert doctor.check_image(facts_for("", "", image=None), svc_of()).status == WARN, "a missing image should warn (compose can build it)"
+
+
+def test_audit_verdicts():
+    ok = doctor.check_audit(facts_for("", ""), svc_of(MODEL_DIR="/x"))
+    assert ok.status == OK, ok.line()
+    failing = facts_for("", "", audit=(1, "KimiK25ForConditionalGeneration lacks get_embed_and_head"))
+    assert doctor.check_audit(failing, svc_of()).status == FAIL, "eagle3 cannot run with a failing audit"
+    assert doctor.check_audit(failing, svc_of("baseline")).status == WARN, "baseline does not need EAGLE-3"
+    skipped = doctor.check_audit(Facts(audit_skip="skipped: image not built (invoke build)"), svc_of())
+    assert skipped.status == SKIP and "image not built" in skipped.detail, skipped.line()
+
+
+def test_every_fail_has_a_fix_and_one_line():
+    facts = Facts(docker_cli=True, docker_error="Cannot connect", smi_error="nvidia-smi: not found on PATH", shm_bytes=None,
+                  disk_path="/", disk_free=1 << 30)
+    checks = doctor.evaluate(facts, "docker", svc_of(MODEL_DIR="/nonexistent/k", DRAFT_MODEL_DIR="/nonexistent/d"), env=env_of())
+    failed = [c for c in checks if c.status == FAIL]
+    assert {c.name for c in failed} >= {"model", "drafter", "docker", "gpu-runtime", "driver", "shm", "disk"}, [c.line() for c in failed]
+    for check in checks:
+        assert "\n" not in check.line(), f"one line per check: {check.line()!r}"
+        if check.status == FAIL:
+            assert check.fix and " -- fix: " in check.line(), f"a FAIL without a fix: {check.line()}"
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+
+def run_module(module: str, *args: str, env: dict, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def clean_env(extra: dict, **values: str) -> dict:
+    """A process environment with none of the developer's stack variables, plus ``values``."""
+    keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")}
+    defaults = {"MODEL_DIR": "/nonexistent/model", "DRAFT_MODEL_DIR": "/nonexistent/draft", "TP_SIZE": "8", "GPU_IDS": "all",
+                "BIND_ADDRESS": "127.0.0.1", "BASELINE_PORT": str(free_port()), "EAGLE3_PORT": str(free_port()),
+                "SGLANG_EXTRA_ARGS": "", "HEALTH_TIMEOUT": "40s", "HEALTH_INTERVAL": "15s", "HEALTH_START_PERIOD": "30m",
+                "SGLANG_HEALTH_CHECK_TIMEOUT": "20", "SGLANG_STACK_IMAGE": "sglang-stack:0.5.9-cu130"}
+    return {**keep, "PYTHONPATH": str(ROOT), **defaults, **extra, **values}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
+    target = make_model(tmp_path / "k25", TARGET_ARCH, shards=4)
+    draft = make_model(tmp_path / "draft", DRAFT_ARCH, shards=1)
+    fake = fake_cli.install(
+        tmp_path / "bin", smi="rtxpro6000x8", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3", ps_rows=[],
+        image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"]}, "Size": 3.1e10, "Created": "2026-11-29"},
+        audit_output="KimiK25ForConditionalGeneration: ok", audit_exit=0,
+    )
+    proc = run_module("sglang_stack.doctor", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stdout.splitlines()
+    names = [line.split()[1] for line in lines[1:-1]]
+    expected = ["config", "model", "drafter", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
+                "sm120", "sm120", "shm", "memlock", "disk", "image", "audit"]
+    assert names == expected, f"checks printed: {names}\n{proc.stdout}"
+    for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "image", "audit"):
+        line = next(line for line in lines if line.split()[1:2] == [name])
+        assert line.startswith("ok "), f"{name} should pass on the RTX fixture: {line}"
+    any_fail = any(line.startswith("FAIL") for line in lines)
+    assert proc.returncode == (1 if any_fail else 0), f"exit {proc.returncode} must follow the FAIL lines:\n{proc.stdout}"
+    ran = fake_cli.calls(fake)
+    audit = next(c for c in ran if c[:2] == ["docker", "run"] and "sglang_stack.audit" in c)
+    expected_audit = ["--entrypoint", "python3", "sglang-stack:0.5.9-cu130", "-m", "sglang_stack.audit",
+                      "--sglang-src", "/opt/sglang", "--arch", TARGET_ARCH]
+    assert audit[audit.index("--entrypoint") :] == expected_audit, f"audit command: {audit}"
+    assert "$ docker info" in proc.stderr, f"doctor shows the commands it runs: {proc.stderr}"
+    stat = next(c for c in ran if c[:2] == ["docker", "run"] and "stat" in c)
+    assert stat[-1] == "/home/sglang/.cache", f"the image's cache directory must be checked: {stat}"
+
+
+def test_doctor_without_docker_or_gpu(tmp_path):
+    """A bare host: the Docker and GPU checks fail with fixes, the rest still run."""
+    bare = tmp_path / "empty-bin"
+    bare.mkdir()
+    proc = run_module("sglang_stack.doctor", "baseline", env=clean_env({"PATH": str(bare)}))
+    assert proc.returncode == 1, f"failed checks must exit 1, got {proc.returncode}\n{proc.stdout}{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = {line.split()[1]: line for line in proc.stdout.splitlines()[1:-1]}
+    assert lines["docker"].startswith("FAIL") and "docker CLI not found" in lines["docker"] and "fix:" in lines["docker"], lines["docker"]
+    assert lines["driver"].startswith("FAIL") and "fix:" in lines["driver"], lines["driver"]
+    assert lines["audit"].startswith("skip"), lines["audit"]
+    for name in ("shm", "memlock", "disk", "port"):
+        assert not lines[name].startswith("skip"), f"{name} must still run without Docker: {lines[name]}"
+    assert proc.stdout.splitlines()[-1].startswith("doctor: "), "a summary line closes the report"
+
+
+def invoke_up(service: str, env: dict) -> subprocess.CompletedProcess:
+    return run_module("invoke", "up", service, env=env)
+
+
+def assert_refused(proc: subprocess.CompletedProcess, fake: dict, text: str) -> None:
+    assert proc.returncode == 2, f"expected exit 2, got {proc.returncode}\n{proc.stdout}{proc.stderr}"
+    err = proc.stderr.strip()
+    assert "\n" not in err, f"the refusal must be one line on stderr:\n{err}"
+    assert err.startswith("error: ") and text in err, f"expected {text!r} in: {err}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    started = [c for c in fake_cli.calls(fake) if c[:2] == ["docker", "compose"] and "up" in c]
+    assert not started, f"nothing may start after a refusal: {started}"
+
+
+def test_up_refuses_unknown_service(tmp_path):
+    fake = fake_cli.install(tmp_path / "bin", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3")
+    proc = invoke_up("gpt", clean_env(fake))
+    assert_refused(proc, fake, "unknown service 'gpt': choose one of baseline, eagle3")
+    assert fake_cli.calls(fake) == [], "an unknown service must be refused before any command runs"
+
+
+def test_up_refuses_missing_model_and_drafter(tmp_path):
+    fake = fake_cli.install(tmp_path / "bin", smi="rtxpro6000x8", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3")
+    proc = invoke_up("eagle3", clean_env(fake, MODEL_DIR=str(tmp_path / "nowhere")))
+    assert_refused(proc, fake, f"preflight model: MODEL_DIR={tmp_path / 'nowhere'} (shell): no such directory -- fix: set MODEL_DIR")
+    target = make_model(tmp_path / "k25", TARGET_ARCH)
+    proc = invoke_up("eagle3", clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(tmp_path / "no-drafter")))
+    assert_refused(proc, fake, "preflight drafter: DRAFT_MODEL_DIR=")
+
+
+def test_up_refuses_port_in_use(tmp_path):
+    fake = fake_cli.install(tmp_path / "bin", smi="rtxpro6000x8", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3")
+    target = make_model(tmp_path / "k25", TARGET_ARCH)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        proc = invoke_up("baseline", clean_env(fake, MODEL_DIR=str(target), BASELINE_PORT=str(port)))
+    assert_refused(proc, fake, f"preflight port: 127.0.0.1:{port} is already in use -- fix: stop what listens there, or set BASELINE_PORT")
+
+
+def test_up_refuses_without_gpu_runtime(tmp_path):
+    fake = fake_cli.install(tmp_path / "bin", smi="rtxpro6000x8", info=fake_cli.PLAIN_INFO, compose_version="2.40.3")
+    target = make_model(tmp_path / "k25", TARGET_ARCH)
+    proc = invoke_up("baseline", clean_env(fake, MODEL_DIR=str(target)))
+    assert_refused(proc, fake, "preflight gpu-runtime: no NVIDIA container runtime")
