@@ -1,0 +1,944 @@
+"""``invoke bench``: decode speed, latency and acceptance length of running SGLang servers.
+
+Requests go through SGLang's native streaming API (``POST /generate`` with
+``"stream": true``). The server answers with Server-Sent Events: one
+``data: {json}`` line per step, then ``data: [DONE]``. Each JSON object holds
+the text so far and a ``meta_info`` whose ``completion_tokens`` counts the
+output tokens so far. The last one carries ``finish_reason`` and, when
+speculative decoding is on, ``spec_verify_ct`` and ``spec_accept_length``
+(``completion_tokens / spec_verify_ct``; sglang/srt/managers/tokenizer_manager.py,
+``_calculate_spec_decoding_metrics``). Token counts and acceptance length are
+taken from that metadata, never estimated from text.
+
+When several endpoints are measured, their rounds alternate (A B, then B A)
+per concurrency level and repeat, so that a slow minute on a noisy machine
+hits both sides and the ratio stays meaningful. Results are rewritten after
+every round, so a failure leaves the rounds already measured on disk,
+marked incomplete.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import platform
+import queue
+import re
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from . import ROOT, report
+from .errors import UserError
+
+PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
+DEFAULT_PROMPTS = PROMPTS_DIR / "v1.jsonl"
+DEFAULT_LEVELS = (1, 4, 16)
+DEFAULT_RESULTS = ROOT / "bench-results"
+PROMPT_FIELDS = {"version": int, "id": str, "category": str, "output": str, "max_new_tokens": int, "prompt": str}
+
+# The compose services and the variables their ports come from (compose file and .env).
+SERVICES = (("baseline", "BASELINE_PORT", 30000), ("eagle3", "EAGLE3_PORT", 30001))
+
+# What the results keep from /server_info. It returns every server argument, the API
+# keys included, so only these are recorded.
+SERVER_INFO_KEYS = (
+    "version",
+    "model_path",
+    "served_model_name",
+    "tp_size",
+    "dp_size",
+    "ep_size",
+    "quantization",
+    "attention_backend",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+    "stream_interval",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+)
+
+
+# --- prompts -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str
+    output: str
+    max_new_tokens: int
+    prompt: str
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    path: Path
+    version: int
+    prompts: tuple[Prompt, ...]
+    sha256: str
+
+
+def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
+    """Read a prompt set: JSON Lines, one prompt per line, all of one ``version``.
+
+    Each line holds ``version`` (int), ``id``, ``category`` (chat, code, math),
+    ``output`` (short, long), ``max_new_tokens`` (int > 0) and ``prompt``.
+    """
+    import hashlib
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: prompt file not found (pass --prompts PATH to a JSON Lines file)") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the prompt file: {err.strerror}") from None
+    prompts: list[Prompt] = []
+    versions: set[int] = set()
+    seen: set[str] = set()
+    for lineno, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{where}: not a JSON object: {err.msg} (one prompt per line)") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{where}: not a JSON object (one prompt per line)")
+        for key, kind in PROMPT_FIELDS.items():
+            value = record.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise UserError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}")
+        if record["max_new_tokens"] < 1:
+            raise UserError(f"{where}: 'max_new_tokens' must be at least 1, got {record['max_new_tokens']}")
+        if not record["prompt"].strip():
+            raise UserError(f"{where}: 'prompt' is empty")
+        if record["id"] in seen:
+            raise UserError(f"{where}: duplicate id {record['id']!r}")
+        seen.add(record["id"])
+        versions.add(record["version"])
+        prompts.append(Prompt(*(record[k] for k in ("id", "category", "output", "max_new_tokens", "prompt"))))
+    if not prompts:
+        raise UserError(f"{path}: the prompt file holds no prompts (one JSON object per line)")
+    if len(versions) > 1:
+        raise UserError(f"{path}: mixed prompt-set versions {sorted(versions)}: one file is one version")
+    return PromptSet(path, versions.pop(), tuple(prompts), hashlib.sha256(raw).hexdigest())
+
+
+# --- endpoints ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    url: str
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """The ``KEY=VALUE`` lines of a compose ``.env`` file (comments and quotes handled)."""
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key = key.strip().removeprefix("export ").strip()
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        out[key] = value
+    return out
+
+
+def stack_env(environ: Mapping[str, str] | None = None, dotenv: Path = ROOT / ".env") -> dict[str, str]:
+    """Variables as compose sees them: the shell environment wins over ``.env``."""
+    env = read_dotenv(dotenv)
+    env.update(os.environ if environ is None else environ)
+    return env
+
+
+def default_endpoints(env: Mapping[str, str]) -> list[Endpoint]:
+    """The compose services on this host: ``http://BIND_ADDRESS:PORT`` for each."""
+    host = env.get("BIND_ADDRESS", "").strip() or "127.0.0.1"
+    if host in ("0.0.0.0", "::", "[::]", "*"):
+        host = "127.0.0.1"  # a wildcard bind is reached through loopback
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    out = []
+    for name, var, default in SERVICES:
+        value = env.get(var, "").strip() or str(default)
+        if not value.isdigit() or not 0 < int(value) < 65536:
+            raise UserError(f"{var}={value!r}: not a TCP port (set it to a number from 1 to 65535)")
+        out.append(Endpoint(name, f"http://{host}:{int(value)}"))
+    return out
+
+
+def parse_endpoint(spec: str) -> Endpoint:
+    """``NAME=URL`` from ``--endpoint``."""
+    name, sep, url = spec.partition("=")
+    name, url = name.strip(), url.strip().rstrip("/")
+    if not sep or not name or not url:
+        raise UserError(f"--endpoint {spec!r}: expected NAME=URL, e.g. eagle3=http://127.0.0.1:30001")
+    if not _NAME.match(name):
+        raise UserError(f"--endpoint {spec!r}: name {name!r} may hold only letters, digits, '.', '_' and '-'")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"--endpoint {spec!r}: {url!r} is not an http:// or https:// URL with a host")
+    try:
+        parts.port
+    except ValueError:
+        raise UserError(f"--endpoint {spec!r}: bad port in {url!r}") from None
+    return Endpoint(name, url)
+
+
+def parse_endpoints(specs: Iterable[str]) -> list[Endpoint]:
+    out: list[Endpoint] = []
+    for spec in specs:
+        endpoint = parse_endpoint(spec)
+        if any(e.name == endpoint.name for e in out):
+            raise UserError(f"--endpoint {spec!r}: the name {endpoint.name!r} is given twice")
+        out.append(endpoint)
+    return out
+
+
+def parse_levels(text: str | Sequence[int]) -> list[int]:
+    """``"1,4,16"`` -> ``[1, 4, 16]``: distinct positive integers, kept in order."""
+    items = [str(x).strip() for x in (text.split(",") if isinstance(text, str) else text)]
+    levels: list[int] = []
+    for item in items:
+        if not item.isdigit() or int(item) < 1:
+            raise UserError(f"--levels {text!r}: {item!r} is not a positive integer (e.g. --levels 1,4,16)")
+        if int(item) not in levels:
+            levels.append(int(item))
+    if not levels:
+        raise UserError("--levels is empty (e.g. --levels 1,4,16)")
+    return levels
+
+
+def parse_count(flag: str, value, minimum: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise UserError(f"{flag} {value!r}: not an integer") from None
+    if number < minimum:
+        raise UserError(f"{flag} {value!r}: must be at least {minimum}")
+    return number
+
+
+def parse_seconds(flag: str, value) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise UserError(f"{flag} {value!r}: not a number of seconds") from None
+    if not number > 0:
+        raise UserError(f"{flag} {value!r}: must be more than 0 seconds")
+    return number
+
+
+# --- HTTP --------------------------------------------------------------------
+
+
+class RequestFailed(Exception):
+    """One request did not produce a complete answer; the message says why."""
+
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
+
+
+def _headers(api_key: str | None, **extra: str) -> dict[str, str]:
+    headers = dict(extra)
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, (socket.timeout, TimeoutError)):
+        return "timed out"
+    if isinstance(err, socket.gaierror):
+        return f"host not found ({err.strerror})"
+    if isinstance(err, http.client.RemoteDisconnected):
+        return "server closed the connection"
+    return f"{err.__class__.__name__}: {err}".rstrip(": ")
+
+
+def http_get(url: str, path: str, api_key: str | None, timeout: float) -> tuple[int, bytes]:
+    """``GET url+path``: (status, body). Connection problems raise ``RequestFailed``."""
+    conn, base = _connection(url, timeout)
+    try:
+        conn.request("GET", base + path, headers=_headers(api_key))
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException) as err:
+        raise RequestFailed(_describe(err)) from err
+    finally:
+        conn.close()
+
+
+def http_post(url: str, path: str, api_key: str | None, timeout: float, body: dict | None = None) -> tuple[int, bytes]:
+    conn, base = _connection(url, timeout)
+    try:
+        data = json.dumps(body or {}).encode()
+        conn.request("POST", base + path, body=data, headers=_headers(api_key, **{"Content-Type": "application/json"}))
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException) as err:
+        raise RequestFailed(_describe(err)) from err
+    finally:
+        conn.close()
+
+
+def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str | None:
+    """``None`` when ``/health`` answers 200, else why not, in a few words.
+
+    SGLang's ``/health`` answers 503 while the model loads, then runs a one-token
+    generation, so a 200 means the server can generate (and ``/health`` needs no key).
+    """
+    try:
+        status, _ = http_get(endpoint.url, "/health", api_key, timeout)
+    except RequestFailed as err:
+        return str(err)
+    if status == 200:
+        return None
+    if status == 503:
+        return "HTTP 503 from /health (still loading, or unhealthy)"
+    return f"HTTP {status} from /health"
+
+
+def wait_ready(endpoint: Endpoint, api_key: str | None, timeout: float, interval: float = 5.0) -> None:
+    """Poll ``/health`` until it answers 200; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        why = probe(endpoint, api_key, timeout=min(30.0, timeout))
+        if why is None:
+            return
+        if time.monotonic() >= deadline:
+            raise UserError(f"{endpoint.name} at {endpoint.url} not ready after {timeout:.0f} s: {why}")
+        time.sleep(interval)
+
+
+def server_info(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> dict:
+    """The recorded subset of ``/server_info``, or ``{}`` if the server does not say."""
+    try:
+        status, body = http_get(endpoint.url, "/server_info", api_key, timeout)
+        info = json.loads(body) if status == 200 else {}
+    except (RequestFailed, ValueError):
+        return {}
+    if not isinstance(info, dict):
+        return {}
+    return {key: info[key] for key in SERVER_INFO_KEYS if key in info}
+
+
+def flush_cache(endpoint: Endpoint, api_key: str | None, timeout: float) -> bool:
+    """Empty the server's prefix cache, so every round prefills its prompts again.
+
+    Without it, repeats hit SGLang's radix cache and time to first token measures
+    a cache hit. ``/flush_cache`` answers 200 only when the server is idle.
+    """
+    try:
+        status, _ = http_post(endpoint.url, "/flush_cache", api_key, timeout)
+    except RequestFailed:
+        return False
+    return status == 200
+
+
+# --- one request -------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """One measured request. Times are seconds; ``started_s`` counts from the start of the run."""
+
+    endpoint: str
+    level: int
+    repeat: int
+    round: int
+    prompt_id: str
+    ok: bool = False
+    error: str | None = None
+    started_s: float = 0.0
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    output_tokens: int | None = None
+    first_chunk_tokens: int | None = None
+    decode_tps: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    chunks: int = 0
+    finish_reason: object = None
+    spec_accept_length: float | None = None
+    spec_verify_ct: int | None = None
+
+
+def request_body(prompt: Prompt, ignore_eos: bool, prompt_template: str | None) -> dict:
+    text = prompt_template.replace("{prompt}", prompt.prompt) if prompt_template else prompt.prompt
+    return {
+        "text": text,
+        # Greedy: reproducible, and the setting speculative acceptance is usually quoted for.
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": prompt.max_new_tokens, "ignore_eos": ignore_eos},
+        "stream": True,
+    }
+
+
+def stream_generate(
+    endpoint: Endpoint, body: dict, api_key: str | None, timeout: float, sample: Sample, clock=time.perf_counter
+) -> Sample:
+    """Send one streaming ``/generate`` request and time it into ``sample``.
+
+    Time to first token ends at the first event whose ``completion_tokens`` is
+    above 0. Inter-token latency: the gap between two events, split evenly over
+    the tokens the later one added (a speculative step delivers several at once).
+    Per-request decode speed: tokens after the first event over the time from the
+    first event to the last.
+    """
+    conn, base = _connection(endpoint.url, timeout)
+    payload = json.dumps(body).encode()
+    headers = _headers(api_key, **{"Content-Type": "application/json", "Accept": "text/event-stream"})
+    start = clock()
+    last_tokens = 0
+    first_at = last_at = None
+    final: dict | None = None
+    try:
+        conn.request("POST", base + "/generate", body=payload, headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
+            raise RequestFailed(f"HTTP {resp.status} {resp.reason}: {detail[:300]}")
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            now = clock()
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
+            if "error" in event:
+                err = event["error"]
+                raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+            meta = event.get("meta_info") or {}
+            tokens = meta.get("completion_tokens")
+            if not isinstance(tokens, int):
+                raise RequestFailed("event without meta_info.completion_tokens: is this SGLang's /generate?")
+            sample.chunks += 1
+            if tokens > last_tokens:
+                if first_at is None:
+                    first_at = now
+                    sample.ttft_s = now - start
+                    sample.first_chunk_tokens = tokens
+                else:
+                    gap = (now - last_at) / (tokens - last_tokens)
+                    sample.itl_s.extend([gap] * (tokens - last_tokens))
+                last_at = now
+                last_tokens = tokens
+            reason = meta.get("finish_reason")
+            if reason is not None:
+                if isinstance(reason, dict) and reason.get("type") == "abort":
+                    raise RequestFailed(f"aborted by the server: {reason.get('message', reason)}")
+                final = meta
+                sample.latency_s = now - start
+                sample.finish_reason = reason
+    except (OSError, http.client.HTTPException) as err:
+        raise RequestFailed(_describe(err)) from err
+    finally:
+        conn.close()
+    if final is None:
+        raise RequestFailed(f"stream ended after {sample.chunks} events without a finish_reason")
+    sample.output_tokens = final["completion_tokens"]
+    if last_at is not None and first_at is not None and last_at > first_at:
+        sample.decode_tps = (last_tokens - sample.first_chunk_tokens) / (last_at - first_at)
+    if "spec_accept_length" in final:
+        sample.spec_accept_length = float(final["spec_accept_length"])
+        sample.spec_verify_ct = final.get("spec_verify_ct")
+    sample.ok = True
+    return sample
+
+
+# --- rounds ------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    levels: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
+    repeats: int = 3
+    warmup: int = 2
+    timeout: float = 600.0
+    ignore_eos: bool = False
+    prompt_template: str | None = None
+    flush_cache: bool = True
+    reference: str | None = None
+
+
+class Results:
+    """Everything ``bench.json`` holds, rewritten to disk after each round."""
+
+    def __init__(self, out_dir: Path, metadata: dict):
+        self.out_dir = out_dir
+        self.metadata = metadata
+        self.samples: list[Sample] = []
+        self.rounds: list[dict] = []
+        self.sweep: dict | None = None
+        self.complete = False
+        self.error: str | None = None
+        self._t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def document(self) -> dict:
+        samples = [asdict(s) for s in self.samples]
+        for s in samples:
+            s["itl_s"] = [round(x, 6) for x in s["itl_s"]]
+        doc = {
+            "schema": 1,
+            "complete": self.complete,
+            "error": self.error,
+            "metadata": self.metadata,
+            "rounds": self.rounds,
+            "samples": samples,
+        }
+        doc["summary"] = report.summarize(doc)
+        if self.sweep is not None:
+            doc["sweep"] = self.sweep
+        return doc
+
+    def write(self, plot: bool = False) -> dict:
+        doc = self.document()
+        report.write_results(self.out_dir, doc, plot=plot)
+        return doc
+
+
+def _round_requests(prompts: Sequence[Prompt], level: int) -> list[Prompt]:
+    """The prompt set once; cycled when the level is larger, so every slot is busy."""
+    count = max(len(prompts), level)
+    return [prompts[i % len(prompts)] for i in range(count)]
+
+
+def run_round(
+    endpoint: Endpoint,
+    prompts: Sequence[Prompt],
+    level: int,
+    repeat: int,
+    options: Options,
+    api_key: str | None,
+    results: Results,
+    advance: Callable[[], None] = lambda: None,
+) -> dict:
+    """One round: the prompt set through ``level`` parallel streams (closed loop).
+
+    On the first failed request no new request starts; those in flight finish.
+    The round's samples, failed ones included, are added to ``results``; the
+    first failure is raised as ``RequestFailed``.
+    """
+    index = len(results.rounds)
+    flushed = flush_cache(endpoint, api_key, min(options.timeout, 30.0)) if options.flush_cache else False
+    work: queue.SimpleQueue = queue.SimpleQueue()
+    for prompt in _round_requests(prompts, level):
+        work.put(prompt)
+    stop = threading.Event()
+    lock = threading.Lock()
+    done: list[Sample] = []
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                prompt = work.get_nowait()
+            except queue.Empty:
+                return
+            sample = Sample(endpoint.name, level, repeat, index, prompt.id, started_s=results.elapsed())
+            try:
+                stream_generate(
+                    endpoint, request_body(prompt, options.ignore_eos, options.prompt_template),
+                    api_key, options.timeout, sample,
+                )
+            except RequestFailed as err:
+                sample.error = str(err)
+                stop.set()
+            with lock:
+                done.append(sample)
+            advance()
+
+    started = results.elapsed()
+    with ThreadPoolExecutor(max_workers=level, thread_name_prefix=f"bench-{endpoint.name}") as pool:
+        for _ in range(level):
+            pool.submit(worker)
+    wall = results.elapsed() - started
+    done.sort(key=lambda s: s.started_s)
+    results.samples.extend(done)
+    ok = [s for s in done if s.ok]
+    tokens = sum(s.output_tokens for s in ok)
+    record = {
+        "index": index,
+        "endpoint": endpoint.name,
+        "level": level,
+        "repeat": repeat,
+        "started_s": round(started, 6),
+        "wall_s": round(wall, 6),
+        "requests": len(done),
+        "ok": len(ok),
+        "output_tokens": tokens,
+        "aggregate_tps": tokens / wall if wall > 0 and len(ok) == len(done) else None,
+        "cache_flushed": flushed,
+    }
+    results.rounds.append(record)
+    failed = next((s for s in done if not s.ok), None)
+    if failed is not None:
+        raise RequestFailed(
+            f"{endpoint.name} ({endpoint.url}) failed at concurrency {level}, repeat {repeat + 1}, "
+            f"prompt {failed.prompt_id}: {failed.error}"
+        )
+    return record
+
+
+def warm_up(endpoint: Endpoint, prompts: Sequence[Prompt], count: int, options: Options, api_key: str | None,
+            advance: Callable[[], None] = lambda: None) -> None:
+    """Unmeasured requests first: the first ones pay for JIT compiles and cold caches."""
+    shortest = sorted(prompts, key=lambda p: p.max_new_tokens)
+    for i in range(count):
+        prompt = shortest[i % len(shortest)]
+        sample = Sample(endpoint.name, 0, -1, -1, prompt.id)
+        try:
+            stream_generate(endpoint, request_body(prompt, options.ignore_eos, options.prompt_template),
+                            api_key, options.timeout, sample)
+        except RequestFailed as err:
+            raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed during warm-up, prompt {prompt.id}: {err}") from None
+        advance()
+
+
+def round_order(endpoints: Sequence[Endpoint], repeat: int) -> list[Endpoint]:
+    """A B on even repeats, B A on odd ones: neither side always runs first."""
+    return list(endpoints) if repeat % 2 == 0 else list(reversed(endpoints))
+
+
+def run_rounds(
+    endpoints: Sequence[Endpoint],
+    prompt_set: PromptSet,
+    options: Options,
+    api_key: str | None,
+    results: Results,
+    progress: "Progress | None" = None,
+) -> None:
+    """Warm up every endpoint, then for each level and repeat, one round per endpoint, interleaved."""
+    advance = progress.advance if progress else (lambda: None)
+    for endpoint in endpoints:
+        if progress:
+            progress.describe(f"{endpoint.name}: warm-up")
+        warm_up(endpoint, prompt_set.prompts, options.warmup, options, api_key, advance)
+    for level in options.levels:
+        for repeat in range(options.repeats):
+            for endpoint in round_order(endpoints, repeat):
+                if progress:
+                    progress.describe(f"{endpoint.name}: concurrency {level}, repeat {repeat + 1}/{options.repeats}")
+                try:
+                    run_round(endpoint, prompt_set.prompts, level, repeat, options, api_key, results, advance)
+                finally:
+                    results.write()
+
+
+def planned_requests(prompt_set: PromptSet, options: Options, endpoints: int) -> int:
+    per_endpoint = options.warmup + sum(
+        len(_round_requests(prompt_set.prompts, level)) * options.repeats for level in options.levels
+    )
+    return per_endpoint * endpoints
+
+
+# --- progress ----------------------------------------------------------------
+
+
+class Progress:
+    """A rich progress bar on stderr, counting requests."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        self._bar = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self._task = self._bar.add_task("bench", total=total)
+
+    def __enter__(self) -> "Progress":
+        if self._bar:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar:
+            self._bar.stop()
+
+    def describe(self, text: str) -> None:
+        if self._bar:
+            self._bar.update(self._task, description=text)
+
+    def advance(self) -> None:
+        if self._bar:
+            self._bar.advance(self._task)
+
+    def add_total(self, count: int) -> None:
+        if self._bar:
+            task = self._bar.tasks[0]
+            self._bar.update(self._task, total=(task.total or 0) + count)
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- the task ----------------------------------------------------------------
+
+
+def timestamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def results_dir(out: str | Path | None, root: Path = DEFAULT_RESULTS) -> Path:
+    """``out`` or ``bench-results/<UTC timestamp>``; never one that already holds results."""
+    path = Path(out) if out else root / timestamp()
+    if (path / report.JSON_NAME).exists():
+        raise UserError(f"{path}: already holds {report.JSON_NAME}; pick another --out or move it away")
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {path}: exists and is not a directory")
+    return path
+
+
+def host_metadata() -> dict:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def resolve_endpoints(
+    specs: Sequence[str], env: Mapping[str, str], api_key: str | None, probe_timeout: float = 30.0
+) -> list[Endpoint]:
+    """The endpoints to measure, each checked with ``/health``.
+
+    Named with ``--endpoint``: every one must answer. The compose defaults: those
+    that answer are measured (on one box only one service can run), and none
+    answering is an error.
+    """
+    if specs:
+        endpoints = parse_endpoints(specs)
+        for endpoint in endpoints:
+            why = probe(endpoint, api_key, probe_timeout)
+            if why:
+                raise UserError(f"endpoint {endpoint.name} at {endpoint.url} is not reachable: {why}")
+        return endpoints
+    candidates = default_endpoints(env)
+    up, down = [], []
+    for endpoint in candidates:
+        why = probe(endpoint, api_key, probe_timeout)
+        (down if why else up).append((endpoint, why))
+    if not up:
+        detail = "; ".join(f"{e.name} at {e.url}: {why}" for e, why in down)
+        raise UserError(
+            f"no endpoint answers ({detail}): start a service (docker compose up -d baseline) or pass --endpoint NAME=URL"
+        )
+    for endpoint, why in down:
+        say(f"bench: skipping {endpoint.name} at {endpoint.url} ({why}); "
+            "to compare services that cannot run together, see `invoke bench-compare`")
+    return [e for e, _ in up]
+
+
+def run(
+    endpoints: Sequence[str] = (),
+    levels: str | Sequence[int] = DEFAULT_LEVELS,
+    repeats: int = 3,
+    warmup: int = 2,
+    prompts: str | Path | None = None,
+    out: str | Path | None = None,
+    timeout: float = 600.0,
+    ignore_eos: bool = False,
+    prompt_template: str | None = None,
+    flush: bool = True,
+    reference: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    progress: bool = True,
+) -> Path:
+    """Measure the endpoints and write the results directory; return its path."""
+    env = stack_env(environ)
+    options = Options(
+        levels=parse_levels(levels),
+        repeats=parse_count("--repeats", repeats, 1),
+        warmup=parse_count("--warmup", warmup, 0),
+        timeout=parse_seconds("--timeout", timeout),
+        ignore_eos=bool(ignore_eos),
+        prompt_template=check_template(prompt_template),
+        flush_cache=bool(flush),
+        reference=reference or None,
+    )
+    prompt_set = load_prompts(Path(prompts) if prompts else DEFAULT_PROMPTS)
+    out_dir = results_dir(out)
+    api_key = env.get("SGLANG_API_KEY") or None
+    chosen = resolve_endpoints(endpoints, env, api_key)
+    if options.reference and options.reference not in {e.name for e in chosen}:
+        raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({', '.join(e.name for e in chosen)})")
+    results = Results(out_dir, metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1))
+    say(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}")
+    with Progress(planned_requests(prompt_set, options, len(chosen)), enabled=progress) as bar:
+        execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
+    return out_dir
+
+
+def check_template(template: str | None) -> str | None:
+    if not template:
+        return None
+    if "{prompt}" not in template:
+        raise UserError(f"--prompt-template {template!r}: must contain {{prompt}}, where each prompt goes")
+    return template
+
+
+def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Options, api_key: str | None,
+             interleaved: bool) -> dict:
+    return {
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished": None,
+        "endpoints": [
+            {"name": e.name, "url": e.url, "server": server_info(e, api_key, min(options.timeout, 30.0))}
+            for e in endpoints
+        ],
+        "reference": options.reference or default_reference([e.name for e in endpoints]),
+        "interleaved": interleaved,
+        "prompt_set": {
+            "path": str(prompt_set.path),
+            "version": prompt_set.version,
+            "sha256": prompt_set.sha256,
+            "prompts": len(prompt_set.prompts),
+        },
+        "levels": options.levels,
+        "repeats": options.repeats,
+        "warmup": options.warmup,
+        "sampling": {"temperature": 0.0, "ignore_eos": options.ignore_eos},
+        "prompt_template": options.prompt_template,
+        "flush_cache": options.flush_cache,
+        "timeout_s": options.timeout,
+        "host": host_metadata(),
+    }
+
+
+def default_reference(names: Sequence[str]) -> str | None:
+    """``baseline`` when it is measured, else the first endpoint."""
+    if "baseline" in names:
+        return "baseline"
+    return names[0] if names else None
+
+
+def execute(results: Results, body: Callable[[], None]) -> None:
+    """Run ``body``; whatever happens, write the results, marked complete only on success."""
+    try:
+        body()
+    except RequestFailed as err:
+        results.error = str(err)
+        finish(results)
+        raise UserError(f"{err} (partial results, marked incomplete: {results.out_dir})", code=1) from None
+    except UserError as err:
+        results.error = str(err)
+        finish(results)
+        raise UserError(f"{err} (partial results, marked incomplete: {results.out_dir})", code=err.code) from None
+    except KeyboardInterrupt:
+        results.error = "interrupted"
+        finish(results)
+        say(f"bench: interrupted; partial results, marked incomplete: {results.out_dir}")
+        raise
+    results.complete = True
+    doc = finish(results)
+    say(report.markdown(doc))
+    say(f"bench: results in {results.out_dir}")
+
+
+def finish(results: Results) -> dict:
+    results.metadata["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return results.write(plot=True)
+
+
+def compare(paths: Sequence[str | Path], out: str | Path | None = None, reference: str | None = None) -> Path:
+    """Combine results of separate runs (one service at a time) into one table and plot.
+
+    The runs were not interleaved, so their ratio carries the machine's drift
+    between them; the combined metadata says so (``interleaved: false``).
+    """
+    if len(paths) < 2:
+        raise UserError("bench-compare needs at least two results (--results DIR, repeated)")
+    docs = [report.load_results(Path(p)) for p in paths]
+    names: dict[str, str] = {}
+    for path, doc in zip(paths, docs):
+        for endpoint in doc["metadata"]["endpoints"]:
+            if endpoint["name"] in names:
+                raise UserError(f"{path}: endpoint {endpoint['name']!r} is also in {names[endpoint['name']]}; "
+                                "compare results of different endpoints")
+            names[endpoint["name"]] = str(path)
+    if reference and reference not in names:
+        raise UserError(f"--reference {reference!r}: not one of the endpoints ({', '.join(names)})")
+    out_dir = results_dir(out)
+    first = docs[0]["metadata"]
+    versions = {d["metadata"]["prompt_set"]["sha256"] for d in docs}
+    if len(versions) > 1:
+        say("bench-compare: warning: the runs used different prompt files; their figures are not comparable")
+    meta = {
+        "started": min(d["metadata"]["started"] for d in docs),
+        "finished": max(d["metadata"].get("finished") or d["metadata"]["started"] for d in docs),
+        "endpoints": [e for d in docs for e in d["metadata"]["endpoints"]],
+        "reference": reference or default_reference(list(names)),
+        "interleaved": False,
+        "sources": [str(Path(p)) for p in paths],
+        "prompt_set": first["prompt_set"],
+        "levels": sorted({lvl for d in docs for lvl in d["metadata"]["levels"]}),
+        "repeats": min(d["metadata"]["repeats"] for d in docs),
+        "warmup": first.get("warmup"),
+        "sampling": first.get("sampling"),
+        "prompt_template": first.get("prompt_template"),
+        "flush_cache": first.get("flush_cache"),
+        "host": first.get("host"),
+    }
+    doc = {
+        "schema": 1,
+        "complete": all(d["complete"] for d in docs),
+        "error": "; ".join(f"{p}: {d['error']}" for p, d in zip(paths, docs) if d.get("error")) or None,
+        "metadata": meta,
+        "rounds": [r for d in docs for r in d["rounds"]],
+        "samples": [s for d in docs for s in d["samples"]],
+    }
+    doc["summary"] = report.summarize(doc)
+    report.write_results(out_dir, doc, plot=True)
+    say(report.markdown(doc))
+    say(f"bench-compare: results in {out_dir}")
+    return out_dir

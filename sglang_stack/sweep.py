@@ -1,0 +1,296 @@
+"""``invoke bench --sweep``: restart ``eagle3`` once per speculative setting and keep the fastest.
+
+The compose file turns ``SGLANG_SPEC_NUM_STEPS``, ``SGLANG_SPEC_EAGLE_TOPK`` and
+``SGLANG_SPEC_NUM_DRAFT_TOKENS`` into ``--speculative-num-steps``,
+``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``. Each grid
+point recreates the service with those variables set, waits for ``/health``,
+checks with ``/server_info`` that the server really runs the setting, and then
+measures it like ``invoke bench`` does. A point whose server does not come up
+is recorded as failed and the sweep goes on: a setting that does not fit the
+box is a result too.
+
+Restarts reload the model (minutes for a 1T-parameter model), so grid points
+run one after the other, not interleaved: compare them with the repeats'
+spread in mind.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from . import ROOT, bench, report, shell
+from .bench import Endpoint, Options, Progress, PromptSet, RequestFailed, Results
+from .errors import UserError
+
+SERVICE = "eagle3"
+ENV_STEPS = "SGLANG_SPEC_NUM_STEPS"
+ENV_TOPK = "SGLANG_SPEC_EAGLE_TOPK"
+ENV_DRAFT = "SGLANG_SPEC_NUM_DRAFT_TOKENS"
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    steps: int
+    topk: int
+    draft_tokens: int
+
+    def label(self, service: str = SERVICE) -> str:
+        return f"{service} s{self.steps} k{self.topk} d{self.draft_tokens}"
+
+    def env(self) -> dict[str, str]:
+        return {ENV_STEPS: str(self.steps), ENV_TOPK: str(self.topk), ENV_DRAFT: str(self.draft_tokens)}
+
+
+class PointFailed(Exception):
+    """This grid point's server did not come up; the sweep records it and goes on."""
+
+
+def parse_ints(flag: str, text: str | Sequence[int], minimum: int = 1) -> list[int]:
+    items = [str(x).strip() for x in (text.split(",") if isinstance(text, str) else text)]
+    items = [x for x in items if x]
+    out: list[int] = []
+    for item in items:
+        if not item.isdigit() or int(item) < minimum:
+            raise UserError(f"{flag} {text!r}: {item!r} is not an integer of at least {minimum}")
+        if int(item) not in out:
+            out.append(int(item))
+    return out
+
+
+def max_draft_tokens(steps: int, topk: int) -> int:
+    """The most draft tokens a tree of ``steps`` x ``topk`` can offer the verifier.
+
+    SGLang picks ``num_draft_tokens - 1`` candidates by top-k over ``topk`` scores
+    from the first step plus ``topk * topk`` from each later one
+    (sglang/srt/speculative/eagle_utils.py, ``organize_draft_results``); asking for
+    more fails inside ``torch.topk``.
+    """
+    return 1 + topk + (steps - 1) * topk * topk
+
+
+def grid(steps: Sequence[int], topks: Sequence[int], draft_tokens: Sequence[int]) -> list[GridPoint]:
+    """Every valid (steps, topk, draft tokens) combination, in the order given.
+
+    With topk 1 the draft-token count is always steps + 1: SGLang overrides any
+    other value (server_args.py: "speculative_num_draft_tokens is adjusted to
+    speculative_num_steps + 1 when speculative_eagle_topk == 1"), so measuring
+    others would repeat the same setting. With topk above 1 the draft-token
+    counts come from ``--sweep-draft-tokens``; counts the tree cannot offer are dropped.
+    """
+    if not steps:
+        raise UserError("--sweep-steps is empty (e.g. --sweep-steps 1,2,3,4)")
+    if not topks:
+        raise UserError("--sweep-topk is empty (e.g. --sweep-topk 1)")
+    if any(k > 1 for k in topks) and not draft_tokens:
+        raise UserError(
+            f"--sweep-topk {','.join(map(str, topks))}: a topk above 1 needs --sweep-draft-tokens (e.g. 4,8,16)"
+        )
+    points: list[GridPoint] = []
+    for s in steps:
+        for k in topks:
+            counts = [s + 1] if k == 1 else [d for d in draft_tokens if 2 <= d <= max_draft_tokens(s, k)]
+            for d in counts:
+                point = GridPoint(s, k, d)
+                if point not in points:
+                    points.append(point)
+    if not points:
+        raise UserError(
+            f"--sweep-draft-tokens {','.join(map(str, draft_tokens))}: no count fits the trees of "
+            f"--sweep-steps {','.join(map(str, steps))} and --sweep-topk {','.join(map(str, topks))} "
+            "(at most 1 + topk + (steps - 1) * topk^2)"
+        )
+    return points
+
+
+def compose_argv(service: str = SERVICE, compose_file: str | None = None) -> list[str]:
+    """The command that recreates ``service`` and waits for its healthcheck."""
+    argv = ["docker", "compose"]
+    if compose_file:
+        argv += ["-f", str(compose_file)]
+    return argv + ["up", "-d", "--wait", "--force-recreate", service]
+
+
+def compose_env(point: GridPoint, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with the grid point's three variables (they win over ``.env``)."""
+    return {**base, **point.env()}
+
+
+def compose_restart(service: str = SERVICE, compose_file: str | None = None) -> Callable[[GridPoint], None]:
+    """A restart function that runs ``docker compose up`` for each grid point."""
+    shell.require("docker", "the sweep restarts the service with docker compose; install Docker with the compose plugin")
+
+    def restart(point: GridPoint) -> None:
+        shell.run(compose_argv(service, compose_file), env=compose_env(point, os.environ), cwd=ROOT,
+                  what=f"docker compose up {service} ({point.label(service)})")
+
+    return restart
+
+
+def mismatch(info: Mapping, point: GridPoint) -> str | None:
+    """What the server runs that differs from ``point``; ``None`` when it matches or does not say."""
+    wanted = {
+        "speculative_num_steps": point.steps,
+        "speculative_eagle_topk": point.topk,
+        "speculative_num_draft_tokens": point.draft_tokens,
+    }
+    wrong = [f"{key}={info[key]} (wanted {value})" for key, value in wanted.items() if key in info and info[key] != value]
+    return ", ".join(wrong) or None
+
+
+def select_best(summary: dict, points: Sequence[dict], level: int) -> str | None:
+    """The label of the measured point with the highest aggregate tok/s at ``level``.
+
+    Ties go to fewer draft tokens, then fewer steps: the same speed for less
+    verify work leaves more headroom under load.
+    """
+    rows = {r["endpoint"]: r for r in summary["rows"] if r["level"] == level}
+    ranked = []
+    for point in points:
+        row = rows.get(point["label"])
+        if point.get("error") or not row or row["aggregate_tps_mean"] is None:
+            continue
+        ranked.append((-row["aggregate_tps_mean"], point["draft_tokens"], point["steps"], point["label"]))
+    return min(ranked)[3] if ranked else None
+
+
+def run_points(
+    endpoint: Endpoint,
+    points: Sequence[GridPoint],
+    prompt_set: PromptSet,
+    options: Options,
+    api_key: str | None,
+    results: Results,
+    restart: Callable[[GridPoint], None],
+    ready_timeout: float,
+    level: int,
+    service: str = SERVICE,
+    progress: Progress | None = None,
+    ready_interval: float = 5.0,
+) -> None:
+    """Restart, check and measure each point; then leave the service on the best one."""
+    per_point = bench.planned_requests(prompt_set, options, 1)
+    sweep = results.sweep
+    last_up: str | None = None
+    for point in points:
+        label = point.label(service)
+        entry = {"label": label, "steps": point.steps, "topk": point.topk, "draft_tokens": point.draft_tokens,
+                 "error": None}
+        sweep["points"].append(entry)
+        measured = Endpoint(label, endpoint.url)
+        try:
+            if progress:
+                progress.describe(f"{label}: restarting {service}")
+            try:
+                restart(point)
+                bench.wait_ready(measured, api_key, ready_timeout, ready_interval)
+            except UserError as err:
+                raise PointFailed(str(err)) from None
+            last_up = label
+            info = bench.server_info(measured, api_key)
+            wrong = mismatch(info, point)
+            if wrong:
+                raise UserError(
+                    f"{service} at {endpoint.url} runs {wrong}: the compose file must pass "
+                    f"{ENV_STEPS}, {ENV_TOPK} and {ENV_DRAFT} to --speculative-num-steps, "
+                    "--speculative-eagle-topk and --speculative-num-draft-tokens"
+                )
+            entry["verified"] = bool(info) and all(
+                k in info for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+            )
+            results.metadata["endpoints"].append({"name": label, "url": endpoint.url, "server": info})
+            bench.run_rounds([measured], prompt_set, options, api_key, results, progress)
+        except (PointFailed, RequestFailed) as err:
+            entry["error"] = str(err)
+            bench.say(f"bench: sweep point {label} failed: {err}")
+            if progress:
+                # Its unsent requests will never come: keep the bar's total honest.
+                done = sum(1 for s in results.samples if s.endpoint == label)
+                progress.add_total(-(per_point - done - options.warmup))
+        finally:
+            results.write()
+    summary = report.summarize(results.document())
+    best = select_best(summary, sweep["points"], level)
+    sweep["best"] = best
+    results.write()
+    if best is None:
+        raise UserError(f"every sweep point failed; see {results.out_dir / report.MARKDOWN_NAME}")
+    point = next(p for p in points if p.label(service) == best)
+    bench.say(f"bench: best setting {best}: " + " ".join(f"{k}={v}" for k, v in point.env().items()))
+    if last_up != best:
+        bench.say(f"bench: recreating {service} with the best setting")
+        restart(point)
+        bench.wait_ready(Endpoint(best, endpoint.url), api_key, ready_timeout, ready_interval)
+
+
+def run(
+    endpoints: Sequence[str] = (),
+    levels: str | Sequence[int] = bench.DEFAULT_LEVELS,
+    repeats: int = 3,
+    warmup: int = 2,
+    prompts: str | Path | None = None,
+    out: str | Path | None = None,
+    timeout: float = 600.0,
+    ignore_eos: bool = False,
+    prompt_template: str | None = None,
+    flush: bool = True,
+    steps: str = "1,2,3,4",
+    topk: str = "1",
+    draft_tokens: str = "",
+    level: str | int | None = None,
+    ready_timeout: float = 1800.0,
+    compose_file: str | None = None,
+    service: str = SERVICE,
+    environ: Mapping[str, str] | None = None,
+    restart: Callable[[GridPoint], None] | None = None,
+    progress: bool = True,
+    ready_interval: float = 5.0,
+) -> Path:
+    """Sweep ``service`` over the grid and write the results directory; return its path."""
+    env = bench.stack_env(environ)
+    options = Options(
+        levels=bench.parse_levels(levels),
+        repeats=bench.parse_count("--repeats", repeats, 1),
+        warmup=bench.parse_count("--warmup", warmup, 0),
+        timeout=bench.parse_seconds("--timeout", timeout),
+        ignore_eos=bool(ignore_eos),
+        prompt_template=bench.check_template(prompt_template),
+        flush_cache=bool(flush),
+    )
+    points = grid(parse_ints("--sweep-steps", steps), parse_ints("--sweep-topk", topk),
+                  parse_ints("--sweep-draft-tokens", draft_tokens, minimum=2))
+    rank_level = min(options.levels) if level in (None, "") else bench.parse_count("--sweep-level", level, 1)
+    if rank_level not in options.levels:
+        raise UserError(f"--sweep-level {rank_level}: not one of --levels {','.join(map(str, options.levels))}")
+    ready = bench.parse_seconds("--ready-timeout", ready_timeout)
+    prompt_set = bench.load_prompts(Path(prompts) if prompts else bench.DEFAULT_PROMPTS)
+    if endpoints:
+        given = bench.parse_endpoints(endpoints)
+        if len(given) != 1 or given[0].name != service:
+            raise UserError(f"--sweep measures only {service}: pass at most --endpoint {service}=URL")
+        endpoint = given[0]
+    else:
+        endpoint = next(e for e in bench.default_endpoints(env) if e.name == service)
+    restart = restart or compose_restart(service, compose_file)
+    out_dir = bench.results_dir(out)
+    api_key = env.get("SGLANG_API_KEY") or None
+    meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
+    meta["reference"] = None
+    results = Results(out_dir, meta)
+    results.sweep = {
+        "service": service,
+        "url": endpoint.url,
+        "level": rank_level,
+        "grid": {"steps": sorted({p.steps for p in points}), "topk": sorted({p.topk for p in points}),
+                 "draft_tokens": sorted({p.draft_tokens for p in points})},
+        "points": [],
+        "best": None,
+    }
+    bench.say(f"bench: sweeping {service} ({endpoint.url}) over {len(points)} settings; results in {out_dir}")
+    total = bench.planned_requests(prompt_set, options, len(points))
+    with Progress(total, enabled=progress) as bar:
+        bench.execute(results, lambda: run_points(endpoint, points, prompt_set, options, api_key, results, restart,
+                                                  ready, rank_level, service, bar, ready_interval))
+    return out_dir

@@ -1,0 +1,206 @@
+"""A loopback HTTP server that streams ``/generate`` the way SGLang 0.5.9 does.
+
+It serves the same wire format (read from the 0.5.9 wheel:
+``sglang/srt/entrypoints/http_server.py`` and
+``sglang/srt/managers/tokenizer_manager.py``): chunked ``text/event-stream``,
+one ``data: {json}`` event per step with the cumulative ``text``,
+``output_ids`` and ``meta_info.completion_tokens``, ``finish_reason`` on the last
+event (plus ``spec_*`` when speculative decoding is on), then ``data: [DONE]``.
+
+The timing is known in advance: the first event comes ``ttft_s`` after the
+request, then one event every ``step_s``, each adding the next count from
+``accept`` tokens. So a client's measured figures can be checked against what
+was served.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Behaviour:
+    step_s: float = 0.008
+    ttft_s: float = 0.02
+    accept: tuple[int, ...] = (1,)
+    spec: bool = False
+    fail_after: int | None = None  # generate requests answered normally before the failure starts
+    failure: str = "http500"  # http500, stream-error, abort, disconnect
+    api_key: str | None = None
+    health_status: int = 200
+    server_info: dict = field(default_factory=dict)
+    flush_status: int = 200
+
+
+class SGLangServer:
+    def __init__(self, behaviour: Behaviour | None = None):
+        self.behaviour = behaviour or Behaviour()
+        self.lock = threading.Lock()
+        self.bodies: list[dict] = []
+        self.headers: list[dict] = []
+        self.served: list[dict] = []  # per finished request: tokens, verify passes
+        self.flushes = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> "SGLangServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def schedule(self, max_new_tokens: int) -> list[int]:
+        """Cumulative completion_tokens of each event: 1 from prefill, then ``accept`` counts."""
+        counts, total, i = [1], 1, 0
+        accept = self.behaviour.accept
+        while total < max_new_tokens:
+            total = min(max_new_tokens, total + accept[i % len(accept)])
+            counts.append(total)
+            i += 1
+        return counts
+
+
+def _handler(server: SGLangServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # keep pytest output clean
+            pass
+
+        def _json(self, status: int, payload) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorised(self) -> bool:
+            key = server.behaviour.api_key
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self._json(401, {"error": "Unauthorized"})
+                return False
+            return True
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                status = server.behaviour.health_status
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif self.path == "/server_info":
+                if self._authorised():
+                    self._json(200, {**server.behaviour.server_info, "api_key": server.behaviour.api_key})
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            raw = self.rfile.read(length)
+            if self.path == "/flush_cache":
+                if self._authorised():
+                    with server.lock:
+                        server.flushes += 1
+                    self._json(server.behaviour.flush_status, {})
+                return
+            if self.path != "/generate":
+                self._json(404, {"detail": "Not Found"})
+                return
+            if not self._authorised():
+                return
+            body = json.loads(raw)
+            with server.lock:
+                server.bodies.append(body)
+                server.headers.append(dict(self.headers))
+                index = len(server.bodies) - 1
+                server.in_flight += 1
+                server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            try:
+                self._generate(body, index)
+            finally:
+                with server.lock:
+                    server.in_flight -= 1
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _event(self, payload) -> None:
+            self._chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+        def _generate(self, body: dict, index: int) -> None:
+            b = server.behaviour
+            failing = b.fail_after is not None and index >= b.fail_after
+            if failing and b.failure == "http500":
+                self._json(500, {"object": "error", "message": "Internal server error", "code": 500})
+                return
+            start = time.perf_counter()
+            n = body["sampling_params"]["max_new_tokens"]
+            counts = server.schedule(n)
+            rid = f"req-{index}"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for k, tokens in enumerate(counts):
+                due = start + b.ttft_s + k * b.step_s
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                if failing and k == 2:
+                    if b.failure == "stream-error":
+                        self._event({"error": {"message": "CUDA error: an illegal memory access was encountered"}})
+                        self._chunk(b"data: [DONE]\n\n")
+                        self._chunk(b"")
+                        return
+                    if b.failure == "abort":
+                        self._event({"text": "", "output_ids": [], "meta_info": {
+                            "id": rid, "completion_tokens": tokens,
+                            "finish_reason": {"type": "abort", "message": "Abort before prefill",
+                                              "status_code": 503}}})
+                        self._chunk(b"data: [DONE]\n\n")
+                        self._chunk(b"")
+                        return
+                    if b.failure == "disconnect":
+                        self.close_connection = True
+                        return
+                last = k == len(counts) - 1
+                meta = {
+                    "id": rid,
+                    "finish_reason": {"type": "length", "length": n} if last else None,
+                    "prompt_tokens": len(body["text"].split()),
+                    "weight_version": "default",
+                    "total_retractions": 0,
+                    "completion_tokens": tokens,
+                    "cached_tokens": 0,
+                }
+                if last:
+                    meta["e2e_latency"] = time.perf_counter() - start
+                    verify = len(counts) - 1
+                    if b.spec and verify:
+                        meta["spec_accept_rate"] = 0.5
+                        meta["spec_accept_length"] = tokens / verify
+                        meta["spec_accept_token_num"] = tokens - verify
+                        meta["spec_draft_token_num"] = verify * 3
+                        meta["spec_verify_ct"] = verify
+                    with server.lock:
+                        server.served.append({"tokens": tokens, "verify": verify, "events": len(counts)})
+                self._event({"text": " tok" * tokens, "output_ids": list(range(tokens)), "meta_info": meta})
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+
+    return Handler
