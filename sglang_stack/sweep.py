@@ -187,6 +187,7 @@ def run_points(
                 restart(point)
                 bench.wait_ready(measured, api_key, ready_timeout, ready_interval)
             except UserError as err:
+                last_up = None  # what runs now is unknown
                 raise PointFailed(str(err)) from None
             last_up = label
             info = bench.server_info(measured, api_key)

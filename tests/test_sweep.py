@@ -1,0 +1,221 @@
+"""invoke bench --sweep: the grid, the compose command, the checks, and the choice of the best setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from sglang_server import Behaviour, SGLangServer
+from sglang_stack import ROOT, report, sweep
+from sglang_stack.errors import UserError
+from sglang_stack.sweep import GridPoint
+from test_bench import write_prompts
+
+
+# --- the grid ------------------------------------------------------------------
+
+
+def test_topk_one_uses_steps_plus_one_draft_tokens():
+    points = sweep.grid([1, 2, 3], [1], [])
+    assert points == [GridPoint(1, 1, 2), GridPoint(2, 1, 3), GridPoint(3, 1, 4)], (
+        f"with topk 1 SGLang forces draft tokens = steps + 1: {points}"
+    )
+    assert sweep.grid([2], [1], [8, 16]) == [GridPoint(2, 1, 3)], "draft-token values must not multiply topk-1 points"
+
+
+def test_topk_above_one_takes_draft_tokens_that_fit_the_tree():
+    # steps 1, topk 2: at most 1 + 2 = 3 draft tokens; steps 2, topk 2: at most 1 + 2 + 4 = 7
+    points = sweep.grid([1, 2], [2], [3, 4, 8])
+    assert points == [GridPoint(1, 2, 3), GridPoint(2, 2, 3), GridPoint(2, 2, 4)], f"grid: {points}"
+    assert sweep.max_draft_tokens(3, 4) == 1 + 4 + 2 * 16, "tree size: topk + (steps - 1) * topk^2 candidates"
+
+
+def test_bad_grids_are_one_line_errors():
+    with pytest.raises(UserError, match=r"needs --sweep-draft-tokens"):
+        sweep.grid([2], [1, 4], [])
+    with pytest.raises(UserError, match=r"no count fits"):
+        sweep.grid([1], [2], [8])
+    with pytest.raises(UserError, match=r"--sweep-steps is empty"):
+        sweep.grid([], [1], [])
+    with pytest.raises(UserError, match=r"--sweep-topk '1,x': 'x'"):
+        sweep.parse_ints("--sweep-topk", "1,x")
+    with pytest.raises(UserError, match=r"--sweep-draft-tokens '1': '1' is not an integer of at least 2"):
+        sweep.parse_ints("--sweep-draft-tokens", "1", minimum=2)
+
+
+# --- the compose command ---------------------------------------------------------------
+
+
+def test_compose_command_and_environment():
+    assert sweep.compose_argv() == ["docker", "compose", "up", "-d", "--wait", "--force-recreate", "eagle3"], (
+        "the restart must recreate eagle3 and wait for its healthcheck"
+    )
+    assert sweep.compose_argv("eagle3", "docker/compose.yaml")[:4] == ["docker", "compose", "-f", "docker/compose.yaml"]
+    env = sweep.compose_env(GridPoint(3, 1, 4), {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "9"})
+    assert env == {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "3", "SGLANG_SPEC_EAGLE_TOPK": "1",
+                   "SGLANG_SPEC_NUM_DRAFT_TOKENS": "4"}, f"grid point must override the environment: {env}"
+
+
+def test_compose_restart_runs_docker_with_the_grid_point(tmp_path, monkeypatch):
+    # A stand-in `docker` on PATH records what it was called with; no container is started.
+    record = tmp_path / "record.json"
+    tool = tmp_path / "docker"
+    tool.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'cwd': os.getcwd(), "
+        f"'env': {{k: v for k, v in os.environ.items() if k.startswith('SGLANG_SPEC_')}}}}, open({str(record)!r}, 'w'))\n"
+    )
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    sweep.compose_restart()(GridPoint(2, 1, 3))
+    seen = json.loads(record.read_text())
+    assert seen["argv"] == ["compose", "up", "-d", "--wait", "--force-recreate", "eagle3"], f"argv: {seen['argv']}"
+    assert seen["cwd"] == str(ROOT), f"compose must run from the repository root, ran in {seen['cwd']}"
+    assert seen["env"] == {"SGLANG_SPEC_NUM_STEPS": "2", "SGLANG_SPEC_EAGLE_TOPK": "1",
+                           "SGLANG_SPEC_NUM_DRAFT_TOKENS": "3"}, f"variables compose saw: {seen['env']}"
+
+
+def test_compose_restart_without_docker_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UserError, match=r"docker not found on PATH"):
+        sweep.compose_restart()
+
+
+# --- checks and choice -----------------------------------------------------------------
+
+
+def test_mismatch_names_what_the_server_runs():
+    point = GridPoint(3, 1, 4)
+    assert sweep.mismatch({"speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                           "speculative_num_draft_tokens": 4}, point) is None, "a matching server was flagged"
+    assert sweep.mismatch({}, point) is None, "a server that does not say cannot be flagged"
+    assert sweep.mismatch({"speculative_num_steps": 2, "speculative_eagle_topk": 1}, point) == (
+        "speculative_num_steps=2 (wanted 3)"
+    ), "the mismatch must name the key, the value and the wanted value"
+
+
+def test_select_best_ranks_by_aggregate_and_breaks_ties_on_less_work():
+    rows = [
+        {"endpoint": "a", "level": 1, "aggregate_tps_mean": 90.0},
+        {"endpoint": "b", "level": 1, "aggregate_tps_mean": 96.0},
+        {"endpoint": "c", "level": 1, "aggregate_tps_mean": 96.0},
+        {"endpoint": "d", "level": 1, "aggregate_tps_mean": 120.0},
+        {"endpoint": "a", "level": 4, "aggregate_tps_mean": 500.0},
+    ]
+    points = [
+        {"label": "a", "steps": 1, "draft_tokens": 2},
+        {"label": "b", "steps": 3, "draft_tokens": 4},
+        {"label": "c", "steps": 2, "draft_tokens": 3},
+        {"label": "d", "steps": 4, "draft_tokens": 5, "error": "server did not come up"},
+    ]
+    assert sweep.select_best({"rows": rows}, points, 1) == "c", "tie on speed must go to fewer draft tokens"
+    assert sweep.select_best({"rows": rows}, points, 4) == "a", "ranking must use the chosen level"
+    assert sweep.select_best({"rows": rows}, points[3:], 1) is None, "a failed point can never be best"
+
+
+# --- a sweep against a loopback server -------------------------------------------------------
+
+
+def behaviour_for(point: GridPoint) -> Behaviour:
+    """The served speed of a setting: 2 tokens per draft step, at most 4, and steps past 2 cost double.
+
+    steps 1: 2 tokens / 10 ms = 200 tok/s; steps 2: 4 / 10 ms = 400; steps 3: 4 / 20 ms = 200.
+    """
+    return Behaviour(
+        step_s=0.010 if point.steps <= 2 else 0.020, ttft_s=0.01, accept=(min(2 * point.steps, 4),), spec=True,
+        server_info={"speculative_num_steps": point.steps, "speculative_eagle_topk": point.topk,
+                     "speculative_num_draft_tokens": point.draft_tokens},
+    )
+
+
+def test_sweep_finds_the_fastest_setting(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=13)
+    restarts: list[GridPoint] = []
+    with SGLangServer(behaviour_for(GridPoint(1, 1, 2))) as server:
+
+        def restart(point: GridPoint) -> None:
+            restarts.append(point)
+            if point.topk > 1:  # as when a setting does not fit in memory
+                raise UserError("docker compose up eagle3 failed with exit code 1")
+            server.behaviour = behaviour_for(point)
+
+        out = sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=0, prompts=prompts,
+                        out=tmp_path / "r", steps="1,2,3", topk="1,2", draft_tokens="4", environ={},
+                        restart=restart, ready_interval=0.01, progress=True)
+    doc = json.loads((out / report.JSON_NAME).read_text())
+    assert doc["complete"] is True, f"sweep incomplete: {doc['error']}"
+    labels = [p["label"] for p in doc["sweep"]["points"]]
+    assert labels == ["eagle3 s1 k1 d2", "eagle3 s2 k1 d3", "eagle3 s2 k2 d4", "eagle3 s3 k1 d4", "eagle3 s3 k2 d4"], (
+        f"grid order: {labels}"
+    )
+    assert doc["sweep"]["best"] == "eagle3 s2 k1 d3", f"best {doc['sweep']['best']}, served fastest: steps 2"
+    failed = [p["label"] for p in doc["sweep"]["points"] if p["error"]]
+    assert failed == ["eagle3 s2 k2 d4", "eagle3 s3 k2 d4"], f"failed points not recorded: {failed}"
+    assert restarts[-1] == GridPoint(2, 1, 3), f"the service was not left on the best setting: {restarts[-1]}"
+    rows = {r["endpoint"]: r for r in doc["summary"]["rows"]}
+    assert rows["eagle3 s2 k1 d3"]["accept_length"] == pytest.approx(13 / 3), "accept length of steps 2 from meta_info"
+    assert abs(rows["eagle3 s2 k1 d3"]["decode_tps_p50"] - 400) < 60, "steps 2 served at 400 tok/s"
+    text = (out / report.MARKDOWN_NAME).read_text()
+    assert "SGLANG_SPEC_NUM_STEPS=2" in text and "SGLANG_SPEC_NUM_DRAFT_TOKENS=3" in text, "no .env lines for the best"
+    assert "| eagle3 s2 k2 d4 | 2 | 2 | 4 | - | - | - | docker compose up eagle3 failed" in text, "failed row missing"
+
+
+def test_sweep_stops_when_the_server_ignores_the_setting(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=1, tokens=4)
+    with SGLangServer(behaviour_for(GridPoint(3, 1, 4))) as server:
+        with pytest.raises(UserError, match=r"runs speculative_num_steps=3 \(wanted 1\).*must pass SGLANG_SPEC_NUM_STEPS"):
+            sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
+                      out=tmp_path / "r", steps="1,2", environ={}, restart=lambda point: None,
+                      ready_interval=0.01, progress=False)
+    doc = json.loads((tmp_path / "r" / report.JSON_NAME).read_text())
+    assert doc["complete"] is False and "must pass" in doc["error"], "a misconfigured sweep must be marked incomplete"
+
+
+def test_sweep_fails_when_every_point_fails(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=1, tokens=4)
+
+    def restart(point: GridPoint) -> None:
+        raise UserError("docker compose up eagle3 failed with exit code 1")
+
+    with SGLangServer() as server:
+        with pytest.raises(UserError, match=r"every sweep point failed"):
+            sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
+                      out=tmp_path / "r", steps="1,2", environ={}, restart=restart, ready_interval=0.01,
+                      progress=False)
+
+
+def test_sweep_measures_only_eagle3(tmp_path):
+    with pytest.raises(UserError, match=r"--sweep measures only eagle3"):
+        sweep.run(endpoints=["baseline=http://127.0.0.1:1"], prompts=write_prompts(tmp_path / "p.jsonl"),
+                  out=tmp_path / "r", environ={}, restart=lambda point: None, progress=False)
+    with pytest.raises(UserError, match=r"--sweep-level 4: not one of --levels 1"):
+        sweep.run(levels="1", level="4", prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r",
+                  environ={}, restart=lambda point: None, progress=False)
+
+
+def test_sweep_waits_for_the_restarted_server(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=1, tokens=4)
+    with SGLangServer(Behaviour(health_status=503)) as server:
+        with pytest.raises(UserError, match=r"every sweep point failed"):
+            sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
+                      out=tmp_path / "r", steps="1", environ={}, restart=lambda point: None,
+                      ready_timeout=0.2, ready_interval=0.05, progress=False)
+    doc = json.loads((tmp_path / "r" / report.JSON_NAME).read_text())
+    assert "not ready after" in doc["sweep"]["points"][0]["error"], f"point error: {doc['sweep']['points'][0]}"
+
+
+def test_no_extra_restart_when_the_last_point_is_best(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=1, tokens=13)
+    restarts: list[GridPoint] = []
+    with SGLangServer(behaviour_for(GridPoint(1, 1, 2))) as server:
+
+        def restart(point: GridPoint) -> None:
+            restarts.append(point)
+            server.behaviour = behaviour_for(point)
+
+        sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
+                  out=tmp_path / "r", steps="1,2", environ={}, restart=restart, ready_interval=0.01, progress=False)
+    assert restarts == [GridPoint(1, 1, 2), GridPoint(2, 1, 3)], f"restarts: {restarts}"
