@@ -291,7 +291,6 @@ def smoke(c, keep=False, base_image=None, negative=True):
         "uses steps + 1 (default: stack.bench.sweep_draft_tokens, none)",
         "sweep_level": "concurrency level the sweep ranks by (default: the lowest of --levels)",
         "ready_timeout": "seconds to wait for eagle3 after each restart (default: stack.bench.ready_timeout, 1800)",
-        "compose_file": "compose file for the sweep's restarts (default: docker compose's own lookup)",
     },
 )
 @user_errors
@@ -314,7 +313,6 @@ def bench(
     sweep_draft_tokens=None,
     sweep_level=None,
     ready_timeout=None,
-    compose_file=None,
 ):
     """Measure decode tok/s, TTFT, ITL, latency and acceptance length of running SGLang servers.
 
@@ -344,7 +342,6 @@ def bench(
             draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
             level=sweep_level,
             ready_timeout=ready_timeout or cfg.ready_timeout,
-            compose_file=compose_file,
             **common,
         )
     else:

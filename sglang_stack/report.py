@@ -206,7 +206,8 @@ def markdown(doc: dict) -> str:
     meta, summary = doc["metadata"], doc["summary"]
     lines = ["# sglang-stack bench", ""]
     if not doc["complete"]:
-        lines += [f"**INCOMPLETE**: {doc.get('error') or 'the run did not finish'}. Only the rounds below were measured.", ""]
+        why = doc.get("error") or "the run did not finish"
+        lines += [f"**INCOMPLETE**: {why}. Only the rounds below were measured.", ""]
     lines += [_server_line(e) for e in meta["endpoints"]]
     ps = meta["prompt_set"]
     sampling = meta.get("sampling") or {}
@@ -243,7 +244,8 @@ def markdown(doc: dict) -> str:
                 else "-"
             )
             rows.append([str(r["level"]), _x(r["decode_tps_p50"]), _x(r["aggregate_tps"]), _x(r["itl_ms_p50"]), spread])
-        lines += _table(["concurrency", "decode tok/s p50", "aggregate tok/s", "ITL p50", "aggregate, paired rounds"], rows)
+        headings = ["concurrency", "decode tok/s p50", "aggregate tok/s", "ITL p50", "aggregate, paired rounds"]
+        lines += _table(headings, rows)
         if not summary["interleaved"]:
             lines += ["", "These runs were not interleaved: the ratio includes any drift of the machine between them."]
     if doc.get("sweep"):

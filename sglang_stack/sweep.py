@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from . import ROOT, bench, report, shell
-from .bench import Endpoint, Options, Progress, PromptSet, RequestFailed, Results
+from . import ROOT, bench, client, report, shell
+from .bench import Options, Progress, PromptSet, Results
+from .client import Endpoint, RequestFailed
 from .errors import UserError
 
 SERVICE = "eagle3"
@@ -105,12 +106,14 @@ def grid(steps: Sequence[int], topks: Sequence[int], draft_tokens: Sequence[int]
     return points
 
 
-def compose_argv(service: str = SERVICE, compose_file: str | None = None) -> list[str]:
-    """The command that recreates ``service`` and waits for its healthcheck."""
-    argv = ["docker", "compose"]
-    if compose_file:
-        argv += ["-f", str(compose_file)]
-    return argv + ["up", "-d", "--wait", "--force-recreate", service]
+def compose_argv(service: str = SERVICE) -> list[str]:
+    """The command that recreates ``service`` and waits for its healthcheck.
+
+    It runs from the repository root, where compose.yaml and .env are; naming the
+    service starts it although it sits in a profile of its own. ``COMPOSE_FILE``
+    in the environment points compose elsewhere.
+    """
+    return ["docker", "compose", "up", "-d", "--wait", "--force-recreate", service]
 
 
 def compose_env(point: GridPoint, base: Mapping[str, str]) -> dict[str, str]:
@@ -118,12 +121,12 @@ def compose_env(point: GridPoint, base: Mapping[str, str]) -> dict[str, str]:
     return {**base, **point.env()}
 
 
-def compose_restart(service: str = SERVICE, compose_file: str | None = None) -> Callable[[GridPoint], None]:
+def compose_restart(service: str = SERVICE) -> Callable[[GridPoint], None]:
     """A restart function that runs ``docker compose up`` for each grid point."""
-    shell.require("docker", "the sweep restarts the service with docker compose; install Docker with the compose plugin")
+    shell.require("docker", "the sweep restarts the service with docker compose; install Docker and its compose plugin")
 
     def restart(point: GridPoint) -> None:
-        shell.run(compose_argv(service, compose_file), env=compose_env(point, os.environ), cwd=ROOT,
+        shell.run(compose_argv(service), env=compose_env(point, os.environ), cwd=ROOT,
                   what=f"docker compose up {service} ({point.label(service)})")
 
     return restart
@@ -136,7 +139,9 @@ def mismatch(info: Mapping, point: GridPoint) -> str | None:
         "speculative_eagle_topk": point.topk,
         "speculative_num_draft_tokens": point.draft_tokens,
     }
-    wrong = [f"{key}={info[key]} (wanted {value})" for key, value in wanted.items() if key in info and info[key] != value]
+    wrong = [
+        f"{key}={info[key]} (wanted {value})" for key, value in wanted.items() if key in info and info[key] != value
+    ]
     return ", ".join(wrong) or None
 
 
@@ -185,12 +190,12 @@ def run_points(
                 progress.describe(f"{label}: restarting {service}")
             try:
                 restart(point)
-                bench.wait_ready(measured, api_key, ready_timeout, ready_interval)
+                client.wait_ready(measured, api_key, ready_timeout, ready_interval)
             except UserError as err:
                 last_up = None  # what runs now is unknown
                 raise PointFailed(str(err)) from None
             last_up = label
-            info = bench.server_info(measured, api_key)
+            info = client.server_info(measured, api_key)
             wrong = mismatch(info, point)
             if wrong:
                 raise UserError(
@@ -223,7 +228,7 @@ def run_points(
     if last_up != best:
         bench.say(f"bench: recreating {service} with the best setting")
         restart(point)
-        bench.wait_ready(Endpoint(best, endpoint.url), api_key, ready_timeout, ready_interval)
+        client.wait_ready(Endpoint(best, endpoint.url), api_key, ready_timeout, ready_interval)
 
 
 def run(
@@ -242,7 +247,6 @@ def run(
     draft_tokens: str = "",
     level: str | int | None = None,
     ready_timeout: float = 1800.0,
-    compose_file: str | None = None,
     service: str = SERVICE,
     environ: Mapping[str, str] | None = None,
     restart: Callable[[GridPoint], None] | None = None,
@@ -274,7 +278,7 @@ def run(
         endpoint = given[0]
     else:
         endpoint = next(e for e in bench.default_endpoints(env) if e.name == service)
-    restart = restart or compose_restart(service, compose_file)
+    restart = restart or compose_restart(service)
     out_dir = bench.results_dir(out)
     api_key = env.get("SGLANG_API_KEY") or None
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)

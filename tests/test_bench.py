@@ -170,7 +170,8 @@ def test_requests_use_sglang_native_streaming_api(pair_run):
 def test_metadata_describes_the_run(pair_run):
     meta = pair_run["doc"]["metadata"]
     assert [e["name"] for e in meta["endpoints"]] == ["baseline", "eagle3"], f"endpoints: {meta['endpoints']}"
-    assert meta["prompt_set"]["version"] == 1 and meta["prompt_set"]["prompts"] == 2, f"prompt set: {meta['prompt_set']}"
+    prompt_set = meta["prompt_set"]
+    assert prompt_set["version"] == 1 and prompt_set["prompts"] == 2, f"prompt set: {prompt_set}"
     assert meta["levels"] == [1, 2] and meta["repeats"] == 2, f"levels/repeats: {meta['levels']} {meta['repeats']}"
     assert meta["host"]["hostname"] == socket.gethostname(), f"host: {meta['host']}"
     spec_info = meta["endpoints"][1]["server"]
@@ -496,9 +497,8 @@ def test_task_unreachable_endpoint_is_one_line(tmp_path):
     port = free_port()
     proc = invoke("bench", "--endpoint", f"gone=http://127.0.0.1:{port}", "--out", str(tmp_path / "r"))
     assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stderr}"
-    assert proc.stderr.strip() == f"error: endpoint gone at http://127.0.0.1:{port} is not reachable: connection refused", (
-        f"stderr: {proc.stderr!r}"
-    )
+    want = f"error: endpoint gone at http://127.0.0.1:{port} is not reachable: connection refused"
+    assert proc.stderr.strip() == want, f"stderr: {proc.stderr!r}"
     assert not (tmp_path / "r").exists(), "results directory created for a run that never started"
 
 

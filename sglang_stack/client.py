@@ -1,0 +1,260 @@
+"""SGLang's native HTTP API, as the benchmark calls it from the host.
+
+``/health`` (can it generate?), ``/server_info`` (what it runs), ``/flush_cache``
+and a streaming ``POST /generate``, timed. The wire format is SGLang 0.5.9's
+(sglang/srt/entrypoints/http_server.py, ``generate_request``): chunked
+``text/event-stream`` with one ``data: {json}`` event per step, an
+``{"error": {...}}`` event if the request fails after the headers went out,
+and ``data: [DONE]`` at the end.
+
+Plain ``http.client``: each event is read as soon as its line arrives, with no
+buffering between the socket and the clock.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from .errors import UserError
+
+# What is recorded from /server_info. It returns every server argument, the API
+# keys included, so only these are kept.
+SERVER_INFO_KEYS = (
+    "version",
+    "model_path",
+    "served_model_name",
+    "tp_size",
+    "dp_size",
+    "ep_size",
+    "quantization",
+    "attention_backend",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+    "stream_interval",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    url: str
+
+
+@dataclass
+class Timing:
+    """What one streamed request measured. Times in seconds."""
+
+    ok: bool = False
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    output_tokens: int | None = None
+    first_chunk_tokens: int | None = None
+    decode_tps: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    chunks: int = 0
+    finish_reason: object = None
+    spec_accept_length: float | None = None
+    spec_verify_ct: int | None = None
+
+
+class RequestFailed(Exception):
+    """One request did not produce a complete answer; the message says why."""
+
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
+
+
+def _headers(api_key: str | None, **extra: str) -> dict[str, str]:
+    headers = dict(extra)
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, (socket.timeout, TimeoutError)):
+        return "timed out"
+    if isinstance(err, socket.gaierror):
+        return f"host not found ({err.strerror})"
+    if isinstance(err, http.client.RemoteDisconnected):
+        return "server closed the connection"
+    return f"{err.__class__.__name__}: {err}".rstrip(": ")
+
+
+def http_get(url: str, path: str, api_key: str | None, timeout: float) -> tuple[int, bytes]:
+    """``GET url+path``: (status, body). Connection problems raise ``RequestFailed``."""
+    conn, base = _connection(url, timeout)
+    try:
+        conn.request("GET", base + path, headers=_headers(api_key))
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException) as err:
+        raise RequestFailed(_describe(err)) from err
+    finally:
+        conn.close()
+
+
+def http_post(url: str, path: str, api_key: str | None, timeout: float, body: dict | None = None) -> tuple[int, bytes]:
+    conn, base = _connection(url, timeout)
+    try:
+        data = json.dumps(body or {}).encode()
+        conn.request("POST", base + path, body=data, headers=_headers(api_key, **{"Content-Type": "application/json"}))
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    except (OSError, http.client.HTTPException) as err:
+        raise RequestFailed(_describe(err)) from err
+    finally:
+        conn.close()
+
+
+def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str | None:
+    """``None`` when ``/health`` answers 200, else why not, in a few words.
+
+    SGLang's ``/health`` answers 503 while the model loads, then runs a one-token
+    generation, so a 200 means the server can generate (and ``/health`` needs no key).
+    """
+    try:
+        status, _ = http_get(endpoint.url, "/health", api_key, timeout)
+    except RequestFailed as err:
+        return str(err)
+    if status == 200:
+        return None
+    if status == 503:
+        return "HTTP 503 from /health (still loading, or unhealthy)"
+    return f"HTTP {status} from /health"
+
+
+def wait_ready(endpoint: Endpoint, api_key: str | None, timeout: float, interval: float = 5.0) -> None:
+    """Poll ``/health`` until it answers 200; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        why = probe(endpoint, api_key, timeout=min(30.0, timeout))
+        if why is None:
+            return
+        if time.monotonic() >= deadline:
+            raise UserError(f"{endpoint.name} at {endpoint.url} not ready after {timeout:.0f} s: {why}")
+        time.sleep(interval)
+
+
+def server_info(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> dict:
+    """The recorded subset of ``/server_info``, or ``{}`` if the server does not say."""
+    try:
+        status, body = http_get(endpoint.url, "/server_info", api_key, timeout)
+        info = json.loads(body) if status == 200 else {}
+    except (RequestFailed, ValueError):
+        return {}
+    if not isinstance(info, dict):
+        return {}
+    return {key: info[key] for key in SERVER_INFO_KEYS if key in info}
+
+
+def flush_cache(endpoint: Endpoint, api_key: str | None, timeout: float) -> bool:
+    """Empty the server's prefix cache, so every round prefills its prompts again.
+
+    Without it, repeats hit SGLang's radix cache and time to first token measures
+    a cache hit. ``/flush_cache`` answers 200 only when the server is idle.
+    """
+    try:
+        status, _ = http_post(endpoint.url, "/flush_cache", api_key, timeout)
+    except RequestFailed:
+        return False
+    return status == 200
+
+
+def stream_generate(
+    url: str, body: dict, api_key: str | None, timeout: float, sample: Timing | None = None, clock=time.perf_counter
+) -> Timing:
+    """Send one streaming ``/generate`` request and time it into ``sample``.
+
+    Raises ``RequestFailed`` when the answer is not a complete stream; what was
+    measured until then stays in ``sample``.
+
+    Time to first token ends at the first event whose ``completion_tokens`` is
+    above 0. Inter-token latency: the gap between two events, split evenly over
+    the tokens the later one added (a speculative step delivers several at once).
+    Per-request decode speed: tokens after the first event over the time from the
+    first event to the last.
+    """
+    sample = Timing() if sample is None else sample
+    conn, base = _connection(url, timeout)
+    payload = json.dumps(body).encode()
+    headers = _headers(api_key, **{"Content-Type": "application/json", "Accept": "text/event-stream"})
+    start = clock()
+    last_tokens = 0
+    first_at = last_at = None
+    final: dict | None = None
+    try:
+        conn.request("POST", base + "/generate", body=payload, headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
+            raise RequestFailed(f"HTTP {resp.status} {resp.reason}: {detail[:300]}")
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            now = clock()
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
+            if "error" in event:
+                err = event["error"]
+                raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+            meta = event.get("meta_info") or {}
+            tokens = meta.get("completion_tokens")
+            if not isinstance(tokens, int):
+                raise RequestFailed("event without meta_info.completion_tokens: is this SGLang's /generate?")
+            sample.chunks += 1
+            if tokens > last_tokens:
+                if first_at is None:
+                    first_at = now
+                    sample.ttft_s = now - start
+                    sample.first_chunk_tokens = tokens
+                else:
+                    gap = (now - last_at) / (tokens - last_tokens)
+                    sample.itl_s.extend([gap] * (tokens - last_tokens))
+                last_at = now
+                last_tokens = tokens
+            reason = meta.get("finish_reason")
+            if reason is not None:
+                if isinstance(reason, dict) and reason.get("type") == "abort":
+                    raise RequestFailed(f"aborted by the server: {reason.get('message', reason)}")
+                final = meta
+                sample.latency_s = now - start
+                sample.finish_reason = reason
+    except (OSError, http.client.HTTPException) as err:
+        raise RequestFailed(_describe(err)) from err
+    finally:
+        conn.close()
+    if final is None:
+        raise RequestFailed(f"stream ended after {sample.chunks} events without a finish_reason")
+    sample.output_tokens = final["completion_tokens"]
+    if last_at is not None and first_at is not None and last_at > first_at:
+        sample.decode_tps = (last_tokens - sample.first_chunk_tokens) / (last_at - first_at)
+    if "spec_accept_length" in final:
+        sample.spec_accept_length = float(final["spec_accept_length"])
+        sample.spec_verify_ct = final.get("spec_verify_ct")
+    sample.ok = True
+    return sample
