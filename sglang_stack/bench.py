@@ -360,8 +360,13 @@ def run_round(
 
     started = results.elapsed()
     with ThreadPoolExecutor(max_workers=level, thread_name_prefix=f"bench-{endpoint.name}") as pool:
-        for _ in range(level):
-            pool.submit(worker)
+        workers = [pool.submit(worker) for _ in range(level)]
+        try:
+            for future in workers:
+                future.result()  # a bug in a worker surfaces here, with its traceback
+        except BaseException:
+            stop.set()  # Ctrl-C or a bug: start nothing new; requests in flight run out
+            raise
     wall = results.elapsed() - started
     done.sort(key=lambda s: s.started_s)
     results.samples.extend(done)
@@ -461,7 +466,7 @@ class Progress:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
-                transient=False,
+                transient=True,  # the summary printed after it stays; the bar does not
             )
             self._task = self._bar.add_task("bench", total=total)
 

@@ -522,3 +522,28 @@ def test_task_runs_end_to_end(tmp_path):
     doc = load(tmp_path / "r")
     assert doc["complete"] and doc["metadata"]["levels"] == [1, 2], f"flags not passed through: {doc['metadata']}"
     assert "| baseline | 2 |" in proc.stderr, f"the table is not printed: {proc.stderr}"
+
+
+def test_task_interrupted_keeps_partial_results(tmp_path):
+    import signal
+    import time
+
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=10)
+    out = tmp_path / "r"
+    with SGLangServer(Behaviour(step_s=0.005, ttft_s=0.005)) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "invoke", "bench", "--endpoint", f"b={server.url}", "--levels", "1",
+             "--repeats", "50", "--warmup", "0", "--prompts", str(prompts), "--out", str(out)],
+            cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 30
+        while not (out / report.JSON_NAME).exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0, "an interrupted run must not exit 0"
+    assert "Traceback" not in err, f"a traceback on Ctrl-C: {err}"
+    doc = load(out)
+    assert doc["complete"] is False and doc["error"] == "interrupted", f"complete={doc['complete']} error={doc['error']}"
+    assert 1 <= len(doc["rounds"]) < 50, f"rounds measured before the interrupt: {len(doc['rounds'])}"
+    assert (out / report.PLOT_NAME).is_file(), "no plot for the interrupted run"
