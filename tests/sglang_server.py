@@ -16,6 +16,7 @@ was served.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,17 @@ class Behaviour:
     flush_status: int = 200
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the default 5 drops connects when 16 streams start at once
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that closes right after `data: [DONE]` leaves the chunk trailer unread,
+        # so its socket resets; that is the end of a request, not an error.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class SGLangServer:
     def __init__(self, behaviour: Behaviour | None = None):
         self.behaviour = behaviour or Behaviour()
@@ -46,8 +58,7 @@ class SGLangServer:
         self.flushes = 0
         self.in_flight = 0
         self.max_in_flight = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
