@@ -487,6 +487,9 @@ class Progress:
         if self._bar:
             self._bar.advance(self._task)
 
+    def completed(self) -> int:
+        return int(self._bar.tasks[0].completed) if self._bar else 0
+
     def add_total(self, count: int) -> None:
         if self._bar:
             task = self._bar.tasks[0]

@@ -185,6 +185,7 @@ def run_points(
                  "error": None}
         sweep["points"].append(entry)
         measured = Endpoint(label, endpoint.url)
+        counted = progress.completed() if progress else 0
         try:
             if progress:
                 progress.describe(f"{label}: restarting {service}")
@@ -213,8 +214,7 @@ def run_points(
             bench.say(f"bench: sweep point {label} failed: {err}")
             if progress:
                 # Its unsent requests will never come: keep the bar's total honest.
-                done = sum(1 for s in results.samples if s.endpoint == label)
-                progress.add_total(-(per_point - done - options.warmup))
+                progress.add_total(-(per_point - (progress.completed() - counted)))
         finally:
             results.write()
     summary = report.summarize(results.document())

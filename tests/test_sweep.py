@@ -219,3 +219,26 @@ def test_no_extra_restart_when_the_last_point_is_best(tmp_path):
         sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
                   out=tmp_path / "r", steps="1,2", environ={}, restart=restart, ready_interval=0.01, progress=False)
     assert restarts == [GridPoint(1, 1, 2), GridPoint(2, 1, 3)], f"restarts: {restarts}"
+
+
+def test_progress_total_drops_the_requests_of_failed_points(tmp_path, monkeypatch):
+    from sglang_stack.bench import Progress
+
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
+    bars: list[Progress] = []
+    original = Progress.__init__
+
+    def remember(self, total, enabled=True):
+        original(self, total, enabled)
+        bars.append(self)
+
+    def restart(point: GridPoint) -> None:
+        if point.steps == 2:
+            raise UserError("docker compose up eagle3 failed with exit code 1")
+
+    monkeypatch.setattr(Progress, "__init__", remember)
+    with SGLangServer(behaviour_for(GridPoint(1, 1, 2))) as server:
+        sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=1, prompts=prompts,
+                  out=tmp_path / "r", steps="1,2", environ={}, restart=restart, ready_interval=0.01, progress=True)
+    task = bars[0]._bar.tasks[0]
+    assert task.completed == task.total == 3, f"bar ends at {task.completed}/{task.total}, want 3/3 (1 warm-up + 2)"
