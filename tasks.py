@@ -342,6 +342,7 @@ def bench(
             draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
             level=sweep_level,
             ready_timeout=ready_timeout or cfg.ready_timeout,
+            engine=c.config.stack.engine,
             **common,
         )
     else:

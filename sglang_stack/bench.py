@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from . import ROOT, report
+from . import ROOT, compose, report
 from .client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
 from .errors import UserError
 
@@ -45,9 +45,6 @@ DEFAULT_PROMPTS = PROMPTS_DIR / "v1.jsonl"
 DEFAULT_LEVELS = (1, 4, 16)
 DEFAULT_RESULTS = ROOT / "bench-results"
 PROMPT_FIELDS = {"version": int, "id": str, "category": str, "output": str, "max_new_tokens": int, "prompt": str}
-
-# The compose services and the variables their ports come from (compose file and .env).
-SERVICES = (("baseline", "BASELINE_PORT", 30000), ("eagle3", "EAGLE3_PORT", 30001))
 
 
 
@@ -123,47 +120,14 @@ def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def read_dotenv(path: Path) -> dict[str, str]:
-    """The ``KEY=VALUE`` lines of a compose ``.env`` file (comments and quotes handled)."""
-    out: dict[str, str] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        key = key.strip().removeprefix("export ").strip()
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        out[key] = value
-    return out
+def stack_env(environ: Mapping[str, str] | None = None, env_file: Path | None = None) -> compose.Environment:
+    """Variables as compose sees them: ``.env``, overlaid by the shell (or ``environ``)."""
+    return compose.environment(env_file, environ)
 
 
-def stack_env(environ: Mapping[str, str] | None = None, dotenv: Path = ROOT / ".env") -> dict[str, str]:
-    """Variables as compose sees them: the shell environment wins over ``.env``."""
-    env = read_dotenv(dotenv)
-    env.update(os.environ if environ is None else environ)
-    return env
-
-
-def default_endpoints(env: Mapping[str, str]) -> list[Endpoint]:
-    """The compose services on this host: ``http://BIND_ADDRESS:PORT`` for each."""
-    host = env.get("BIND_ADDRESS", "").strip() or "127.0.0.1"
-    if host in ("0.0.0.0", "::", "[::]", "*"):
-        host = "127.0.0.1"  # a wildcard bind is reached through loopback
-    elif ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    out = []
-    for name, var, default in SERVICES:
-        value = env.get(var, "").strip() or str(default)
-        if not value.isdigit() or not 0 < int(value) < 65536:
-            raise UserError(f"{var}={value!r}: not a TCP port (set it to a number from 1 to 65535)")
-        out.append(Endpoint(name, f"http://{host}:{int(value)}"))
-    return out
+def default_endpoints(env: compose.Environment) -> list[Endpoint]:
+    """The compose services on this host, at the address and port compose.yaml publishes them on."""
+    return [Endpoint(name, compose.endpoint(name, env)) for name in compose.SERVICES]
 
 
 def parse_endpoint(spec: str) -> Endpoint:
@@ -527,7 +491,7 @@ def host_metadata() -> dict:
 
 
 def resolve_endpoints(
-    specs: Sequence[str], env: Mapping[str, str], api_key: str | None, probe_timeout: float = 30.0
+    specs: Sequence[str], env: compose.Environment, api_key: str | None, probe_timeout: float = 30.0
 ) -> list[Endpoint]:
     """The endpoints to measure, each checked with ``/health``.
 
@@ -571,10 +535,14 @@ def run(
     flush: bool = True,
     reference: str | None = None,
     environ: Mapping[str, str] | None = None,
+    env_file: Path | None = None,
     progress: bool = True,
 ) -> Path:
-    """Measure the endpoints and write the results directory; return its path."""
-    env = stack_env(environ)
+    """Measure the endpoints and write the results directory; return its path.
+
+    ``environ`` and ``env_file`` stand in for the shell and ``.env`` (tests).
+    """
+    env = stack_env(environ, env_file)
     options = Options(
         levels=parse_levels(levels),
         repeats=parse_count("--repeats", repeats, 1),

@@ -1,9 +1,10 @@
 """``invoke bench --sweep``: restart ``eagle3`` once per speculative setting and keep the fastest.
 
-The compose file turns ``SGLANG_SPEC_NUM_STEPS``, ``SGLANG_SPEC_EAGLE_TOPK`` and
+compose.yaml turns ``SGLANG_SPEC_NUM_STEPS``, ``SGLANG_SPEC_EAGLE_TOPK`` and
 ``SGLANG_SPEC_NUM_DRAFT_TOKENS`` into ``--speculative-num-steps``,
 ``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``. Each grid
-point recreates the service with those variables set, waits for ``/health``,
+point recreates the service with those variables set in compose's environment
+(they win over ``.env``), waits for its healthcheck and ``/health``,
 checks with ``/server_info`` that the server really runs the setting, and then
 measures it like ``invoke bench`` does. A point whose server does not come up
 is recorded as failed and the sweep goes on: a setting that does not fit the
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from . import ROOT, bench, client, report, shell
+from . import bench, client, compose, report, shell
 from .bench import Options, Progress, PromptSet, Results
 from .client import Endpoint, RequestFailed
 from .errors import UserError
@@ -106,14 +107,12 @@ def grid(steps: Sequence[int], topks: Sequence[int], draft_tokens: Sequence[int]
     return points
 
 
-def compose_argv(service: str = SERVICE) -> list[str]:
-    """The command that recreates ``service`` and waits for its healthcheck.
-
-    It runs from the repository root, where compose.yaml and .env are; naming the
-    service starts it although it sits in a profile of its own. ``COMPOSE_FILE``
-    in the environment points compose elsewhere.
-    """
-    return ["docker", "compose", "up", "-d", "--wait", "--force-recreate", service]
+def compose_argv(engine: str = "docker", service: str = SERVICE, wait_timeout: float = 1800) -> list[str]:
+    """The command that recreates ``service`` and waits until its healthcheck passes."""
+    return compose.compose_argv(
+        engine, "up", "--detach", "--wait", "--wait-timeout", str(int(wait_timeout)), "--force-recreate", service,
+        profiles=[service],
+    )
 
 
 def compose_env(point: GridPoint, base: Mapping[str, str]) -> dict[str, str]:
@@ -121,13 +120,15 @@ def compose_env(point: GridPoint, base: Mapping[str, str]) -> dict[str, str]:
     return {**base, **point.env()}
 
 
-def compose_restart(service: str = SERVICE) -> Callable[[GridPoint], None]:
+def compose_restart(
+    engine: str = "docker", service: str = SERVICE, wait_timeout: float = 1800
+) -> Callable[[GridPoint], None]:
     """A restart function that runs ``docker compose up`` for each grid point."""
-    shell.require("docker", "the sweep restarts the service with docker compose; install Docker and its compose plugin")
+    shell.require(engine, f"the sweep restarts {service} with {engine} compose; install it with its compose plugin")
 
     def restart(point: GridPoint) -> None:
-        shell.run(compose_argv(service), env=compose_env(point, os.environ), cwd=ROOT,
-                  what=f"docker compose up {service} ({point.label(service)})")
+        shell.run(compose_argv(engine, service, wait_timeout), env=compose_env(point, os.environ),
+                  what=f"{engine} compose up {service} ({point.label(service)})")
 
     return restart
 
@@ -248,13 +249,15 @@ def run(
     level: str | int | None = None,
     ready_timeout: float = 1800.0,
     service: str = SERVICE,
+    engine: str = "docker",
     environ: Mapping[str, str] | None = None,
+    env_file: Path | None = None,
     restart: Callable[[GridPoint], None] | None = None,
     progress: bool = True,
     ready_interval: float = 5.0,
 ) -> Path:
     """Sweep ``service`` over the grid and write the results directory; return its path."""
-    env = bench.stack_env(environ)
+    env = bench.stack_env(environ, env_file)
     options = Options(
         levels=bench.parse_levels(levels),
         repeats=bench.parse_count("--repeats", repeats, 1),
@@ -277,8 +280,8 @@ def run(
             raise UserError(f"--sweep measures only {service}: pass at most --endpoint {service}=URL")
         endpoint = given[0]
     else:
-        endpoint = next(e for e in bench.default_endpoints(env) if e.name == service)
-    restart = restart or compose_restart(service)
+        endpoint = Endpoint(service, compose.endpoint(service, env))
+    restart = restart or compose_restart(engine, service, ready)
     out_dir = bench.results_dir(out)
     api_key = env.get("SGLANG_API_KEY") or None
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)

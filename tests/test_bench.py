@@ -265,21 +265,22 @@ def test_plot_agrees_with_json(pair_run):
 
 
 def test_default_endpoints_follow_compose_variables(tmp_path):
-    env = bench.stack_env({"BIND_ADDRESS": "0.0.0.0", "EAGLE3_PORT": "31001"}, dotenv=tmp_path / "none")
+    env = bench.stack_env({"BIND_ADDRESS": "0.0.0.0", "EAGLE3_PORT": "31001"}, env_file=tmp_path / "none")
     assert bench.default_endpoints(env) == [
         bench.Endpoint("baseline", "http://127.0.0.1:30000"),
         bench.Endpoint("eagle3", "http://127.0.0.1:31001"),
-    ], "BIND_ADDRESS 0.0.0.0 must be reached through loopback, ports from *_PORT with compose's defaults"
+    ], "BIND_ADDRESS 0.0.0.0 must be reached through loopback, ports from *_PORT with compose.yaml's defaults"
     dotenv = tmp_path / ".env"
-    dotenv.write_text("# ports\nBASELINE_PORT=32000\nBIND_ADDRESS='10.0.0.5'\nEAGLE3_PORT=32001 # comment\n")
-    env = bench.stack_env({"BASELINE_PORT": "33000"}, dotenv=dotenv)
+    dotenv.write_text("# ports\nBASELINE_PORT=32000\nBIND_ADDRESS=10.0.0.5\nEAGLE3_PORT=32001 # comment\n")
+    env = bench.stack_env({"BASELINE_PORT": "33000"}, env_file=dotenv)
     assert bench.default_endpoints(env) == [
         bench.Endpoint("baseline", "http://10.0.0.5:33000"),
         bench.Endpoint("eagle3", "http://10.0.0.5:32001"),
     ], "the shell environment must win over .env, as in compose"
-    assert bench.default_endpoints({"BIND_ADDRESS": "::1"})[0].url == "http://[::1]:30000", "IPv6 needs brackets"
-    with pytest.raises(UserError, match=r"EAGLE3_PORT='http'"):
-        bench.default_endpoints({"EAGLE3_PORT": "http"})
+    env = bench.stack_env({"BIND_ADDRESS": "::1"}, env_file=tmp_path / "none")
+    assert bench.default_endpoints(env)[0].url == "http://[::1]:30000", "IPv6 needs brackets"
+    with pytest.raises(UserError, match=r"EAGLE3_PORT=http \(shell\): must be a port number"):
+        bench.default_endpoints(bench.stack_env({"EAGLE3_PORT": "http"}, env_file=tmp_path / "none"))
 
 
 @pytest.mark.parametrize(
@@ -307,7 +308,7 @@ def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
         port = base.url.rsplit(":", 1)[1]
         env = {"BASELINE_PORT": port, "EAGLE3_PORT": str(free_port())}
         out = bench.run(levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", environ=env,
-                        progress=False)
+                        env_file=tmp_path / "none", progress=False)
     doc = load(out)
     assert [e["name"] for e in doc["metadata"]["endpoints"]] == ["baseline"], "only the answering service is measured"
     assert doc["complete"], f"run incomplete: {doc['error']}"
@@ -318,7 +319,8 @@ def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
 def test_no_default_service_answering_is_an_error(tmp_path):
     env = {"BASELINE_PORT": str(free_port()), "EAGLE3_PORT": str(free_port())}
     with pytest.raises(UserError, match=r"no endpoint answers .*baseline.*connection refused.*eagle3"):
-        bench.run(prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", environ=env, progress=False)
+        bench.run(prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", environ=env,
+                  env_file=tmp_path / "none", progress=False)
     assert not (tmp_path / "r").exists(), "a results directory was created although nothing was measured"
 
 

@@ -50,12 +50,23 @@ def test_bad_grids_are_one_line_errors():
 
 
 def test_compose_command_and_environment():
-    assert sweep.compose_argv() == ["docker", "compose", "up", "-d", "--wait", "--force-recreate", "eagle3"], (
-        "the restart must recreate eagle3 and wait for its healthcheck"
-    )
+    argv = sweep.compose_argv("docker", "eagle3", 1800)
+    assert argv == ["docker", "compose", "--project-directory", str(ROOT), "--file", str(ROOT / "compose.yaml"),
+                    "--profile", "eagle3", "up", "--detach", "--wait", "--wait-timeout", "1800", "--force-recreate",
+                    "eagle3"], f"the restart must recreate eagle3 and wait for its healthcheck: {argv}"
     env = sweep.compose_env(GridPoint(3, 1, 4), {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "9"})
     assert env == {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "3", "SGLANG_SPEC_EAGLE_TOPK": "1",
                    "SGLANG_SPEC_NUM_DRAFT_TOKENS": "4"}, f"grid point must override the environment: {env}"
+
+
+def test_compose_yaml_reads_the_sweep_variables():
+    from sglang_stack import compose
+
+    env = compose.environment(ROOT / "no-such.env", {**GridPoint(2, 1, 3).env(), "MODEL_DIR": "/m"})
+    argv = compose.service("eagle3", env).argv
+    for flag, value in (("--speculative-num-steps", "2"), ("--speculative-eagle-topk", "1"),
+                        ("--speculative-num-draft-tokens", "3")):
+        assert argv[argv.index(flag) + 1] == value, f"compose.yaml does not pass {flag} from the sweep's variable"
 
 
 def test_compose_restart_runs_docker_with_the_grid_point(tmp_path, monkeypatch):
@@ -65,14 +76,13 @@ def test_compose_restart_runs_docker_with_the_grid_point(tmp_path, monkeypatch):
     tool.write_text(
         "#!/usr/bin/env python3\nimport json, os, sys\n"
         "env = {k: v for k, v in os.environ.items() if k.startswith('SGLANG_SPEC_')}\n"
-        f"json.dump({{'argv': sys.argv[1:], 'cwd': os.getcwd(), 'env': env}}, open({str(record)!r}, 'w'))\n"
+        f"json.dump({{'argv': sys.argv[1:], 'env': env}}, open({str(record)!r}, 'w'))\n"
     )
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    sweep.compose_restart()(GridPoint(2, 1, 3))
+    sweep.compose_restart("docker", "eagle3", 600)(GridPoint(2, 1, 3))
     seen = json.loads(record.read_text())
-    assert seen["argv"] == ["compose", "up", "-d", "--wait", "--force-recreate", "eagle3"], f"argv: {seen['argv']}"
-    assert seen["cwd"] == str(ROOT), f"compose must run from the repository root, ran in {seen['cwd']}"
+    assert seen["argv"] == sweep.compose_argv("docker", "eagle3", 600)[1:], f"argv: {seen['argv']}"
     assert seen["env"] == {"SGLANG_SPEC_NUM_STEPS": "2", "SGLANG_SPEC_EAGLE_TOPK": "1",
                            "SGLANG_SPEC_NUM_DRAFT_TOKENS": "3"}, f"variables compose saw: {seen['env']}"
 
