@@ -47,7 +47,6 @@ DEFAULT_RESULTS = ROOT / "bench-results"
 PROMPT_FIELDS = {"version": int, "id": str, "category": str, "output": str, "max_new_tokens": int, "prompt": str}
 
 
-
 # --- prompts -----------------------------------------------------------------
 
 
