@@ -2,15 +2,44 @@
 
 Runs on the host (``invoke patch``) and inside the image's SGLang stage, so it
 uses the standard library only.
+
+The series is applied by a strict unified-diff applier written here rather
+than by GNU ``patch``: ``invoke patch-check`` must work on a host that has
+only Python and PyPI (``patch`` is an optional package on Debian and Ubuntu),
+and the applier needs to know, before it writes a byte, whether every hunk
+of every patch matches exactly (no fuzz), was already applied, or conflicts.
+Every new file content is computed in memory first; only when the whole
+series matches is anything written, file by file through a temporary file
+and ``os.replace``. tests/test_patches.py checks that the result is
+byte-identical to GNU ``patch -p1 --fuzz=0``.
 """
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import hashlib
-from dataclasses import dataclass
+import os
+import re
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError
+from . import ROOT
+from .errors import UserError, run_main
+
+DEFAULT_PATCHES_DIR = ROOT / "patches"
+CONTEXT_LINES = 3  # lines of context `--refresh` writes around each change, as diff -u does
+NO_NEWLINE = "\\ No newline at end of file"
+# `# target: sglang 0.5.9` in patches/series: the release the series is made for.
+TARGET_RE = re.compile(r"^#\s*target:\s*sglang\s+(\S+)\s*$", re.M)
+HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
+
+UNAPPLIED = "unapplied"
+APPLIED = "applied"
+CONFLICT = "conflict"
 
 
 @dataclass(frozen=True)
@@ -38,3 +67,651 @@ def read_series(patches_dir: Path) -> list[Patch]:
             raise UserError(f"{series}:{lineno}: {name!r} is not a patch file in {patches_dir}")
         out.append(Patch(name, path, hashlib.sha256(path.read_bytes()).hexdigest()))
     return out
+
+
+def series_target(patches_dir: Path) -> str | None:
+    """The SGLang version the series is made for (``# target: sglang X`` in ``series``), if it says."""
+    series = patches_dir / "series"
+    match = TARGET_RE.search(series.read_text()) if series.is_file() else None
+    return match.group(1) if match else None
+
+
+# --------------------------------------------------------------------------
+# Parsing unified diffs
+# --------------------------------------------------------------------------
+
+
+def _lines(text: str) -> list[str]:
+    """Split on \\n only, keeping it (str.splitlines would also split on \\f, which Python source may hold)."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    index: int  # 1-based within its file
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    section: str  # what follows the closing @@ (the enclosing def/class), may be empty
+    lines: tuple[str, ...]  # body lines with their " ", "-", "+" prefix; a "\\" line marks a missing newline
+    patch_line: int  # line of the @@ header in the .patch file
+
+    @property
+    def header(self) -> str:
+        return f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@{self.section}".rstrip()
+
+    def side(self, new: bool) -> list[str]:
+        """The lines this hunk expects (old side) or leaves (new side)."""
+        keep = "+" if new else "-"
+        out: list[str] = []
+        last_kind = None
+        for line in self.lines:
+            kind = line[:1]
+            if kind == "\\":
+                if last_kind in (" ", keep) and out and out[-1].endswith("\n"):
+                    out[-1] = out[-1][:-1]
+                continue
+            last_kind = kind
+            if kind in (" ", keep):
+                out.append(line[1:])
+        return out
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str | None  # None: the patch creates the file
+    new_path: str | None  # None: the patch deletes the file
+    hunks: tuple[Hunk, ...]
+    patch_line: int
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+
+@dataclass(frozen=True)
+class ParsedPatch:
+    name: str
+    header: str  # the description above the first diff, kept verbatim by --refresh
+    files: tuple[FileDiff, ...]
+
+
+def _diff_path(raw: str, name: str, lineno: int) -> str | None:
+    value = raw[4:].split("\t", 1)[0].strip()
+    if value == "/dev/null":
+        return None
+    parts = value.split("/")
+    if parts[0] in ("a", "b") and len(parts) > 1:
+        parts = parts[1:]  # git-style a/ and b/ prefixes: applied as -p1
+    rel = "/".join(parts)
+    if not rel or rel.startswith("/") or ".." in parts:
+        raise UserError(f"{name}:{lineno}: file name {value!r} must be relative to the tree (a/sglang/...)")
+    return rel
+
+
+def parse_patch(text: str, name: str) -> ParsedPatch:
+    """Parse a unified diff. A malformed one is a ``UserError`` naming the patch and line."""
+    lines = _lines(text)
+    files: list[FileDiff] = []
+    header_end = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            if header_end is None:
+                header_end = i
+            start = i + 1
+            old = _diff_path(line.rstrip("\n"), name, i + 1)
+            new = _diff_path(lines[i + 1].rstrip("\n"), name, i + 2)
+            if old is None and new is None:
+                raise UserError(f"{name}:{i + 1}: both sides are /dev/null")
+            i += 2
+            hunks: list[Hunk] = []
+            while i < len(lines) and lines[i].startswith("@@"):
+                hunk, i = _parse_hunk(lines, i, name, new or old or "", len(hunks) + 1)
+                hunks.append(hunk)
+            files.append(FileDiff(old, new, tuple(hunks), start))
+            continue
+        if line.startswith("@@") and files:
+            raise UserError(f"{name}:{i + 1}: hunk outside a file diff (a line is missing or extra above it)")
+        i += 1
+    if not files:
+        raise UserError(f"{name}: no unified diff in this file (no '--- a/...' / '+++ b/...' pair)")
+    paths = [f.path for f in files]
+    dup = sorted({p for p in paths if paths.count(p) > 1})
+    if dup:
+        raise UserError(f"{name}: {dup[0]} appears twice; merge its hunks into one file diff")
+    return ParsedPatch(name, "".join(lines[:header_end]), tuple(files))
+
+
+def _parse_hunk(lines: list[str], i: int, name: str, path: str, index: int) -> tuple[Hunk, int]:
+    match = HUNK_RE.match(lines[i].rstrip("\n"))
+    if not match:
+        raise UserError(f"{name}:{i + 1}: malformed hunk header {lines[i].rstrip()!r} in {path}")
+    old_start, old_len, new_start, new_len = (
+        int(match.group(1)),
+        int(match.group(2) if match.group(2) is not None else 1),
+        int(match.group(3)),
+        int(match.group(4) if match.group(4) is not None else 1),
+    )
+    header_line = i + 1
+    body: list[str] = []
+    need_old, need_new = old_len, new_len
+    i += 1
+    while need_old > 0 or need_new > 0:
+        if i >= len(lines):
+            raise UserError(
+                f"{name}:{header_line}: hunk #{index} of {path} ends early: "
+                f"{need_old} old and {need_new} new lines still expected"
+            )
+        line = lines[i]
+        kind = line[:1]
+        if line in ("\n", ""):  # an empty context line whose leading space was stripped
+            line, kind = " " + line, " "
+        if kind == " ":
+            need_old, need_new = need_old - 1, need_new - 1
+        elif kind == "-":
+            need_old -= 1
+        elif kind == "+":
+            need_new -= 1
+        elif kind == "\\":
+            body.append(line)
+            i += 1
+            continue
+        else:
+            raise UserError(
+                f"{name}:{i + 1}: hunk #{index} of {path} is corrupt: line starts with {kind!r}, "
+                f"not ' ', '-' or '+' ({need_old} old and {need_new} new lines still expected)"
+            )
+        if need_old < 0 or need_new < 0:
+            raise UserError(f"{name}:{header_line}: hunk #{index} of {path} has more lines than its header says")
+        body.append(line)
+        i += 1
+    while i < len(lines) and lines[i].startswith("\\"):
+        body.append(lines[i])
+        i += 1
+    section = match.group(5)
+    return Hunk(index, old_start, old_len, new_start, new_len, section, tuple(body), header_line), i
+
+
+def touched_files(patch_path: Path) -> list[str]:
+    """Paths (relative to the tree, ``sglang/srt/...``) that one patch changes, in patch order."""
+    path = Path(patch_path)
+    return [f.path for f in parse_patch(_decode(path.read_bytes()), path.name).files]
+
+
+# --------------------------------------------------------------------------
+# Applying, in memory
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why one hunk does not apply."""
+
+    patch: str
+    path: str
+    hunk: Hunk | None  # None: the whole file (missing, or already there)
+    reason: str
+
+    def __str__(self) -> str:
+        if self.hunk is None:
+            return f"{self.patch}: {self.path}: {self.reason}"
+        return (
+            f"{self.patch}: {self.path} hunk #{self.hunk.index} ({self.hunk.header}, "
+            f"{self.patch} line {self.hunk.patch_line}): {self.reason}"
+        )
+
+
+class _NoMatch(Exception):
+    def __init__(self, hunk: Hunk | None, reason: str):
+        super().__init__(reason)
+        self.hunk = hunk
+        self.reason = reason
+
+
+def _find(lines: list[str], want: list[str], expected: int, lo: int) -> int | None:
+    """Where ``want`` occurs in ``lines`` at or after ``lo``, nearest to ``expected``; exact lines only."""
+    hi = len(lines) - len(want)
+    if hi < lo:
+        return None
+    expected = min(max(expected, lo), hi)
+    for dist in range(0, max(expected - lo, hi - expected) + 1):
+        for pos in (expected - dist, expected + dist) if dist else (expected,):
+            if lo <= pos <= hi and lines[pos : pos + len(want)] == want:
+                return pos
+    return None
+
+
+def _first_difference(lines: list[str], want: list[str], at: int) -> str:
+    for k, expect in enumerate(want):
+        got = lines[at + k] if at + k < len(lines) else "<end of file>"
+        if got != expect:
+            return f"line {at + k + 1} is {got.rstrip()!r}, the patch expects {expect.rstrip()!r}"
+    return "the context is not there"
+
+
+def _apply_file(content: str | None, fd: FileDiff, reverse: bool) -> tuple[str | None, list[int]]:
+    """New content of one file (None: deleted) and each hunk's offset; raises _NoMatch."""
+    creates = fd.old_path is None if not reverse else fd.new_path is None
+    deletes = fd.new_path is None if not reverse else fd.old_path is None
+    if creates:
+        if content is not None:
+            raise _NoMatch(None, "the patch creates this file, but it already exists")
+        content = ""
+    elif content is None:
+        raise _NoMatch(None, "file not found in the tree")
+    lines = _lines(content)
+    offsets: list[int] = []
+    delta = 0
+    lo = 0
+    for hunk in fd.hunks:
+        old, new = hunk.side(reverse), hunk.side(not reverse)
+        start = (hunk.new_start if reverse else hunk.old_start) - 1
+        if not old:  # pure insertion: the header names the line after which it goes
+            start += 1
+        expected = start + delta
+        pos = _find(lines, old, expected, lo) if old else (expected if lo <= expected <= len(lines) else None)
+        if pos is None:
+            near = min(max(expected, 0), max(len(lines) - 1, 0))
+            raise _NoMatch(hunk, f"does not match (no fuzz): {_first_difference(lines, old, near)}")
+        offsets.append(pos - expected)
+        lines[pos : pos + len(old)] = new
+        lo = pos + len(new)
+        delta += len(new) - len(old) + (pos - expected)
+    result = "".join(lines)
+    if deletes:
+        if result:
+            raise _NoMatch(None, "the patch deletes this file, but its content differs")
+        return None, offsets
+    return result, offsets
+
+
+@dataclass
+class PatchState:
+    patch: Patch
+    parsed: ParsedPatch
+    state: str  # UNAPPLIED, APPLIED or CONFLICT
+    failures: list[Failure] = field(default_factory=list)
+    offsets: list[str] = field(default_factory=list)  # "path hunk #n: +k lines"
+
+
+@dataclass
+class Plan:
+    """What applying the series to a tree would do. Nothing is written to build it."""
+
+    sglang_src: Path
+    states: list[PatchState]
+    changes: dict[str, str | None]  # path -> new content (None: delete), for a series that applies
+
+    def by_state(self, state: str) -> list[PatchState]:
+        return [s for s in self.states if s.state == state]
+
+
+def _read(sglang_src: Path, rel: str) -> str | None:
+    path = sglang_src / rel
+    return _decode(path.read_bytes()) if path.is_file() else None
+
+
+def plan(sglang_src: Path, patches_dir: Path) -> Plan:
+    """Check every patch of the series against the tree, in order, without writing anything.
+
+    Each patch is ``unapplied`` (every hunk matches exactly), ``applied`` (every
+    hunk matches in reverse) or ``conflict``. Later patches see the content the
+    earlier ones would produce.
+    """
+    sglang_src = Path(sglang_src)
+    series = read_series(patches_dir)
+    if not series:
+        raise UserError(f"{patches_dir / 'series'}: names no patch")
+    work: dict[str, str | None] = {}
+    states: list[PatchState] = []
+    for patch in series:
+        parsed = parse_patch(_decode(patch.path.read_bytes()), patch.name)
+
+        def current(rel):
+            return work[rel] if rel in work else _read(sglang_src, rel)
+
+        forward: dict[str, str | None] = {}
+        failures: list[Failure] = []
+        offsets: list[str] = []
+        for fd in parsed.files:
+            try:
+                forward[fd.path], shifts = _apply_file(current(fd.path), fd, reverse=False)
+                offsets += [
+                    f"{fd.path} hunk #{h.index}: {s:+d} lines" for h, s in zip(fd.hunks, shifts) if s
+                ]
+            except _NoMatch as miss:
+                failures.append(Failure(patch.name, fd.path, miss.hunk, miss.reason))
+        reverse_ok = True
+        for fd in parsed.files:
+            try:
+                _apply_file(current(fd.path), fd, reverse=True)
+            except _NoMatch:
+                reverse_ok = False
+                break
+        if not failures and reverse_ok:
+            failures.append(
+                Failure(patch.name, parsed.files[0].path, None, "matches both unapplied and applied; widen its context")
+            )
+            states.append(PatchState(patch, parsed, CONFLICT, failures))
+        elif not failures:
+            work.update(forward)
+            states.append(PatchState(patch, parsed, UNAPPLIED, offsets=offsets))
+        elif reverse_ok:
+            states.append(PatchState(patch, parsed, APPLIED))
+        else:
+            states.append(PatchState(patch, parsed, CONFLICT, failures))
+    return Plan(sglang_src, states, work)
+
+
+def check_tree(sglang_src: Path, patches_dir: Path) -> str:
+    """The tree's SGLang version; a ``UserError`` if it is not an sglang tree or not the series' target."""
+    sglang_src = Path(sglang_src)
+    if not (sglang_src / "sglang").is_dir():
+        hint = f" (pass its parent, {sglang_src.parent})" if sglang_src.name == "sglang" else ""
+        raise UserError(f"{sglang_src}: no sglang/ package here{hint}; pass the directory that contains sglang/")
+    version = tree_version(sglang_src)
+    target = series_target(patches_dir)
+    if target and version != target:
+        raise UserError(
+            f"{sglang_src}: this is sglang {version}, but {patches_dir / 'series'} targets sglang {target}; "
+            f"rebase the series onto {version} first (docs/patches.md, 'Rebasing')",
+            code=1,
+        )
+    return version
+
+
+def tree_version(sglang_src: Path) -> str:
+    """The version of an unpacked sglang tree: ``sglang/_version.py``, else its dist-info, else ``unknown``."""
+    path = sglang_src / "sglang" / "_version.py"
+    if path.is_file():
+        match = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", path.read_text(), re.M)
+        if match:
+            return match.group(1)
+    for meta in sorted(sglang_src.glob("sglang-*.dist-info/METADATA")):
+        for line in meta.read_text(errors="replace").splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def apply_series(
+    sglang_src: Path,
+    patches_dir: Path = DEFAULT_PATCHES_DIR,
+    *,
+    quiet: bool = False,
+    dry_run: bool = False,
+    strict: bool = False,
+    log=None,
+) -> list[Patch]:
+    """Apply the whole series to ``sglang_src`` (the directory holding ``sglang/``), or nothing.
+
+    Logs each patch's name and sha256. Raises ``UserError`` (the tree is then
+    untouched) if a patch does not apply (naming patch, file and hunk), if the
+    series is already applied or partly applied, or if the tree is another
+    SGLang version than the series targets. ``strict`` also refuses hunks that
+    match only at an offset. ``dry_run`` checks everything and writes nothing.
+    """
+    say = (lambda *_: None) if quiet else (log or (lambda msg: print(msg, flush=True)))
+    sglang_src = Path(sglang_src)
+    patches_dir = Path(patches_dir)
+    version = check_tree(sglang_src, patches_dir)
+    result = plan(sglang_src, patches_dir)
+    n = len(result.states)
+    conflicts = result.by_state(CONFLICT)
+    applied = result.by_state(APPLIED)
+    if conflicts:
+        first = conflicts[0].failures[0]
+        more = sum(len(s.failures) for s in conflicts) - 1
+        tail = f" (and {more} more failing hunk{'s' if more != 1 else ''})" if more else ""
+        for state in conflicts:
+            for failure in state.failures:
+                say(f"does not apply: {failure}")
+        raise UserError(f"patch {first}{tail}; {sglang_src} is untouched", code=1)
+    if applied and len(applied) == n:
+        raise UserError(
+            f"{sglang_src}: the series is already applied (all {n} patches: "
+            f"{', '.join(s.patch.name for s in applied)}); nothing was changed",
+            code=1,
+        )
+    if applied:
+        todo = [s.patch.name for s in result.states if s.state == UNAPPLIED]
+        raise UserError(
+            f"{sglang_src}: the series is partly applied ({', '.join(s.patch.name for s in applied)} already in, "
+            f"{', '.join(todo)} not); start again from a fresh unpack of the wheel; nothing was changed",
+            code=1,
+        )
+    offsets = [o for s in result.states for o in s.offsets]
+    if strict and offsets:
+        raise UserError(
+            f"the series applies only at offsets ({'; '.join(offsets)}); run `invoke patch --refresh` "
+            f"to make it exact for sglang {version}; {sglang_src} is untouched",
+            code=1,
+        )
+    for state in result.states:
+        files = ", ".join(f.path for f in state.parsed.files)
+        say(f"patch {state.patch.name} sha256={state.patch.sha256} ({files})")
+        for offset in state.offsets:
+            say(f"  offset: {offset}")
+    if dry_run:
+        say(f"dry run: all {n} patches apply to sglang {version} at {sglang_src}; nothing written")
+        return [s.patch for s in result.states]
+    _write_all(sglang_src, result.changes)
+    say(f"applied {n} patches to sglang {version} at {sglang_src}")
+    return [s.patch for s in result.states]
+
+
+def _write_all(root: Path, changes: dict[str, str | None]) -> None:
+    """Write every changed file through a temporary file, then rename them all into place."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for rel, content in sorted(changes.items()):
+            target = root / rel
+            if content is None:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as out:
+                out.write(_encode(content))
+            mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
+            os.chmod(tmp, mode)
+            staged.append((Path(tmp), target))
+    except OSError as err:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write into {root}: {err}; nothing was changed") from None
+    for tmp, target in staged:
+        os.replace(tmp, target)
+    for rel, content in changes.items():
+        if content is None:
+            (root / rel).unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------
+# Refreshing the series from an edited tree (rebasing)
+# --------------------------------------------------------------------------
+
+
+def unified_diff(old: str | None, new: str | None, rel: str, context: int = CONTEXT_LINES) -> str:
+    """``diff -u`` of one file as the series writes it: a/ and b/ prefixes, \\ No newline markers."""
+    a, b = _lines(old or ""), _lines(new or "")
+    out = []
+    for line in difflib.unified_diff(
+        a,
+        b,
+        fromfile=f"a/{rel}" if old is not None else "/dev/null",
+        tofile=f"b/{rel}" if new is not None else "/dev/null",
+        n=context,
+    ):
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n" + NO_NEWLINE + "\n")
+    return "".join(out)
+
+
+def refresh(
+    edited_src: Path, pristine_src: Path, patches_dir: Path = DEFAULT_PATCHES_DIR, *, log=None
+) -> list[str]:
+    """Regenerate every patch's diff from ``edited_src`` against ``pristine_src``; keep each header.
+
+    Each file belongs to one patch: the patch whose diff names it (to give a
+    patch a new file, add its ``--- a/PATH`` / ``+++ b/PATH`` lines by hand).
+    Fails, writing nothing, if an edited file belongs to no patch, if two
+    patches claim one file, or if a patch would become empty. Updates the
+    series' ``# target:`` line to the pristine tree's version. Returns the
+    names of the patches whose text changed.
+    """
+    say = log or (lambda msg: print(msg, flush=True))
+    edited_src, pristine_src, patches_dir = Path(edited_src), Path(pristine_src), Path(patches_dir)
+    for tree in (edited_src, pristine_src):
+        if not (tree / "sglang").is_dir():
+            raise UserError(f"{tree}: no sglang/ package here; pass the directory that contains sglang/")
+    series = read_series(patches_dir)
+    owner: dict[str, str] = {}
+    parsed: list[ParsedPatch] = []
+    for patch in series:
+        p = parse_patch(_decode(patch.path.read_bytes()), patch.name)
+        for fd in p.files:
+            if fd.path in owner:
+                raise UserError(f"{fd.path} is in both {owner[fd.path]} and {patch.name}; a file belongs to one patch")
+            owner[fd.path] = patch.name
+        parsed.append(p)
+    stray = sorted(set(_changed_files(pristine_src, edited_src)) - set(owner))
+    if stray:
+        raise UserError(
+            f"{edited_src}: {', '.join(stray[:5])} {'is' if len(stray) == 1 else 'are'} edited but in no patch; "
+            f"add '--- a/PATH' and '+++ b/PATH' lines for it to the patch it belongs to, or undo the edit"
+        )
+    texts: dict[str, str] = {}
+    for patch, p in zip(series, parsed):
+        body = "".join(unified_diff(_read(pristine_src, fd.path), _read(edited_src, fd.path), fd.path) for fd in p.files)
+        if not body:
+            raise UserError(
+                f"{patch.name} no longer changes anything against {pristine_src} (merged upstream?); "
+                f"remove it from {patches_dir / 'series'} and run the refresh again"
+            )
+        header = p.header if p.header.endswith("\n\n") or not p.header else p.header.rstrip("\n") + "\n\n"
+        texts[patch.name] = header + body
+    # Prove the regenerated series reproduces the edited tree before writing it.
+    version = tree_version(pristine_src)
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-refresh-") as tmp:
+        scratch = Path(tmp)
+        for name, text in texts.items():
+            (scratch / name).write_bytes(_encode(text))
+        series_text = (patches_dir / "series").read_text()
+        if TARGET_RE.search(series_text):
+            series_text = TARGET_RE.sub(f"# target: sglang {version}", series_text)
+        else:
+            series_text = f"# target: sglang {version}\n" + series_text
+        (scratch / "series").write_text(series_text)
+        result = plan(pristine_src, scratch)
+        bad = [s for s in result.states if s.state != UNAPPLIED]
+        if bad:
+            raise UserError(f"the refreshed {bad[0].patch.name} does not apply to {pristine_src}: {bad[0].failures[:1]}")
+        for rel in owner:
+            if result.changes.get(rel, _read(pristine_src, rel)) != _read(edited_src, rel):
+                raise UserError(f"the refreshed series does not reproduce {rel} of {edited_src}; nothing was written")
+    changed = []
+    for patch in series:
+        if _decode(patch.path.read_bytes()) != texts[patch.name]:
+            _write_text(patch.path, texts[patch.name])
+            changed.append(patch.name)
+            say(f"refreshed {patch.name}")
+        else:
+            say(f"unchanged {patch.name}")
+    if (patches_dir / "series").read_text() != series_text:
+        _write_text(patches_dir / "series", series_text)
+        say(f"series now targets sglang {version}")
+    return changed
+
+
+def _write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as out:
+        out.write(_encode(text))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _changed_files(pristine: Path, edited: Path) -> list[str]:
+    """Files under sglang/ that differ between two trees (added, removed or changed); caches ignored."""
+
+    def listing(root: Path) -> dict[str, Path]:
+        return {
+            p.relative_to(root).as_posix(): p
+            for p in (root / "sglang").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith((".pyc", ".rej", ".orig"))
+        }
+
+    a, b = listing(pristine), listing(edited)
+    out = []
+    for rel in sorted(set(a) | set(b)):
+        pa, pb = a.get(rel), b.get(rel)
+        if pa is None or pb is None or pa.stat().st_size != pb.stat().st_size or pa.read_bytes() != pb.read_bytes():
+            out.append(rel)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Unpacking the wheel
+# --------------------------------------------------------------------------
+
+
+def unpack_wheel(wheel: Path, dest: Path) -> Path:
+    """Unpack a wheel into ``dest`` (created; must be empty), as ``pip install --target`` lays it out."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise UserError(f"{dest}: not empty; unpack into a new directory")
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(dest)
+    except zipfile.BadZipFile as err:
+        raise UserError(f"{wheel}: not a wheel (zip): {err}") from None
+    return dest
+
+
+# --------------------------------------------------------------------------
+# Command line (the image runs `apply`)
+# --------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m sglang_stack.patches",
+        description="Apply the patch series to an unpacked sglang tree, all or nothing, or refresh it.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    apply = sub.add_parser("apply", help="apply the series (fail closed: any failure leaves the tree untouched)")
+    apply.add_argument("--dry-run", action="store_true", help="check every patch, write nothing")
+    apply.add_argument("--strict", action="store_true", help="also fail on hunks that match only at an offset")
+    refresh_p = sub.add_parser("refresh", help="regenerate each patch's diff from an edited tree")
+    refresh_p.add_argument("--pristine", required=True, type=Path, help="an unpacked, unpatched tree of the same wheel")
+    for p in (apply, refresh_p):
+        p.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
+        p.add_argument("--patches-dir", type=Path, default=DEFAULT_PATCHES_DIR, help="default: %(default)s")
+    args = parser.parse_args(argv)
+    if args.command == "apply":
+        apply_series(args.sglang_src, args.patches_dir, dry_run=args.dry_run, strict=args.strict)
+    else:
+        refresh(args.sglang_src, args.pristine, args.patches_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
