@@ -296,6 +296,10 @@ def _terminates(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
+def _raises(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Raise)
+
+
 def _kleene_and(values):
     if any(v is False for v in values):
         return False
@@ -551,7 +555,7 @@ class _Audit:
     def context(self, conds: tuple, env: _Env, by_condition: bool = False) -> str:
         def value(world):
             return _kleene_and(
-                [self.eval_test(t, world) if pol else _kleene_not(self.eval_test(t, world)) for t, pol in conds]
+                [self.eval_test(t, world) if pol else _kleene_not(self.eval_test(t, world)) for t, pol, _ in conds]
             )
 
         if value(EAGLE3_MEMBER) is False:
@@ -652,11 +656,13 @@ class _Scanner:
         for stmt in stmts:
             self.stmt(stmt, conds, env)
             if isinstance(stmt, ast.If):
-                # `if not cond: return` guards the rest of the block.
+                # `if not cond: return` guards the rest of the block. An exit by
+                # `raise` does too, but a missing method then still fails the
+                # server: it does not make a hasattr-checked call optional.
                 if _terminates(stmt.body) and not _terminates(stmt.orelse):
-                    conds = conds + ((stmt.test, False),)
+                    conds = conds + ((stmt.test, False, not _raises(stmt.body)),)
                 elif _terminates(stmt.orelse) and not _terminates(stmt.body):
-                    conds = conds + ((stmt.test, True),)
+                    conds = conds + ((stmt.test, True, not _raises(stmt.orelse)),)
 
     def stmt(self, stmt: ast.stmt, conds: tuple, env: _Env) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -671,8 +677,8 @@ class _Scanner:
             return
         if isinstance(stmt, ast.If):
             self.expr(stmt.test, conds, env)
-            self.block(stmt.body, conds + ((stmt.test, True),), env)
-            self.block(stmt.orelse, conds + ((stmt.test, False),), env)
+            self.block(stmt.body, conds + ((stmt.test, True, not _raises(stmt.orelse)),), env)
+            self.block(stmt.orelse, conds + ((stmt.test, False, not _raises(stmt.body)),), env)
             return
         if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
             guard = _try_guard(stmt)
@@ -738,12 +744,12 @@ class _Scanner:
             prior: tuple = ()
             for value in node.values:
                 self.expr(value, conds + prior, env)
-                prior = prior + ((value, isinstance(node.op, ast.And)),)
+                prior = prior + ((value, isinstance(node.op, ast.And), True),)
             return
         if isinstance(node, ast.IfExp):
             self.expr(node.test, conds, env)
-            self.expr(node.body, conds + ((node.test, True),), env)
-            self.expr(node.orelse, conds + ((node.test, False),), env)
+            self.expr(node.body, conds + ((node.test, True, True),), env)
+            self.expr(node.orelse, conds + ((node.test, False, True),), env)
             return
         if isinstance(node, ast.Call):
             self.call(node, conds, env)
@@ -776,7 +782,7 @@ class _Scanner:
         if context == EXCLUDED:
             return
         if not guard:
-            if any(_has_guard(test, method, pol) for test, pol in conds):
+            if any(_has_guard(test, method, pol) for test, pol, guards in conds if guards):
                 guard = "hasattr"
             elif env.try_guard:
                 guard = env.try_guard
@@ -1078,3 +1084,18 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     run_main(main)
+
+
+def check_wheel(wheel: Path, patches_dir: Path, arch: str, workdir: Path, *, log=None) -> Report:
+    """What ``invoke patch-check`` proves: the wheel unpacks, the series applies exactly, the audit passes.
+
+    Unpacks into ``workdir/site``. Raises ``UserError`` if a step fails; returns
+    the audit report, which the caller checks with ``report.passed``.
+    """
+    from .patches import apply_series, unpack_wheel
+
+    say = log or (lambda msg: print(msg, flush=True))
+    site = unpack_wheel(wheel, Path(workdir) / "site")
+    say(f"unpacked {Path(wheel).name} into {site}")
+    apply_series(site, patches_dir, strict=True, log=say)
+    return audit(site, arch)

@@ -3,12 +3,17 @@
 Image identity reaches the tests through options, so CI and a developer call the same thing:
   --base-image REF   use this Debian-like base (python3, venv, patch) instead of making one
   --keep-images      keep the images the container tests build (for poking at them afterwards)
+
+The real sglang wheel pinned in versions.lock is fetched once by URL and sha256
+(cached in ~/.cache/sglang-stack, or $SGLANG_STACK_CACHE) and unpacked as
+`pip install --target` lays it out: a directory holding sglang/ and its dist-info.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +45,39 @@ def smoke_base(request) -> str:
     yield ref
     if created and not request.config.getoption("--keep-images"):
         smoke.remove_image(ref)
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel() -> Path:
+    """The pinned sglang wheel (versions.lock [sglang]), hash-verified and cached."""
+    from sglang_stack import fetch, lock
+
+    table = lock.load()["sglang"]
+    return fetch.fetch(table["url"], table["sha256"])
+
+
+@pytest.fixture(scope="session")
+def sglang_pristine(sglang_wheel, tmp_path_factory) -> Path:
+    """One unpacked copy of the wheel for the whole session. Read it, never write to it."""
+    from sglang_stack.patches import unpack_wheel
+
+    return unpack_wheel(sglang_wheel, tmp_path_factory.mktemp("sglang-pristine") / "site")
+
+
+@pytest.fixture(scope="session")
+def sglang_patched(sglang_pristine, tmp_path_factory) -> Path:
+    """One copy of the wheel with patches/ applied, for the whole session. Read it, never write to it."""
+    from sglang_stack.patches import apply_series
+
+    dest = tmp_path_factory.mktemp("sglang-patched") / "site"
+    shutil.copytree(sglang_pristine, dest, copy_function=shutil.copyfile)
+    apply_series(dest, quiet=True)
+    return dest
+
+
+@pytest.fixture
+def sglang_tree(sglang_pristine, tmp_path) -> Path:
+    """A fresh, writable, unpatched copy of the sglang package tree: the directory that holds sglang/."""
+    dest = tmp_path / "site"
+    shutil.copytree(sglang_pristine, dest, copy_function=shutil.copyfile)
+    return dest

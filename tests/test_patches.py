@@ -1,0 +1,678 @@
+"""The patch series against the real sglang 0.5.9 wheel: applying, failing closed, refreshing,
+and what each patched method does, run without a GPU against small stand-ins."""
+
+from __future__ import annotations
+
+import __future__
+import ast
+import hashlib
+import importlib.util
+import logging
+import shutil
+import subprocess
+import sys
+import types
+import typing
+from pathlib import Path
+
+import pytest
+
+from sglang_stack import ROOT, patches
+from sglang_stack.errors import UserError
+
+PATCHES = ROOT / "patches"
+KIMI = "sglang/srt/models/kimi_k25.py"
+DEEPSEEK = "sglang/srt/models/deepseek_v2.py"
+SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+SYMM = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
+
+
+def snapshot(tree: Path) -> dict[str, str]:
+    """sha256 of every file under tree/sglang: proves a failed run wrote nothing."""
+    return {
+        p.relative_to(tree).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((tree / "sglang").rglob("*"))
+        if p.is_file()
+    }
+
+
+def copy_patches(tmp_path: Path) -> Path:
+    dest = tmp_path / "patches"
+    shutil.copytree(PATCHES, dest)
+    return dest
+
+
+def patched(tree: Path) -> Path:
+    patches.apply_series(tree, PATCHES, quiet=True)
+    return tree
+
+
+# --------------------------------------------------------------------------
+# The series applies
+# --------------------------------------------------------------------------
+
+
+def test_series_applies_cleanly_and_logs_each_patch_with_its_sha256(sglang_tree):
+    before = snapshot(sglang_tree)
+    lines: list[str] = []
+    applied = patches.apply_series(sglang_tree, PATCHES, strict=True, log=lines.append)
+    series = patches.read_series(PATCHES)
+    assert [p.name for p in applied] == [p.name for p in series], "apply_series must apply the whole series, in order"
+    for patch in series:
+        assert any(patch.name in line and patch.sha256 in line for line in lines), f"no log line names {patch.name} with its sha256"
+    after = snapshot(sglang_tree)
+    changed = sorted(rel for rel in before if before[rel] != after[rel])
+    assert changed == sorted([KIMI, DEEPSEEK, SIZES, SYMM]), f"the series changed {changed}, not exactly its four files"
+
+
+def test_touched_files_names_every_file_of_each_patch():
+    got = {p.name: patches.touched_files(p.path) for p in patches.read_series(PATCHES)}
+    assert got == {
+        "0001-kimi-k25-eagle3-delegation.patch": [KIMI],
+        "0002-deepseek-v2-eagle3-embedding-capture.patch": [DEEPSEEK],
+        "0003-sm120-torch-symm-mem.patch": [SIZES, SYMM],
+    }, f"touched_files: {got}"
+
+
+def test_read_series_keeps_the_patch_contract():
+    for patch in patches.read_series(PATCHES):
+        assert patch.sha256 == hashlib.sha256(patch.path.read_bytes()).hexdigest(), f"{patch.name}: sha256 is not of its bytes"
+        assert patch.path.parent == PATCHES, f"{patch.name}: path {patch.path} is not in patches/"
+    assert patches.series_target(PATCHES) == "0.5.9", "patches/series must say which sglang it targets"
+
+
+@pytest.mark.skipif(not shutil.which("patch"), reason="GNU patch is not installed (apt-get install patch)")
+def test_result_is_byte_identical_to_gnu_patch_without_fuzz(sglang_pristine, sglang_patched, tmp_path):
+    gnu = tmp_path / "gnu"
+    for rel in (KIMI, DEEPSEEK, SIZES, SYMM):  # GNU patch reads and writes only these
+        (gnu / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(sglang_pristine / rel, gnu / rel)
+    for patch in patches.read_series(PATCHES):
+        proc = subprocess.run(
+            ["patch", "-p1", "--fuzz=0", "--batch", "--forward", "-d", str(gnu), "-i", str(patch.path)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, f"GNU patch rejects {patch.name}: {proc.stdout}{proc.stderr}"
+        assert "offset" not in proc.stdout, f"GNU patch applies {patch.name} only at an offset: {proc.stdout}"
+    for rel in (KIMI, DEEPSEEK, SIZES, SYMM):
+        assert (sglang_patched / rel).read_bytes() == (gnu / rel).read_bytes(), f"{rel}: our applier and GNU patch disagree"
+
+
+def test_image_commands_run_with_the_standard_library_only(sglang_tree, tmp_path):
+    """The SGLang stage's two RUN lines, in the image's layout, with site-packages off (python -S)."""
+    opt = tmp_path / "opt" / "sglang-stack"
+    (opt / "sglang_stack").mkdir(parents=True)
+    for name in ("__init__", "errors", "patches", "audit"):
+        shutil.copy(ROOT / "sglang_stack" / f"{name}.py", opt / "sglang_stack" / f"{name}.py")
+    shutil.copytree(PATCHES, opt / "patches")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(opt)}
+    apply = subprocess.run(
+        [sys.executable, "-S", "-m", "sglang_stack.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(opt / "patches")],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert apply.returncode == 0, f"apply failed in the image layout: {apply.stdout}{apply.stderr}"
+    for patch in patches.read_series(PATCHES):
+        assert f"patch {patch.name} sha256={patch.sha256}" in apply.stdout, f"the build log lacks {patch.name} and its sha256"
+    audit = subprocess.run(
+        [sys.executable, "-S", "-m", "sglang_stack.audit", "--sglang-src", str(sglang_tree), "--arch", "KimiK25ForConditionalGeneration"],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert audit.returncode == 0, f"the audit fails on the patched tree in the image layout: {audit.stdout}{audit.stderr}"
+    assert audit.stdout.strip().splitlines()[-1].startswith("audit passed"), f"last line is not the summary: {audit.stdout}"
+
+
+def test_dry_run_checks_everything_and_writes_nothing(sglang_tree):
+    before = snapshot(sglang_tree)
+    lines: list[str] = []
+    patches.apply_series(sglang_tree, PATCHES, dry_run=True, log=lines.append)
+    assert snapshot(sglang_tree) == before, "--dry-run wrote into the tree"
+    assert any("dry run" in line for line in lines), f"--dry-run does not say so: {lines}"
+
+
+# --------------------------------------------------------------------------
+# Failing closed: each failure names its cause and leaves the tree untouched
+# --------------------------------------------------------------------------
+
+
+def corrupt_first_context_line(patch_path: Path) -> None:
+    text = patch_path.read_text().splitlines(keepends=True)
+    for i, line in enumerate(text):
+        if line.startswith("@@"):
+            j = next(k for k in range(i + 1, len(text)) if text[k].startswith(" "))
+            text[j] = " # this context line does not exist upstream\n"
+            break
+    patch_path.write_text("".join(text))
+
+
+def test_a_patch_that_does_not_match_names_patch_file_and_hunk_and_writes_nothing(sglang_tree, tmp_path):
+    pdir = copy_patches(tmp_path)
+    corrupt_first_context_line(pdir / "0002-deepseek-v2-eagle3-embedding-capture.patch")
+    before = snapshot(sglang_tree)
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, pdir, quiet=True)
+    message = str(err.value)
+    for part in ("0002-deepseek-v2-eagle3-embedding-capture.patch", DEEPSEEK, "hunk #1", "@@ -2719,13 +2719,19 @@"):
+        assert part in message, f"the error does not name {part!r}: {message}"
+    assert err.value.code == 1, f"a patch that does not apply exits 1, got {err.value.code}"
+    assert snapshot(sglang_tree) == before, "0001 was written although 0002 failed: the series is not all-or-nothing"
+
+
+@pytest.mark.parametrize(
+    "damage, expect",
+    [
+        (lambda t: t.replace("@@ -772,5 +772,29 @@", "@@ -772,5 +772 @@ broken"), "hunk #1"),
+        (lambda t: t.replace("+    def get_embed_and_head(self):\n", "?    def get_embed_and_head(self):\n"), "corrupt"),
+        (lambda t: t[: t.index("+    def set_embed_and_head")], "ends early"),
+        (lambda t: t.replace("+++ b/sglang", "+++ b/../sglang"), "relative"),
+        (lambda t: t.split("\n--- a/")[0] + "\n", "no unified diff"),
+    ],
+    ids=["header-count", "bad-line-prefix", "truncated", "path-escape", "no-diff"],
+)
+def test_a_corrupted_patch_file_is_one_clear_error(sglang_tree, tmp_path, damage, expect):
+    pdir = copy_patches(tmp_path)
+    path = pdir / "0001-kimi-k25-eagle3-delegation.patch"
+    path.write_text(damage(path.read_text()))
+    before = snapshot(sglang_tree)
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, pdir, quiet=True)
+    assert "0001-kimi-k25-eagle3-delegation.patch" in str(err.value), f"the error does not name the patch: {err.value}"
+    assert expect in str(err.value), f"the error does not say {expect!r}: {err.value}"
+    assert snapshot(sglang_tree) == before, "a corrupted patch changed the tree"
+
+
+def test_a_tree_of_another_sglang_version_is_refused(sglang_tree):
+    version_file = sglang_tree / "sglang" / "_version.py"
+    version_file.write_text(version_file.read_text().replace("'0.5.9'", "'0.5.10'"))
+    before = snapshot(sglang_tree)
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, PATCHES, quiet=True)
+    message = str(err.value)
+    assert "0.5.10" in message and "0.5.9" in message and "rebase" in message, f"unclear version error: {message}"
+    assert snapshot(sglang_tree) == before, "a tree of another version was changed"
+
+
+def test_changed_source_fails_the_hunk_even_without_a_version_check(sglang_tree, tmp_path):
+    pdir = copy_patches(tmp_path)
+    series = pdir / "series"
+    series.write_text(series.read_text().replace("# target: sglang 0.5.9\n", ""))
+    kimi = sglang_tree / KIMI
+    kimi.write_text(kimi.read_text().replace("self.language_model.load_weights(language_weights)", "self.language_model.load_weights(list(language_weights))"))
+    before = snapshot(sglang_tree)
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, pdir, quiet=True)
+    assert "0001-kimi-k25-eagle3-delegation.patch" in str(err.value) and KIMI in str(err.value), f"error: {err.value}"
+    assert "load_weights(list(language_weights))" in str(err.value), f"the error does not show the line that differs: {err.value}"
+    assert snapshot(sglang_tree) == before
+
+
+def test_an_already_applied_series_is_reported_not_skipped(sglang_tree):
+    patched(sglang_tree)
+    before = snapshot(sglang_tree)
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, PATCHES, quiet=True)
+    assert "already applied" in str(err.value) and "all 3 patches" in str(err.value), f"error: {err.value}"
+    assert snapshot(sglang_tree) == before, "re-applying changed the tree"
+
+
+def test_a_partly_applied_series_is_reported_not_skipped(sglang_tree, tmp_path):
+    first = tmp_path / "first"
+    first.mkdir()
+    shutil.copy(PATCHES / "0001-kimi-k25-eagle3-delegation.patch", first)
+    (first / "series").write_text("# target: sglang 0.5.9\n0001-kimi-k25-eagle3-delegation.patch\n")
+    patches.apply_series(sglang_tree, first, quiet=True)
+    before = snapshot(sglang_tree)
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, PATCHES, quiet=True)
+    message = str(err.value)
+    assert "partly applied" in message and "0001-kimi-k25-eagle3-delegation.patch already in" in message, f"error: {message}"
+    assert "0002-deepseek-v2-eagle3-embedding-capture.patch" in message, f"the error does not say what is missing: {message}"
+    assert snapshot(sglang_tree) == before, "a partly applied tree was changed"
+
+
+def test_strict_refuses_a_hunk_that_matches_only_at_an_offset(sglang_tree):
+    kimi = sglang_tree / KIMI
+    kimi.write_text("# shifted\n" + kimi.read_text())
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, PATCHES, quiet=True, strict=True)
+    assert "offset" in str(err.value) and KIMI in str(err.value), f"error: {err.value}"
+    lines: list[str] = []
+    patches.apply_series(sglang_tree, PATCHES, log=lines.append)
+    assert any("offset" in line and "+1 lines" in line for line in lines), f"a shifted hunk is not reported: {lines}"
+
+
+def test_not_an_sglang_tree_is_one_clear_error(tmp_path):
+    with pytest.raises(UserError) as err:
+        patches.apply_series(tmp_path, PATCHES, quiet=True)
+    assert "no sglang/ package" in str(err.value), f"error: {err.value}"
+
+
+def test_cli_failure_is_one_line_on_stderr_without_traceback(sglang_tree, tmp_path):
+    pdir = copy_patches(tmp_path)
+    corrupt_first_context_line(pdir / "0003-sm120-torch-symm-mem.patch")
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_stack.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(pdir)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line]
+    assert len(errors) == 1 and errors[0].startswith("error: patch 0003-sm120-torch-symm-mem.patch"), f"stderr: {proc.stderr}"
+    missing = subprocess.run(
+        [sys.executable, "-m", "sglang_stack.patches", "apply", "--sglang-src", str(tmp_path / "nowhere")],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr, f"{missing.returncode}: {missing.stderr}"
+
+
+# --------------------------------------------------------------------------
+# The applier on small synthetic trees (edge cases of the diff format)
+# --------------------------------------------------------------------------
+
+
+def make_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(text.encode())
+    return root
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("a\nb\nc\n", "a\nb\nc"),  # drops the final newline
+        ("a\nb\nc", "a\nB\nc"),  # a file without a final newline, changed
+        ("x\n\x0cy\nz\n", "x\n\x0cy\nZ\n"),  # a form feed, which str.splitlines would split on
+        ("l1\nl2\nl3\nl4\nl5\nl6\nl7\nl8\nl9\nl10\nl11\n", "l0\nl1\nl2\nl3\nl4\nl5\nl6\nl7\nl8\nl9\nl10\nl11\nl12\n"),
+    ],
+    ids=["drop-final-newline", "no-final-newline", "form-feed", "two-hunks"],
+)
+def test_generated_diff_round_trips(tmp_path, old, new):
+    rel = "sglang/mod.py"
+    pristine = make_tree(tmp_path / "pristine", {rel: old})
+    edited = make_tree(tmp_path / "edited", {rel: new})
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "one.patch").write_text(f"Description: test\n\n--- a/{rel}\n+++ b/{rel}\n")
+    (pdir / "series").write_text("one.patch\n")
+    patches.refresh(edited, pristine, pdir, log=lambda _: None)
+    work = make_tree(tmp_path / "work", {rel: old})
+    patches.apply_series(work, pdir, quiet=True)
+    assert (work / rel).read_bytes() == new.encode(), f"diff did not round-trip:\n{(pdir / 'one.patch').read_text()}"
+    if shutil.which("patch"):
+        gnu = make_tree(tmp_path / "gnu", {rel: old})
+        proc = subprocess.run(["patch", "-p1", "--fuzz=0", "--batch", "-d", str(gnu), "-i", str(pdir / "one.patch")], capture_output=True, text=True)
+        assert proc.returncode == 0 and (gnu / rel).read_bytes() == new.encode(), f"GNU patch reads our diff differently: {proc.stdout}"
+
+
+def test_patches_that_create_and_delete_files(tmp_path):
+    tree = make_tree(tmp_path / "t", {"sglang/gone.py": "bye\n"})
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "new.patch").write_text("--- /dev/null\n+++ b/sglang/new.py\n@@ -0,0 +1,2 @@\n+hello\n+world\n")
+    (pdir / "del.patch").write_text("--- a/sglang/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n")
+    (pdir / "series").write_text("new.patch\ndel.patch\n")
+    patches.apply_series(tree, pdir, quiet=True)
+    assert (tree / "sglang/new.py").read_text() == "hello\nworld\n", "a /dev/null patch did not create its file"
+    assert not (tree / "sglang/gone.py").exists(), "a +++ /dev/null patch did not delete its file"
+    with pytest.raises(UserError, match="already applied"):
+        patches.apply_series(tree, pdir, quiet=True)
+
+
+def test_later_patches_see_what_earlier_ones_did(tmp_path):
+    tree = make_tree(tmp_path / "t", {"sglang/m.py": "a\nb\nc\n"})
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "1.patch").write_text("--- a/sglang/m.py\n+++ b/sglang/m.py\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n")
+    (pdir / "2.patch").write_text("--- a/sglang/m.py\n+++ b/sglang/m.py\n@@ -1,3 +1,4 @@\n a\n B\n+B2\n c\n")
+    (pdir / "series").write_text("1.patch\n2.patch\n")
+    patches.apply_series(tree, pdir, quiet=True)
+    assert (tree / "sglang/m.py").read_text() == "a\nB\nB2\nc\n", "the second patch did not build on the first"
+
+
+# --------------------------------------------------------------------------
+# Refreshing (rebasing) the series
+# --------------------------------------------------------------------------
+
+
+def stub(patch_text: str) -> str:
+    """A patch reduced to its header and file names: what a maintainer writes before a refresh."""
+    parsed = patches.parse_patch(patch_text, "stub")
+    heads = "".join(f"--- a/{f.path}\n+++ b/{f.path}\n" for f in parsed.files)
+    return parsed.header + heads
+
+
+def test_refresh_regenerates_the_committed_series_exactly(sglang_pristine, sglang_tree, tmp_path):
+    edited = patched(sglang_tree)
+    pdir = copy_patches(tmp_path)
+    for patch in patches.read_series(pdir):
+        patch.path.write_text(stub(patch.path.read_text()))
+    changed = patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    assert len(changed) == 3, f"refresh rewrote {changed}"
+    for patch in patches.read_series(PATCHES):
+        assert (pdir / patch.name).read_bytes() == patch.path.read_bytes(), f"{patch.name} is not what refresh writes"
+    assert (pdir / "series").read_text() == (PATCHES / "series").read_text(), "refresh changed an up-to-date series"
+
+
+def test_refresh_picks_up_a_further_edit_and_only_rewrites_its_patch(sglang_pristine, sglang_tree, tmp_path):
+    edited = patched(sglang_tree)
+    kimi = edited / KIMI
+    kimi.write_text(kimi.read_text().replace("EntryClass = [", "# one more line\nEntryClass = ["))
+    pdir = copy_patches(tmp_path)
+    changed = patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    assert changed == ["0001-kimi-k25-eagle3-delegation.patch"], f"refresh rewrote {changed}"
+    assert (pdir / "0001-kimi-k25-eagle3-delegation.patch").read_text().startswith("Description: kimi_k25"), "the header was lost"
+    fresh = tmp_path / "fresh"
+    shutil.copytree(sglang_pristine, fresh)
+    patches.apply_series(fresh, pdir, quiet=True)
+    assert (fresh / KIMI).read_text() == kimi.read_text(), "the refreshed series does not reproduce the edit"
+
+
+def test_refresh_refuses_an_edit_that_belongs_to_no_patch(sglang_pristine, sglang_tree, tmp_path):
+    edited = patched(sglang_tree)
+    stray = edited / "sglang/srt/models/llama.py"
+    stray.write_text(stray.read_text() + "# stray\n")
+    pdir = copy_patches(tmp_path)
+    before = {p.name: p.read_bytes() for p in pdir.iterdir()}
+    with pytest.raises(UserError) as err:
+        patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    assert "sglang/srt/models/llama.py" in str(err.value) and "no patch" in str(err.value), f"error: {err.value}"
+    assert {p.name: p.read_bytes() for p in pdir.iterdir()} == before, "a refused refresh wrote patches"
+
+
+def test_refresh_refuses_a_patch_that_became_empty(sglang_pristine, sglang_tree, tmp_path):
+    edited = patched(sglang_tree)
+    shutil.copy(sglang_pristine / DEEPSEEK, edited / DEEPSEEK)  # as if upstream had merged 0002
+    pdir = copy_patches(tmp_path)
+    with pytest.raises(UserError) as err:
+        patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    assert "0002-deepseek-v2-eagle3-embedding-capture.patch no longer changes anything" in str(err.value), f"error: {err.value}"
+
+
+def test_refresh_moves_the_series_target_to_the_new_release(sglang_pristine, sglang_tree, tmp_path):
+    pristine = tmp_path / "pristine-next"
+    shutil.copytree(sglang_pristine, pristine)
+    for tree in (pristine, sglang_tree):
+        version = tree / "sglang" / "_version.py"
+        version.write_text(version.read_text().replace("'0.5.9'", "'0.5.99'"))
+    pdir = copy_patches(tmp_path)
+    series = pdir / "series"
+    series.write_text(series.read_text().replace("0.5.9", "0.5.99"))
+    patches.apply_series(sglang_tree, pdir, quiet=True)
+    series.write_text(series.read_text().replace("0.5.99", "0.5.9"))
+    patches.refresh(sglang_tree, pristine, pdir, log=lambda _: None)
+    assert patches.series_target(pdir) == "0.5.99", f"series target after refresh: {patches.series_target(pdir)}"
+
+
+# --------------------------------------------------------------------------
+# What the patched code does (no GPU, no torch: the real functions, small stand-ins)
+# --------------------------------------------------------------------------
+
+
+def load_functions(path: Path, qualnames: list[str], namespace: dict) -> dict:
+    """Compile functions/methods straight out of a source file (same file name and line numbers)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    flags = 0
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            for alias in node.names:
+                flags |= getattr(__future__, alias.name).compiler_flag
+    out = {}
+    for qualname in qualnames:
+        scope = tree.body
+        *owners, name = qualname.split(".")
+        for owner in owners:
+            cls = next((n for n in scope if isinstance(n, ast.ClassDef) and n.name == owner), None)
+            assert cls is not None, f"{path}: no class {owner}"
+            scope = cls.body
+        fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        if fn is None:
+            raise LookupError(f"{path}: no function {qualname}")
+        code = compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec", flags=flags, dont_inherit=True)
+        exec(code, namespace)
+        out[name] = namespace[name]
+    return out
+
+
+class Recorder:
+    """A stand-in language model: records each call, returns a marker."""
+
+    def __init__(self, *methods):
+        self.calls = []
+        for name in methods:
+            setattr(self, name, self._method(name))
+
+    def _method(self, name):
+        def method(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            return ("returned-by", name)
+
+        return method
+
+
+def kimi_class(tree: Path):
+    methods = ["_language_model_method", "set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head"]
+    names = [f"KimiK25ForConditionalGeneration.{m}" for m in methods]
+    funcs = load_functions(tree / KIMI, names, {"Optional": typing.Optional, "List": typing.List})
+    return type("KimiK25ForConditionalGeneration", (), funcs)
+
+
+def test_unpatched_kimi_lacks_the_eagle3_methods(sglang_pristine):
+    with pytest.raises(LookupError):
+        kimi_class(sglang_pristine)
+
+
+def test_kimi_delegation_forwards_arguments_and_return_values(sglang_patched):
+    Kimi = kimi_class(sglang_patched)
+    model = Kimi()
+    model.language_model = Recorder("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
+    embed, head = object(), object()
+    assert model.set_eagle3_layers_to_capture([-1, 30, 58]) == ("returned-by", "set_eagle3_layers_to_capture")
+    assert model.set_eagle3_layers_to_capture() == ("returned-by", "set_eagle3_layers_to_capture")
+    assert model.get_embed_and_head() == ("returned-by", "get_embed_and_head")
+    assert model.set_embed_and_head(embed, head) == ("returned-by", "set_embed_and_head")
+    assert model.language_model.calls == [
+        ("set_eagle3_layers_to_capture", ([-1, 30, 58],), {}),
+        ("set_eagle3_layers_to_capture", (None,), {}),
+        ("get_embed_and_head", (), {}),
+        ("set_embed_and_head", (embed, head), {}),
+    ], f"calls reaching the language model: {model.language_model.calls}"
+
+
+def test_kimi_delegation_names_a_method_the_language_model_lacks(sglang_patched):
+    Kimi = kimi_class(sglang_patched)
+    model = Kimi()
+    model.language_model = Recorder("get_embed_and_head")
+    with pytest.raises(AttributeError) as err:
+        model.set_embed_and_head(None, None)
+    message = str(err.value)
+    assert "set_embed_and_head" in message and "Recorder" in message and "EAGLE-3" in message, f"unclear error: {message}"
+
+
+class Layer:
+    """A decoder layer stand-in: numbers instead of tensors."""
+
+    def __init__(self, i):
+        self.i = i
+
+    def __call__(self, positions, hidden_states, forward_batch, residual, *rest):
+        new_residual = hidden_states if residual is None else hidden_states + residual
+        return (self.i + 1) * 100.0, new_residual
+
+
+def run_deepseek_forward(tree: Path, layers_to_capture: list[int]):
+    """DeepseekV2Model.forward from ``tree``, on a 4-layer stand-in model, first and last PP rank."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace as NS
+
+    namespace = {
+        "torch": NS(float32="float32", Tensor=object, cuda=NS(current_stream=lambda: None)),
+        "BumpAllocator": lambda **kwargs: NS(**kwargs),
+        "get_global_server_args": lambda: NS(enable_piecewise_cuda_graph=False),
+        "get_global_expert_distribution_recorder": lambda: NS(with_current_layer=lambda i: nullcontext()),
+        "nullcontext": nullcontext,
+        "nsa_use_prefill_cp": lambda batch: False,
+        "tensor_model_parallel_all_gather": lambda x, dim: pytest.fail("all-gather is for a2a MoE only"),
+        "model_forward_maybe_tbo": lambda **kw: pytest.fail("two-batch overlap is off"),
+        "PPProxyTensors": dict,
+    }
+    forward = load_functions(tree / DEEPSEEK, ["DeepseekV2Model.forward"], namespace)["forward"]
+    embedding = 7.0
+    model = NS(
+        start_layer=0,
+        end_layer=4,
+        pp_group=NS(is_first_rank=True, is_last_rank=True),
+        embed_tokens=lambda ids: embedding,
+        llama_4_scaling_config=None,
+        first_k_dense_replace=1,
+        enable_a2a_moe=False,
+        layers=[Layer(i) for i in range(4)],
+        layers_to_capture=layers_to_capture,
+        norm=lambda h, r=None: h if r is None else (h + r, None),
+        cp_size=1,
+    )
+    batch = NS(can_run_tbo=False, forward_mode=NS(is_idle=lambda: False))
+    return forward(model, NS(device="cpu"), None, batch)
+
+
+def test_unpatched_capture_of_the_embedding_output_fails(sglang_pristine):
+    with pytest.raises(TypeError, match="NoneType"):
+        run_deepseek_forward(sglang_pristine, [0, 2])
+
+
+def test_embedding_capture_works_while_residual_is_none(sglang_patched):
+    hidden, aux = run_deepseek_forward(sglang_patched, [0, 2])
+    # Layer i outputs (i + 1) * 100 and passes its input on as residual. Before layer 0 the
+    # capture is the embedding (7); before layer 2 it is layer 1's output plus residual.
+    assert aux == [7.0, 200.0 + 100.0 + 7.0], f"captured {aux}"
+    assert hidden == 400.0 + 300.0 + 200.0 + 100.0 + 7.0, f"final norm input changed: {hidden}"
+
+
+def test_capture_after_the_first_layer_is_unchanged(sglang_pristine, sglang_patched):
+    before = run_deepseek_forward(sglang_pristine, [1, 3])
+    after = run_deepseek_forward(sglang_patched, [1, 3])
+    assert before == after, f"the patch changed captures that worked: {before} vs {after}"
+
+
+BF16 = types.SimpleNamespace(itemsize=2)
+
+
+class FakeTensor:
+    dtype = BF16
+
+    def __init__(self, n=4):
+        self.n = n
+
+    def numel(self):
+        return self.n
+
+    def element_size(self):
+        return 2
+
+    def view(self, *shape):
+        return self
+
+    def copy_(self, other):
+        return self
+
+    def __getitem__(self, key):
+        return self
+
+    @property
+    def shape(self):
+        return (self.n,)
+
+
+def load_symm_mem(tree: Path, monkeypatch, *, capability: int, world_size: int, multicast: int = 0, rendezvous_error=None):
+    """Import the tree's torch_symm_mem.py against a stand-in torch; returns (module, collective calls)."""
+    calls: list[str] = []
+
+    def package(name, **attrs):
+        mod = types.ModuleType(name)
+        mod.__path__ = []
+        mod.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, mod)
+        return mod
+
+    def rendezvous(buffer, group_name):
+        if rendezvous_error:
+            raise rendezvous_error
+        return types.SimpleNamespace(multicast_ptr=multicast)
+
+    symm = package("torch.distributed._symmetric_memory", empty=lambda n, device, dtype: FakeTensor(n), rendezvous=rendezvous)
+    dist = package("torch.distributed", ProcessGroup=object, get_world_size=lambda group: world_size, _symmetric_memory=symm)
+    ops = types.SimpleNamespace(
+        symm_mem=types.SimpleNamespace(
+            multimem_all_reduce_=lambda *a: calls.append("multimem"),
+            two_shot_all_reduce_=lambda *a: calls.append("two_shot"),
+        )
+    )
+    cuda = types.SimpleNamespace(set_device=lambda d: None, get_device_capability=lambda d: (capability, 0))
+    package(
+        "torch",
+        distributed=dist,
+        Tensor=FakeTensor,
+        bfloat16=BF16,
+        device=lambda spec: spec,
+        cuda=cuda,
+        ops=ops,
+        empty_like=lambda t: FakeTensor(t.n),
+    )
+    for name in ("sglang", "sglang.srt", "sglang.srt.distributed", "sglang.srt.distributed.device_communicators"):
+        package(name)
+    package("sglang.srt.utils", is_cuda=lambda: True, is_hip=lambda: False)
+    for rel, name in ((SIZES, "all_reduce_utils"), (SYMM, "torch_symm_mem")):
+        full = f"sglang.srt.distributed.device_communicators.{name}"
+        spec = importlib.util.spec_from_file_location(full, tree / rel)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, full, module)
+        spec.loader.exec_module(module)
+    return module, calls
+
+
+def test_unpatched_torch_symm_mem_raises_keyerror_on_sm120(sglang_pristine, monkeypatch):
+    module, _ = load_symm_mem(sglang_pristine, monkeypatch, capability=12, world_size=8)
+    with pytest.raises(KeyError):
+        module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
+
+
+def test_sm120_uses_the_two_shot_path_without_multicast(sglang_patched, monkeypatch, caplog):
+    module, calls = load_symm_mem(sglang_patched, monkeypatch, capability=12, world_size=8, multicast=0)
+    with caplog.at_level(logging.INFO):
+        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
+    assert comm.disabled is False, "SM120 without multicast should take the two-shot path, not disable itself"
+    assert comm.max_size == 128 * 1024 * 1024, f"max size for 8 ranks on SM120: {comm.max_size}"
+    assert comm.should_torch_symm_mem_allreduce(FakeTensor(1024)), "a small bf16 tensor should qualify"
+    comm.all_reduce(FakeTensor(1024))
+    assert calls == ["two_shot"], f"SM120 all-reduce ran {calls}"
+    assert "two-shot" in caplog.text, f"the two-shot choice is not logged: {caplog.text}"
+
+
+def test_sm120_without_peer_access_disables_itself_with_a_warning(sglang_patched, monkeypatch, caplog):
+    module, _ = load_symm_mem(sglang_patched, monkeypatch, capability=12, world_size=8, rendezvous_error=RuntimeError("peer access is not supported"))
+    with caplog.at_level(logging.WARNING):
+        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
+    assert comm.disabled is True, "a failed rendezvous must leave the communicator disabled"
+    assert "peer access is not supported" in caplog.text, f"the warning does not carry the cause: {caplog.text}"
+
+
+def test_an_unknown_capability_disables_itself_instead_of_keyerror(sglang_patched, monkeypatch, caplog):
+    module, _ = load_symm_mem(sglang_patched, monkeypatch, capability=11, world_size=8)
+    with caplog.at_level(logging.WARNING):
+        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
+    assert comm.disabled is True and "capability 11" in caplog.text, f"disabled={comm.disabled}, log: {caplog.text}"
+
+
+@pytest.mark.parametrize(
+    "capability, world_size, multicast, disabled, path",
+    [(9, 8, 1, False, "multimem"), (9, 2, 1, False, "two_shot"), (10, 8, 0, True, None), (9, 2, 0, True, None)],
+)
+def test_sm90_and_sm100_behave_as_before(sglang_pristine, sglang_patched, monkeypatch, capability, world_size, multicast, disabled, path):
+    results = []
+    for tree in (sglang_pristine, sglang_patched):
+        module, calls = load_symm_mem(tree, monkeypatch, capability=capability, world_size=world_size, multicast=multicast)
+        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
+        if not comm.disabled:
+            comm.all_reduce(FakeTensor(8))
+        results.append((comm.disabled, calls[0] if calls else None))
+    assert results[0] == results[1] == (disabled, path), f"before/after the patch: {results}"
