@@ -62,6 +62,7 @@ TARGET_ATTR = "target_worker"  # what the speculative workers call the target's 
 REGISTRY_NAME = "EntryClass"  # models/*.py: the classes the registry serves
 MODELS_PACKAGE = ("srt", "models")  # where the registry looks, under sglang/
 DRAFT_MARKERS = ("draft", "mtp")  # a receiver named like this holds the draft model
+DRAFT_FLAG_PREFIX = "is_draft"  # ModelRunner.is_draft_worker: code under it runs for the draft only
 
 EAGLE3 = "eagle3"  # context: runs with EAGLE-3 and not without speculation
 GENERAL = "general"  # context: runs without speculation too
@@ -548,6 +549,9 @@ class _Audit:
                 if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
                     return not hit
             return None
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name and name.startswith(DRAFT_FLAG_PREFIX):
+            return False  # `is_draft_worker` is False where the target model runs
         if isinstance(node, ast.Attribute) and node.attr in self.flags:
             return None if world == EAGLE3_MEMBER else False
         return None

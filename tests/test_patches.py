@@ -676,3 +676,70 @@ def test_sm90_and_sm100_behave_as_before(sglang_pristine, sglang_patched, monkey
             comm.all_reduce(FakeTensor(8))
         results.append((comm.disabled, calls[0] if calls else None))
     assert results[0] == results[1] == (disabled, path), f"before/after the patch: {results}"
+
+
+# --------------------------------------------------------------------------
+# The tasks
+# --------------------------------------------------------------------------
+
+
+def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_invoke_patch_applies_then_reports_an_applied_series(sglang_tree):
+    first = invoke("patch", "--sglang-src", str(sglang_tree))
+    assert first.returncode == 0, f"{first.stdout}{first.stderr}"
+    assert "applied 3 patches to sglang 0.5.9" in first.stdout, first.stdout
+    again = invoke("patch", "--sglang-src", str(sglang_tree))
+    assert again.returncode == 1, f"re-applying must fail: {again.returncode}"
+    assert again.stderr.strip().startswith("error:") and "already applied" in again.stderr, again.stderr
+    assert "Traceback" not in again.stderr and len(again.stderr.strip().splitlines()) == 1, again.stderr
+
+
+def test_invoke_patch_unpack_then_refresh_round_trip(sglang_pristine, tmp_path):
+    site = tmp_path / "edit"
+    proc = invoke("patch", "--sglang-src", str(site), "--unpack")
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}"
+    assert (site / "sglang-0.5.9.dist-info").is_dir(), "--unpack did not lay out the wheel like pip --target"
+    pdir = copy_patches(tmp_path)
+    proc = invoke("patch", "--sglang-src", str(site), "--refresh", "--pristine", str(sglang_pristine), "--patches-dir", str(pdir))
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}"
+    assert proc.stdout.count("unchanged") == 3, f"refresh of an unchanged edit rewrote patches: {proc.stdout}"
+    refused = invoke("patch", "--sglang-src", str(site), "--refresh", "--dry-run")
+    assert refused.returncode == 2 and "--refresh" in refused.stderr, refused.stderr
+
+
+def test_invoke_patch_check_passes_on_the_pinned_wheel():
+    proc = invoke("patch-check")
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}"
+    assert "audit passed" in proc.stdout and "patch-check passed" in proc.stdout, proc.stdout
+
+
+def test_invoke_patch_check_fails_on_a_broken_series(tmp_path):
+    pdir = copy_patches(tmp_path)
+    corrupt_first_context_line(pdir / "0001-kimi-k25-eagle3-delegation.patch")
+    proc = invoke("patch-check", "--patches-dir", str(pdir))
+    assert proc.returncode == 1, f"{proc.returncode}: {proc.stdout}{proc.stderr}"
+    assert "0001-kimi-k25-eagle3-delegation.patch" in proc.stderr and KIMI in proc.stderr, proc.stderr
+
+
+def test_invoke_patch_check_fails_when_the_audit_does(tmp_path):
+    pdir = copy_patches(tmp_path)
+    (pdir / "series").write_text("# target: sglang 0.5.9\n0002-deepseek-v2-eagle3-embedding-capture.patch\n")
+    proc = invoke("patch-check", "--patches-dir", str(pdir))
+    assert proc.returncode == 1, f"{proc.returncode}: {proc.stdout}{proc.stderr}"
+    assert "missing: KimiK25ForConditionalGeneration.get_embed_and_head()" in proc.stdout, proc.stdout
+
+
+@pytest.mark.network
+def test_invoke_patch_check_on_a_cold_cache(tmp_path):
+    """A clean machine: nothing cached, only PyPI to reach."""
+    proc = invoke("patch-check", env={"SGLANG_STACK_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}"
+    assert (tmp_path / "cache" / "downloads" / "sglang-0.5.9-py3-none-any.whl").is_file(), "the wheel was not cached"
