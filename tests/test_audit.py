@@ -440,3 +440,17 @@ def test_invoke_audit(sglang_pristine, sglang_patched, tmp_path):
     assert "required: get_embed_and_head" in passed.stdout and passed.stdout.strip().endswith("call sites)"), passed.stdout
     both = invoke("audit", "--sglang-src", str(sglang_patched), "--arch", KIMI, "--model-config", str(tmp_path / "c.json"))
     assert both.returncode == 2 and "choose one" in both.stderr, both.stderr
+
+
+def test_self_model_in_a_model_runner_mixin_is_the_target(tmp_path):
+    mixin = '''
+class RunnerMixin:
+    def init_extra(self):
+        if self.spec_algorithm.is_eagle3():
+            self.model.mixin_hook()
+'''
+    tree = synthetic(tmp_path, extra={"sglang/srt/model_executor/mixin.py": mixin})
+    runner = tree / "sglang/srt/model_executor/model_runner.py"
+    runner.write_text("from sglang.srt.model_executor.mixin import RunnerMixin\n" + runner.read_text().replace("class ModelRunner:", "class ModelRunner(RunnerMixin):"))
+    report = audit.audit(tree, "Wrapped")
+    assert "mixin_hook" in report.required, f"a ModelRunner mixin's self.model is the target: {sorted(report.required)}"

@@ -1,0 +1,83 @@
+"""Time the EAGLE-3 audit on the full sglang 0.5.9 tree, against the crash it replaces.
+
+    python benchmarks/audit_speed.py [--repeat N]
+
+Fetches the pinned wheel (versions.lock, hash-verified, cached), unpacks it, and
+prints: the wall time of one cold `python3 -m sglang_stack.audit` subprocess (what
+the image build runs: interpreter start, imports, every file read and parsed) on
+the unpatched and on the patched tree; the median and best in-process time over
+N runs; the files in the tree and the files the audit parsed; the patch series'
+apply time; and the ratio to the 485 s that the reference EAGLE-3 server spent
+loading Kimi-K2.5 before it died on the first missing method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sglang_stack import ROOT, audit, fetch, patches  # noqa: E402
+from sglang_stack import lock as lockmod  # noqa: E402
+
+CRASH_SECONDS = 485  # reference run: model load until AttributeError (FACTS.md)
+ARCH = "KimiK25ForConditionalGeneration"
+
+
+def cold(site: Path) -> tuple[float, int, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_stack.audit", "--sglang-src", str(site), "--arch", ARCH],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    return time.perf_counter() - start, proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    table = lockmod.load()["sglang"]
+    wheel = fetch.fetch(table["url"], table["sha256"])
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-bench-") as tmp:
+        site = patches.unpack_wheel(wheel, Path(tmp) / "site")
+        n_files = sum(1 for p in (site / "sglang").rglob("*.py"))
+
+        unpatched_s, unpatched_rc, unpatched_line = cold(site)
+
+        start = time.perf_counter()
+        patches.apply_series(site, ROOT / "patches", quiet=True)
+        apply_s = time.perf_counter() - start
+
+        patched_s, patched_rc, patched_line = cold(site)
+
+        times = []
+        report = None
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            report = audit.audit(site, ARCH)
+            times.append(time.perf_counter() - start)
+
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
+    print(f"tree: sglang {report.sglang_version}, {n_files} .py files; the audit parsed {report.files_read}")
+    print(f"audit, cold subprocess, unpatched: {unpatched_s:.2f} s, exit {unpatched_rc}: {unpatched_line}")
+    print(f"apply the patch series: {apply_s:.2f} s")
+    print(f"audit, cold subprocess, patched: {patched_s:.2f} s, exit {patched_rc}: {patched_line}")
+    print(f"audit, in process: median {statistics.median(times):.2f} s, best {min(times):.2f} s ({args.repeat} runs)")
+    worst = max(unpatched_s, patched_s)
+    print(
+        f"against the crash: {worst:.2f} s before the build fails, instead of {CRASH_SECONDS} s of model "
+        f"loading before the server dies: {CRASH_SECONDS / worst:.0f}x sooner, and before any GPU is touched"
+    )
+
+
+if __name__ == "__main__":
+    main()
