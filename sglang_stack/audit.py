@@ -40,7 +40,6 @@ import ast
 import difflib
 import json
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +49,7 @@ from .patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
 
-# Structural names in SGLang that the derivation starts from (see module doc).
+# ANCHORS: the structural names in SGLang that the derivation starts from (see module doc).
 EAGLE3_MEMBER = "EAGLE3"  # SpeculativeAlgorithm.EAGLE3
 NO_SPEC_MEMBER = "NONE"  # SpeculativeAlgorithm.NONE: speculative decoding off
 WORKER_FACTORY = "create_worker"  # SpeculativeAlgorithm.create_worker(server_args)
@@ -362,6 +361,7 @@ class _Env:
     cls: str | None = None
     aliases: dict[str, list[str]] = field(default_factory=dict)
     try_guard: str = ""
+    in_function: bool = False
 
 
 class _Audit:
@@ -640,6 +640,23 @@ class _Scan:
     calls: list[CallSite] = field(default_factory=list)
     # attribute -> [(falsy constant?, context)]
     assigns: dict[str, list[tuple[bool, str]]] = field(default_factory=dict)
+    # the path conditions of each target call, and of each attribute assignment
+    call_conds: list[tuple] = field(default_factory=list)
+    assign_conds: dict[str, list[tuple]] = field(default_factory=dict)
+
+    def condition_names(self) -> set[str]:
+        """Attribute names that can decide whether a target call runs, directly or
+        through the condition an attribute was set under: the only candidate flags."""
+        out: set[str] = set()
+        todo = list(self.call_conds)
+        while todo:
+            for test, _, _ in todo.pop():
+                for node in ast.walk(test):
+                    name = node.attr if isinstance(node, ast.Attribute) else None
+                    if name and name not in out:
+                        out.add(name)
+                        todo.extend(self.assign_conds.get(name, ()))
+        return out
 
 
 class _Scanner:
@@ -682,7 +699,7 @@ class _Scanner:
 
     def stmt(self, stmt: ast.stmt, conds: tuple, env: _Env) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner = _Env(env.module, env.path, env.cls, dict(env.aliases), "")
+            inner = _Env(env.module, env.path, env.cls, dict(env.aliases), "", True)
             self.block(stmt.body, conds, inner)
             return
         if isinstance(stmt, ast.ClassDef):
@@ -699,7 +716,7 @@ class _Scanner:
             return
         if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
             guard = _try_guard(stmt)
-            body_env = env if not guard else _Env(env.module, env.path, env.cls, env.aliases, guard)
+            body_env = env if not guard else _Env(env.module, env.path, env.cls, env.aliases, guard, env.in_function)
             self.block(stmt.body, conds, body_env)
             for handler in stmt.handlers:
                 self.block(handler.body, conds, env)
@@ -733,7 +750,7 @@ class _Scanner:
             name = None
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
                 name = target.attr
-            elif isinstance(target, ast.Name) and env.cls is not None and not conds:
+            elif isinstance(target, ast.Name) and env.cls is not None and not env.in_function and not conds:
                 name = target.id  # class-level default (dataclass field, class attribute)
             if name is None or value is None and isinstance(stmt, ast.AnnAssign):
                 continue
@@ -741,6 +758,8 @@ class _Scanner:
             # attribute is set on the EAGLE-3 path, and that alone says nothing.
             context = self.audit.context(conds, env, by_condition=True)
             self.out.assigns.setdefault(name, []).append((_is_falsy_const(value), context))
+            if conds:
+                self.out.assign_conds.setdefault(name, []).append(conds)
 
     def attribute_aliases(self, cls: ast.ClassDef, env: _Env) -> dict[str, list[str]]:
         """``self.target_model = self.target_worker.model_runner.model`` makes ``self.target_model`` a model."""
@@ -810,6 +829,8 @@ class _Scanner:
         self.out.calls.append(
             CallSite(self.path, node.lineno, method, ast.unparse(receiver), got[0], context, guard)
         )
+        if got[0] == "target":
+            self.out.call_conds.append(conds)
 
 
 def _try_guard(node) -> str:
@@ -981,20 +1002,25 @@ def derive(tree: Tree) -> tuple[_Audit, _Scan]:
     )
     atom_files = set(tree.grep([f".{p}(" for p in predicates], pattern=on_spec))
     _runner_classes(audit, tree)
-    while True:
-        files = atom_files | set(tree.grep([EAGLE3_MEMBER, TARGET_ATTR] + sorted(audit.flags))) | worker_paths
+    files: set[str] = set()
+    for _ in range(10):
+        # Files only join, so a flag that a newly read file sets truthy drops out again.
+        files |= atom_files | set(tree.grep([EAGLE3_MEMBER, TARGET_ATTR] + sorted(audit.flags))) | worker_paths
         scan = _Scan()
         for path in sorted(files):
             _Scanner(audit, path, scan).run()
+        deciding = scan.condition_names()
         flags = {
             name
             for name, seen in scan.assigns.items()
-            if any(ctx == EAGLE3 and not falsy for falsy, ctx in seen)
+            if name in deciding
+            and any(ctx == EAGLE3 and not falsy for falsy, ctx in seen)
             and all(falsy for falsy, ctx in seen if ctx != EAGLE3)
         }
-        if flags <= audit.flags:
+        if flags == audit.flags and not set(tree.grep(sorted(flags))) - files:
             return audit, scan
-        audit.flags |= flags
+        audit.flags = flags
+    raise UserError(f"{tree.src}: the EAGLE-3 flags do not settle ({', '.join(sorted(audit.flags))}); see sglang_stack/audit.py")
 
 
 def _runner_classes(audit: _Audit, tree: Tree) -> None:

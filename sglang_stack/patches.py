@@ -21,7 +21,6 @@ import difflib
 import hashlib
 import os
 import re
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field

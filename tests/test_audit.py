@@ -454,3 +454,21 @@ class RunnerMixin:
     runner.write_text("from sglang.srt.model_executor.mixin import RunnerMixin\n" + runner.read_text().replace("class ModelRunner:", "class ModelRunner(RunnerMixin):"))
     report = audit.audit(tree, "Wrapped")
     assert "mixin_hook" in report.required, f"a ModelRunner mixin's self.model is the target: {sorted(report.required)}"
+
+
+def test_a_flag_set_truthy_anywhere_outside_eagle3_code_is_no_flag(tmp_path):
+    other = "class Elsewhere:\n    def on(self):\n        self.eagle_use_aux_hidden_state = True\n"
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/managers/elsewhere.py": other}), "Wrapped")
+    assert report.flags == [], f"a flag set truthy in general code: {report.flags}"
+    assert "set_eagle3_layers_to_capture" in report.outside, "its calls are no longer EAGLE-3-only"
+
+
+def test_a_flag_set_under_another_flag_is_derived(tmp_path):
+    runner = (
+        "self.capture_on = False\n"
+        "if self.eagle_use_aux_hidden_state:\n    self.capture_on = True\n"
+        "if self.capture_on:\n    self.model.chained()"
+    )
+    report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
+    assert report.flags == ["capture_on", "eagle_use_aux_hidden_state"], report.flags
+    assert "chained" in report.required, f"required: {sorted(report.required)}"
