@@ -271,7 +271,7 @@ class Failure:
             return f"{self.patch}: {self.path}: {self.reason}"
         return (
             f"{self.patch}: {self.path} hunk #{self.hunk.index} ({self.hunk.header}, "
-            f"{self.patch} line {self.hunk.patch_line}): {self.reason}"
+            f"line {self.hunk.patch_line} of the patch): {self.reason}"
         )
 
 
