@@ -69,7 +69,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
     print(f"tree: sglang {report.sglang_version}, {n_files} .py files; the audit parsed {report.files_read}")
     print(f"audit, cold subprocess, unpatched: {unpatched_s:.2f} s, exit {unpatched_rc}: {unpatched_line}")
-    print(f"apply the patch series: {apply_s:.2f} s")
+    print(f"apply the patch series: {apply_s * 1000:.0f} ms")
     print(f"audit, cold subprocess, patched: {patched_s:.2f} s, exit {patched_rc}: {patched_line}")
     print(f"audit, in process: median {statistics.median(times):.2f} s, best {min(times):.2f} s ({args.repeat} runs)")
     worst = max(unpatched_s, patched_s)
