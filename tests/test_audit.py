@@ -44,13 +44,18 @@ def sites(report_group: dict) -> dict[str, list[str]]:
     return {m: [str(s) for s in ss] for m, ss in report_group.items()}
 
 
+@pytest.fixture(scope="module")
+def unpatched_report(sglang_pristine) -> audit.Report:
+    return audit.audit(sglang_pristine, KIMI)
+
+
 # --------------------------------------------------------------------------
 # The real tree
 # --------------------------------------------------------------------------
 
 
-def test_unpatched_tree_lacks_exactly_the_two_methods_at_the_known_call_sites(sglang_pristine):
-    report = audit.audit(sglang_pristine, KIMI)
+def test_unpatched_tree_lacks_exactly_the_two_methods_at_the_known_call_sites(unpatched_report):
+    report = unpatched_report
     assert not report.passed, "the audit passes the unpatched 0.5.9 tree"
     missing = {m.method: [str(s) for s in m.sites] for m in report.missing}
     assert missing == FACTS_0_5_9, f"missing methods and call sites differ from the hand-checked ones: {missing}"
@@ -67,16 +72,16 @@ def test_patched_tree_passes_and_names_where_each_method_comes_from(sglang_patch
     assert report.summary.startswith("audit passed") and "7 call sites" in report.summary, report.summary
 
 
-def test_calls_on_the_draft_model_are_not_the_targets_business(sglang_pristine):
-    report = audit.audit(sglang_pristine, KIMI)
+def test_calls_on_the_draft_model_are_not_the_targets_business(unpatched_report):
+    report = unpatched_report
     assert "set_embed_and_head" not in report.required, "set_embed_and_head is called on the draft, not the target"
     assert "set_embed_and_head" in report.draft, f"draft calls: {sorted(report.draft)}"
     assert "sglang/srt/speculative/eagle_worker.py:166" in [str(s) for s in report.draft["set_embed_and_head"]]
 
 
-def test_calls_off_the_eagle3_path_or_guarded_are_reported_apart(sglang_pristine):
+def test_calls_off_the_eagle3_path_or_guarded_are_reported_apart(unpatched_report):
     """A naive `self.model.X(` scan of model_runner.py reports these as gaps; none of them is one."""
-    report = audit.audit(sglang_pristine, KIMI)
+    report = unpatched_report
     for method in ("load_kv_cache_scales", "get_attention_sliding_window_size", "get_weights_by_name", "forward_split_prefill"):
         assert method not in report.required, f"{method} is not on the EAGLE-3 path but was required"
         assert method in report.outside, f"{method} should be listed apart as outside the EAGLE-3 path"
