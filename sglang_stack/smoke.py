@@ -117,8 +117,9 @@ def image_labels(ref: str) -> dict[str, str]:
 
 
 def image_size(ref: str) -> int:
-    proc = run(["buildah", "images", "--json", ref], capture=True, quiet=True, what="buildah images")
-    return int(json.loads(proc.stdout)[0]["size"])
+    """Size in bytes (buildah prints only a rounded "271 MB"; podman shares its storage)."""
+    proc = run(["podman", "image", "inspect", "--format", "{{.Size}}", ref], capture=True, quiet=True, what="podman image inspect")
+    return int(proc.stdout.strip())
 
 
 def layer_blobs(ref: str, workdir: Path) -> list[bytes]:
