@@ -50,6 +50,19 @@ def remove_image(ref: str) -> None:
         run(["buildah", "rmi", "--force", ref], capture=True, check=False)
 
 
+def image_ids() -> set[str]:
+    """Every image in local storage, intermediate layers included."""
+    proc = run(["buildah", "images", "--all", "--quiet", "--no-trunc"], capture=True, quiet=True, what="buildah images")
+    return set(proc.stdout.split())
+
+
+def remove_new_images(before: set[str]) -> None:
+    """Remove the images (tagged or intermediate) that appeared since ``before``, newest first."""
+    new = image_ids() - before
+    if new:
+        run(["buildah", "rmi", "--force", *sorted(new)], capture=True, check=False)
+
+
 def ensure_base_image(ref: str = BASE_IMAGE, mirror: str = DEBIAN_MIRROR) -> bool:
     """Make the Debian smoke base image unless it exists; return whether it was created now."""
     require("buildah", "install buildah (apt-get install buildah)")
@@ -313,18 +326,16 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
     """Build the sglang stage on the Debian base, check it from inside, then prove a bad patch fails."""
     require("buildah", "install buildah (apt-get install buildah)")
     result = SmokeResult()
-    created: list[str] = []
+    before = image_ids()
     start = time.monotonic()
     try:
-        if ensure_base_image(base):
-            created.append(base)
+        ensure_base_image(base)
         result.timings["base image"] = time.monotonic() - start
         with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-") as tmp:
             workdir = Path(tmp)
             ca, marker, token, token_value = smoke_secrets(workdir)
             t0 = time.monotonic()
             build_sglang_stage(base, SMOKE_TAG, ca=ca, token=token)
-            created.append(SMOKE_TAG)
             result.timings["build sglang stage"] = time.monotonic() - t0
             result.size = image_size(SMOKE_TAG)
             check_image(SMOKE_TAG, result, ca_marker=marker, token=token_value)
@@ -333,11 +344,8 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
                 proc = build_sglang_stage(base, SMOKE_TAG + "-broken", ca=ca, token=None, context=context, capture=True)
                 output = proc.stdout + proc.stderr
                 result.record("a broken patch fails the build and is named", proc.returncode != 0 and name in output, name)
-                if proc.returncode == 0:
-                    created.append(SMOKE_TAG + "-broken")
     finally:
         if not keep:
-            for ref in reversed(created):
-                remove_image(ref)
+            remove_new_images(before)
     result.timings["total"] = time.monotonic() - start
     return result

@@ -35,16 +35,19 @@ def wait_until(predicate, timeout: float, interval: float = 0.05):
 
 @pytest.fixture(scope="session")
 def smoke_base(request) -> str:
-    """A local Debian base image for daemonless builds; removed afterwards if this session made it."""
+    """A local Debian base image for daemonless builds; what the session built is removed afterwards."""
     from sglang_stack import smoke
 
     if not (shutil.which("buildah") and shutil.which("debootstrap") and shutil.which("podman")):
         pytest.skip("container tests need buildah, podman and debootstrap (.ci/run installs them)")
+    before = smoke.image_ids()
     ref = request.config.getoption("--base-image") or smoke.BASE_IMAGE
-    created = smoke.ensure_base_image(ref)
+    smoke.ensure_base_image(ref)
     yield ref
-    if created and not request.config.getoption("--keep-images"):
-        smoke.remove_image(ref)
+    if not request.config.getoption("--keep-images"):
+        # Everything the container tests made: the base (if made here), tagged images
+        # and the intermediate layers that `--layers` builds leave behind.
+        smoke.remove_new_images(before)
 
 
 @pytest.fixture(scope="session")
