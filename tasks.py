@@ -378,23 +378,30 @@ def doctor(c, service="eagle3"):
         "base-image": "build on this Debian-like base (python3, venv, patch) instead of the debootstrap one "
         "(default: localhost/sglang-stack-smoke-base:bookworm, made if missing)",
         "negative": "also prove that a broken patch fails the build (default: on; --no-negative skips it)",
+        "gpu": "on a GPU host with Docker and the NVIDIA toolkit: build the full image, bring up baseline "
+        "then eagle3 with --wait, send one completion to each, take them down (default: off; never in CI)",
     }
 )
 @user_errors
-def smoke(c, keep=False, base_image=None, negative=True):
+def smoke(c, keep=False, base_image=None, negative=True, gpu=False):
     """Container smoke test, daemonless: build the real Dockerfile's sglang stage with buildah and check it.
 
     Makes (or reuses) a local Debian base with debootstrap, builds the SGLang stage
     of docker/Dockerfile on it (pinned wheel from PyPI, patch series, audit), then
     checks from inside the image: sglang version, patched-file hashes, the Kimi-K2.5
     EAGLE-3 methods, the audit, the labels, and that no build secret reached a layer.
-    Exits 1 if any check fails.
+    Exits 1 if any check fails. With --gpu, the same for the real image and services
+    on a GPU host instead (see docs/smoke.md).
     """
     from sglang_stack import smoke as smokemod
 
-    result = smokemod.smoke(base=base_image or smokemod.BASE_IMAGE, keep=keep, negative=negative)
+    if gpu:
+        result = smokemod.gpu_smoke(engine=c.stack.engine, keep=keep)
+    else:
+        result = smokemod.smoke(base=base_image or smokemod.BASE_IMAGE, keep=keep, negative=negative)
     times = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
-    print(f"smoke: {sum(ok for _, ok, _ in result.checks)}/{len(result.checks)} checks passed; {times}; image {result.size / 1e6:.0f} MB")
+    size = f"; image {result.size / 1e6:.0f} MB" if result.size else ""
+    print(f"smoke: {sum(ok for _, ok, _ in result.checks)}/{len(result.checks)} checks passed; {times}{size}")
     if not result.ok:
         raise Exit("error: smoke test failed", code=1)
 

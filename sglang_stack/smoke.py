@@ -50,6 +50,11 @@ def remove_image(ref: str) -> None:
         run(["buildah", "rmi", "--force", ref], capture=True, check=False)
 
 
+def image_id(ref: str) -> str:
+    proc = run(["buildah", "images", "--quiet", "--no-trunc", ref], capture=True, quiet=True, what="buildah images")
+    return proc.stdout.split()[0]
+
+
 def image_ids() -> set[str]:
     """Every image in local storage, intermediate layers included."""
     proc = run(["buildah", "images", "--all", "--quiet", "--no-trunc"], capture=True, quiet=True, what="buildah images")
@@ -347,5 +352,60 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
     finally:
         if not keep:
             remove_new_images(before)
+    result.timings["total"] = time.monotonic() - start
+    return result
+
+
+# --- on a GPU host with Docker ------------------------------------------------------
+
+PROMPT = "The capital of France is"
+
+
+def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "eagle3"), keep: bool = False) -> SmokeResult:
+    """Build the full image, then bring up each service with --wait, send one completion, take it down.
+
+    For a host with Docker, the NVIDIA container toolkit, the GPUs and the model
+    directories that .env names. Never run in CI, which has none of them.
+    """
+    from . import build as buildmod
+    from . import compose, doctor
+    from . import lock as lockmod
+    from .client import RequestFailed, http_post
+    from .fetch import ca_bundle
+
+    result = SmokeResult()
+    lock = lockmod.check()
+    image = compose.environment().get("SGLANG_STACK_IMAGE") or lock.tag
+    start = time.monotonic()
+    ca = ca_bundle(explicit_only=True)
+    buildmod.build(buildmod.BuildRequest(engine=engine, tag=image, ca_bundle=Path(ca) if ca else None))
+    result.timings["build"] = time.monotonic() - start
+    for name in services:
+        doctor.preflight(engine, name)
+        svc = compose.service(name)
+        t0 = time.monotonic()
+        try:
+            compose.up(engine, name, wait_timeout=compose.wait_timeout(svc))
+            result.timings[f"{name} up"] = time.monotonic() - t0
+            body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+            try:
+                status, raw = http_post(svc.url, "/generate", svc.env.get("SGLANG_API_KEY") or None, 300, body)
+            except RequestFailed as err:
+                status, raw = 0, str(err).encode()
+            answer = json.loads(raw) if status == 200 else {}
+            text = answer.get("text", "")
+            result.record(f"{name}: one completion", status == 200 and bool(text.strip()), f"HTTP {status}: {text.strip()[:60]!r}")
+            if name == "eagle3":
+                meta = answer.get("meta_info", {})
+                result.record(
+                    "eagle3: speculative decoding is on",
+                    int(meta.get("spec_verify_ct") or 0) > 0,
+                    f"spec_verify_ct={meta.get('spec_verify_ct')}, accept length={meta.get('spec_accept_length')}",
+                )
+        except UserError as err:
+            result.record(f"{name}: up and healthy", False, str(err))
+        finally:
+            if not keep:
+                compose.down(engine)
     result.timings["total"] = time.monotonic() - start
     return result
