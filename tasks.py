@@ -12,7 +12,7 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from sglang_stack.errors import UserError
+from sglang_stack.errors import UserError, format_error
 
 
 def user_errors(body):
@@ -23,7 +23,7 @@ def user_errors(body):
         try:
             return body(*args, **kwargs)
         except UserError as err:
-            raise Exit(f"error: {err}", code=err.code) from None
+            raise Exit(format_error(err), code=err.code) from None
 
     return wrapper
 

@@ -18,12 +18,17 @@ class UserError(Exception):
         self.code = code
 
 
+def format_error(err: UserError) -> str:
+    """``error: ...`` on every line: several problems are reported one per line."""
+    return "\n".join(f"error: {line}" for line in str(err).splitlines() or [""])
+
+
 def run_main(main) -> None:
     """Run ``main()`` as a command: a ``UserError`` becomes one line on stderr."""
     try:
         code = main()
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(format_error(err), file=sys.stderr)
         sys.exit(err.code)
     except KeyboardInterrupt:
         sys.exit(130)

