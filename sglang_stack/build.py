@@ -1,9 +1,9 @@
 """Build the image with Docker (BuildKit), Podman or Buildah.
 
 The Docker SDK for Python only speaks the engine's classic ``/build`` API: no
-BuildKit, so no cache or secret mounts (docker/docker-py#2230). Builds on the
-Docker engine therefore run ``docker buildx build``; the SDK checks that the
-engine is reachable first and reads the built image back afterwards.
+BuildKit, so no cache or secret mounts (https://github.com/docker/docker-py/issues/2230).
+Builds on the Docker engine therefore run ``docker buildx build``; the SDK checks
+that the engine is reachable first and reads the built image's labels back afterwards.
 """
 
 from __future__ import annotations
@@ -153,18 +153,22 @@ def build(request: BuildRequest) -> tuple[str, str]:
         image_id = request.iidfile.read_text().strip() if request.iidfile.exists() else ""
     if not image_id:
         raise UserError(f"{request.engine} build finished but reported no image ID for {request.tag}")
+    pins = [k for k in image_labels(request.engine, request.tag) if k.startswith("io.sglang-stack.")]
+    if request.target in ("sglang", "runtime") and not pins:
+        raise UserError(f"{request.tag}: built, but its labels record no pins; was docker/Dockerfile edited by hand?")
     return request.tag, image_id
 
 
 def image_labels(engine: str, ref: str) -> dict[str, str]:
-    """The labels of a built image, read back from the engine."""
+    """The labels of a built image, read back from the engine (the Docker SDK for Docker)."""
     import json
 
     if engine == "docker":
         return docker_reachable().images.get(ref).labels or {}
-    tool = "podman" if engine == "podman" else "buildah"
-    argv = [tool, "inspect", "--format", "{{json .Config.Labels}}" if tool == "podman" else "{{json .OCIv1.Config.Labels}}"]
-    if tool == "buildah":
-        argv += ["--type", "image"]
-    proc = run([*argv, ref], capture=True, quiet=True, what=f"{tool} inspect")
-    return json.loads(proc.stdout or "{}") or {}
+    if engine == "podman":
+        proc = run(["podman", "image", "inspect", "--format", "{{json .Labels}}", ref], capture=True, quiet=True, what="podman image inspect")
+        return json.loads(proc.stdout or "null") or {}
+    proc = run(["buildah", "inspect", "--type", "image", ref], capture=True, quiet=True, what="buildah inspect")
+    info = json.loads(proc.stdout)
+    docker_config = (info.get("Docker") or {}).get("config") or {}
+    return docker_config.get("Labels") or (info.get("OCIv1") or {}).get("config", {}).get("Labels") or {}

@@ -226,6 +226,7 @@ def _check_structure(data: dict, bad) -> None:
     if any(not isinstance(data.get(t), dict) for t in ("image", "cuda", "python", "sglang", "resolve")):
         return
     need(data["image"], "name", str, "image.")
+    need(data["image"], "audit_arch", str, "image.")
     need(data["cuda"], "version", str, "cuda.")
     need(data["cuda"], "tag", str, "cuda.")
     need(data["cuda"], "base", dict, "cuda.")

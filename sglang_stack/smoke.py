@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ROOT
+from .build import image_labels
 from .errors import UserError
 from .shell import require, run, show
 
@@ -126,12 +127,6 @@ class Container:
 
     def python(self, code: str, check: bool = True) -> str:
         return self.run("python3", "-c", code, check=check).stdout.strip()
-
-
-def image_labels(ref: str) -> dict[str, str]:
-    proc = run(["buildah", "inspect", "--type", "image", ref], capture=True, quiet=True, what="buildah inspect")
-    info = json.loads(proc.stdout)
-    return (info.get("Docker", {}).get("config", {}) or {}).get("Labels") or info["OCIv1"]["config"].get("Labels") or {}
 
 
 def image_size(ref: str) -> int:
@@ -250,7 +245,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
         summary = (audit.stdout.strip().splitlines() or [""])[-1]
         result.record("the EAGLE-3 audit passes inside the container", audit.returncode == 0, summary)
 
-    labels = image_labels(ref)
+    labels = image_labels("buildah", ref)
     wanted = dict(render.labels(lock, ROOT / "patches"))
     wrong = sorted(k for k, v in wanted.items() if labels.get(k) != v)
     result.record("labels record every pin and patch sha256", not wrong, ", ".join(wrong[:5]) or f"{len(wanted)} labels")
