@@ -96,30 +96,28 @@ def _describe(err: BaseException) -> str:
     return f"{err.__class__.__name__}: {err}".rstrip(": ")
 
 
-def http_get(url: str, path: str, api_key: str | None, timeout: float) -> tuple[int, bytes]:
-    """``GET url+path``: (status, body). Connection problems raise ``RequestFailed``."""
+def _request(method: str, url: str, path: str, api_key: str | None, timeout: float, body: dict | None) -> tuple[int, bytes]:
+    """One request: (status, body). Connection problems raise ``RequestFailed``."""
     conn, base = _connection(url, timeout)
+    headers = _headers(api_key) if body is None else _headers(api_key, **{"Content-Type": "application/json"})
     try:
-        conn.request("GET", base + path, headers=_headers(api_key))
+        conn.request(method, base + path, body=None if body is None else json.dumps(body).encode(), headers=headers)
         resp = conn.getresponse()
         return resp.status, resp.read()
     except (OSError, http.client.HTTPException) as err:
         raise RequestFailed(_describe(err)) from err
     finally:
         conn.close()
+
+
+def http_get(url: str, path: str, api_key: str | None, timeout: float) -> tuple[int, bytes]:
+    """``GET url+path``: (status, body)."""
+    return _request("GET", url, path, api_key, timeout, None)
 
 
 def http_post(url: str, path: str, api_key: str | None, timeout: float, body: dict | None = None) -> tuple[int, bytes]:
-    conn, base = _connection(url, timeout)
-    try:
-        data = json.dumps(body or {}).encode()
-        conn.request("POST", base + path, body=data, headers=_headers(api_key, **{"Content-Type": "application/json"}))
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    except (OSError, http.client.HTTPException) as err:
-        raise RequestFailed(_describe(err)) from err
-    finally:
-        conn.close()
+    """``POST url+path`` with a JSON body: (status, body)."""
+    return _request("POST", url, path, api_key, timeout, body or {})
 
 
 def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str | None:
