@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack import ROOT, patches, smoke  # noqa: E402
+from sglang_stack import patches, smoke  # noqa: E402
 
 
 def main() -> None:
@@ -35,11 +34,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sglang-stack-bench-") as tmp:
         workdir = Path(tmp)
         ca, _, _, _ = smoke.smoke_secrets(workdir)
-        context = workdir / "context"
-        for rel in ("docker", "patches", "sglang_stack"):
-            shutil.copytree(ROOT / rel, context / rel, ignore=shutil.ignore_patterns("__pycache__"))
-        for rel in ("requirements.lock.txt", ".dockerignore", "versions.lock"):
-            shutil.copy(ROOT / rel, context / rel)
+        context = smoke.copy_context(workdir / "context")
 
         start = time.monotonic()
         smoke.ensure_base_image()

@@ -1,7 +1,7 @@
 """sglang-stack: a pinned, patched, reproducible SGLang inference image.
 
 This package holds the logic behind ``tasks.py``. Modules named here run
-inside the image as well (``patches``, ``audit``, ``health``, ``errors``);
+inside the image as well (``patches``, ``audit``, ``health``, ``errors``, ``atomic``);
 they use the standard library only, so keep this file free of imports.
 """
 

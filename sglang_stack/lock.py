@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import email.parser
-import os
 import re
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from . import ROOT
+from .atomic import write as atomic_write
 from .errors import UserError
 
 LOCK_PATH = ROOT / "versions.lock"
@@ -581,19 +581,6 @@ def _requirements_header(lock: Lock) -> str:
         f"# Omitted on purpose: {omitted}. Nothing newer than {res['exclude_newer']}.\n"
         f"# To change a pin, edit versions.lock and run `invoke lock`.\n"
     )
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --- verify: hash what was only published (network) ---------------------------------

@@ -26,7 +26,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ROOT
+from . import ROOT, atomic
 from .errors import UserError, run_main
 
 DEFAULT_PATCHES_DIR = ROOT / "patches"
@@ -640,11 +640,7 @@ def refresh(
 
 
 def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as out:
-        out.write(_encode(text))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic.write(path, _encode(text))
 
 
 def _changed_files(pristine: Path, edited: Path) -> list[str]:

@@ -15,7 +15,8 @@ import jinja2
 
 from . import ROOT
 from .errors import UserError
-from .lock import Artifact, Lock, atomic_write
+from .atomic import write as atomic_write
+from .lock import Artifact, Lock
 from .patches import read_series
 
 TEMPLATE_DIR = ROOT / "docker"

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from . import atomic
 from .errors import UserError
 
 JSON_NAME = "bench.json"
@@ -294,29 +293,14 @@ def sweep_markdown(sweep: dict, summary: dict) -> list[str]:
 # --- files ---------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write_results(out_dir: Path, doc: dict, plot: bool = False) -> None:
     """bench.json and bench.md, and with ``plot`` bench.png; the JSON goes last."""
     if plot:
         from . import plot as plotting
 
-        write_atomic(out_dir / PLOT_NAME, plotting.png(doc))
-    write_atomic(out_dir / MARKDOWN_NAME, markdown(doc).encode())
-    write_atomic(out_dir / JSON_NAME, (json.dumps(doc, indent=1, default=str) + "\n").encode())
+        atomic.write(out_dir / PLOT_NAME, plotting.png(doc))
+    atomic.write(out_dir / MARKDOWN_NAME, markdown(doc).encode())
+    atomic.write(out_dir / JSON_NAME, (json.dumps(doc, indent=1, default=str) + "\n").encode())
 
 
 def load_results(path: Path) -> dict:

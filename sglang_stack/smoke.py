@@ -13,7 +13,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -198,10 +197,7 @@ def expected_patched_hashes(patches_dir: Path = ROOT / "patches") -> dict[str, s
     wheel = fetch(table["url"], table["sha256"])
     series = patches.read_series(patches_dir)
     with tempfile.TemporaryDirectory(prefix="sglang-stack-expected-") as tmp:
-        import zipfile
-
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(tmp)
+        patches.unpack_wheel(wheel, Path(tmp))
         patches.apply_series(Path(tmp), patches_dir, quiet=True)
         out = {}
         for patch in series:
@@ -301,15 +297,20 @@ def build_sglang_stage(base: str, tag: str, *, ca: Path | None, token: Path | No
     return run(request.command(), capture=capture, check=not capture, what="buildah bud (sglang stage)")
 
 
-def broken_patch_copy(workdir: Path) -> tuple[Path, str]:
-    """A throwaway copy of the build context whose first patch no longer applies."""
-    from . import patches
-
-    dest = workdir / "broken"
+def copy_context(dest: Path) -> Path:
+    """A throwaway copy of what a build of docker/Dockerfile needs, to edit without touching the repo."""
     for rel in ("docker", "patches", "sglang_stack"):
         shutil.copytree(ROOT / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
     for rel in ("requirements.lock.txt", ".dockerignore", "versions.lock"):
         shutil.copy(ROOT / rel, dest / rel)
+    return dest
+
+
+def broken_patch_copy(workdir: Path) -> tuple[Path, str]:
+    """A throwaway copy of the build context whose first patch no longer applies."""
+    from . import patches
+
+    dest = copy_context(workdir / "broken")
     first = patches.read_series(dest / "patches")[0]
     text = first.path.read_text().splitlines(keepends=True)
     # Corrupt the first context line of the first hunk: the hunk can no longer match.

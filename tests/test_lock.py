@@ -18,11 +18,9 @@ REQUIREMENTS = (ROOT / "requirements.lock.txt").read_text()
 
 
 @pytest.fixture(scope="module")
-def sglang_requires() -> list[str]:
-    """Requires-Dist of the real, hash-verified sglang 0.5.9 wheel (downloaded once, cached)."""
-    table = lockmod.load()["sglang"]
-    wheel = lockmod.sglang_wheel(table["url"], table["sha256"], download=True)
-    return lockmod.wheel_requires(wheel)
+def sglang_requires(sglang_wheel) -> list[str]:
+    """Requires-Dist of the real, hash-verified sglang 0.5.9 wheel."""
+    return lockmod.wheel_requires(sglang_wheel)
 
 
 def write(tmp_path: Path, lock_text: str = LOCK, requirements: str = REQUIREMENTS) -> Path:

@@ -103,8 +103,15 @@ def test_image_commands_run_with_the_standard_library_only(sglang_tree, tmp_path
     """The SGLang stage's two RUN lines, in the image's layout, with site-packages off (python -S)."""
     opt = tmp_path / "opt" / "sglang-stack"
     (opt / "sglang_stack").mkdir(parents=True)
-    for name in ("__init__", "errors", "patches", "audit"):
-        shutil.copy(ROOT / "sglang_stack" / f"{name}.py", opt / "sglang_stack" / f"{name}.py")
+    # Exactly the modules the Dockerfile's sglang stage copies, so the two cannot drift apart.
+    copy = next(
+        line.split()[1:-1]
+        for line in (ROOT / "docker" / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY sglang_stack/") and line.endswith(" /opt/sglang-stack/sglang_stack/")
+    )
+    assert "sglang_stack/patches.py" in copy and "sglang_stack/audit.py" in copy, copy
+    for source in copy:
+        shutil.copy(ROOT / source, opt / "sglang_stack" / Path(source).name)
     shutil.copytree(PATCHES, opt / "patches")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(opt)}
     apply = subprocess.run(

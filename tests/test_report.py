@@ -93,20 +93,6 @@ def test_markdown_marks_incomplete_runs_and_missing_values():
     assert "| 1 | 1 |" in line, f"endpoint, level and requests: {line}"
 
 
-def test_write_atomic_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeypatch):
-    target = tmp_path / "bench.json"
-    target.write_bytes(b"old")
-
-    def fail(src, dst):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(report.os, "replace", fail)
-    with pytest.raises(OSError):
-        report.write_atomic(target, b"new")
-    assert target.read_bytes() == b"old", "a failed write touched the old file"
-    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"], "a temporary file was left behind"
-
-
 def test_write_results_writes_json_last_and_loads_back(tmp_path):
     doc = document([sample("baseline", 1, 0)], [round_("baseline", 1, 0, 50.0)], names=("baseline",))
     report.write_results(tmp_path / "r", doc, plot=False)
