@@ -69,11 +69,16 @@ def remove_new_images(before: set[str]) -> None:
 
 
 def ensure_base_image(ref: str = BASE_IMAGE, mirror: str = DEBIAN_MIRROR) -> bool:
-    """Make the Debian smoke base image unless it exists; return whether it was created now."""
+    """Make the Debian smoke base image unless it exists; return whether it was created now.
+
+    Only the project's own base name is ever made; any other reference must already exist.
+    """
     require("buildah", "install buildah (apt-get install buildah)")
     if image_exists(ref):
         print(f"smoke: reusing base image {ref}")
         return False
+    if ref != BASE_IMAGE:
+        raise UserError(f"--base-image {ref}: no such image in local storage (buildah images); omit it to make {BASE_IMAGE}")
     require("debootstrap", "install debootstrap (apt-get install debootstrap)")
     require("podman", "install podman (apt-get install podman); it imports the root filesystem")
     with tempfile.TemporaryDirectory(prefix="sglang-stack-rootfs-") as tmp:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +133,13 @@ def test_buildah_builds_the_base_stage_for_real(smoke_base, request):
     finally:
         if not request.config.getoption("--keep-images"):
             smoke.remove_image(tag)
+
+
+@pytest.mark.skipif(not shutil.which("buildah"), reason="needs buildah (.ci/run installs it)")
+def test_smoke_refuses_a_missing_base_image_instead_of_making_one():
+    proc = subprocess.run(
+        [sys.executable, "-m", "invoke", "smoke", "--base-image", "localhost/no-such-base:never"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --base-image localhost/no-such-base:never: no such image"), proc.stderr
