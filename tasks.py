@@ -48,7 +48,7 @@ def lock(c, check=False, verify=False):
     applying the [[override]]s of versions.lock, and write requirements.lock.txt
     with hashes. Then validate both files.
     """
-    from sglang_stack import lock as lockmod
+    from sglang_stack.image import lock as lockmod
 
     if check and verify:
         raise UserError("--check and --verify: choose one")
@@ -69,8 +69,8 @@ def render(c, check=False):
     Validates the lock first. The output is deterministic and carries a
     generated-file header; commit it so `docker build` works without Python.
     """
-    from sglang_stack import lock as lockmod
-    from sglang_stack import render as rendermod
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.image import render as rendermod
 
     result, cross_checked = lockmod.check_all(download=False)
     print(lockmod.summary(result, cross_checked))
@@ -123,10 +123,10 @@ def build(
     """
     from pathlib import Path
 
-    from sglang_stack import build as buildmod
+    from sglang_stack.image import build as buildmod
     from sglang_stack import fetch
-    from sglang_stack import lock as lockmod
-    from sglang_stack import render as rendermod
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.image import render as rendermod
 
     cfg = c.config.stack
     engine = engine or cfg.engine
@@ -160,14 +160,14 @@ def build(
 def _pinned_wheel():
     """The sglang wheel versions.lock pins, fetched by URL and sha256 (cached)."""
     from sglang_stack import fetch
-    from sglang_stack import lock as lockmod
+    from sglang_stack.image import lock as lockmod
 
     table = lockmod.load()["sglang"]
     return fetch.fetch(table["url"], table["sha256"])
 
 
 def _audit_arch(arch):
-    from sglang_stack import lock as lockmod
+    from sglang_stack.image import lock as lockmod
 
     return arch or lockmod.load().get("image", {}).get("audit_arch") or "KimiK25ForConditionalGeneration"
 
@@ -198,7 +198,7 @@ def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=
     import tempfile
     from pathlib import Path
 
-    from sglang_stack import patches as patchmod
+    from sglang_stack.patching import patches as patchmod
 
     pdir = Path(patches_dir or c.config.stack.patches_dir)
     src = Path(sglang_src)
@@ -239,7 +239,7 @@ def patch_check(c, patches_dir=None, arch=None, keep=False):
     import tempfile
     from pathlib import Path
 
-    from sglang_stack import audit as auditmod
+    from sglang_stack.patching import audit as auditmod
 
     pdir = Path(patches_dir or c.config.stack.patches_dir)
     wheel = _pinned_wheel()
@@ -278,7 +278,7 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False):
     """
     from pathlib import Path
 
-    from sglang_stack import audit as auditmod
+    from sglang_stack.patching import audit as auditmod
 
     if arch and model_config:
         raise UserError("--arch and --model-config: choose one")
@@ -309,7 +309,7 @@ def up(c, service, timeout=0, interval=15):
     image if it is missing, printing progress while the model loads. Returns once the
     healthcheck passes: SGLang's /health generated one token.
     """
-    from sglang_stack import compose, doctor
+    from sglang_stack.services import compose, doctor
 
     compose.check_service_name(service)
     doctor.preflight(c.stack.engine, service)
@@ -321,7 +321,7 @@ def up(c, service, timeout=0, interval=15):
 @user_errors
 def down(c, volumes=False):
     """Stop and remove the baseline and eagle3 containers (whichever runs)."""
-    from sglang_stack import compose
+    from sglang_stack.services import compose
 
     compose.down(c.stack.engine, volumes=volumes)
 
@@ -336,7 +336,7 @@ def down(c, volumes=False):
 @user_errors
 def logs(c, service, follow=True, tail="200"):
     """Show SERVICE's SGLang log (docker compose logs)."""
-    from sglang_stack import compose
+    from sglang_stack.services import compose
 
     compose.logs(c.stack.engine, service, follow=follow, tail=tail)
 
@@ -345,7 +345,7 @@ def logs(c, service, follow=True, tail="200"):
 @user_errors
 def status(c):
     """One line per service: state, health, published address, uptime."""
-    from sglang_stack import compose
+    from sglang_stack.services import compose
 
     compose.status(c.stack.engine)
 
@@ -360,8 +360,8 @@ def doctor(c, service="eagle3"):
     drafter directories, the port, and the EAGLE-3 audit inside the built image.
     Works without Docker (those checks fail, the rest run); exits 1 if any check failed.
     """
-    from sglang_stack import compose
-    from sglang_stack import doctor as preflight_checks
+    from sglang_stack.services import compose
+    from sglang_stack.services import doctor as preflight_checks
 
     compose.check_service_name(service)
     code = preflight_checks.doctor(c.stack.engine, service)
@@ -393,7 +393,7 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False):
     Exits 1 if any check fails. With --gpu, the same for the real image and services
     on a GPU host instead (see docs/smoke.md).
     """
-    from sglang_stack import smoke as smokemod
+    from sglang_stack.image import smoke as smokemod
 
     if gpu:
         result = smokemod.gpu_smoke(engine=c.stack.engine, keep=keep)
@@ -417,7 +417,7 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False):
         "levels": "comma-separated concurrency levels (default: stack.bench.levels, 1,4,16)",
         "repeats": "measured rounds per endpoint and level (default: stack.bench.repeats, 3)",
         "warmup": "unmeasured requests per endpoint first (default: stack.bench.warmup, 2)",
-        "prompts": "prompt set, JSON Lines (default: the packaged set, sglang_stack/prompts/v1.jsonl)",
+        "prompts": "prompt set, JSON Lines (default: the packaged set, sglang_stack/bench/prompts/v1.jsonl)",
         "out": "results directory (default: stack.bench.results/<UTC timestamp>, i.e. bench-results/...)",
         "timeout": "seconds a request may stay silent before it fails (default: stack.bench.timeout, 600)",
         "ignore_eos": "generate max_new_tokens even past end-of-sequence (default: off)",
@@ -460,7 +460,7 @@ def bench(
     concurrency level, interleaving the endpoints' rounds, and writes bench.json,
     bench.md and bench.png. With --sweep, restarts eagle3 per speculative setting.
     """
-    from sglang_stack import bench as bench_mod, sweep as sweep_mod
+    from sglang_stack.bench import measure as bench_mod, sweep as sweep_mod
 
     cfg = c.config.stack.bench
     common = dict(
@@ -506,14 +506,15 @@ def bench_compare(c, results=None, out=None, reference=None):
     Both services want every GPU, so on one box run `invoke bench` with baseline up,
     then with eagle3 up, and combine the two results directories here.
     """
-    from sglang_stack import bench as bench_mod
+    from sglang_stack.bench import measure as bench_mod
 
     bench_mod.compare(results or [], out=out or _results_dir(c.config.stack.bench.results), reference=reference)
 
 
 def _results_dir(root):
     """``root/<UTC timestamp>``; a relative ``root`` is taken from the repository root."""
-    from sglang_stack import ROOT, bench as bench_mod
+    from sglang_stack import ROOT
+    from sglang_stack.bench import measure as bench_mod
 
     return ROOT / root / bench_mod.timestamp()
 

@@ -3,7 +3,7 @@
     python benchmarks/audit_speed.py [--repeat N]
 
 Fetches the pinned wheel (versions.lock, hash-verified, cached), unpacks it, and
-prints: the wall time of one cold `python3 -m sglang_stack.audit` subprocess (what
+prints: the wall time of one cold `python3 -m sglang_stack.patching.audit` subprocess (what
 the image build runs: interpreter start, imports, every file read and parsed) on
 the unpatched and on the patched tree; the median and best in-process time over
 N runs; the files in the tree and the files the audit parsed; the patch series'
@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack import ROOT, audit, fetch, patches  # noqa: E402
-from sglang_stack import lock as lockmod  # noqa: E402
+from sglang_stack import ROOT, fetch  # noqa: E402
+from sglang_stack.patching import audit, patches  # noqa: E402
+from sglang_stack.image import lock as lockmod  # noqa: E402
 
 CRASH_SECONDS = 485  # reference run: model load until AttributeError (FACTS.md)
 ARCH = "KimiK25ForConditionalGeneration"
@@ -34,7 +35,7 @@ ARCH = "KimiK25ForConditionalGeneration"
 def cold(site: Path) -> tuple[float, int, str]:
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.audit", "--sglang-src", str(site), "--arch", ARCH],
+        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(site), "--arch", ARCH],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     return time.perf_counter() - start, proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from sglang_server import Behaviour, SGLangServer  # noqa: E402
-from sglang_stack import bench, report  # noqa: E402
+from sglang_stack.bench import measure as bench, report  # noqa: E402
 
 
 def main() -> None:

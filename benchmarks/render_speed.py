@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_stack import ROOT  # noqa: E402
-from sglang_stack import lock as lockmod  # noqa: E402
-from sglang_stack import render  # noqa: E402
+from sglang_stack.image import lock as lockmod  # noqa: E402
+from sglang_stack.image import render  # noqa: E402
 
 
 def main() -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack import patches, smoke  # noqa: E402
+from sglang_stack.patching import patches  # noqa: E402
+from sglang_stack.image import smoke  # noqa: E402
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from .errors import UserError
+from sglang_stack.errors import UserError
 
 
 def cache_dir() -> Path:

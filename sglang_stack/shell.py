@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .errors import UserError
+from sglang_stack.errors import UserError
 
 
 def show(argv: Sequence[str], cwd: Path | None = None) -> None:

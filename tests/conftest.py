@@ -36,7 +36,7 @@ def wait_until(predicate, timeout: float, interval: float = 0.05):
 @pytest.fixture(scope="session")
 def smoke_base(request) -> str:
     """A local Debian base image for daemonless builds; what the session built is removed afterwards."""
-    from sglang_stack import smoke
+    from sglang_stack.image import smoke
 
     if not (shutil.which("buildah") and shutil.which("debootstrap") and shutil.which("podman")):
         pytest.skip("container tests need buildah, podman and debootstrap (.ci/run installs them)")
@@ -53,7 +53,8 @@ def smoke_base(request) -> str:
 @pytest.fixture(scope="session")
 def sglang_wheel() -> Path:
     """The pinned sglang wheel (versions.lock [sglang]), hash-verified and cached."""
-    from sglang_stack import fetch, lock
+    from sglang_stack import fetch
+    from sglang_stack.image import lock
 
     table = lock.load()["sglang"]
     return fetch.fetch(table["url"], table["sha256"])
@@ -62,7 +63,7 @@ def sglang_wheel() -> Path:
 @pytest.fixture(scope="session")
 def sglang_pristine(sglang_wheel, tmp_path_factory) -> Path:
     """One unpacked copy of the wheel for the whole session. Read it, never write to it."""
-    from sglang_stack.patches import unpack_wheel
+    from sglang_stack.patching.patches import unpack_wheel
 
     return unpack_wheel(sglang_wheel, tmp_path_factory.mktemp("sglang-pristine") / "site")
 
@@ -70,7 +71,7 @@ def sglang_pristine(sglang_wheel, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sglang_patched(sglang_pristine, tmp_path_factory) -> Path:
     """One copy of the wheel with patches/ applied, for the whole session. Read it, never write to it."""
-    from sglang_stack.patches import apply_series
+    from sglang_stack.patching.patches import apply_series
 
     dest = tmp_path_factory.mktemp("sglang-patched") / "site"
     shutil.copytree(sglang_pristine, dest, copy_function=shutil.copyfile)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stack import ROOT, audit
+from sglang_stack import ROOT
+from sglang_stack.patching import audit
 from sglang_stack.errors import UserError
 
 KIMI = "KimiK25ForConditionalGeneration"
@@ -120,7 +121,7 @@ def test_an_unknown_architecture_is_one_line_with_a_suggestion(sglang_pristine):
 
 def test_cli_unpatched_exits_1_with_one_line_per_missing_method(sglang_pristine):
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.audit", "--sglang-src", str(sglang_pristine)],
+        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_pristine)],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
@@ -134,7 +135,7 @@ def test_cli_unpatched_exits_1_with_one_line_per_missing_method(sglang_pristine)
 
 def test_cli_patched_exits_0_with_a_one_line_summary(sglang_patched):
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.audit", "--sglang-src", str(sglang_patched), "--arch", KIMI],
+        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_patched), "--arch", KIMI],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
@@ -145,7 +146,7 @@ def test_cli_reads_the_architecture_from_a_model_config(sglang_pristine, tmp_pat
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"}))
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.audit", "--sglang-src", str(sglang_pristine), "--model-config", str(config), "--json"],
+        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_pristine), "--model-config", str(config), "--json"],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
@@ -166,7 +167,7 @@ def test_cli_bad_model_config_is_one_line_exit_2(sglang_pristine, tmp_path, cont
     config = tmp_path / "config.json"
     config.write_text(content)
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.audit", "--sglang-src", str(sglang_pristine), "--model-config", str(config)],
+        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_pristine), "--model-config", str(config)],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
@@ -176,7 +177,7 @@ def test_cli_bad_model_config_is_one_line_exit_2(sglang_pristine, tmp_path, cont
 
 def test_cli_not_an_sglang_tree_is_one_line_exit_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.audit", "--sglang-src", str(tmp_path)],
+        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(tmp_path)],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
@@ -187,7 +188,7 @@ def test_cli_not_an_sglang_tree_is_one_line_exit_2(tmp_path):
 def test_sglang_0_5_10_passes_unpatched(tmp_path):
     """The next release merged the delegation upstream: the same command, no patches, passes."""
     from sglang_stack import fetch
-    from sglang_stack.patches import unpack_wheel
+    from sglang_stack.patching.patches import unpack_wheel
 
     site = unpack_wheel(fetch.fetch(*SGLANG_0_5_10), tmp_path / "site")
     report = audit.audit(site, KIMI)

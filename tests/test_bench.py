@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from sglang_server import Behaviour, SGLangServer
-from sglang_stack import ROOT, bench, report
+from sglang_stack import ROOT
+from sglang_stack.bench import measure as bench, report
 from sglang_stack.errors import UserError
 
 # Served rates. baseline: one token per 6 ms step. eagle3: 2, 3, 2, 3 ... tokens per 10 ms step.
@@ -242,7 +243,7 @@ def png_text_chunks(data: bytes) -> dict[str, str]:
 
 
 def test_plot_agrees_with_json(pair_run):
-    from sglang_stack import plot
+    from sglang_stack.bench import plot
 
     doc = pair_run["doc"]
     data = (pair_run["out"] / report.PLOT_NAME).read_bytes()

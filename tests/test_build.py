@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack import build as buildmod
+from sglang_stack.image import build as buildmod
 from sglang_stack.errors import UserError
 
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -112,7 +112,7 @@ def test_unknown_engine_via_cli_is_one_line():
 
 @pytest.mark.container
 def test_buildah_builds_the_base_stage_for_real(smoke_base, request):
-    from sglang_stack import smoke
+    from sglang_stack.image import smoke
 
     tag = "localhost/sglang-stack-test:base"
     proc = subprocess.run(

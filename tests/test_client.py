@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sglang_server import Behaviour, SGLangServer
-from sglang_stack import client
-from sglang_stack.client import Endpoint, RequestFailed
+from sglang_stack.bench import client
+from sglang_stack.bench.client import Endpoint, RequestFailed
 from sglang_stack.errors import UserError
 from test_bench import free_port
 

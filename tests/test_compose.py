@@ -1,4 +1,4 @@
-"""compose.yaml, .env.example and sglang_stack.compose.
+"""compose.yaml, .env.example and sglang_stack.services.compose.
 
 The file is validated with a real validator: check-jsonschema (pinned in the dev
 extras) and the official compose-spec JSON schema it vendors. Compose validates
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stack import ROOT, compose, health
+from sglang_stack import ROOT
+from sglang_stack.services import compose, health
 from sglang_stack.errors import UserError
 
 import fake_cli
@@ -193,7 +194,7 @@ def test_healthcheck_timings():
     probe_timeout = health.default_timeout({})
     for name, spec in resolved()["services"].items():
         hc = spec["healthcheck"]
-        assert hc["test"] == ["CMD", "python3", "-m", "sglang_stack.health"], f"{name}: must run the image's probe: {hc['test']}"
+        assert hc["test"] == ["CMD", "python3", "-m", "sglang_stack.services.health"], f"{name}: must run the image's probe: {hc['test']}"
         interval = compose.parse_duration(hc["interval"])
         timeout = compose.parse_duration(hc["timeout"])
         start = compose.parse_duration(hc["start_period"])
@@ -464,7 +465,7 @@ def test_bad_values_are_one_line_errors(values, message):
 def test_cli_bad_value_no_traceback():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "TP_", "EAGLE3_"))}
     env.update(TP_SIZE="many", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "sglang_stack.compose", "eagle3"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "sglang_stack.services.compose", "eagle3"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2, f"a bad TP_SIZE must exit 2, got {proc.returncode}"
     assert proc.stderr.strip() == "error: TP_SIZE=many (shell): must be a positive integer", f"stderr: {proc.stderr!r}"
 

@@ -10,7 +10,7 @@ import dockerfile
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack import lock as lockmod
+from sglang_stack.image import lock as lockmod
 from sglang_stack.shell import require
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -78,7 +78,7 @@ def test_every_url_wheel_is_installed_with_its_hash(stages, lock):
 def test_sglang_wheel_is_pinned_by_hash(stages, lock):
     text = " ".join(c.original for c in stages["sglang"] if c.cmd == "RUN")
     assert f"sglang @ {lock.sglang.url} --hash=sha256:{lock.sglang.sha256}" in text
-    assert "sglang_stack.patches apply" in text and "sglang_stack.audit" in text, "patches and audit must run in the sglang stage"
+    assert "sglang_stack.patching.patches apply" in text and "sglang_stack.patching.audit" in text, "patches and audit must run in the sglang stage"
 
 
 def test_every_pip_install_verifies_hashes_and_uses_a_cache_mount(commands):
@@ -109,7 +109,7 @@ def test_runtime_is_non_root_with_healthcheck_and_sglang_entrypoint(stages):
     runtime = {c.cmd: c for c in stages["runtime"]}
     assert runtime["USER"].value[0].split(":")[0] not in ("0", "root"), runtime["USER"].value
     health = runtime["HEALTHCHECK"]
-    assert "sglang_stack.health" in health.original and "--start-period=20m" in health.original, health.original
+    assert "sglang_stack.services.health" in health.original and "--start-period=20m" in health.original, health.original
     assert runtime["ENTRYPOINT"].value == ("python3", "-m", "sglang.launch_server"), runtime["ENTRYPOINT"].value
 
 

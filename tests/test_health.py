@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stack import ROOT, health
+import image_layout
 
-HEALTH_PY = ROOT / "sglang_stack" / "health.py"
+from sglang_stack import ROOT
+from sglang_stack.services import health
+
+HEALTH_PY = ROOT / "sglang_stack" / "services" / "health.py"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -75,7 +78,7 @@ def run_probe(*args: str, env: dict | None = None, timeout: float = 60) -> subpr
     full_env["PYTHONPATH"] = str(ROOT)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "sglang_stack.health", *args],
+        [sys.executable, "-m", "sglang_stack.services.health", *args],
         capture_output=True,
         text=True,
         env=full_env,
@@ -188,21 +191,17 @@ def test_probe_uses_standard_library_only():
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             imported.add(node.module.split(".")[0])
-    outside = sorted(name for name in imported if name not in sys.stdlib_module_names and name != "__future__")
-    assert not outside, f"sglang_stack/health.py imports non-stdlib modules: {outside}"
-    relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
-    assert relative <= {"errors"}, f"health.py may import only the stdlib-only errors module from the package: {relative}"
+    outside = sorted(name for name in imported if name not in sys.stdlib_module_names and name not in ("__future__", "sglang_stack"))
+    assert not outside, f"sglang_stack/services/health.py imports non-stdlib modules: {outside}"
+    package = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang_stack")}
+    assert package <= {"sglang_stack.errors"}, f"health.py may import only the stdlib-only errors module from the package: {package}"
 
 
 def test_probe_runs_from_a_bare_copy(tmp_path: Path, server):
-    """Copy errors.py and health.py alone into a package and run it with -S -E (no site-packages)."""
-    pkg = tmp_path / "sglang_stack"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    for name in ("errors.py", "health.py"):
-        (pkg / name).write_text((ROOT / "sglang_stack" / name).read_text())
+    """The image's copy of the package (docker/Dockerfile's COPY lines), run with -S -E (no site-packages)."""
+    image_layout.install(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-S", "-E", "-m", "sglang_stack.health", "--url", url_of(server), "--timeout", "5"],
+        [sys.executable, "-S", "-E", "-m", "sglang_stack.services.health", "--url", url_of(server), "--timeout", "5"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

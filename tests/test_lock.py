@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack import lock as lockmod
+from sglang_stack.image import lock as lockmod
 
 LOCK = (ROOT / "versions.lock").read_text()
 REQUIREMENTS = (ROOT / "requirements.lock.txt").read_text()

@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stack import ROOT, patches
+import image_layout
+
+from sglang_stack import ROOT
+from sglang_stack.patching import patches
 from sglang_stack.errors import UserError
 
 PATCHES = ROOT / "patches"
@@ -101,28 +104,21 @@ def test_result_is_byte_identical_to_gnu_patch_without_fuzz(sglang_pristine, sgl
 
 def test_image_commands_run_with_the_standard_library_only(sglang_tree, tmp_path):
     """The SGLang stage's two RUN lines, in the image's layout, with site-packages off (python -S)."""
-    opt = tmp_path / "opt" / "sglang-stack"
-    (opt / "sglang_stack").mkdir(parents=True)
-    # Exactly the modules the Dockerfile's sglang stage copies, so the two cannot drift apart.
-    copy = next(
-        line.split()[1:-1]
-        for line in (ROOT / "docker" / "Dockerfile").read_text().splitlines()
-        if line.startswith("COPY sglang_stack/") and line.endswith(" /opt/sglang-stack/sglang_stack/")
-    )
-    assert "sglang_stack/patches.py" in copy and "sglang_stack/audit.py" in copy, copy
-    for source in copy:
-        shutil.copy(ROOT / source, opt / "sglang_stack" / Path(source).name)
+    # Exactly the modules the Dockerfile copies, laid out as it lays them out.
+    opt = image_layout.install(tmp_path / "opt" / "sglang-stack")
+    copied = image_layout.modules()
+    assert "sglang_stack/patching/patches.py" in copied and "sglang_stack/patching/audit.py" in copied, copied
     shutil.copytree(PATCHES, opt / "patches")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(opt)}
     apply = subprocess.run(
-        [sys.executable, "-S", "-m", "sglang_stack.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(opt / "patches")],
+        [sys.executable, "-S", "-m", "sglang_stack.patching.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(opt / "patches")],
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert apply.returncode == 0, f"apply failed in the image layout: {apply.stdout}{apply.stderr}"
     for patch in patches.read_series(PATCHES):
         assert f"patch {patch.name} sha256={patch.sha256}" in apply.stdout, f"the build log lacks {patch.name} and its sha256"
     audit = subprocess.run(
-        [sys.executable, "-S", "-m", "sglang_stack.audit", "--sglang-src", str(sglang_tree), "--arch", "KimiK25ForConditionalGeneration"],
+        [sys.executable, "-S", "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_tree), "--arch", "KimiK25ForConditionalGeneration"],
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert audit.returncode == 0, f"the audit fails on the patched tree in the image layout: {audit.stdout}{audit.stderr}"
@@ -258,7 +254,7 @@ def test_cli_failure_is_one_line_on_stderr_without_traceback(sglang_tree, tmp_pa
     pdir = copy_patches(tmp_path)
     corrupt_first_context_line(pdir / "0003-sm120-torch-symm-mem.patch")
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(pdir)],
+        [sys.executable, "-m", "sglang_stack.patching.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(pdir)],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stderr}"
@@ -266,7 +262,7 @@ def test_cli_failure_is_one_line_on_stderr_without_traceback(sglang_tree, tmp_pa
     errors = [line for line in proc.stderr.splitlines() if line]
     assert len(errors) == 1 and errors[0].startswith("error: patch 0003-sm120-torch-symm-mem.patch"), f"stderr: {proc.stderr}"
     missing = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patches", "apply", "--sglang-src", str(tmp_path / "nowhere")],
+        [sys.executable, "-m", "sglang_stack.patching.patches", "apply", "--sglang-src", str(tmp_path / "nowhere")],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     assert missing.returncode == 2 and "Traceback" not in missing.stderr, f"{missing.returncode}: {missing.stderr}"

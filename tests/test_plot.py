@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from sglang_stack import plot
+from sglang_stack.bench import plot
 from test_report import document, round_, sample
 
 

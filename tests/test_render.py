@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack import lock as lockmod
-from sglang_stack import render
+from sglang_stack.image import lock as lockmod
+from sglang_stack.image import render
 from sglang_stack.errors import UserError
 
 

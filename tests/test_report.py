@@ -8,7 +8,7 @@ import random
 import numpy
 import pytest
 
-from sglang_stack import report
+from sglang_stack.bench import report
 from sglang_stack.errors import UserError
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_stack import ROOT, smoke
+from sglang_stack import ROOT
+from sglang_stack.image import smoke
 
 pytestmark = pytest.mark.container
 

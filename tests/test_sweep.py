@@ -9,9 +9,10 @@ import stat
 import pytest
 
 from sglang_server import Behaviour, SGLangServer
-from sglang_stack import ROOT, report, sweep
+from sglang_stack import ROOT
+from sglang_stack.bench import report, sweep
 from sglang_stack.errors import UserError
-from sglang_stack.sweep import GridPoint
+from sglang_stack.bench.sweep import GridPoint
 from test_bench import write_prompts
 
 
@@ -60,7 +61,7 @@ def test_compose_command_and_environment():
 
 
 def test_compose_yaml_reads_the_sweep_variables():
-    from sglang_stack import compose
+    from sglang_stack.services import compose
 
     env = compose.environment(ROOT / "no-such.env", {**GridPoint(2, 1, 3).env(), "MODEL_DIR": "/m"})
     argv = compose.service("eagle3", env).argv
@@ -232,7 +233,7 @@ def test_no_extra_restart_when_the_last_point_is_best(tmp_path):
 
 
 def test_progress_total_drops_the_requests_of_failed_points(tmp_path, monkeypatch):
-    from sglang_stack.bench import Progress
+    from sglang_stack.bench.measure import Progress
 
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     bars: list[Progress] = []

@@ -26,8 +26,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ROOT, atomic
-from .errors import UserError, run_main
+from sglang_stack import ROOT, atomic
+from sglang_stack.errors import UserError, run_main
 
 DEFAULT_PATCHES_DIR = ROOT / "patches"
 CONTEXT_LINES = 3  # lines of context `--refresh` writes around each change, as diff -u does
@@ -688,7 +688,7 @@ def unpack_wheel(wheel: Path, dest: Path) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m sglang_stack.patches",
+        prog="python3 -m sglang_stack.patching.patches",
         description="Apply the patch series to an unpacked sglang tree, all or nothing, or refresh it.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

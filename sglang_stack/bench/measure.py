@@ -36,9 +36,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from . import ROOT, compose, report
-from .client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
-from .errors import UserError
+from sglang_stack import ROOT
+from sglang_stack.services import compose
+from sglang_stack.bench import report
+from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
+from sglang_stack.errors import UserError
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = PROMPTS_DIR / "v1.jsonl"

@@ -15,9 +15,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ROOT
-from .errors import UserError
-from .shell import require, run
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError
+from sglang_stack.shell import require, run
 
 ENGINES = ("docker", "podman", "buildah")
 TARGETS = ("base", "deps", "sglang", "runtime")

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import atomic
-from .errors import UserError
+from sglang_stack import atomic
+from sglang_stack.errors import UserError
 
 JSON_NAME = "bench.json"
 MARKDOWN_NAME = "bench.md"
@@ -296,7 +296,7 @@ def sweep_markdown(sweep: dict, summary: dict) -> list[str]:
 def write_results(out_dir: Path, doc: dict, plot: bool = False) -> None:
     """bench.json and bench.md, and with ``plot`` bench.png; the JSON goes last."""
     if plot:
-        from . import plot as plotting
+        from sglang_stack.bench import plot as plotting
 
         atomic.write(out_dir / PLOT_NAME, plotting.png(doc))
     atomic.write(out_dir / MARKDOWN_NAME, markdown(doc).encode())

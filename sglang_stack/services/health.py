@@ -1,6 +1,6 @@
 """The image's HEALTHCHECK probe: is the SGLang server really generating?
 
-    python3 -m sglang_stack.health [--url URL] [--timeout SECONDS]
+    python3 -m sglang_stack.services.health [--url URL] [--timeout SECONDS]
 
 Exit 0 only when ``URL`` answers HTTP 200 within ``SECONDS``; exit 1 for
 anything else (503, another status, no answer, refused connection). Docker
@@ -35,7 +35,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from .errors import run_main
+from sglang_stack.errors import run_main
 
 DEFAULT_PORT = 30000
 SGLANG_DEFAULT_HEALTH_TIMEOUT = 20  # SGLang 0.5.9's SGLANG_HEALTH_CHECK_TIMEOUT default
@@ -106,7 +106,7 @@ def check(url: str, timeout: float, api_key: str | None = None) -> Result:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m sglang_stack.health",
+        prog="python3 -m sglang_stack.services.health",
         description="Exit 0 only if SGLang's /health answers 200 (it generates one token to answer).",
     )
     parser.add_argument(

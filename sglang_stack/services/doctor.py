@@ -1,6 +1,6 @@
 """Host preflight: can this machine run `baseline` or `eagle3`?
 
-    invoke doctor [--service eagle3]      or    python -m sglang_stack.doctor [SERVICE]
+    invoke doctor [--service eagle3]      or    python -m sglang_stack.services.doctor [SERVICE]
 
 One line per check, each ``ok``, ``warn``, ``FAIL``, ``skip`` or ``note``; every
 FAIL says how to fix it. It runs without Docker (the Docker checks fail, the
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import compose, shell
-from .errors import UserError
+from sglang_stack.services import compose
+from sglang_stack import shell
+from sglang_stack.errors import UserError
 
 OK, WARN, FAIL, SKIP, NOTE = "ok", "warn", "FAIL", "skip", "note"
 
@@ -236,7 +237,7 @@ def _gather_audit(facts: Facts, engine: str, svc: compose.Service | None, show: 
         facts.audit_skip = "skipped: no architecture (MODEL_DIR has no readable config.json)"
     else:
         argv = [engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image,
-                "-m", "sglang_stack.audit", "--sglang-src", "/opt/sglang", "--arch", arch]
+                "-m", "sglang_stack.patching.audit", "--sglang-src", "/opt/sglang", "--arch", arch]
         code, out, err = _capture(argv, AUDIT_TIMEOUT_S, show)
         facts.audit = (code, (out + err).strip())
 
@@ -549,7 +550,7 @@ def check_audit(facts: Facts, svc: compose.Service | None) -> Check:
         return Check("audit", severity, f"EAGLE-3 audit fails for {arch}: {last}",
                      "rebuild the image with the patch series (invoke build); eagle3 would die after loading")
     return Check("audit", severity, f"EAGLE-3 audit could not run (exit {code}): {last}",
-                 "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.audit --help")
+                 "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.patching.audit --help")
 
 
 # --- running -------------------------------------------------------------------------------
@@ -620,7 +621,7 @@ def preflight(engine: str, name: str, out: Callable[[str], None] = print) -> lis
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m sglang_stack.doctor", description="Host preflight for sglang-stack.")
+    parser = argparse.ArgumentParser(prog="python -m sglang_stack.services.doctor", description="Host preflight for sglang-stack.")
     parser.add_argument("service", nargs="?", default="eagle3", help="baseline or eagle3 (default: eagle3)")
     parser.add_argument("--engine", default="docker", help="container CLI (default: docker)")
     args = parser.parse_args(argv)
@@ -629,6 +630,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .errors import run_main
+    from sglang_stack.errors import run_main
 
     run_main(main)

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from . import bench, client, compose, report, shell
-from .bench import Options, Progress, PromptSet, Results
-from .client import Endpoint, RequestFailed
-from .errors import UserError
+from sglang_stack.bench import measure as bench, client, report
+from sglang_stack.services import compose
+from sglang_stack import shell
+from sglang_stack.bench.measure import Options, Progress, PromptSet, Results
+from sglang_stack.bench.client import Endpoint, RequestFailed
+from sglang_stack.errors import UserError
 
 SERVICE = "eagle3"
 ENV_STEPS = "SGLANG_SPEC_NUM_STEPS"

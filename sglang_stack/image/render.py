@@ -13,11 +13,11 @@ from pathlib import Path
 
 import jinja2
 
-from . import ROOT
-from .errors import UserError
-from .atomic import write as atomic_write
-from .lock import Artifact, Lock
-from .patches import read_series
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError
+from sglang_stack.atomic import write as atomic_write
+from sglang_stack.image.lock import Artifact, Lock
+from sglang_stack.patching.patches import read_series
 
 TEMPLATE_DIR = ROOT / "docker"
 TEMPLATE = "Dockerfile.j2"

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from .errors import UserError
+from sglang_stack.errors import UserError
 
 # What is recorded from /server_info. It returns every server argument, the API
 # keys included, so only these are kept.

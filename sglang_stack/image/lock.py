@@ -24,9 +24,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from . import ROOT
-from .atomic import write as atomic_write
-from .errors import UserError
+from sglang_stack import ROOT
+from sglang_stack.atomic import write as atomic_write
+from sglang_stack.errors import UserError
 
 LOCK_PATH = ROOT / "versions.lock"
 REQUIREMENTS_PATH = ROOT / "requirements.lock.txt"
@@ -463,7 +463,7 @@ def _check_requirements_file(lock: Lock, name: str, problems: list[str]) -> None
 
 def sglang_wheel(url: str, sha256: str, *, download: bool) -> Path | None:
     """The pinned sglang wheel from the cache; fetched (hash-verified) if ``download``."""
-    from .fetch import cache_dir, fetch, filename_of, sha256_of
+    from sglang_stack.fetch import cache_dir, fetch, filename_of, sha256_of
 
     if download:
         return fetch(url, sha256)
@@ -551,7 +551,7 @@ def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path, uv:
 
 def resolve(path: Path = LOCK_PATH, output: Path | None = None) -> Path:
     """Regenerate requirements.lock.txt from versions.lock with ``uv pip compile`` (network)."""
-    from .shell import require, run
+    from sglang_stack.shell import require, run
 
     uv = require("uv", "install the dev requirements (pip install --require-hashes -r requirements-dev.txt)")
     output = output or path.with_name(REQUIREMENTS_PATH.name)
@@ -592,7 +592,7 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
     Also compares each [[wheel]]'s ``requires`` with the wheel's own METADATA.
     Returns one line per artifact; raises ``LockProblems`` on any mismatch.
     """
-    from .fetch import fetch, sha256_of
+    from sglang_stack.fetch import fetch, sha256_of
 
     lock = check(path)
     report, problems, checked = [], [], []

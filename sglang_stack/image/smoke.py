@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ROOT
-from .build import image_labels
-from .errors import UserError
-from .shell import require, run, show
+from sglang_stack import ROOT
+from sglang_stack.image.build import image_labels
+from sglang_stack.errors import UserError
+from sglang_stack.shell import require, run, show
 
 BASE_IMAGE = "localhost/sglang-stack-smoke-base:bookworm"
 SMOKE_TAG = "localhost/sglang-stack-smoke:sglang"
@@ -194,9 +194,9 @@ class SmokeResult:
 
 def expected_patched_hashes(patches_dir: Path = ROOT / "patches") -> dict[str, str]:
     """sha256 of every file the series touches, after applying it on the host to the pinned wheel."""
-    from . import lock as lockmod
-    from . import patches
-    from .fetch import fetch
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.patching import patches
+    from sglang_stack.fetch import fetch
 
     table = lockmod.load()["sglang"]
     wheel = fetch(table["url"], table["sha256"])
@@ -213,8 +213,9 @@ def expected_patched_hashes(patches_dir: Path = ROOT / "patches") -> dict[str, s
 
 def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token: bytes | None) -> None:
     """Every check the smoke test makes from inside (and on the layers of) the built image."""
-    from . import lock as lockmod
-    from . import patches, render
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.patching import patches
+    from sglang_stack.image import render
 
     lock = lockmod.check()
     with Container(ref) as box:
@@ -240,7 +241,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
         result.record("KimiK25ForConditionalGeneration has the EAGLE-3 methods", not missing, "missing " + ", ".join(missing) if missing else ", ".join(KIMI_METHODS))
 
         audit = box.run(
-            "python3", "-m", "sglang_stack.audit", "--sglang-src", "/opt/sglang", "--arch", lock.data["image"]["audit_arch"],
+            "python3", "-m", "sglang_stack.patching.audit", "--sglang-src", "/opt/sglang", "--arch", lock.data["image"]["audit_arch"],
             check=False,
         )  # fmt: skip
         summary = (audit.stdout.strip().splitlines() or [""])[-1]
@@ -267,7 +268,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
 
 def smoke_secrets(workdir: Path) -> tuple[Path, bytes, Path, bytes]:
     """A working CA bundle carrying a unique marker, and a dummy HF token, as files."""
-    from .fetch import ca_bundle
+    from sglang_stack.fetch import ca_bundle
 
     host = ca_bundle()
     if host is None:
@@ -285,7 +286,7 @@ def smoke_secrets(workdir: Path) -> tuple[Path, bytes, Path, bytes]:
 
 def build_sglang_stage(base: str, tag: str, *, ca: Path | None, token: Path | None, context: Path = ROOT, capture: bool = False):
     """Build the Dockerfile's ``sglang`` stage with buildah; returns the completed process."""
-    from .build import BuildRequest
+    from sglang_stack.image.build import BuildRequest
 
     request = BuildRequest(
         engine="buildah",
@@ -313,7 +314,7 @@ def copy_context(dest: Path) -> Path:
 
 def broken_patch_copy(workdir: Path) -> tuple[Path, str]:
     """A throwaway copy of the build context whose first patch no longer applies."""
-    from . import patches
+    from sglang_stack.patching import patches
 
     dest = copy_context(workdir / "broken")
     first = patches.read_series(dest / "patches")[0]
@@ -368,11 +369,11 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
     For a host with Docker, the NVIDIA container toolkit, the GPUs and the model
     directories that .env names. Never run in CI, which has none of them.
     """
-    from . import build as buildmod
-    from . import compose, doctor
-    from . import lock as lockmod
-    from .client import RequestFailed, http_post
-    from .fetch import ca_bundle
+    from sglang_stack.image import build as buildmod
+    from sglang_stack.services import compose, doctor
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.bench.client import RequestFailed, http_post
+    from sglang_stack.fetch import ca_bundle
 
     result = SmokeResult()
     lock = lockmod.check()

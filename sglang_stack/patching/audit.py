@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError, run_main
-from .patches import tree_version
+from sglang_stack.errors import UserError, run_main
+from sglang_stack.patching.patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
 
@@ -394,7 +394,7 @@ class _Audit:
                     return SpecEnum(path, node.name, members, self._predicates(node, members), node)
         raise UserError(
             f"{self.tree.src}: no speculative-algorithm enum (a class with members {EAGLE3_MEMBER} and "
-            f"{NO_SPEC_MEMBER}) in this tree; this SGLang layout is not one the audit knows (sglang_stack/audit.py)"
+            f"{NO_SPEC_MEMBER}) in this tree; this SGLang layout is not one the audit knows (sglang_stack/patching/audit.py)"
         )
 
     def _predicates(self, cls: ast.ClassDef, members: list[str]) -> dict[str, dict[str, bool | None]]:
@@ -476,7 +476,7 @@ class _Audit:
         if factory is None:
             raise UserError(
                 f"{self.tree.src / self.enum.path}: {self.enum.name}.{WORKER_FACTORY}() not found; "
-                f"the audit needs it to find the EAGLE-3 workers (sglang_stack/audit.py)"
+                f"the audit needs it to find the EAGLE-3 workers (sglang_stack/patching/audit.py)"
             )
         module = self.tree.module_of(self.enum.path)
         imports = _imports(self.tree.parse(self.enum.path), module)
@@ -511,7 +511,7 @@ class _Audit:
         if not found:
             raise UserError(
                 f"{self.tree.src / self.enum.path}: {self.enum.name}.{WORKER_FACTORY}() returns no worker class "
-                f"for {EAGLE3_MEMBER}; the audit cannot find the EAGLE-3 path (sglang_stack/audit.py)"
+                f"for {EAGLE3_MEMBER}; the audit cannot find the EAGLE-3 path (sglang_stack/patching/audit.py)"
             )
         for mod, cls in found:
             if mod not in self.tree.by_module:
@@ -988,7 +988,7 @@ def derive(tree: Tree) -> tuple[_Audit, _Scan]:
     if not tree.grep(f"class {RUNNER_CLASS}", pattern=runner_def):
         raise UserError(
             f"{tree.src}: class {RUNNER_CLASS} not found; this SGLang layout is not one the audit knows "
-            f"(sglang_stack/audit.py)"
+            f"(sglang_stack/patching/audit.py)"
         )
     worker_paths = {tree.by_module[mod] for mod, _ in audit.workers}
     # A file that names no predicate, no EAGLE3, no target_worker and no flag
@@ -1020,7 +1020,7 @@ def derive(tree: Tree) -> tuple[_Audit, _Scan]:
         if flags == audit.flags and not set(tree.grep(sorted(flags))) - files:
             return audit, scan
         audit.flags = flags
-    raise UserError(f"{tree.src}: the EAGLE-3 flags do not settle ({', '.join(sorted(audit.flags))}); see sglang_stack/audit.py")
+    raise UserError(f"{tree.src}: the EAGLE-3 flags do not settle ({', '.join(sorted(audit.flags))}); see sglang_stack/patching/audit.py")
 
 
 def _runner_classes(audit: _Audit, tree: Tree) -> None:
@@ -1073,7 +1073,7 @@ def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
     if not required:
         raise UserError(
             f"{tree.src}: found no call on the target model on the EAGLE-3 path; the audit no longer "
-            f"understands this SGLang layout (sglang_stack/audit.py), so it cannot pass it"
+            f"understands this SGLang layout (sglang_stack/patching/audit.py), so it cannot pass it"
         )
     providers: dict[str, str] = {}
     missing: list[Missing] = []
@@ -1125,7 +1125,7 @@ def arch_from_config(path: Path) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m sglang_stack.audit",
+        prog="python3 -m sglang_stack.patching.audit",
         description="Check, from the source, that a model class provides every method the EAGLE-3 path "
         "calls on the target model. Exit 0: all present; 1: some missing (one line each); 2: bad input.",
     )
@@ -1156,7 +1156,7 @@ def check_wheel(wheel: Path, patches_dir: Path, arch: str, workdir: Path, *, log
     Unpacks into ``workdir/site``. Raises ``UserError`` if a step fails; returns
     the audit report, which the caller checks with ``report.passed``.
     """
-    from .patches import apply_series, unpack_wheel
+    from sglang_stack.patching.patches import apply_series, unpack_wheel
 
     say = log or (lambda msg: print(msg, flush=True))
     site = unpack_wheel(wheel, Path(workdir) / "site")

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from . import ROOT, shell
-from .errors import UserError
+from sglang_stack import ROOT, shell
+from sglang_stack.errors import UserError
 
 COMPOSE_FILE = ROOT / "compose.yaml"
 ENV_FILE = ROOT / ".env"
@@ -605,10 +605,10 @@ def status(engine: str, out: Callable[[str], None] = print) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sglang_stack.compose [SERVICE]``: print what compose.yaml resolves to."""
+    """``python -m sglang_stack.services.compose [SERVICE]``: print what compose.yaml resolves to."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m sglang_stack.compose", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sglang_stack.services.compose", description=main.__doc__)
     parser.add_argument("service", nargs="?", choices=SERVICES, default=None)
     args = parser.parse_args(argv)
     for name in [args.service] if args.service else SERVICES:
@@ -624,6 +624,6 @@ def _redacted(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    from .errors import run_main
+    from sglang_stack.errors import run_main
 
     run_main(main)
