@@ -2,7 +2,12 @@
 
 Image identity reaches the tests through options, so CI and a developer call the same thing:
   --base-image REF   use this Debian-like base (python3, venv, patch) instead of making one
-  --keep-images      keep the images the container tests build (for poking at them afterwards)
+  --keep-images      keep the images the container and engine tests build (for poking at them afterwards)
+
+Tests that need buildah or the Docker Engine skip with the reason where they cannot
+run, except in CI (SGLANG_STACK_CI=1, set by .ci/run), where that is a failure.
+Every image and compose project a session makes is named with its run id and
+removed by that name, so concurrent runs on one machine leave each other alone.
 
 The real sglang wheel pinned in versions.lock is fetched once by URL and sha256
 (cached in ~/.cache/sglang-stack, or $SGLANG_STACK_CACHE) and unpacked as
@@ -11,11 +16,17 @@ The real sglang wheel pinned in versions.lock is fetched once by URL and sha256
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from sglang_stack import ROOT
 
 
 def pytest_addoption(parser):
@@ -33,21 +44,126 @@ def wait_until(predicate, timeout: float, interval: float = 0.05):
         time.sleep(interval)
 
 
+def need(reason: str):
+    """Skip for want of a tool or engine; in CI (SGLANG_STACK_CI=1, set by .ci/run), fail instead."""
+    if os.environ.get("SGLANG_STACK_CI") == "1":
+        pytest.fail(f"CI must run this test, but: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
-def smoke_base(request) -> str:
-    """A local Debian base image for daemonless builds; what the session built is removed afterwards."""
-    from sglang_stack.image import smoke
+def run_id() -> str:
+    """Part of every name this session gives an image or a compose project."""
+    from sglang_stack.image import store
+
+    return store.run_id()
+
+
+@pytest.fixture(scope="session")
+def keep_images(request) -> bool:
+    return bool(request.config.getoption("--keep-images"))
+
+
+@pytest.fixture(scope="session")
+def smoke_base(request, run_id, keep_images) -> str:
+    """A local Debian base in buildah's store, leased for the session: the tag to build FROM."""
+    from sglang_stack.image import smoke, store
 
     if not (shutil.which("buildah") and shutil.which("debootstrap") and shutil.which("podman")):
-        pytest.skip("container tests need buildah, podman and debootstrap (.ci/run installs them)")
-    before = smoke.image_ids()
+        need("container tests need buildah, podman and debootstrap (.ci/run installs them)")
     ref = request.config.getoption("--base-image") or smoke.BASE_IMAGE
-    smoke.ensure_base_image(ref)
-    yield ref
-    if not request.config.getoption("--keep-images"):
-        # Everything the container tests made: the base (if made here), tagged images
-        # and the intermediate layers that `--layers` builds leave behind.
-        smoke.remove_new_images(before)
+    with store.BaseLease("buildah", ref, make=ref == smoke.BASE_IMAGE, keep=keep_images, run=run_id) as leased:
+        yield leased
+
+
+# --- the real Docker Engine -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    """A Docker Engine with Compose v2 and buildx answers here (.ci/run starts one)."""
+    import engine
+
+    reason = engine.problem()
+    if reason:
+        need(f"needs a Docker Engine with compose and buildx: {reason} (.ci/run starts one)")
+
+
+@pytest.fixture(scope="session")
+def docker_base(request, docker_engine, run_id, keep_images) -> str:
+    """A local Debian bookworm base (python3, venv, pip, CA certificates) in the engine's store, leased."""
+    from sglang_stack.image import smoke, store
+
+    if not shutil.which("debootstrap"):
+        need("needs debootstrap to make the Debian base (.ci/run installs it)")
+    ref = request.config.getoption("--base-image") or smoke.BASE_IMAGE
+    with store.BaseLease("docker", ref, make=ref == smoke.BASE_IMAGE, keep=keep_images, run=run_id) as leased:
+        yield leased
+
+
+@pytest.fixture(scope="session")
+def sglang_stage(docker_base, run_id, keep_images):
+    """The Dockerfile's ``sglang`` stage built by the user's own command, ``invoke build --engine docker``.
+
+    Returns (tag, completed process, seconds); the tests of the build read its output.
+    """
+    import engine
+    from sglang_stack.image import store
+
+    tag = f"sglang-stack-test-{run_id}:sglang"
+    argv = [*engine.INVOKE, "build", "--engine", "docker", "--target", "sglang", "--base-image", docker_base, "--tag", tag]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, f"invoke build --engine docker --target sglang failed:\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}"
+    yield tag, proc, seconds
+    if not keep_images:
+        store.remove("docker", tag)
+
+
+@pytest.fixture(scope="session")
+def standin_image(sglang_stage, run_id, keep_images, tmp_path_factory) -> str:
+    """The runtime stage's image with a CPU stand-in for the model server (tests/engine.py)."""
+    import engine
+    from sglang_stack.image import store
+
+    tag = engine.build_standin(sglang_stage[0], f"sglang-stack-test-{run_id}:standin", tmp_path_factory.mktemp("standin"))
+    yield tag
+    if not keep_images:
+        store.remove("docker", tag)
+
+
+@pytest.fixture
+def compose_project(docker_engine, run_id, request, tmp_path):
+    """Factory: ``compose_project(*override_files, env={...})``; every project is taken down at teardown."""
+    import engine
+
+    made = []
+
+    def make(*overrides, env=None):
+        name = f"sgs-test-{run_id}-{len(made)}-{request.node.name[:20]}".lower()
+        name = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)
+        project = engine.ComposeProject(name, list(overrides), dict(env or {}))
+        made.append(project)
+        return project
+
+    yield make
+    for project in made:
+        project.down()
+
+
+@pytest.fixture
+def model_dirs(tmp_path) -> dict[str, str]:
+    """MODEL_DIR and DRAFT_MODEL_DIR for the stand-in: directories with a config.json, readable by uid 10001."""
+    dirs = {}
+    for var, arch in (("MODEL_DIR", "KimiK25ForConditionalGeneration"), ("DRAFT_MODEL_DIR", "LlamaForCausalLMEagle3")):
+        path = tmp_path / var.lower()
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        path.chmod(0o755)
+        dirs[var] = str(path)
+    tmp_path.chmod(0o755)
+    return dirs
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,10 @@
-"""Stand-ins for the `docker` and `nvidia-smi` commands, for hosts (and CI) that have neither.
+"""Stand-ins for the `docker` and `nvidia-smi` commands, for states a real engine here cannot be put in.
 
-They are real executables put first on PATH, so the code under test runs its
-real subprocess path. Each call appends its argv to a log, which lets a test
+The tests run the real Docker Engine wherever it can show the behaviour
+(tests/test_engine.py). These stand-ins remain for what it cannot: a GPU host
+(an NVIDIA runtime, nvidia-smi), a docker CLI without the compose plugin, and
+a host with no engine at all. They are real executables put first on PATH, so
+the code under test runs its real subprocess path. Each call appends its argv to a log, which lets a test
 prove that nothing was started. `nvidia-smi` prints the fixture files under
 tests/fixtures/nvidia-smi/ (recorded for H200, constructed for RTX PRO 6000).
 The `docker info` and `docker compose ps` answers are built by each test from
@@ -18,7 +21,7 @@ from pathlib import Path
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 
 DOCKER = r'''#!PYTHON
-import json, os, sys, time
+import json, os, sys
 cfg = json.load(open(os.environ["FAKE_CLI_CONFIG"]))
 args = sys.argv[1:]
 with open(os.environ["FAKE_CLI_LOG"], "a") as log:
@@ -46,16 +49,7 @@ if args[:1] == ["compose"]:
             sys.stderr.write("docker: 'compose' is not a docker command.\n"); sys.exit(1)
         out(cfg["compose_version"] + "\n"); sys.exit(0)
     if "ps" in args:
-        state_file = os.environ["FAKE_CLI_LOG"] + ".ups"
-        ups = open(state_file).read().count("x") if os.path.exists(state_file) else 0
-        rows = cfg.get("ps_rows_after_up") if ups and cfg.get("ps_rows_after_up") is not None else cfg.get("ps_rows", [])
-        out("".join(json.dumps(r) + "\n" for r in rows)); sys.exit(0)
-    if "up" in args:
-        open(os.environ["FAKE_CLI_LOG"] + ".ups", "a").write("x")
-        time.sleep(cfg.get("up_seconds", 0))
-        sys.exit(cfg.get("up_exit", 0))
-    if "logs" in args:
-        out("Loading safetensors checkpoint shards:  10% 6/64\rLoading safetensors checkpoint shards:  50% 32/64\n"); sys.exit(0)
+        out("".join(json.dumps(r) + "\n" for r in cfg.get("ps_rows", []))); sys.exit(0)
     sys.exit(0)
 sys.exit(0)
 '''

@@ -35,6 +35,9 @@ class Behaviour:
     health_status: int = 200
     server_info: dict = field(default_factory=dict)
     flush_status: int = 200
+    served_model_name: str = "default"
+    model_path: str = ""
+    wedged: bool = False  # like a hung scheduler: /health and /generate stop answering
 
 
 class _Server(ThreadingHTTPServer):
@@ -49,7 +52,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class SGLangServer:
-    def __init__(self, behaviour: Behaviour | None = None):
+    def __init__(self, behaviour: Behaviour | None = None, host: str = "127.0.0.1", port: int = 0):
         self.behaviour = behaviour or Behaviour()
         self.lock = threading.Lock()
         self.bodies: list[dict] = []
@@ -58,7 +61,7 @@ class SGLangServer:
         self.flushes = 0
         self.in_flight = 0
         self.max_in_flight = 0
-        self._httpd = _Server(("127.0.0.1", 0), _handler(self))
+        self._httpd = _Server((host, port), _handler(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
@@ -107,8 +110,20 @@ def _handler(server: SGLangServer):
                 return False
             return True
 
+        def _wedge(self) -> bool:
+            if server.behaviour.wedged:
+                time.sleep(3600)
+            return False
+
         def do_GET(self) -> None:
-            if self.path == "/health":
+            if self.path == "/v1/models":
+                if self._authorised():
+                    b = server.behaviour
+                    self._json(200, {"object": "list", "data": [
+                        {"id": b.served_model_name, "object": "model", "owned_by": "sglang", "root": b.model_path}]})
+            elif self.path == "/get_model_info":
+                self._json(200, {"model_path": server.behaviour.model_path, "is_generation": True})
+            elif self.path == "/health" and not self._wedge():
                 status = server.behaviour.health_status
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -131,7 +146,7 @@ def _handler(server: SGLangServer):
             if self.path != "/generate":
                 self._json(404, {"detail": "Not Found"})
                 return
-            if not self._authorised():
+            if not self._authorised() or self._wedge():
                 return
             body = json.loads(raw)
             with server.lock:
@@ -163,10 +178,12 @@ def _handler(server: SGLangServer):
             n = body["sampling_params"]["max_new_tokens"]
             counts = server.schedule(n)
             rid = f"req-{index}"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
+            stream = body.get("stream", False)
+            if stream:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
             for k, tokens in enumerate(counts):
                 due = start + b.ttft_s + k * b.step_s
                 pause = due - time.perf_counter()
@@ -210,8 +227,70 @@ def _handler(server: SGLangServer):
                         meta["spec_verify_ct"] = verify
                     with server.lock:
                         server.served.append({"tokens": tokens, "verify": verify, "events": len(counts)})
-                self._event({"text": " tok" * tokens, "output_ids": list(range(tokens)), "meta_info": meta})
-            self._chunk(b"data: [DONE]\n\n")
-            self._chunk(b"")
+                event = {"text": " tok" * tokens, "output_ids": list(range(tokens)), "meta_info": meta}
+                if stream:
+                    self._event(event)
+                elif last:
+                    self._json(200, event)
+            if stream:
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
 
     return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve on SGLang's flags, in the foreground: the CPU stand-in for the model server in a container.
+
+    Takes ``--host``, ``--port``, ``--model-path``, ``--served-model-name``, ``--api-key``
+    and ``--speculative-algorithm`` as ``sglang.launch_server`` does, and ignores the rest.
+    ``/health`` answers 503 for ``--standin-load-seconds`` (default 2) while a progress bar
+    runs, as a model load does; ``--standin-crash`` makes the load end in a crash (exit 1)
+    instead. SIGUSR1 wedges the server (``/health`` and ``/generate`` stop answering);
+    SIGTERM stops it.
+    """
+    import argparse
+    import os
+    import signal
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--model-path", default="")
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--speculative-algorithm", default=None)
+    # Stand-in only, passed through SGLANG_EXTRA_ARGS as a user passes SGLang flags.
+    parser.add_argument("--standin-load-seconds", type=float, default=2.0)
+    parser.add_argument("--standin-crash", action="store_true")
+    args, ignored = parser.parse_known_args(argv)
+    config = os.path.join(args.model_path, "config.json")
+    if args.model_path and not os.path.isfile(config):
+        sys.exit(f"stand-in: {config}: no such file (is the model directory mounted?)")
+    spec = args.speculative_algorithm is not None
+    behaviour = Behaviour(
+        step_s=0.004, ttft_s=0.01, accept=(2, 3, 2) if spec else (1,), spec=spec, api_key=args.api_key,
+        served_model_name=args.served_model_name or args.model_path or "default", model_path=args.model_path,
+        health_status=503, server_info={"model_path": args.model_path, "speculative_algorithm": args.speculative_algorithm},
+    )
+    server = SGLangServer(behaviour, host=args.host, port=args.port)
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(behaviour, "wedged", True))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"stand-in: serving {args.model_path or '(no model)'} on {args.host}:{args.port}"
+          f"{' with ' + args.speculative_algorithm if spec else ''}; ignoring {len(ignored)} other arguments", flush=True)
+    with server:
+        shards, load_s = 64, args.standin_load_seconds
+        for shard in range(1, shards + 1):  # the same \r-redrawn bar that SGLang's loader prints
+            time.sleep(load_s / shards)
+            print(f"\rLoading safetensors checkpoint shards: {100 * shard // shards:3d}% {shard}/{shards}", end="", flush=True)
+        print(flush=True)
+        if args.standin_crash:
+            sys.exit("torch.OutOfMemoryError: CUDA out of memory (stand-in)")
+        behaviour.health_status = 200
+        print("The server is fired up and ready to roll!", flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

@@ -111,10 +111,10 @@ def test_unknown_engine_via_cli_is_one_line():
 
 
 @pytest.mark.container
-def test_buildah_builds_the_base_stage_for_real(smoke_base, request):
-    from sglang_stack.image import smoke
+def test_buildah_builds_the_base_stage_for_real(smoke_base, run_id, keep_images):
+    from sglang_stack.image import smoke, store
 
-    tag = "localhost/sglang-stack-test:base"
+    tag = f"localhost/sglang-stack-test-{run_id}:base"
     proc = subprocess.run(
         [
             sys.executable, "-m", "invoke", "build", "--engine", "buildah", "--isolation", "chroot",
@@ -131,8 +131,8 @@ def test_buildah_builds_the_base_stage_for_real(smoke_base, request):
             assert pth == ["/opt/sglang", "/opt/sglang-stack"], pth
             assert box.run("id", "-u", "sglang").stdout.strip() == "10001"
     finally:
-        if not request.config.getoption("--keep-images"):
-            smoke.remove_image(tag)
+        if not keep_images:
+            store.remove("buildah", tag)
 
 
 @pytest.mark.skipif(not shutil.which("buildah"), reason="needs buildah (.ci/run installs it)")

@@ -520,52 +520,48 @@ def test_compose_argv_names_project_file_and_profiles():
     assert profiles == ["baseline", "eagle3"], f"down/ps must see both profiled services: {argv}"
 
 
-@pytest.fixture
-def fake_docker(tmp_path, monkeypatch):
-    """Install fake docker (no daemon here) and point this process and .env lookups at it."""
-
-    def make(**config):
-        env = fake_cli.install(tmp_path / "bin", **config)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        for key in ("MODEL_DIR", "DRAFT_MODEL_DIR", "EAGLE3_PORT", "BASELINE_PORT", "TP_SIZE", "BIND_ADDRESS", "GPU_IDS"):
-            monkeypatch.delenv(key, raising=False)
-        monkeypatch.setattr(compose, "ENV_FILE", tmp_path / "no.env")  # a developer's .env must not leak in
-        return env
-
-    return make
+def test_missing_compose_plugin_is_one_line_naming_the_package(tmp_path):
+    """A docker CLI without the compose plugin: a state the engine here cannot be put in, hence a stand-in CLI."""
+    fake = fake_cli.install(tmp_path / "bin", info=fake_cli.PLAIN_INFO)  # no compose_version: no plugin
+    env = {**fake, "HOME": str(tmp_path)}
+    for task in (["status"], ["down"], ["logs", "eagle3", "--no-follow"]):
+        proc = subprocess.run([sys.executable, "-m", "invoke", *task], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: docker compose (Compose v2) is not installed") and "docker-compose-plugin" in last, last
 
 
-def test_up_reports_progress_then_healthy(fake_docker):
-    starting = {**ROW_HEALTHY, "Health": "starting", "Status": "Up 1 minute (health: starting)"}
-    env = fake_docker(up_seconds=1.5, ps_rows_after_up=[starting])
-    lines = []
-    compose.up("docker", "eagle3", wait_timeout=60, interval=0.3, out=lines.append)
-    ran = fake_cli.calls(env)
-    up_call = next(c for c in ran if "up" in c)
-    assert up_call[-6:] == ["up", "--detach", "--wait", "--wait-timeout", "60", "eagle3"], f"up command: {up_call}"
-    progress = [line for line in lines if line.startswith("eagle3 ") and "health: starting" in line]
-    assert len(progress) == 1, f"one progress line while nothing changes (the fake polls ~4 times): {lines}"
-    assert "Loading safetensors checkpoint shards:  50% 32/64" in progress[0], f"progress must show the latest log state: {progress[0]}"
-    assert lines[-1].startswith("eagle3: healthy after"), f"last line must announce health: {lines[-1]}"
-    assert "http://127.0.0.1:30001" in lines[-1], f"and where to reach it: {lines[-1]}"
-
-
-def test_up_failure_is_one_line_with_the_reason(fake_docker):
-    exited = {**ROW_HEALTHY, "State": "exited", "Health": "", "ExitCode": 1, "Status": "Exited (1) 3 seconds ago"}
-    fake_docker(up_exit=1, ps_rows_after_up=[exited])
+def test_compose_files_follow_compose_file_and_the_override(tmp_path, monkeypatch):
+    monkeypatch.setattr(compose, "ROOT", tmp_path)
+    monkeypatch.setattr(compose, "COMPOSE_FILE", tmp_path / "compose.yaml")
+    (tmp_path / "compose.yaml").write_text("services: {}\n")
+    assert compose.compose_files(env_of()) == [tmp_path / "compose.yaml"], "compose.yaml alone"
+    (tmp_path / "compose.override.yaml").write_text("services: {}\n")
+    assert compose.compose_files(env_of()) == [tmp_path / "compose.yaml", tmp_path / "compose.override.yaml"], \
+        "compose.override.yaml is read when present, as Compose does"
+    (tmp_path / "t.yaml").write_text("services: {}\n")
+    assert compose.compose_files(env_of(COMPOSE_FILE="compose.yaml:t.yaml")) == [tmp_path / "compose.yaml", tmp_path / "t.yaml"], \
+        "COMPOSE_FILE replaces the default list, relative to the project directory"
+    assert compose.compose_files(env_of(COMPOSE_FILE="compose.yaml;t.yaml", COMPOSE_PATH_SEPARATOR=";"))[-1] == tmp_path / "t.yaml"
     with pytest.raises(UserError) as err:
-        compose.up("docker", "eagle3", wait_timeout=60, interval=5, out=lambda line: None)
-    assert "eagle3 exited with code 1" in str(err.value), f"the error must say why: {err.value}"
-    assert "invoke logs eagle3" in str(err.value), f"and where to look: {err.value}"
+        compose.compose_files(env_of(COMPOSE_FILE="compose.yaml:missing.yaml"))
+    assert str(err.value).startswith("COMPOSE_FILE=compose.yaml:missing.yaml (shell): ") and "missing.yaml: no such file" in str(err.value), err.value
 
 
-def test_down_and_logs_commands(fake_docker):
-    env = fake_docker()
-    compose.down("docker", volumes=True)
-    compose.logs("docker", "baseline", follow=False, tail="50")
-    down_call, logs_call = fake_cli.calls(env)
-    assert down_call[-2:] == ["down", "--volumes"] and down_call.count("--profile") == 2, f"down: {down_call}"
-    assert logs_call[-4:] == ["logs", "--tail", "50", "baseline"], f"logs: {logs_call}"
+@pytest.mark.parametrize(
+    "log, latest",
+    [
+        ("a\nb\n", "b"),
+        ("Loading shards:  10% 6/64\rLoading shards:  50% 32/64\n", "Loading shards:  50% 32/64"),
+        ("\x1b[2Kserver up\n\x1b[2K\n", "server up"),
+        ("\x1b[2Kstep 1\rstep 2\r\n", "step 2"),
+        ("", ""),
+    ],
+)
+def test_latest_state_of_a_log(log, latest):
+    assert compose.latest_state(log) == latest, f"{log!r}"
+
+
+def test_logs_refuses_an_unknown_service():
     with pytest.raises(UserError, match="unknown service"):
         compose.logs("docker", "nope", follow=False, tail="1")

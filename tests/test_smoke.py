@@ -9,23 +9,23 @@ from __future__ import annotations
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.image import smoke
+from sglang_stack.image import smoke, store
 
 pytestmark = pytest.mark.container
 
 
 @pytest.fixture(scope="module")
-def built(smoke_base, tmp_path_factory, request):
+def built(smoke_base, run_id, keep_images, tmp_path_factory):
     """The sglang stage, built once with a marked CA bundle and a dummy token as build secrets."""
     workdir = tmp_path_factory.mktemp("smoke")
     ca, marker, token, token_value = smoke.smoke_secrets(workdir)
-    tag = "localhost/sglang-stack-test:sglang"
+    tag = f"localhost/sglang-stack-test-{run_id}:sglang"
     smoke.build_sglang_stage(smoke_base, tag, ca=ca, token=token)
     result = smoke.SmokeResult()
     smoke.check_image(tag, result, ca_marker=marker, token=token_value)
     yield {name: (ok, detail) for name, ok, detail in result.checks}
-    if not request.config.getoption("--keep-images"):
-        smoke.remove_image(tag)
+    if not keep_images:
+        store.remove("buildah", tag)
 
 
 @pytest.mark.parametrize(
@@ -65,13 +65,12 @@ def test_secret_scan_finds_a_planted_secret(tmp_path):
     assert smoke.find_in_layers([clean, dirty], {"HF token": b"hf_smoke_secret"}) == ["HF token"]
 
 
-def test_a_broken_patch_fails_the_build_and_is_named(smoke_base, tmp_path):
+def test_a_broken_patch_fails_the_build_and_is_named(smoke_base, run_id, tmp_path):
     context, name = smoke.broken_patch_copy(tmp_path)
     ca, _, _, _ = smoke.smoke_secrets(tmp_path)
-    tag = "localhost/sglang-stack-test:broken"
+    tag = f"localhost/sglang-stack-test-{run_id}:broken"
     proc = smoke.build_sglang_stage(smoke_base, tag, ca=ca, token=None, context=context, capture=True)
-    if proc.returncode == 0:
-        smoke.remove_image(tag)
+    store.remove("buildah", tag)
     assert proc.returncode != 0, "a patch that does not apply must fail the build"
     output = proc.stdout + proc.stderr
     assert name in output, f"the failing patch {name} is not named in the build output:\n{output[-2000:]}"

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
+from sglang_stack import engine as engine_mod
+from sglang_stack.image import store
 from sglang_stack.shell import require, run
 
 ENGINES = ("docker", "podman", "buildah")
@@ -41,6 +43,9 @@ class BuildRequest:
     hf_token_file: Path | None = None
     build_args: dict[str, str] = field(default_factory=dict)
     isolation: str | None = None
+    # podman/buildah keep an intermediate image per step with --layers (their build cache);
+    # a throwaway build turns it off so that it leaves only the image it names.
+    layers: bool = True
     iidfile: Path | None = None
     context: Path = ROOT
     dockerfile: Path = DOCKERFILE
@@ -67,9 +72,9 @@ class BuildRequest:
         if self.engine == "docker":
             argv = ["docker", "buildx", "build", "--load"]
         elif self.engine == "podman":
-            argv = ["podman", "build", "--format", "docker", "--layers"]
+            argv = ["podman", "build", "--format", "docker", "--layers" if self.layers else "--layers=false"]
         else:
-            argv = ["buildah", "bud", "--format", "docker", "--layers"]
+            argv = ["buildah", "bud", "--format", "docker", "--layers" if self.layers else "--layers=false"]
         # OCI format drops HEALTHCHECK and SHELL, hence --format docker for podman/buildah.
         if self.isolation:
             argv += ["--isolation", self.isolation]
@@ -111,29 +116,12 @@ def preflight(engine: str) -> None:
     """Fail fast, in one line, when the engine cannot build here."""
     if engine == "docker":
         require("docker", "install Docker, or build daemonless with --engine buildah|podman")
-        docker_reachable()
-        run(["docker", "buildx", "version"], capture=True, quiet=True, what="docker buildx (the BuildKit CLI plugin)")
+        engine_mod.reachable("start Docker, or build daemonless with --engine buildah|podman")
+        engine_mod.require_plugin("buildx", ", or build daemonless with --engine buildah|podman")
     elif engine == "podman":
         require("podman", "install podman, or use --engine docker|buildah")
     elif engine == "buildah":
         require("buildah", "install buildah (Debian/Ubuntu: apt-get install buildah), or use --engine docker|podman")
-
-
-def docker_reachable():
-    """A Docker SDK client for a reachable engine, or a one-line ``UserError``."""
-    import docker
-    from docker.errors import DockerException
-
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        client = docker.from_env(timeout=5)
-        client.ping()
-    except DockerException as err:
-        reason = str(err).splitlines()[0][:160]
-        raise UserError(
-            f"no Docker engine reachable at {where} ({reason}): start Docker, or build daemonless with --engine buildah|podman"
-        ) from None
-    return client
 
 
 def build(request: BuildRequest) -> tuple[str, str]:
@@ -153,22 +141,7 @@ def build(request: BuildRequest) -> tuple[str, str]:
         image_id = request.iidfile.read_text().strip() if request.iidfile.exists() else ""
     if not image_id:
         raise UserError(f"{request.engine} build finished but reported no image ID for {request.tag}")
-    pins = [k for k in image_labels(request.engine, request.tag) if k.startswith("io.sglang-stack.")]
+    pins = [k for k in store.labels(request.engine, request.tag) if k.startswith("io.sglang-stack.")]
     if request.target in ("sglang", "runtime") and not pins:
         raise UserError(f"{request.tag}: built, but its labels record no pins; was docker/Dockerfile edited by hand?")
     return request.tag, image_id
-
-
-def image_labels(engine: str, ref: str) -> dict[str, str]:
-    """The labels of a built image, read back from the engine (the Docker SDK for Docker)."""
-    import json
-
-    if engine == "docker":
-        return docker_reachable().images.get(ref).labels or {}
-    if engine == "podman":
-        proc = run(["podman", "image", "inspect", "--format", "{{json .Labels}}", ref], capture=True, quiet=True, what="podman image inspect")
-        return json.loads(proc.stdout or "null") or {}
-    proc = run(["buildah", "inspect", "--type", "image", ref], capture=True, quiet=True, what="buildah inspect")
-    info = json.loads(proc.stdout)
-    docker_config = (info.get("Docker") or {}).get("config") or {}
-    return docker_config.get("Labels") or (info.get("OCIv1") or {}).get("config", {}).get("Labels") or {}

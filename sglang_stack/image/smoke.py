@@ -23,87 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack import ROOT
-from sglang_stack.image.build import image_labels
+from sglang_stack.image import store
 from sglang_stack.errors import UserError
-from sglang_stack.shell import require, run, show
+from sglang_stack.shell import require, run
 
 BASE_IMAGE = "localhost/sglang-stack-smoke-base:bookworm"
-SMOKE_TAG = "localhost/sglang-stack-smoke:sglang"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-DEBIAN_SUITE = "bookworm"
-# What the SGLang stage needs from a base: python3 with venv and pip, patch, CA certificates.
-BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "patch")
+# Each run tags its images with its own run id, so two runs on one machine never share a name.
+SMOKE_NAME = "localhost/sglang-stack-smoke"
 KIMI_METHODS = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
 KIMI_FILE = "sglang/srt/models/kimi_k25.py"
 
 
-# --- images and containers ------------------------------------------------------
-
-
-def image_exists(ref: str) -> bool:
-    proc = subprocess.run(["buildah", "inspect", "--type", "image", ref], capture_output=True, text=True)
-    return proc.returncode == 0
-
-
-def remove_image(ref: str) -> None:
-    if image_exists(ref):
-        run(["buildah", "rmi", "--force", ref], capture=True, check=False)
-
-
-def image_id(ref: str) -> str:
-    proc = run(["buildah", "images", "--quiet", "--no-trunc", ref], capture=True, quiet=True, what="buildah images")
-    return proc.stdout.split()[0]
-
-
-def image_ids() -> set[str]:
-    """Every image in local storage, intermediate layers included."""
-    proc = run(["buildah", "images", "--all", "--quiet", "--no-trunc"], capture=True, quiet=True, what="buildah images")
-    return set(proc.stdout.split())
-
-
-def remove_new_images(before: set[str]) -> None:
-    """Remove the images (tagged or intermediate) that appeared since ``before``, newest first."""
-    new = image_ids() - before
-    if new:
-        run(["buildah", "rmi", "--force", *sorted(new)], capture=True, check=False)
-
-
-def ensure_base_image(ref: str = BASE_IMAGE, mirror: str = DEBIAN_MIRROR) -> bool:
-    """Make the Debian smoke base image unless it exists; return whether it was created now.
-
-    Only the project's own base name is ever made; any other reference must already exist.
-    """
-    require("buildah", "install buildah (apt-get install buildah)")
-    if image_exists(ref):
-        print(f"smoke: reusing base image {ref}")
-        return False
-    if ref != BASE_IMAGE:
-        raise UserError(f"--base-image {ref}: no such image in local storage (buildah images); omit it to make {BASE_IMAGE}")
-    require("debootstrap", "install debootstrap (apt-get install debootstrap)")
-    require("podman", "install podman (apt-get install podman); it imports the root filesystem")
-    with tempfile.TemporaryDirectory(prefix="sglang-stack-rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        run(
-            [
-                "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-                DEBIAN_SUITE, str(rootfs), mirror,
-            ],
-            capture=True,
-            what="debootstrap",
-        )  # fmt: skip
-        # Keep the image small and free of the host's apt lists.
-        shutil.rmtree(rootfs / "var" / "lib" / "apt" / "lists", ignore_errors=True)
-        shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
-        tar = ["tar", "-C", str(rootfs), "-c", "."]
-        imp = ["podman", "import", "--change", "CMD=/bin/bash", "-", ref]
-        show(tar + ["|"] + imp)
-        producer = subprocess.Popen(tar, stdout=subprocess.PIPE)
-        consumer = subprocess.run(imp, stdin=producer.stdout, capture_output=True, text=True)
-        producer.stdout.close()
-        if producer.wait() != 0 or consumer.returncode != 0:
-            raise UserError(f"podman import of the smoke base failed: {consumer.stderr.strip()[-300:]}")
-    print(f"smoke: created base image {ref}")
-    return True
+# --- containers ------------------------------------------------------------------
 
 
 class Container:
@@ -131,12 +62,6 @@ class Container:
 
     def python(self, code: str, check: bool = True) -> str:
         return self.run("python3", "-c", code, check=check).stdout.strip()
-
-
-def image_size(ref: str) -> int:
-    """Size in bytes (buildah prints only a rounded "271 MB"; podman shares its storage)."""
-    proc = run(["podman", "image", "inspect", "--format", "{{.Size}}", ref], capture=True, quiet=True, what="podman image inspect")
-    return int(proc.stdout.strip())
 
 
 def layer_blobs(ref: str, workdir: Path) -> list[bytes]:
@@ -247,7 +172,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
         summary = (audit.stdout.strip().splitlines() or [""])[-1]
         result.record("the EAGLE-3 audit passes inside the container", audit.returncode == 0, summary)
 
-    labels = image_labels("buildah", ref)
+    labels = store.labels("buildah", ref)
     wanted = dict(render.labels(lock, ROOT / "patches"))
     wrong = sorted(k for k, v in wanted.items() if labels.get(k) != v)
     result.record("labels record every pin and patch sha256", not wrong, ", ".join(wrong[:5]) or f"{len(wanted)} labels")
@@ -285,7 +210,10 @@ def smoke_secrets(workdir: Path) -> tuple[Path, bytes, Path, bytes]:
 
 
 def build_sglang_stage(base: str, tag: str, *, ca: Path | None, token: Path | None, context: Path = ROOT, capture: bool = False):
-    """Build the Dockerfile's ``sglang`` stage with buildah; returns the completed process."""
+    """Build the Dockerfile's ``sglang`` stage with buildah; returns the completed process.
+
+    Without ``--layers``: the build leaves exactly one image, the one named ``tag``.
+    """
     from sglang_stack.image.build import BuildRequest
 
     request = BuildRequest(
@@ -296,6 +224,7 @@ def build_sglang_stage(base: str, tag: str, *, ca: Path | None, token: Path | No
         ca_bundle=ca,
         hf_token_file=token,
         isolation="chroot",
+        layers=False,
         context=context,
         dockerfile=context / "docker" / "Dockerfile",
     )
@@ -330,30 +259,35 @@ def broken_patch_copy(workdir: Path) -> tuple[Path, str]:
 
 
 def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) -> SmokeResult:
-    """Build the sglang stage on the Debian base, check it from inside, then prove a bad patch fails."""
+    """Build the sglang stage on the Debian base, check it from inside, then prove a bad patch fails.
+
+    Removes exactly what it made, by name, unless ``keep``: its two images, and the
+    base image if it had to make it (see ``store.BaseLease``).
+    """
     require("buildah", "install buildah (apt-get install buildah)")
     result = SmokeResult()
-    before = image_ids()
+    run_id = store.run_id()
+    tag, broken = f"{SMOKE_NAME}-{run_id}:sglang", f"{SMOKE_NAME}-{run_id}:broken"
     start = time.monotonic()
-    try:
-        ensure_base_image(base)
+    with store.BaseLease("buildah", base, make=base == BASE_IMAGE, keep=keep, run=run_id) as leased:
         result.timings["base image"] = time.monotonic() - start
-        with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-") as tmp:
-            workdir = Path(tmp)
-            ca, marker, token, token_value = smoke_secrets(workdir)
-            t0 = time.monotonic()
-            build_sglang_stage(base, SMOKE_TAG, ca=ca, token=token)
-            result.timings["build sglang stage"] = time.monotonic() - t0
-            result.size = image_size(SMOKE_TAG)
-            check_image(SMOKE_TAG, result, ca_marker=marker, token=token_value)
-            if negative:
-                context, name = broken_patch_copy(workdir)
-                proc = build_sglang_stage(base, SMOKE_TAG + "-broken", ca=ca, token=None, context=context, capture=True)
-                output = proc.stdout + proc.stderr
-                result.record("a broken patch fails the build and is named", proc.returncode != 0 and name in output, name)
-    finally:
-        if not keep:
-            remove_new_images(before)
+        try:
+            with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-") as tmp:
+                workdir = Path(tmp)
+                ca, marker, token, token_value = smoke_secrets(workdir)
+                t0 = time.monotonic()
+                build_sglang_stage(leased, tag, ca=ca, token=token)
+                result.timings["build sglang stage"] = time.monotonic() - t0
+                result.size = store.size("buildah", tag)
+                check_image(tag, result, ca_marker=marker, token=token_value)
+                if negative:
+                    context, name = broken_patch_copy(workdir)
+                    proc = build_sglang_stage(leased, broken, ca=ca, token=None, context=context, capture=True)
+                    output = proc.stdout + proc.stderr
+                    result.record("a broken patch fails the build and is named", proc.returncode != 0 and name in output, name)
+        finally:
+            if not keep:
+                store.remove("buildah", tag, broken)
     result.timings["total"] = time.monotonic() - start
     return result
 

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -259,10 +260,56 @@ def load_raw(path: Path = COMPOSE_FILE) -> dict:
     return data
 
 
-def load(path: Path = COMPOSE_FILE, env: Environment | None = None) -> dict:
-    """compose.yaml after interpolation, as ``docker compose config`` would see it."""
+def compose_files(env: Environment | None = None) -> list[Path]:
+    """The files ``docker compose`` reads in this directory, in order.
+
+    ``COMPOSE_FILE`` (from the shell or ``.env``, split on ``COMPOSE_PATH_SEPARATOR``,
+    default ``:``; relative to this directory) when set; otherwise compose.yaml, plus
+    compose.override.yaml when it exists, as Compose itself does.
+    """
     env = env if env is not None else environment()
-    return interpolate_tree(load_raw(path), env.values)
+    listed = env.get("COMPOSE_FILE") or ""
+    if listed:
+        separator = env.get("COMPOSE_PATH_SEPARATOR") or os.pathsep
+        files = [Path(os.path.expanduser(part)) for part in listed.split(separator) if part]
+        files = [f if f.is_absolute() else ROOT / f for f in files]
+    else:
+        files = [COMPOSE_FILE] + [f for f in (ROOT / "compose.override.yaml",) if f.is_file()]
+    for f in files:
+        if not f.is_file():
+            raise UserError(f"{env.where('COMPOSE_FILE')}: {f}: no such file")
+    return files
+
+
+def load(path: Path | None = None, env: Environment | None = None) -> dict:
+    """The compose configuration after interpolation, as ``docker compose config`` sees it.
+
+    One file (compose.yaml, or ``path``) is read here, without Docker, so the
+    preflight runs on a host that has none yet. Several files (an override in
+    ``COMPOSE_FILE``) are merged by Compose itself: ``docker compose config``.
+    """
+    env = env if env is not None else environment()
+    files = [path] if path is not None else compose_files(env)
+    if len(files) == 1:
+        return interpolate_tree(load_raw(files[0]), env.values)
+    return merged_config(files, env)
+
+
+def merged_config(files: list[Path], env: Environment) -> dict:
+    """``docker compose config --format json`` of several files: Compose's own merge (``!reset``, ``!override``)."""
+    if not shutil.which("docker"):
+        raise UserError(f"{env.where('COMPOSE_FILE')}: merging several compose files needs the docker CLI with the compose plugin")
+    argv = ["docker", "compose", "--project-directory", str(ROOT)]
+    for f in files:
+        argv += ["--file", str(f)]
+    for profile in SERVICES:
+        argv += ["--profile", profile]
+    variables = {"PATH": os.environ.get("PATH", "")} | dict(env.values)
+    proc = shell.run([*argv, "config", "--format", "json"], env=variables, capture=True, check=False, quiet=True, timeout=60)
+    if proc.returncode != 0:
+        said = (proc.stderr or "").strip().splitlines()
+        raise UserError(f"docker compose config ({', '.join(str(f) for f in files)}): {said[-1] if said else f'exit {proc.returncode}'}")
+    return json.loads(proc.stdout)
 
 
 @dataclass(frozen=True)
@@ -281,6 +328,9 @@ class Service:
     environment: dict
     healthcheck: dict
     env: Environment
+    gpus: bool = True  # whether it reserves GPUs (deploy.resources.reservations.devices)
+    ulimits: dict = field(default_factory=dict)
+    files: tuple[Path, ...] = (COMPOSE_FILE,)
 
     @property
     def url(self) -> str:
@@ -315,17 +365,31 @@ def wait_timeout(svc: Service) -> int:
     return int(start + retries * step + 120)
 
 
+def unhealthy_within(svc: Service) -> float:
+    """Seconds after which a server that stops answering is marked unhealthy, at most.
+
+    Once the start period is over, Docker probes every ``interval``; a probe that
+    hangs is killed after ``timeout``; ``retries`` failures in a row mark the
+    container unhealthy: retries x (interval + timeout), 2 min 45 s by default.
+    """
+    hc = svc.healthcheck
+    step = (parse_duration(hc.get("interval", "")) or 30) + (parse_duration(hc.get("timeout", "")) or 30)
+    return int(hc.get("retries") or 3) * step
+
+
 def check_service_name(name: str) -> str:
     if name not in SERVICES:
         raise UserError(f"unknown service {name!r}: choose one of {', '.join(SERVICES)} (compose.yaml)")
     return name
 
 
-def service(name: str, env: Environment | None = None, path: Path = COMPOSE_FILE) -> Service:
-    """Resolve service ``name`` from compose.yaml; a bad value is one line naming its variable."""
+def service(name: str, env: Environment | None = None, path: Path | None = None) -> Service:
+    """Resolve service ``name`` from the compose files; a bad value is one line naming its variable."""
     check_service_name(name)
     env = env if env is not None else environment()
-    config = load(path, env)
+    files = (path,) if path is not None else tuple(compose_files(env))
+    path = files[-1]
+    config = load(path if len(files) == 1 else None, env)
     spec = config["services"].get(name)
     if not isinstance(spec, dict):
         raise UserError(f"{path}: service {name!r} is missing")
@@ -347,7 +411,8 @@ def service(name: str, env: Environment | None = None, path: Path = COMPOSE_FILE
     ):
         if flag in argv:
             _positive_int(_flag(argv, flag) or "", var, env)
-    devices = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or [{}]
+    reserved = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
+    devices = reserved or [{}]
     gpu_ids = ",".join(devices[0].get("device_ids") or ["all"])
     if not re.fullmatch(r"all|[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*", gpu_ids):
         raise UserError(f"{env.where('GPU_IDS')}: use 'all' or comma-separated GPU indices or UUIDs, e.g. 0,1,2,3")
@@ -364,6 +429,9 @@ def service(name: str, env: Environment | None = None, path: Path = COMPOSE_FILE
         environment=dict(spec.get("environment") or {}),
         healthcheck=dict(spec.get("healthcheck") or {}),
         env=env,
+        gpus=bool(reserved),
+        ulimits=dict(spec.get("ulimits") or {}),
+        files=files,
     )
 
 
@@ -392,6 +460,8 @@ def _published(ports: list, name: str, env: Environment, path: Path) -> tuple[st
     """
     var = "BASELINE_PORT" if name == "baseline" else "EAGLE3_PORT"
     for entry in ports:
+        if isinstance(entry, dict):  # long syntax, as `docker compose config` prints it
+            entry = f"[{entry.get('host_ip') or '0.0.0.0'}]:{entry.get('published', '')}:{entry.get('target')}"
         parts = str(entry).removesuffix("/tcp").rsplit(":", 2)
         if len(parts) < 2 or parts[-1] != str(CONTAINER_PORT):
             continue
@@ -420,15 +490,26 @@ def endpoint(name: str, env: Environment | None = None) -> str:
 
 
 def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] = SERVICES) -> list[str]:
-    """``docker compose`` for this project from any working directory.
+    """``docker compose`` for this project from any working directory, with the files it would read.
 
     Profiles are named explicitly: a service in an inactive profile is invisible
     to ``down``, ``ps`` and ``logs``.
     """
-    argv = [engine, "compose", "--project-directory", str(ROOT), "--file", str(COMPOSE_FILE)]
+    argv = [engine, "compose", "--project-directory", str(ROOT)]
+    for path in compose_files():
+        argv += ["--file", str(path)]
     for profile in profiles:
         argv += ["--profile", profile]
     return argv + list(args)
+
+
+def require_engine(engine: str) -> None:
+    """One line naming the fix when the engine does not answer or has no compose plugin."""
+    if engine == "docker":
+        from sglang_stack import engine as engine_mod
+
+        engine_mod.require_plugin("compose")
+        engine_mod.reachable()
 
 
 def parse_ps(text: str) -> list[dict]:
@@ -472,18 +553,29 @@ def ps(engine: str, services: tuple[str, ...] | list[str] = SERVICES, quiet: boo
     return parse_ps(proc.stdout)
 
 
+# Terminal control sequences: Compose erases each line it prints (ESC [2K) even with
+# --no-color, and progress bars redraw with carriage returns.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def latest_state(log: str) -> str:
+    """The newest non-empty line of ``log``, control sequences dropped, a redrawn bar at its latest state."""
+    for line in reversed(log.splitlines()):
+        latest = _ANSI.sub("", line).split("\r")
+        text = next((part.strip() for part in reversed(latest) if part.strip()), "")
+        if text:
+            return text if len(text) <= 110 else text[:107] + "..."
+    return ""
+
+
 def last_log_line(engine: str, name: str) -> str:
-    """The newest line the service logged, with progress bars reduced to their latest state."""
+    """The newest line the service logged, as ``latest_state`` reduces it."""
     argv = compose_argv(engine, "logs", "--no-color", "--no-log-prefix", "--tail", "1", name, profiles=[name])
     try:
         proc = shell.run(argv, capture=True, check=False, quiet=True, timeout=15)
     except UserError:
         return ""
-    lines = [line for line in (proc.stdout or "").splitlines() if line.strip()]
-    if not lines:
-        return ""
-    latest = lines[-1].split("\r")[-1].strip()
-    return latest if len(latest) <= 110 else latest[:107] + "..."
+    return latest_state(proc.stdout or "")
 
 
 def format_elapsed(seconds: float) -> str:
@@ -529,6 +621,7 @@ def up(
     ``wait_timeout`` seconds. Progress comes from ``ps`` and the last log line.
     """
     svc = service(name)
+    require_engine(engine)
     argv = compose_argv(
         engine, "up", "--detach", "--wait", "--wait-timeout", str(wait_timeout), name, profiles=[name]
     )
@@ -583,17 +676,20 @@ def up(
 
 def down(engine: str, volumes: bool = False) -> None:
     """Stop and remove both services' containers (and the cache volume with ``volumes``)."""
+    require_engine(engine)
     shell.run(compose_argv(engine, "down", *(["--volumes"] if volumes else [])), what="docker compose down")
 
 
 def logs(engine: str, name: str, follow: bool, tail: str) -> None:
     check_service_name(name)
+    require_engine(engine)
     args = ["logs", "--tail", str(tail)] + (["--follow"] if follow else []) + [name]
     shell.run(compose_argv(engine, *args, profiles=[name]), what="docker compose logs")
 
 
 def status(engine: str, out: Callable[[str], None] = print) -> list[dict]:
     """One line per service container; a service that is not up says how to start it."""
+    require_engine(engine)
     rows = ps(engine)
     seen = {row.get("Service") for row in rows}
     for row in rows:

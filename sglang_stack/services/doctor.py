@@ -93,6 +93,8 @@ class Facts:
     disk_path: str = ""
     disk_free: int | None = None
     cache_owner: str = ""  # "uid:mode" of the image's cache directory, "" when not asked
+    ulimit_error: str = ""  # what the engine said when a container with the service's ulimits failed to start
+    ulimits_tried: bool = False
     audit: tuple | None = None  # (exit code, output) of the in-image audit
     audit_skip: str = ""
 
@@ -207,13 +209,30 @@ def gather(engine: str, svc: compose.Service | None, show: bool = False, audit: 
             facts.disk_path, facts.disk_free = label, st.f_frsize * st.f_bavail
             break
     if facts.image:
+        # One short container of the service's image, with the service's ulimits: it reads the
+        # cache directory's owner, and proves the engine can grant those limits (a sandboxed or
+        # rootless engine refuses memlock -1 with "error setting rlimit type 8").
         image = svc.image if svc else DEFAULT_IMAGE
-        code, out, err = _capture([engine, "run", "--rm", "--network", "none", "--entrypoint", "stat", image,
+        limits = [f"--ulimit={name}={_ulimit_arg(value)}" for name, value in sorted((svc.ulimits if svc else {}).items())]
+        code, out, err = _capture([engine, "run", "--rm", "--network", "none", *limits, "--entrypoint", "stat", image,
                                    "-c", "%u:%a", CACHE_DIR], 30, show)
-        facts.cache_owner = out.strip() if code == 0 else f"missing: {_last_line(err) or 'exit ' + str(code)}"
+        facts.ulimits_tried = bool(limits)
+        said = [line.strip() for line in err.splitlines() if "rlimit" in line]
+        if code != 0 and said:
+            # "... error setting rlimit type 8: operation not permitted: unknown": the runtime's own words.
+            facts.ulimit_error = said[-1][said[-1].find("error setting rlimit"):] if "error setting rlimit" in said[-1] else said[-1]
+        else:
+            facts.cache_owner = out.strip() if code == 0 else f"missing: {_last_line(err) or 'exit ' + str(code)}"
     if audit:
         _gather_audit(facts, engine, svc, show)
     return facts
+
+
+def _ulimit_arg(value) -> str:
+    """compose's ``ulimits`` value (``-1``, ``N`` or ``{soft, hard}``) as ``docker run --ulimit``'s ``SOFT[:HARD]``."""
+    if isinstance(value, dict):
+        return f"{value.get('soft', -1)}:{value.get('hard', value.get('soft', -1))}"
+    return f"{value}:{value}"
 
 
 def model_architecture(directory: Path | None) -> str:
@@ -491,9 +510,17 @@ def _limit(value: int) -> str:
     return "unlimited" if value == resource.RLIM_INFINITY else f"{value // 1024} KiB"
 
 
-def check_memlock(facts: Facts) -> Check:
+def check_memlock(facts: Facts, svc: compose.Service | None = None) -> Check:
     soft, hard = facts.memlock
     host = f"host ulimit -l {_limit(soft)} (hard {_limit(hard)})"
+    if svc is not None and "memlock" not in svc.ulimits:
+        return Check("memlock", SKIP, f"skipped: {svc.name} sets no memlock limit ({_files(svc)})")
+    if facts.ulimit_error:
+        return Check("memlock", FAIL, f"the engine refused a container compose.yaml's ulimits: {facts.ulimit_error}",
+                     "let dockerd raise memlock (sudo systemctl edit docker: [Service] LimitMEMLOCK=infinity, then "
+                     "sudo systemctl restart docker); NCCL and CUDA graphs need pinned host memory")
+    if facts.ulimits_tried and facts.cache_owner:
+        return Check("memlock", OK, f"a container of the image started with compose.yaml's ulimits (memlock -1); {host}")
     options = " ".join((facts.docker_info or {}).get("SecurityOptions") or [])
     if "rootless" in options:
         if hard != resource.RLIM_INFINITY:
@@ -565,13 +592,28 @@ def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_erro
         checks.append(check_port(svc, facts.ps_rows))
     else:
         checks += [Check(name, SKIP, "skipped: config invalid") for name in ("model", "drafter", "port")]
-    checks += [check_docker(facts, engine), check_gpu_runtime(facts)]
+    checks.append(check_docker(facts, engine))
+    gpu_free = svc is not None and not svc.gpus
+    if gpu_free:
+        # An override that drops the GPU reservation (a CPU stand-in in a test) makes the GPU
+        # checks moot; compose.yaml itself always reserves GPUs, so users get every check.
+        why = f"skipped: {svc.name} reserves no GPU ({_files(svc)})"
+        checks.append(Check("gpu-runtime", SKIP, why))
+    else:
+        checks.append(check_gpu_runtime(facts))
     checks.append(check_exclusive(svc, facts.ps_rows) if svc else Check("exclusive", SKIP, "skipped: config invalid"))
-    checks.append(check_driver(facts))
-    checks.append(check_gpus(facts, svc) if svc else Check("gpus", SKIP, "skipped: config invalid"))
-    checks += check_arch(facts, svc)
-    checks += [check_shm(facts), check_memlock(facts), check_disk(facts), check_image(facts, svc), check_audit(facts, svc)]
+    if gpu_free:
+        checks += [Check(name, SKIP, why) for name in ("driver", "gpus", "arch")]
+    else:
+        checks.append(check_driver(facts))
+        checks.append(check_gpus(facts, svc) if svc else Check("gpus", SKIP, "skipped: config invalid"))
+        checks += check_arch(facts, svc)
+    checks += [check_shm(facts), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc), check_audit(facts, svc)]
     return checks
+
+
+def _files(svc: compose.Service) -> str:
+    return "compose files: " + ", ".join(str(f.relative_to(compose.ROOT)) if f.is_relative_to(compose.ROOT) else str(f) for f in svc.files)
 
 
 def run(engine: str, name: str, show: bool = False, env: compose.Environment | None = None) -> list[Check]:

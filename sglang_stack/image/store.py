@@ -1,0 +1,159 @@
+"""Local image stores, and how a run borrows a shared base image without breaking another run.
+
+Two stores matter: the Docker Engine's, and the one buildah and podman share
+(containers-storage). Both are shared by everyone on the machine, so a run only
+ever removes images by the exact names or IDs it made, never "whatever is new".
+
+The smoke base image (a Debian made with debootstrap) is expensive to make and
+shared between runs. A run that uses it first adds a tag of its own, a lease
+(``NAME:TAG-lease-<run>``), and builds FROM that tag. At the end it removes its
+lease tag, and the shared name too if it made the image. In both stores a
+tag removal only untags while another tag points at the image, so a concurrent
+run that holds its own lease keeps its base, whoever made it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from sglang_stack.errors import UserError
+from sglang_stack.shell import require, run, show
+
+STORES = ("docker", "buildah", "podman")  # podman and buildah share one store
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_SUITE = "bookworm"
+# What the SGLang stage needs from a base: python3 with venv and pip, patch, CA certificates.
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "patch")
+
+
+def run_id() -> str:
+    """A name part unique to this run on this machine: ``<pid>-<random>``."""
+    return f"{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _cli(engine: str) -> str:
+    if engine not in STORES:
+        raise UserError(f"engine {engine!r}: unsupported (choose one of {', '.join(STORES)})")
+    return "docker" if engine == "docker" else "buildah"
+
+
+def exists(engine: str, ref: str) -> bool:
+    cli = _cli(engine)
+    argv = [cli, "image", "inspect", ref] if cli == "docker" else [cli, "inspect", "--type", "image", ref]
+    return subprocess.run(argv, capture_output=True, text=True).returncode == 0
+
+
+def image_id(engine: str, ref: str) -> str:
+    cli = _cli(engine)
+    if cli == "docker":
+        proc = run([cli, "image", "inspect", "--format", "{{.Id}}", ref], capture=True, quiet=True, what="docker image inspect")
+        return proc.stdout.strip()
+    proc = run([cli, "images", "--quiet", "--no-trunc", ref], capture=True, quiet=True, what="buildah images")
+    return proc.stdout.split()[0]
+
+
+def size(engine: str, ref: str) -> int:
+    """Size in bytes (buildah prints only a rounded "271 MB"; podman shares its store and tells the bytes)."""
+    cli = "docker" if engine == "docker" else "podman"
+    proc = run([cli, "image", "inspect", "--format", "{{.Size}}", ref], capture=True, quiet=True, what=f"{cli} image inspect")
+    return int(proc.stdout.strip())
+
+
+def tag(engine: str, ref: str, new: str) -> None:
+    run([_cli(engine), "tag", ref, new], capture=True, what=f"{_cli(engine)} tag")
+
+
+def remove(engine: str, *refs: str) -> None:
+    """Remove these names or IDs (a name that still shares its image with another tag is only untagged)."""
+    present = [ref for ref in refs if ref and exists(engine, ref)]
+    if present:
+        run([_cli(engine), "rmi", *present], capture=True, check=False)
+
+
+def labels(engine: str, ref: str) -> dict[str, str]:
+    """The labels of a built image, read back from the engine (the Docker SDK for Docker)."""
+    if engine == "docker":
+        from sglang_stack.engine import reachable
+
+        return reachable().images.get(ref).labels or {}
+    if engine == "podman":
+        proc = run(["podman", "image", "inspect", "--format", "{{json .Labels}}", ref], capture=True, quiet=True, what="podman image inspect")
+        return json.loads(proc.stdout or "null") or {}
+    proc = run(["buildah", "inspect", "--type", "image", ref], capture=True, quiet=True, what="buildah inspect")
+    info = json.loads(proc.stdout)
+    docker_config = (info.get("Docker") or {}).get("config") or {}
+    return docker_config.get("Labels") or (info.get("OCIv1") or {}).get("config", {}).get("Labels") or {}
+
+
+# --- the Debian base ------------------------------------------------------------
+
+
+def make_debian_base(engine: str, ref: str, mirror: str = DEBIAN_MIRROR) -> None:
+    """``debootstrap`` a minimal Debian with ``BASE_PACKAGES`` and import it as ``ref``."""
+    require("debootstrap", "install debootstrap (apt-get install debootstrap)")
+    importer = ["docker", "import"] if engine == "docker" else ["podman", "import"]
+    require(importer[0], f"install {importer[0]}; it imports the root filesystem")
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", DEBIAN_SUITE, str(rootfs), mirror],
+            capture=True,
+            what="debootstrap",
+        )
+        # Keep the image small and free of the host's apt lists.
+        shutil.rmtree(rootfs / "var" / "lib" / "apt" / "lists", ignore_errors=True)
+        shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        tar = ["tar", "-C", str(rootfs), "-c", "."]
+        imp = importer + ["--change", "CMD /bin/bash" if engine == "docker" else "CMD=/bin/bash", "-", ref]
+        show(tar + ["|"] + imp)
+        producer = subprocess.Popen(tar, stdout=subprocess.PIPE)
+        consumer = subprocess.run(imp, stdin=producer.stdout, capture_output=True, text=True)
+        producer.stdout.close()
+        if producer.wait() != 0 or consumer.returncode != 0:
+            raise UserError(f"{' '.join(importer)} of the Debian base failed: {consumer.stderr.strip()[-300:]}")
+
+
+class BaseLease:
+    """Borrow the shared base image ``ref`` for one run; ``with`` gives the tag to build FROM.
+
+    Makes the image (debootstrap) when missing and ``make`` is true; otherwise a
+    missing ``ref`` is a one-line error. On exit removes the lease tag, and the
+    shared name as well when this run made the image, unless ``keep``.
+    """
+
+    def __init__(self, engine: str, ref: str, *, make: bool = True, keep: bool = False, run: str | None = None):
+        self.engine, self.ref, self.make, self.keep = engine, ref, make, keep
+        name, _, tag_part = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+        self.lease = f"{name}:{tag_part}-lease-{run or run_id()}"
+        self.created = False
+
+    def __enter__(self) -> str:
+        if exists(self.engine, self.ref):
+            print(f"reusing base image {self.ref}", flush=True)
+        elif self.make:
+            make_debian_base(self.engine, self.ref)
+            self.created = True
+            print(f"created base image {self.ref}", flush=True)
+        else:
+            raise UserError(f"--base-image {self.ref}: no such image in the {self.engine} image store")
+        try:
+            tag(self.engine, self.ref, self.lease)
+        except UserError:
+            # Another run removed the shared name between our check and our tag: make it again.
+            if not self.make:
+                raise
+            make_debian_base(self.engine, self.ref)
+            self.created = True
+            tag(self.engine, self.ref, self.lease)
+        return self.lease
+
+    def __exit__(self, *exc) -> None:
+        if self.keep:
+            return
+        remove(self.engine, self.lease, *([self.ref] if self.created else []))

@@ -1,0 +1,168 @@
+"""The real Docker Engine in tests: availability, the CPU stand-in image, compose projects.
+
+Tests marked ``engine`` run the user's own commands (``invoke build``, ``docker
+compose up``, ``invoke up``...) against the engine on this machine. They skip with
+the reason when no engine answers, except in CI (``SGLANG_STACK_CI=1``, set by
+.ci/run, which starts an engine first), where a missing engine is a failure.
+
+Everything a test makes carries the session's run id in its name and is removed
+by that name at teardown, pass or fail: images, compose projects (containers,
+networks, volumes). Two runs on one machine never touch each other's things.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from dockerfile import parse_string
+
+from sglang_stack import ROOT
+from sglang_stack.shell import show
+
+TESTS = Path(__file__).resolve().parent
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+INVOKE = [sys.executable, "-m", "invoke"]
+
+
+def problem() -> str | None:
+    """Why the engine tests cannot run here, or None."""
+    if not shutil.which("docker"):
+        return "no docker CLI on PATH"
+    for argv, what in (
+        (["docker", "info", "--format", "{{.ServerVersion}}"], "the Docker Engine does not answer"),
+        (["docker", "compose", "version"], "no Compose v2 plugin (docker compose)"),
+        (["docker", "buildx", "version"], "no buildx plugin (docker buildx)"),
+    ):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            said = (proc.stderr or proc.stdout).strip().splitlines()
+            return f"{what}: {said[-1] if said else 'exit ' + str(proc.returncode)}"
+    return None
+
+
+def docker(*args: str, check: bool = True, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``docker ARGS``, shown first, output captured."""
+    argv = ["docker", *args]
+    show(argv)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    if check:
+        assert proc.returncode == 0, f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+    return proc
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- the CPU stand-in for the model server ------------------------------------------
+
+
+def standin_dockerfile(sglang_stage: str) -> str:
+    """The runtime stage of docker/Dockerfile, on the ``sglang`` stage instead of ``deps``, serving the stand-in.
+
+    The runtime stage's own ENV, ARG, COPY, LABEL, USER, WORKDIR, EXPOSE and
+    HEALTHCHECK instructions are taken from the rendered Dockerfile, so the stand-in
+    image is the real one in everything but the model server: ``deps`` (torch and
+    the CUDA libraries) cannot be fetched here, and there is no GPU to serve on.
+    ``COPY --from=sglang`` is already in place (the stage is the base); RUN steps
+    install into ``deps`` and are left out.
+    """
+    commands = parse_string(DOCKERFILE.read_text())
+    start = next(i for i, c in enumerate(commands) if c.cmd == "FROM" and c.value[-1] == "runtime")
+    keep = ("ENV", "ARG", "COPY", "LABEL", "USER", "WORKDIR", "EXPOSE", "HEALTHCHECK")
+    lines = [f"FROM {sglang_stage}"]
+    for command in commands[start + 1 :]:
+        if command.cmd == "FROM":
+            break
+        if command.cmd in keep and not any(f.startswith("--from=") for f in command.flags):
+            lines.append(command.original)
+    lines += [
+        "COPY sglang_server.py /opt/standin/sglang_server.py",
+        'ENTRYPOINT ["python3", "/opt/standin/sglang_server.py"]',
+        'CMD ["--help"]',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def build_standin(sglang_stage: str, tag: str, workdir: Path) -> str:
+    """Build the stand-in image as ``tag`` with ``docker buildx build``; returns the tag."""
+    context = workdir / "standin-context"
+    for rel in ("sglang_stack/services/__init__.py", "sglang_stack/services/health.py"):
+        (context / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, context / rel)
+    shutil.copy(TESTS / "sglang_server.py", context / "sglang_server.py")
+    (context / "Dockerfile").write_text(standin_dockerfile(sglang_stage))
+    docker("buildx", "build", "--load", "--tag", tag, str(context), timeout=600)
+    return tag
+
+
+# --- compose projects ---------------------------------------------------------------
+
+
+class ComposeProject:
+    """The shipped compose.yaml plus test overrides, as one uniquely named Compose project.
+
+    ``env`` holds the variables a user would put in .env; the project name, the
+    compose files (``COMPOSE_FILE``) and free host ports are added here. Every
+    command runs from the repository root, as a user's would. ``down()`` removes
+    the project's containers, networks and volumes, and nothing else.
+    """
+
+    def __init__(self, name: str, overrides: list[Path], env: dict[str, str]):
+        self.name = name
+        files = ["compose.yaml"] + [str(Path(o).relative_to(ROOT)) if Path(o).is_relative_to(ROOT) else str(o) for o in overrides]
+        self.env = {
+            **os.environ,
+            "COMPOSE_PROJECT_NAME": name,
+            "COMPOSE_FILE": os.pathsep.join(files),
+            "BASELINE_PORT": str(free_port()),
+            "EAGLE3_PORT": str(free_port()),
+            **env,
+        }
+
+    def url(self, service: str) -> str:
+        port = self.env["BASELINE_PORT" if service == "baseline" else "EAGLE3_PORT"]
+        return f"http://127.0.0.1:{port}"
+
+    def run(self, argv: list[str], timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+        """Run a command in the project's environment from the repository root, shown first."""
+        show(argv, ROOT)
+        proc = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert proc.returncode == 0, f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        return proc
+
+    def compose(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run(["docker", "compose", *args], timeout=timeout, check=check)
+
+    def invoke(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run([*INVOKE, *args], timeout=timeout, check=check)
+
+    def containers(self) -> list[dict]:
+        """Every container of this project, running or not (``docker ps -a`` by the project label)."""
+        proc = docker("ps", "--all", "--filter", f"label=com.docker.compose.project={self.name}", "--format", "{{json .}}")
+        return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+    def networks(self) -> list[str]:
+        proc = docker("network", "ls", "--filter", f"label=com.docker.compose.project={self.name}", "--format", "{{.Name}}")
+        return proc.stdout.split()
+
+    def health(self, service: str) -> str:
+        """The container's health status (starting, healthy, unhealthy), or its state when it has none."""
+        rows = [c for c in self.containers() if f"{self.name}-{service}-" in c.get("Names", "")]
+        if not rows:
+            return "absent"
+        proc = docker("inspect", "--format", "{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}", rows[0]["ID"])
+        return proc.stdout.strip()
+
+    def down(self) -> None:
+        profiles = [arg for service in ("baseline", "eagle3") for arg in ("--profile", service)]
+        self.compose(*profiles, "down", "--volumes", "--remove-orphans", "--timeout", "5", check=False, timeout=120)

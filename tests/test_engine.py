@@ -1,0 +1,236 @@
+"""The user's own commands on the real Docker Engine: `invoke build`, `docker compose up`, `invoke up/status/logs/down/bench/doctor`.
+
+What cannot exist on a machine without GPUs is replaced, and nothing else: the model
+server (a CPU stand-in image, tests/engine.py), the GPU reservation and memlock
+(tests/compose.engine.yaml). The compose file, the image's healthcheck probe and the
+tasks are the shipped ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+
+import pytest
+
+from conftest import wait_until
+from sglang_stack import ROOT
+from sglang_stack.image import lock as lockmod
+from sglang_stack.image import store
+from sglang_stack.services import compose
+
+import engine
+
+pytestmark = pytest.mark.engine
+
+OVERRIDE = ROOT / "tests" / "compose.engine.yaml"
+
+
+def post_json(url: str, body: dict, timeout: float = 60) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def get_json(url: str, timeout: float = 30) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+# --- invoke build --engine docker -------------------------------------------------------------
+
+
+def test_invoke_build_with_docker_builds_the_sglang_stage(sglang_stage):
+    tag, proc, seconds = sglang_stage
+    assert "$ docker buildx build --load" in proc.stderr, f"the engine command is not shown: {proc.stderr[:2000]}"
+    assert f"built {tag} (sha256:" in proc.stdout, proc.stdout[-2000:]
+    for line in ("patch 0001-", "audit passed"):
+        assert line in proc.stderr, f"the build log lacks {line!r}: the patches and the audit must run in the build"
+    labels = store.labels("docker", tag)
+    lock = lockmod.check()
+    assert labels.get("io.sglang-stack.sglang.version") == lock.sglang.version, f"labels: {sorted(labels)}"
+    version = engine.docker("run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c",
+                            "import importlib.metadata as m; print(m.version('sglang'))").stdout.strip()
+    assert version == lock.sglang.version, f"the image holds sglang {version!r}"
+    print(f"invoke build --engine docker --target sglang: {seconds:.1f} s")
+
+
+def test_missing_base_image_is_one_line(docker_engine, run_id):
+    proc = engine.ComposeProject(f"sgs-test-{run_id}-nobase", [], {}).invoke(
+        "build", "--engine", "docker", "--target", "sglang", "--base-image", f"sglang-stack-test-{run_id}:no-such-base",
+        "--tag", f"sglang-stack-test-{run_id}:never", check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: docker build failed"), proc.stderr[-2000:]
+    assert not store.exists("docker", f"sglang-stack-test-{run_id}:never"), "a failed build must not leave its tag"
+
+
+# --- docker compose up -d --wait, the mission's literal command --------------------------------
+
+
+@pytest.mark.parametrize("service", ["eagle3", "baseline"])
+def test_compose_up_wait_reaches_healthy_and_serves(service, standin_image, compose_project, model_dirs):
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
+    start = time.monotonic()
+    project.compose("up", "-d", "--wait", service, timeout=300)
+    print(f"docker compose up -d --wait {service}: healthy after {time.monotonic() - start:.1f} s")
+    assert project.health(service) == "healthy", f"{service} is {project.health(service)} after up --wait"
+
+    url = project.url(service)
+    answer = post_json(f"{url}/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 8}})
+    meta = answer["meta_info"]
+    assert meta["completion_tokens"] == 8, meta
+    if service == "eagle3":
+        assert meta.get("spec_verify_ct", 0) > 0, f"eagle3 must run with --speculative-algorithm EAGLE3: {meta}"
+    else:
+        assert "spec_verify_ct" not in meta, f"baseline must not speculate: {meta}"
+    models = get_json(f"{url}/v1/models")
+    assert [m["id"] for m in models["data"]] == ["kimi-k2.5"], f"served model name from compose.yaml: {models}"
+    assert models["data"][0]["root"] == "/models/target", f"the model is mounted where compose.yaml says: {models}"
+
+    # Plain `docker compose down` ignores services in inactive profiles; naming the profile is the user's command.
+    project.compose("--profile", service, "down")
+    assert project.containers() == [], f"down left containers: {project.containers()}"
+    assert project.networks() == [], f"down left networks: {project.networks()}"
+
+
+# --- invoke up / status / logs / down ------------------------------------------------------------
+
+
+def test_invoke_up_status_logs_down(standin_image, compose_project, model_dirs):
+    # A load long enough for a few progress lines: each shows the latest state of the redrawn bar.
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, "SGLANG_EXTRA_ARGS": "--standin-load-seconds 6", **model_dirs})
+    up = project.invoke("up", "eagle3", "--interval", "1", timeout=300)
+    assert "preflight:" in up.stdout and "0 FAIL" in up.stdout, f"the preflight must pass here: {up.stdout}"
+    progress = [line for line in up.stdout.splitlines() if line.startswith("eagle3 ") and "health: starting" in line]
+    assert progress, f"no progress line while the model loaded: {up.stdout}"
+    assert all("\x1b" not in line and "\r" not in line for line in progress), f"control sequences in progress lines: {progress}"
+    assert any("stand-in: serving /models/target" in line or "Loading safetensors" in line for line in progress), \
+        f"progress lines show the server's latest log line: {progress}"
+    assert "eagle3: healthy after" in up.stdout and project.url("eagle3") in up.stdout, up.stdout
+
+    status = project.invoke("status").stdout
+    line = next((row for row in status.splitlines() if row.startswith("eagle3")), "")
+    assert "running (healthy)" in line and f":{project.env['EAGLE3_PORT']}->30000" in line, status
+    assert "baseline  not created" in status, status
+
+    logs = project.invoke("logs", "eagle3", "--no-follow", "--tail", "all").stdout
+    assert "The server is fired up and ready to roll!" in logs, f"invoke logs shows the server's log: {logs[-1000:]}"
+
+    project.invoke("down")
+    assert project.containers() == [], f"invoke down left containers: {project.containers()}"
+    assert project.networks() == [], f"invoke down left networks: {project.networks()}"
+    after = project.invoke("status").stdout
+    assert "eagle3    not created" in after, after
+
+
+def test_invoke_up_says_why_a_server_died(standin_image, compose_project, model_dirs):
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, "SGLANG_EXTRA_ARGS": "--standin-crash", **model_dirs})
+    up = project.invoke("up", "baseline", "--interval", "1", check=False, timeout=300)
+    assert up.returncode != 0 and "Traceback" not in up.stderr, up.stderr[-2000:]
+    last = up.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: baseline exited with code 1 after") and "invoke logs baseline" in last, last
+    assert "CUDA out of memory" in up.stdout + up.stderr, "the server's last log lines are shown"
+
+
+def test_the_preflight_skips_gpu_checks_only_when_the_override_drops_the_gpus(standin_image, compose_project, model_dirs):
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
+    doctor = project.invoke("doctor", "--service", "eagle3", check=False).stdout
+    for name in ("gpu-runtime", "driver", "gpus", "arch"):
+        line = next((row for row in doctor.splitlines() if row.split()[1:2] == [name]), "")
+        assert line.startswith("skip") and "reserves no GPU" in line and "tests/compose.engine.yaml" in line, doctor
+    shipped = compose_project(env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
+    strict = shipped.invoke("doctor", "--service", "eagle3", check=False)
+    assert strict.returncode == 1, "compose.yaml alone reserves GPUs: a host without them must fail the doctor"
+    line = next((row for row in strict.stdout.splitlines() if row.split()[1:2] == ["gpu-runtime"]), "")
+    assert line.startswith("FAIL") and "-- fix: install nvidia-container-toolkit" in line, strict.stdout
+
+
+# --- health ----------------------------------------------------------------------------------------
+
+
+def test_a_wedged_server_turns_unhealthy_within_the_window(standin_image, compose_project, model_dirs):
+    # The documented rules, scaled down: the probe's deadline is SGLANG_HEALTH_CHECK_TIMEOUT + 10 s,
+    # Docker's timeout must exceed it, and failures count once the first 200 ends the start period.
+    timings = {"SGLANG_HEALTH_CHECK_TIMEOUT": "1", "HEALTH_INTERVAL": "1s", "HEALTH_TIMEOUT": "12s", "HEALTH_START_PERIOD": "1m"}
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs, **timings})
+    project.compose("up", "-d", "--wait", "eagle3", timeout=300)
+    svc = compose.service("eagle3", compose.environment(shell_env=project.env))
+    window = compose.unhealthy_within(svc)
+    assert window == 3 * (1 + 12), f"retries x (interval + timeout): {window}"
+
+    project.compose("kill", "--signal", "SIGUSR1", "eagle3")  # the stand-in stops answering, as a hung scheduler does
+    start = time.monotonic()
+    turned = wait_until(lambda: project.health("eagle3") == "unhealthy", timeout=window + 30, interval=0.5)
+    elapsed = time.monotonic() - start
+    assert turned, f"still {project.health('eagle3')} {elapsed:.0f} s after the server stopped answering"
+    # One interval of slack: the wedge may land just after a probe started.
+    assert elapsed <= window + 1 + 10, f"unhealthy after {elapsed:.0f} s, the documented window is {window:.0f} s"
+    print(f"unhealthy {elapsed:.1f} s after the server stopped answering (window {window:.0f} s)")
+    status = project.invoke("status").stdout
+    assert "running (unhealthy)" in status, status
+
+
+# --- bench ----------------------------------------------------------------------------------------
+
+
+def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, compose_project, model_dirs, tmp_path):
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
+    # Both at once: they would each want every GPU, but the stand-ins want none.
+    project.compose("up", "-d", "--wait", "baseline", "eagle3", timeout=300)
+    out = tmp_path / "bench"
+    project.invoke("bench", "--levels", "1,2", "--repeats", "1", "--warmup", "1", "--out", str(out), timeout=600)
+    results = json.loads((out / "bench.json").read_text())
+    endpoints = {e["name"]: e for e in results["metadata"]["endpoints"]}
+    assert set(endpoints) == {"baseline", "eagle3"}, f"bench found: {sorted(endpoints)}"
+    for name in endpoints:
+        assert endpoints[name]["url"] == project.url(name), f"{name} measured at {endpoints[name]['url']}, published at {project.url(name)}"
+    rows = {(r["endpoint"], r["level"]): r for r in results["summary"]["rows"]}
+    for key in (("baseline", 1), ("baseline", 2), ("eagle3", 1), ("eagle3", 2)):
+        assert key in rows and rows[key]["decode_tps_p50"] > 0 and rows[key]["failed"] == 0, f"no measurement for {key}: {rows.get(key)}"
+    assert rows[("baseline", 1)]["accept_length"] is None, "baseline does not speculate"
+    accept = rows[("eagle3", 1)]["accept_length"]
+    assert accept and accept > 1.5, f"eagle3's acceptance length comes from SGLang's meta_info: {rows[('eagle3', 1)]}"
+
+
+# --- doctor and clear errors ---------------------------------------------------------------------
+
+
+def test_doctor_on_a_real_engine_without_gpus(docker_engine, compose_project, model_dirs):
+    project = compose_project(env=model_dirs)
+    proc = project.invoke("doctor", "--service", "baseline", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = {row.split()[1]: row for row in proc.stdout.splitlines() if len(row.split()) > 2 and row.split()[0] in ("ok", "FAIL", "warn", "skip", "note")}
+    assert lines["docker"].startswith("ok") and "Docker Engine" in lines["docker"] and "Compose" in lines["docker"], lines["docker"]
+    assert lines["gpu-runtime"].startswith("FAIL") and "-- fix: install nvidia-container-toolkit" in lines["gpu-runtime"], lines["gpu-runtime"]
+    assert lines["driver"].startswith("FAIL") and "-- fix: install the NVIDIA driver" in lines["driver"], lines["driver"]
+
+
+def test_memlock_the_engine_refuses_is_one_line_with_its_fix(standin_image, compose_project, model_dirs, tmp_path):
+    probe = engine.docker("run", "--rm", "--network", "none", "--ulimit", "memlock=-1:-1", "--entrypoint", "true",
+                          standin_image, check=False)
+    if probe.returncode == 0:
+        pytest.skip("this engine grants memlock -1, so it cannot show the refusal")
+    assert "rlimit" in probe.stderr, probe.stderr
+    gpuless = tmp_path / "gpuless.yaml"  # GPUs dropped, compose.yaml's ulimits kept
+    gpuless.write_text("services:\n  eagle3:\n    deploy: !reset {}\n")
+    project = compose_project(gpuless, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
+    doctor = project.invoke("doctor", "--service", "eagle3", check=False).stdout
+    line = next(row for row in doctor.splitlines() if row.split()[1:2] == ["memlock"])
+    assert line.startswith("FAIL") and "rlimit" in line and "LimitMEMLOCK=infinity" in line, line
+    up = project.invoke("up", "eagle3", check=False)
+    assert up.returncode == 2 and "Traceback" not in up.stderr, up.stderr
+    last = up.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: preflight memlock:") and "LimitMEMLOCK=infinity" in last, last
+    assert project.containers() == [], "a refused preflight starts nothing"
+
+
+def test_unreachable_engine_is_one_line(docker_engine, compose_project, model_dirs, tmp_path):
+    project = compose_project(env={**model_dirs, "DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})
+    for task in (["status"], ["down"], ["logs", "eagle3", "--no-follow"]):
+        proc = project.invoke(*task, check=False)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: no Docker engine reachable") and "start Docker" in last, f"invoke {task[0]}: {last}"
