@@ -268,6 +268,7 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
     result = SmokeResult()
     run_id = store.run_id()
     tag, broken = f"{SMOKE_NAME}-{run_id}:sglang", f"{SMOKE_NAME}-{run_id}:broken"
+    print(f"smoke: this run's images: {tag} {broken}" + ("" if keep else " (removed at the end; --keep keeps them)"), flush=True)
     start = time.monotonic()
     with store.BaseLease("buildah", base, make=base == BASE_IMAGE, keep=keep, run=run_id) as leased:
         result.timings["base image"] = time.monotonic() - start

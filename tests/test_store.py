@@ -1,0 +1,82 @@
+"""Image lifecycle in the shared stores: a run removes exactly what it made, and never breaks another run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from conftest import wait_until
+from sglang_stack import ROOT
+from sglang_stack.image import store
+
+
+def _lease_survives_the_maker(engine: str, base: str, run_id: str) -> None:
+    """Run A made the shared base; run B leased it; A finishes and removes its name: B can still build on it."""
+    shared = f"localhost/sglang-stack-test-{run_id}-shared:bookworm"
+    store.tag(engine, base, shared)  # what run A's debootstrap would have made under the shared name
+    try:
+        with store.BaseLease(engine, shared, make=False, run=f"{run_id}-b") as lease_b:
+            assert lease_b == f"{shared}-lease-{run_id}-b", lease_b
+            store.remove(engine, shared)  # run A's clean-up: by name, only what it made
+            assert not store.exists(engine, shared), "the maker's name is gone"
+            assert store.exists(engine, lease_b), "run B's lease must survive the maker's clean-up"
+        assert not store.exists(engine, lease_b), "run B removes its own lease"
+        assert store.exists(engine, base), "neither run touched an image it did not make"
+    finally:
+        store.remove(engine, shared, f"{shared}-lease-{run_id}-b")
+
+
+def test_missing_base_without_make_is_one_line(run_id):
+    from sglang_stack.errors import UserError
+
+    for engine in ("docker", "buildah"):
+        cli = "docker" if engine == "docker" else "buildah"
+        if subprocess.run(["which", cli], capture_output=True).returncode != 0:
+            continue
+        with pytest.raises(UserError) as err:
+            with store.BaseLease(engine, f"localhost/sglang-stack-test-{run_id}-none:x", make=False):
+                pass
+        assert str(err.value) == f"--base-image localhost/sglang-stack-test-{run_id}-none:x: no such image in the {engine} image store", err.value
+
+
+@pytest.mark.engine
+def test_docker_lease_survives_the_maker(docker_base, run_id):
+    _lease_survives_the_maker("docker", docker_base, run_id)
+
+
+@pytest.mark.container
+def test_buildah_lease_survives_the_maker(smoke_base, run_id):
+    _lease_survives_the_maker("buildah", smoke_base, run_id)
+
+
+@pytest.mark.container
+def test_smoke_leaves_images_it_did_not_make(smoke_base, run_id):
+    """`invoke smoke` removes its own images by name; another's image made while it runs stays."""
+    foreign = f"localhost/sglang-stack-test-{run_id}:foreign"
+    smoke = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "smoke", "--base-image", smoke_base, "--no-negative"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(smoke.stdout), daemon=True)
+    reader.start()
+    try:
+        # Someone else's image, made once the smoke run is building.
+        assert wait_until(lambda: any("buildah bud" in line for line in output), timeout=300, interval=0.2), "".join(output)[-2000:]
+        store.tag("buildah", smoke_base, foreign)
+        assert smoke.wait(timeout=900) == 0, "".join(output)[-3000:]
+        reader.join(timeout=10)
+        assert store.exists("buildah", foreign), "invoke smoke removed an image it did not make"
+        named = next((line for line in output if line.startswith("smoke: this run's images: ")), "")
+        made = named.removeprefix("smoke: this run's images: ").split(" (")[0].split()
+        assert len(made) == 2, f"the smoke run names its images: {named!r}"
+        leftover = [ref for ref in made if store.exists("buildah", ref)]
+        assert not leftover, f"invoke smoke left its own images behind: {leftover}"
+        assert store.exists("buildah", smoke_base), "the leased base stays for the session that holds it"
+    finally:
+        if smoke.poll() is None:
+            smoke.kill()
+        store.remove("buildah", foreign)
