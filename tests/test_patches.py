@@ -3,21 +3,17 @@ and what each patched method does, run without a GPU against small stand-ins."""
 
 from __future__ import annotations
 
-import __future__
-import ast
 import hashlib
-import importlib.util
-import logging
 import shutil
 import subprocess
 import sys
-import types
 import typing
 from pathlib import Path
 
 import pytest
 
 import image_layout
+from sglang_source import load_functions
 
 from sglang_stack import ROOT
 from sglang_stack.patching import patches
@@ -28,6 +24,9 @@ KIMI = "sglang/srt/models/kimi_k25.py"
 DEEPSEEK = "sglang/srt/models/deepseek_v2.py"
 SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 SYMM = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
+MODEL_RUNNER = "sglang/srt/model_executor/model_runner.py"
+GRAPH_RUNNER = "sglang/srt/model_executor/cuda_graph_runner.py"
+SERIES_FILES = (KIMI, DEEPSEEK, SIZES, SYMM, GRAPH_RUNNER, MODEL_RUNNER)
 
 
 def snapshot(tree: Path) -> dict[str, str]:
@@ -65,7 +64,7 @@ def test_series_applies_cleanly_and_logs_each_patch_with_its_sha256(sglang_tree)
         assert any(patch.name in line and patch.sha256 in line for line in lines), f"no log line names {patch.name} with its sha256"
     after = snapshot(sglang_tree)
     changed = sorted(rel for rel in before if before[rel] != after[rel])
-    assert changed == sorted([KIMI, DEEPSEEK, SIZES, SYMM]), f"the series changed {changed}, not exactly its four files"
+    assert changed == sorted(SERIES_FILES), f"the series changed {changed}, not exactly its {len(SERIES_FILES)} files"
 
 
 def test_touched_files_names_every_file_of_each_patch():
@@ -74,6 +73,7 @@ def test_touched_files_names_every_file_of_each_patch():
         "0001-kimi-k25-eagle3-delegation.patch": [KIMI],
         "0002-deepseek-v2-eagle3-embedding-capture.patch": [DEEPSEEK],
         "0003-sm120-torch-symm-mem.patch": [SIZES, SYMM],
+        "0004-eagle3-aux-layers-before-graph-capture.patch": [GRAPH_RUNNER, MODEL_RUNNER],
     }, f"touched_files: {got}"
 
 
@@ -87,7 +87,7 @@ def test_read_series_keeps_the_patch_contract():
 @pytest.mark.skipif(not shutil.which("patch"), reason="GNU patch is not installed (apt-get install patch)")
 def test_result_is_byte_identical_to_gnu_patch_without_fuzz(sglang_pristine, sglang_patched, tmp_path):
     gnu = tmp_path / "gnu"
-    for rel in (KIMI, DEEPSEEK, SIZES, SYMM):  # GNU patch reads and writes only these
+    for rel in SERIES_FILES:  # GNU patch reads and writes only these
         (gnu / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(sglang_pristine / rel, gnu / rel)
     for patch in patches.read_series(PATCHES):
@@ -98,7 +98,7 @@ def test_result_is_byte_identical_to_gnu_patch_without_fuzz(sglang_pristine, sgl
         )
         assert proc.returncode == 0, f"GNU patch rejects {patch.name}: {proc.stdout}{proc.stderr}"
         assert "offset" not in proc.stdout, f"GNU patch applies {patch.name} only at an offset: {proc.stdout}"
-    for rel in (KIMI, DEEPSEEK, SIZES, SYMM):
+    for rel in SERIES_FILES:
         assert (sglang_patched / rel).read_bytes() == (gnu / rel).read_bytes(), f"{rel}: our applier and GNU patch disagree"
 
 
@@ -214,7 +214,7 @@ def test_an_already_applied_series_is_reported_not_skipped(sglang_tree):
     before = snapshot(sglang_tree)
     with pytest.raises(UserError) as err:
         patches.apply_series(sglang_tree, PATCHES, quiet=True)
-    assert "already applied" in str(err.value) and "all 3 patches" in str(err.value), f"error: {err.value}"
+    assert "already applied" in str(err.value) and "all 4 patches" in str(err.value), f"error: {err.value}"
     assert snapshot(sglang_tree) == before, "re-applying changed the tree"
 
 
@@ -242,6 +242,75 @@ def test_strict_refuses_a_hunk_that_matches_only_at_an_offset(sglang_tree):
     lines: list[str] = []
     patches.apply_series(sglang_tree, PATCHES, log=lines.append)
     assert any("offset" in line and "+1 lines" in line for line in lines), f"a shifted hunk is not reported: {lines}"
+
+
+def shift_kimi(tree: Path, lines: int) -> None:
+    kimi = tree / KIMI
+    kimi.write_text("# shifted\n" * lines + kimi.read_text())
+
+
+def test_a_hunk_may_sit_a_few_lines_away_and_is_logged(sglang_tree):
+    shift_kimi(sglang_tree, patches.MAX_OFFSET)
+    lines: list[str] = []
+    patches.apply_series(sglang_tree, PATCHES, log=lines.append)
+    assert any(f"+{patches.MAX_OFFSET} lines" in line for line in lines), f"the offset is not logged: {lines}"
+
+
+@pytest.mark.parametrize("lines", ["limit+1", 400])
+def test_a_hunk_further_away_is_refused(sglang_tree, lines):
+    lines = patches.MAX_OFFSET + 1 if lines == "limit+1" else lines
+    shift_kimi(sglang_tree, lines)
+    before = snapshot(sglang_tree)
+    with pytest.raises(UserError) as err:
+        patches.apply_series(sglang_tree, PATCHES, quiet=True)
+    message = str(err.value)
+    assert KIMI in message and "hunk #1" in message, f"the error does not name the file and hunk: {message}"
+    assert f"+{lines} lines" in message and f"{patches.MAX_OFFSET}-line limit" in message, f"the error does not say how far: {message}"
+    assert snapshot(sglang_tree) == before, "a refused series changed the tree"
+
+
+def one_hunk_tree(tmp_path: Path, content: str, hunk: str) -> tuple[Path, Path]:
+    tree = make_tree(tmp_path / "t", {"sglang/m.py": content})
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "1.patch").write_bytes(("--- a/sglang/m.py\n+++ b/sglang/m.py\n" + hunk).encode())
+    (pdir / "series").write_text("1.patch\n")
+    return tree, pdir
+
+
+@pytest.mark.parametrize(
+    "content, shown, what",
+    [
+        ("a\nb \nc\n", ("'b\u00b7'", "'b'"), "trailing whitespace"),
+        ("a\nb\t\nc\n", ("'b\u2192'", "'b'"), "trailing whitespace"),
+        ("a\nb\r\nc\n", ("'b\\r'", "'b'"), "carriage return"),
+        ("a\n\tb\nc\n", ("'\u2192b'", "'\u00b7\u00b7\u00b7\u00b7b'"), "indentation"),
+    ],
+    ids=["trailing-space", "trailing-tab", "crlf", "tab-for-spaces"],
+)
+def test_a_whitespace_only_difference_is_shown_visibly(tmp_path, content, shown, what):
+    want_b = "    b" if what == "indentation" else "b"
+    tree, pdir = one_hunk_tree(tmp_path, content, f"@@ -1,3 +1,3 @@\n a\n-{want_b}\n+B\n c\n")
+    with pytest.raises(UserError) as err:
+        patches.apply_series(tree, pdir, quiet=True)
+    message = str(err.value)
+    file_has, patch_expects = shown
+    assert f"the file has {file_has}, the patch expects {patch_expects}" in message, f"the difference is not visible: {message}"
+    assert what in message and "line 2" in message, f"the error does not say what differs where: {message}"
+
+
+def test_a_file_shorter_than_the_hunk_says_so(tmp_path):
+    tree, pdir = one_hunk_tree(tmp_path, "a\nb\nc\n", "@@ -10,3 +10,3 @@\n x\n-y\n+Y\n z\n")
+    with pytest.raises(UserError) as err:
+        patches.apply_series(tree, pdir, quiet=True)
+    message = str(err.value)
+    assert "the file has 3 lines, but this hunk expects lines 10-12" in message, f"misleading message: {message}"
+
+
+def test_the_image_build_applies_the_series_strictly():
+    for path in (ROOT / "docker" / "Dockerfile.j2", ROOT / "docker" / "Dockerfile"):
+        runs = [line for line in path.read_text().splitlines() if "sglang_stack.patching.patches apply" in line]
+        assert len(runs) == 1 and " apply --strict " in runs[0], f"{path.name}: the build must refuse offsets: {runs}"
 
 
 def test_not_an_sglang_tree_is_one_clear_error(tmp_path):
@@ -351,7 +420,7 @@ def test_refresh_regenerates_the_committed_series_exactly(sglang_pristine, sglan
     for patch in patches.read_series(pdir):
         patch.path.write_text(stub(patch.path.read_text()))
     changed = patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
-    assert len(changed) == 3, f"refresh rewrote {changed}"
+    assert len(changed) == len(patches.read_series(PATCHES)), f"refresh rewrote {changed}"
     for patch in patches.read_series(PATCHES):
         assert (pdir / patch.name).read_bytes() == patch.path.read_bytes(), f"{patch.name} is not what refresh writes"
     assert (pdir / "series").read_text() == (PATCHES / "series").read_text(), "refresh changed an up-to-date series"
@@ -410,31 +479,6 @@ def test_refresh_moves_the_series_target_to_the_new_release(sglang_pristine, sgl
 # --------------------------------------------------------------------------
 # What the patched code does (no GPU, no torch: the real functions, small stand-ins)
 # --------------------------------------------------------------------------
-
-
-def load_functions(path: Path, qualnames: list[str], namespace: dict) -> dict:
-    """Compile functions/methods straight out of a source file (same file name and line numbers)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    flags = 0
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-            for alias in node.names:
-                flags |= getattr(__future__, alias.name).compiler_flag
-    out = {}
-    for qualname in qualnames:
-        scope = tree.body
-        *owners, name = qualname.split(".")
-        for owner in owners:
-            cls = next((n for n in scope if isinstance(n, ast.ClassDef) and n.name == owner), None)
-            assert cls is not None, f"{path}: no class {owner}"
-            scope = cls.body
-        fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
-        if fn is None:
-            raise LookupError(f"{path}: no function {qualname}")
-        code = compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec", flags=flags, dont_inherit=True)
-        exec(code, namespace)
-        out[name] = namespace[name]
-    return out
 
 
 class Recorder:
@@ -557,130 +601,6 @@ def test_capture_after_the_first_layer_is_unchanged(sglang_pristine, sglang_patc
     assert before == after, f"the patch changed captures that worked: {before} vs {after}"
 
 
-BF16 = types.SimpleNamespace(itemsize=2)
-
-
-class FakeTensor:
-    dtype = BF16
-
-    def __init__(self, n=4):
-        self.n = n
-
-    def numel(self):
-        return self.n
-
-    def element_size(self):
-        return 2
-
-    def view(self, *shape):
-        return self
-
-    def copy_(self, other):
-        return self
-
-    def __getitem__(self, key):
-        return self
-
-    @property
-    def shape(self):
-        return (self.n,)
-
-
-def load_symm_mem(tree: Path, monkeypatch, *, capability: int, world_size: int, multicast: int = 0, rendezvous_error=None):
-    """Import the tree's torch_symm_mem.py against a stand-in torch; returns (module, collective calls)."""
-    calls: list[str] = []
-
-    def package(name, **attrs):
-        mod = types.ModuleType(name)
-        mod.__path__ = []
-        mod.__dict__.update(attrs)
-        monkeypatch.setitem(sys.modules, name, mod)
-        return mod
-
-    def rendezvous(buffer, group_name):
-        if rendezvous_error:
-            raise rendezvous_error
-        return types.SimpleNamespace(multicast_ptr=multicast)
-
-    symm = package("torch.distributed._symmetric_memory", empty=lambda n, device, dtype: FakeTensor(n), rendezvous=rendezvous)
-    dist = package("torch.distributed", ProcessGroup=object, get_world_size=lambda group: world_size, _symmetric_memory=symm)
-    ops = types.SimpleNamespace(
-        symm_mem=types.SimpleNamespace(
-            multimem_all_reduce_=lambda *a: calls.append("multimem"),
-            two_shot_all_reduce_=lambda *a: calls.append("two_shot"),
-        )
-    )
-    cuda = types.SimpleNamespace(set_device=lambda d: None, get_device_capability=lambda d: (capability, 0))
-    package(
-        "torch",
-        distributed=dist,
-        Tensor=FakeTensor,
-        bfloat16=BF16,
-        device=lambda spec: spec,
-        cuda=cuda,
-        ops=ops,
-        empty_like=lambda t: FakeTensor(t.n),
-    )
-    for name in ("sglang", "sglang.srt", "sglang.srt.distributed", "sglang.srt.distributed.device_communicators"):
-        package(name)
-    package("sglang.srt.utils", is_cuda=lambda: True, is_hip=lambda: False)
-    for rel, name in ((SIZES, "all_reduce_utils"), (SYMM, "torch_symm_mem")):
-        full = f"sglang.srt.distributed.device_communicators.{name}"
-        spec = importlib.util.spec_from_file_location(full, tree / rel)
-        module = importlib.util.module_from_spec(spec)
-        monkeypatch.setitem(sys.modules, full, module)
-        spec.loader.exec_module(module)
-    return module, calls
-
-
-def test_unpatched_torch_symm_mem_raises_keyerror_on_sm120(sglang_pristine, monkeypatch):
-    module, _ = load_symm_mem(sglang_pristine, monkeypatch, capability=12, world_size=8)
-    with pytest.raises(KeyError):
-        module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
-
-
-def test_sm120_uses_the_two_shot_path_without_multicast(sglang_patched, monkeypatch, caplog):
-    module, calls = load_symm_mem(sglang_patched, monkeypatch, capability=12, world_size=8, multicast=0)
-    with caplog.at_level(logging.INFO):
-        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
-    assert comm.disabled is False, "SM120 without multicast should take the two-shot path, not disable itself"
-    assert comm.max_size == 128 * 1024 * 1024, f"max size for 8 ranks on SM120: {comm.max_size}"
-    assert comm.should_torch_symm_mem_allreduce(FakeTensor(1024)), "a small bf16 tensor should qualify"
-    comm.all_reduce(FakeTensor(1024))
-    assert calls == ["two_shot"], f"SM120 all-reduce ran {calls}"
-    assert "two-shot" in caplog.text, f"the two-shot choice is not logged: {caplog.text}"
-
-
-def test_sm120_without_peer_access_disables_itself_with_a_warning(sglang_patched, monkeypatch, caplog):
-    module, _ = load_symm_mem(sglang_patched, monkeypatch, capability=12, world_size=8, rendezvous_error=RuntimeError("peer access is not supported"))
-    with caplog.at_level(logging.WARNING):
-        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
-    assert comm.disabled is True, "a failed rendezvous must leave the communicator disabled"
-    assert "peer access is not supported" in caplog.text, f"the warning does not carry the cause: {caplog.text}"
-
-
-def test_an_unknown_capability_disables_itself_instead_of_keyerror(sglang_patched, monkeypatch, caplog):
-    module, _ = load_symm_mem(sglang_patched, monkeypatch, capability=11, world_size=8)
-    with caplog.at_level(logging.WARNING):
-        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
-    assert comm.disabled is True and "capability 11" in caplog.text, f"disabled={comm.disabled}, log: {caplog.text}"
-
-
-@pytest.mark.parametrize(
-    "capability, world_size, multicast, disabled, path",
-    [(9, 8, 1, False, "multimem"), (9, 2, 1, False, "two_shot"), (10, 8, 0, True, None), (9, 2, 0, True, None)],
-)
-def test_sm90_and_sm100_behave_as_before(sglang_pristine, sglang_patched, monkeypatch, capability, world_size, multicast, disabled, path):
-    results = []
-    for tree in (sglang_pristine, sglang_patched):
-        module, calls = load_symm_mem(tree, monkeypatch, capability=capability, world_size=world_size, multicast=multicast)
-        comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
-        if not comm.disabled:
-            comm.all_reduce(FakeTensor(8))
-        results.append((comm.disabled, calls[0] if calls else None))
-    assert results[0] == results[1] == (disabled, path), f"before/after the patch: {results}"
-
-
 # --------------------------------------------------------------------------
 # The tasks
 # --------------------------------------------------------------------------
@@ -698,7 +618,7 @@ def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_invoke_patch_applies_then_reports_an_applied_series(sglang_tree):
     first = invoke("patch", "--sglang-src", str(sglang_tree))
     assert first.returncode == 0, f"{first.stdout}{first.stderr}"
-    assert "applied 3 patches to sglang 0.5.9" in first.stdout, first.stdout
+    assert "applied 4 patches to sglang 0.5.9" in first.stdout, first.stdout
     again = invoke("patch", "--sglang-src", str(sglang_tree))
     assert again.returncode == 1, f"re-applying must fail: {again.returncode}"
     assert again.stderr.strip().startswith("error:") and "already applied" in again.stderr, again.stderr
@@ -713,7 +633,7 @@ def test_invoke_patch_unpack_then_refresh_round_trip(sglang_pristine, tmp_path):
     pdir = copy_patches(tmp_path)
     proc = invoke("patch", "--sglang-src", str(site), "--refresh", "--pristine", str(sglang_pristine), "--patches-dir", str(pdir))
     assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}"
-    assert proc.stdout.count("unchanged") == 3, f"refresh of an unchanged edit rewrote patches: {proc.stdout}"
+    assert proc.stdout.count("unchanged") == 4, f"refresh of an unchanged edit rewrote patches: {proc.stdout}"
     refused = invoke("patch", "--sglang-src", str(site), "--refresh", "--dry-run")
     assert refused.returncode == 2 and "--refresh" in refused.stderr, refused.stderr
 

@@ -32,6 +32,13 @@ from sglang_stack.errors import UserError, run_main
 DEFAULT_PATCHES_DIR = ROOT / "patches"
 CONTEXT_LINES = 3  # lines of context `--refresh` writes around each change, as diff -u does
 NO_NEWLINE = "\\ No newline at end of file"
+# How far (in lines) a hunk may sit from where its header says and still apply; the
+# offset is logged, and `--strict` (the image build, `invoke patch-check`) allows none.
+# A few lines absorb a small local edit above a hunk, such as an added import. A hunk
+# further away means the file is another revision of the code than the one the patch
+# was written against, so it is refused: rebase the series rather than patch code
+# nobody has read. (GNU patch searches the whole file.)
+MAX_OFFSET = 5
 # `# target: sglang 0.5.9` in patches/series: the release the series is made for.
 TARGET_RE = re.compile(r"^#\s*target:\s*sglang\s+(\S+)\s*$", re.M)
 HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
@@ -282,25 +289,67 @@ class _NoMatch(Exception):
         self.reason = reason
 
 
-def _find(lines: list[str], want: list[str], expected: int, lo: int) -> int | None:
-    """Where ``want`` occurs in ``lines`` at or after ``lo``, nearest to ``expected``; exact lines only."""
+def _find(lines: list[str], want: list[str], expected: int, lo: int, max_offset: int | None) -> int | None:
+    """Where ``want`` occurs in ``lines`` at or after ``lo``, nearest to ``expected``; exact lines only.
+
+    ``max_offset`` bounds the distance from ``expected`` (None: anywhere in the file).
+    """
     hi = len(lines) - len(want)
-    if hi < lo:
-        return None
-    expected = min(max(expected, lo), hi)
-    for dist in range(0, max(expected - lo, hi - expected) + 1):
+    reach = max(expected - lo, hi - expected) if max_offset is None else max_offset
+    for dist in range(0, max(reach, 0) + 1):
         for pos in (expected - dist, expected + dist) if dist else (expected,):
             if lo <= pos <= hi and lines[pos : pos + len(want)] == want:
                 return pos
     return None
 
 
+def _visible(line: str) -> str:
+    """A line with its whitespace made visible: a space is shown as ·, a tab as →."""
+    return repr(line.removesuffix("\n").replace(" ", "\u00b7").replace("\t", "\u2192"))
+
+
+def _whitespace_difference(got: str, expect: str) -> str | None:
+    """What differs between two lines that differ only in whitespace; None if more differs."""
+    if got.split() != expect.split():
+        return None
+    if got.rstrip("\n") == expect.rstrip("\n"):
+        return "only the newline at the end of the file"
+    if got.rstrip("\r\n") == expect.rstrip("\r\n"):
+        return "only a carriage return (CRLF line end)"
+    if got.rstrip() == expect.rstrip():
+        return "only trailing whitespace"
+    return "only whitespace (indentation, or tabs against spaces)"
+
+
 def _first_difference(lines: list[str], want: list[str], at: int) -> str:
     for k, expect in enumerate(want):
-        got = lines[at + k] if at + k < len(lines) else "<end of file>"
+        got = lines[at + k]
         if got != expect:
+            what = _whitespace_difference(got, expect)
+            if what:
+                return (
+                    f"line {at + k + 1} differs from the patch in {what} (· is a space, → a tab): "
+                    f"the file has {_visible(got)}, the patch expects {_visible(expect)}"
+                )
             return f"line {at + k + 1} is {got.rstrip()!r}, the patch expects {expect.rstrip()!r}"
     return "the context is not there"
+
+
+def _mismatch(lines: list[str], want: list[str], expected: int, lo: int) -> str:
+    """Why a hunk's lines are not within MAX_OFFSET of ``expected``."""
+    expected = max(expected, 0)
+    first, last = expected + 1, expected + len(want)
+    if last > len(lines):
+        where = f"line {first}" if len(want) <= 1 else f"lines {first}-{last}"
+        return f"the file has {len(lines)} lines, but this hunk expects {where}"
+    elsewhere = _find(lines, want, expected, lo, None) if want else None
+    if elsewhere is not None:
+        return (
+            f"its lines are {elsewhere - expected:+d} lines from where its header says, beyond the "
+            f"{MAX_OFFSET}-line limit: this file is another revision than the patch was made for; "
+            f"rebase the series (docs/patches.md)"
+        )
+    return f"does not match (no fuzz): {_first_difference(lines, want, expected)}"
 
 
 def _apply_file(content: str | None, fd: FileDiff, reverse: bool) -> tuple[str | None, list[int]]:
@@ -323,10 +372,9 @@ def _apply_file(content: str | None, fd: FileDiff, reverse: bool) -> tuple[str |
         if not old:  # pure insertion: the header names the line after which it goes
             start += 1
         expected = start + delta
-        pos = _find(lines, old, expected, lo) if old else (expected if lo <= expected <= len(lines) else None)
+        pos = _find(lines, old, expected, lo, MAX_OFFSET) if old else (expected if lo <= expected <= len(lines) else None)
         if pos is None:
-            near = min(max(expected, 0), max(len(lines) - 1, 0))
-            raise _NoMatch(hunk, f"does not match (no fuzz): {_first_difference(lines, old, near)}")
+            raise _NoMatch(hunk, _mismatch(lines, old, expected, lo))
         offsets.append(pos - expected)
         lines[pos : pos + len(old)] = new
         lo = pos + len(new)
@@ -462,8 +510,9 @@ def apply_series(
     Logs each patch's name and sha256. Raises ``UserError`` (the tree is then
     untouched) if a patch does not apply (naming patch, file and hunk), if the
     series is already applied or partly applied, or if the tree is another
-    SGLang version than the series targets. ``strict`` also refuses hunks that
-    match only at an offset. ``dry_run`` checks everything and writes nothing.
+    SGLang version than the series targets. A hunk may sit up to ``MAX_OFFSET``
+    lines from where its header says (logged); ``strict`` refuses any offset.
+    ``dry_run`` checks everything and writes nothing.
     """
     say = (lambda *_: None) if quiet else (log or (lambda msg: print(msg, flush=True)))
     sglang_src = Path(sglang_src)
@@ -694,7 +743,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     apply = sub.add_parser("apply", help="apply the series (fail closed: any failure leaves the tree untouched)")
     apply.add_argument("--dry-run", action="store_true", help="check every patch, write nothing")
-    apply.add_argument("--strict", action="store_true", help="also fail on hunks that match only at an offset")
+    apply.add_argument("--strict", action="store_true", help=f"fail on any offset (without it, a hunk may sit up to {MAX_OFFSET} lines from its header's line)")
     refresh_p = sub.add_parser("refresh", help="regenerate each patch's diff from an edited tree")
     refresh_p.add_argument("--pristine", required=True, type=Path, help="an unpacked, unpatched tree of the same wheel")
     for p in (apply, refresh_p):
