@@ -377,6 +377,31 @@ def doctor(c, service="eagle3"):
         raise Exit(code=code)
 
 
+@task(
+    help={
+        "out": "directory the manifests are written to, created if missing (required)",
+        "values": "values file (default: deploy/k8s/values.yaml)",
+    }
+)
+@user_errors
+def k8s(c, out, values=None):
+    """Render Kubernetes manifests from versions.lock and a values file (offline).
+
+    Writes OUT/sglang.yaml (a StatefulSet of single-node servers, or a LeaderWorkerSet when
+    nnodes > 1) and OUT/router.yaml (SGLang's router: Deployment and Service). GPU limits,
+    a memory-backed /dev/shm, probes on SGLang's real /health with a 30-minute startup
+    budget; the API key and HF token are Secret references. See docs/scaling.md.
+    """
+    from pathlib import Path
+
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.services import k8s as k8smod
+
+    result, _ = lockmod.check_all(download=False)
+    for path in k8smod.write(result, Path(out), Path(values) if values else k8smod.VALUES):
+        print(f"wrote {path}")
+
+
 # --- smoke --------------------------------------------------------------------
 
 
