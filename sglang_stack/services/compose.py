@@ -433,7 +433,8 @@ def router_service(env: Environment | None = None, path: Path = COMPOSE_FILE, *,
         raise UserError(f"{path}: services.router.command: {err} (check ROUTER_EXTRA_ARGS)") from None
     workers = []
     if need_workers:
-        workers = routermod.parse_worker_urls(_flag(argv, "--worker-urls") or "", env.where(routermod.VARIABLE))
+        # As compose.yaml passes it: ROUTER_WORKER_URLS verbatim after --worker-urls.
+        workers = routermod.parse_worker_urls(env.get(routermod.VARIABLE) or "", env.where(routermod.VARIABLE))
     policy = _flag(argv, "--policy") or ""
     if policy not in routermod.POLICIES:
         raise UserError(f"{env.where('ROUTER_POLICY')}: choose one of {', '.join(routermod.POLICIES)}")

@@ -36,6 +36,8 @@ _HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
 
 def parse_worker_urls(text: str, where: str = VARIABLE) -> list[str]:
     """``http://a:30000,http://b:30000`` -> the URLs; a bad list is a one-line ``UserError``."""
+    if re.search(r"\s", (text or "").strip()):
+        raise UserError(f"{where}: {text!r}: separate the URLs with commas, no spaces")
     urls = [part.strip() for part in (text or "").split(",") if part.strip()]
     if not urls:
         raise UserError(f"{where} is empty: set it in .env to the workers' URLs, comma-separated, "
@@ -62,8 +64,12 @@ def router_argv(args: list[str]) -> list[str]:
         token = args[i]
         if token == "--worker-urls" or token.startswith("--worker-urls="):
             if token == "--worker-urls":
-                value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-                i += 2 if value else 1
+                i += 1
+                values = []
+                while i < len(args) and not args[i].startswith("--"):
+                    values.append(args[i])
+                    i += 1
+                value = " ".join(values)  # more than one word is refused below
             else:
                 value = token.split("=", 1)[1]
                 i += 1
