@@ -42,11 +42,12 @@ def user_errors(body):
 )
 @user_errors
 def lock(c, check=False, verify=False):
-    """Re-resolve requirements.lock.txt from versions.lock (network), or validate/verify the lock.
+    """Re-resolve the requirements files from versions.lock (network), or validate/verify the lock.
 
     Without flags: resolve every Python dependency from PyPI with `uv pip compile`,
     applying the [[override]]s of versions.lock, and write requirements.lock.txt
-    with hashes. Then validate both files.
+    (the SGLang image) and requirements.router.lock.txt (the router stage) with
+    hashes. Then validate all three files.
     """
     from sglang_stack.image import lock as lockmod
 
@@ -55,8 +56,8 @@ def lock(c, check=False, verify=False):
     if verify:
         lockmod.print_lines(lockmod.verify())
     elif not check:
-        path = lockmod.resolve()
-        print(f"wrote {path.name}")
+        for path in lockmod.resolve():
+            print(f"wrote {path.name}")
     result, cross_checked = lockmod.check_all(download=True)
     print(lockmod.summary(result, cross_checked))
 
@@ -88,10 +89,11 @@ def render(c, check=False):
 @task(
     help={
         "engine": "docker (BuildKit via `docker buildx`), podman or buildah (default: stack.engine, 'docker')",
-        "target": "stage to build: base, deps, sglang or runtime (default: runtime)",
-        "tag": "image reference (default: derived from versions.lock, e.g. sglang-stack:0.5.9-cu130; "
-        "stages other than runtime get a -STAGE suffix)",
-        "base-image": "replace the pinned CUDA base image (e.g. a local Debian image for a smoke build)",
+        "target": "stage to build: base, deps, sglang, runtime or router (default: runtime)",
+        "tag": "image reference (default: derived from versions.lock, e.g. sglang-stack:0.5.9-cu130, "
+        "sglang-stack-router:0.3.2 for the router; other stages get a -STAGE suffix)",
+        "base-image": "replace the pinned base image: the CUDA base (BASE_IMAGE), or with --target router "
+        "the slim Python base (ROUTER_BASE_IMAGE); e.g. a local Debian image for a smoke build",
         "no-cache": "build every layer afresh (default: off)",
         "ca-bundle": "PEM CA bundle passed as the build secret 'ca' for TLS-inspecting proxies "
         "(default: stack.ca_bundle, 'auto' = $PIP_CERT/$REQUESTS_CA_BUNDLE/$SSL_CERT_FILE if set; 'none' to skip)",
@@ -142,7 +144,7 @@ def build(
     isolation = isolation or (cfg.isolation if engine != "docker" else None) or None
     request = buildmod.BuildRequest(
         engine=engine,
-        tag=tag or buildmod.default_tag(result.tag, target),
+        tag=tag or buildmod.default_tag(result.tag, target, result.router_tag),
         target=target,
         base_image=base_image,
         no_cache=no_cache,
@@ -294,7 +296,7 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False):
 
 @task(
     help={
-        "service": "baseline or eagle3 (required)",
+        "service": "baseline, eagle3 or router (required)",
         "timeout": "seconds to wait for /health to generate a token (default 0: the healthcheck's "
         "start period plus its retries, 32 min with compose.yaml's defaults)",
         "interval": "seconds between progress lines while the model loads (default 15)",
@@ -302,25 +304,28 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False):
 )
 @user_errors
 def up(c, service, timeout=0, interval=15):
-    """Start SERVICE (baseline or eagle3) on every GPU and wait until it really generates.
+    """Start SERVICE (baseline or eagle3 on every GPU, or router) and wait until it really serves.
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
     first failed check. Then `docker compose up --detach --wait SERVICE`, which builds the
     image if it is missing, printing progress while the model loads. Returns once the
-    healthcheck passes: SGLang's /health generated one token.
+    healthcheck passes: SGLang's /health generated one token, or for the router, at least
+    one of ROUTER_WORKER_URLS is healthy. With NNODES > 1 in .env, compose.multinode.yaml
+    (and compose.rdma.yaml where /dev/infiniband exists) are added: docs/scaling.md.
     """
     from sglang_stack.services import compose, doctor
 
     compose.check_service_name(service)
     doctor.preflight(c.stack.engine, service)
-    wait = int(timeout) or compose.wait_timeout(compose.service(service))
+    svc = compose.router_service() if service == compose.ROUTER else compose.service(service)
+    wait = int(timeout) or compose.wait_timeout(svc)
     compose.up(c.stack.engine, service, wait_timeout=wait, interval=float(interval))
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})
 @user_errors
 def down(c, volumes=False):
-    """Stop and remove the baseline and eagle3 containers (whichever runs)."""
+    """Stop and remove the baseline, eagle3 and router containers (whichever runs)."""
     from sglang_stack.services import compose
 
     compose.down(c.stack.engine, volumes=volumes)
@@ -328,7 +333,7 @@ def down(c, volumes=False):
 
 @task(
     help={
-        "service": "baseline or eagle3 (required)",
+        "service": "baseline, eagle3 or router (required)",
         "follow": "keep printing new lines (default: on; --no-follow to stop at the end)",
         "tail": "lines of history to show first (default 200; 'all' for everything)",
     }
@@ -344,13 +349,13 @@ def logs(c, service, follow=True, tail="200"):
 @task
 @user_errors
 def status(c):
-    """One line per service: state, health, published address, uptime."""
+    """One line per service: state, health, published address, uptime; says when the router is down."""
     from sglang_stack.services import compose
 
     compose.status(c.stack.engine)
 
 
-@task(help={"service": "which service to check for: baseline or eagle3 (default: eagle3, which also needs the drafter)"})
+@task(help={"service": "which service to check for: baseline, eagle3 or router (default: eagle3, which also needs the drafter)"})
 @user_errors
 def doctor(c, service="eagle3"):
     """Check this host for SERVICE, one line per check, each FAIL with its fix.
@@ -358,6 +363,9 @@ def doctor(c, service="eagle3"):
     Docker engine and NVIDIA runtime, driver (CUDA 13.0), GPU count against TP_SIZE,
     compute capability (with SM120 notes), /dev/shm, memlock, disk, the model and
     drafter directories, the port, and the EAGLE-3 audit inside the built image.
+    With NNODES > 1: the rank and rendezvous, RDMA devices (/dev/infiniband, NCCL_IB_HCA)
+    and the interfaces NCCL and Gloo bind to. For the router: ROUTER_WORKER_URLS,
+    the policy, the port and the engine.
     Works without Docker (those checks fail, the rest run); exits 1 if any check failed.
     """
     from sglang_stack.services import compose
@@ -367,6 +375,31 @@ def doctor(c, service="eagle3"):
     code = preflight_checks.doctor(c.stack.engine, service)
     if code:
         raise Exit(code=code)
+
+
+@task(
+    help={
+        "out": "directory the manifests are written to, created if missing (required)",
+        "values": "values file (default: deploy/k8s/values.yaml)",
+    }
+)
+@user_errors
+def k8s(c, out, values=None):
+    """Render Kubernetes manifests from versions.lock and a values file (offline).
+
+    Writes OUT/sglang.yaml (a StatefulSet of single-node servers, or a LeaderWorkerSet when
+    nnodes > 1) and OUT/router.yaml (SGLang's router: Deployment and Service). GPU limits,
+    a memory-backed /dev/shm, probes on SGLang's real /health with a 30-minute startup
+    budget; the API key and HF token are Secret references. See docs/scaling.md.
+    """
+    from pathlib import Path
+
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.services import k8s as k8smod
+
+    result, _ = lockmod.check_all(download=False)
+    for path in k8smod.write(result, Path(out), Path(values) if values else k8smod.VALUES):
+        print(f"wrote {path}")
 
 
 # --- smoke --------------------------------------------------------------------

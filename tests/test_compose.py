@@ -58,6 +58,11 @@ def resolved(**values: str) -> dict:
     return compose.load(COMPOSE_YAML, env_of(**values))
 
 
+def gpu_services(config: dict) -> list[tuple[str, dict]]:
+    """baseline and eagle3: the services that run SGLang on the GPUs (the router runs neither)."""
+    return [(name, config["services"][name]) for name in compose.SERVICES]
+
+
 def command_of(config: dict, name: str) -> list[str]:
     return shlex.split(config["services"][name]["command"])
 
@@ -137,7 +142,7 @@ def test_validator_catches_mistakes(tmp_path):
 
 def test_services_and_profiles():
     config = resolved()
-    assert set(config["services"]) == {"baseline", "eagle3"}, f"services: {sorted(config['services'])}"
+    assert set(config["services"]) == {"baseline", "eagle3", "router"}, f"services: {sorted(config['services'])}"
     for name, spec in config["services"].items():
         # A profile per service: plain `docker compose up` starts neither (both want every GPU),
         # and `docker compose up eagle3` activates eagle3's profile by naming the service.
@@ -145,7 +150,7 @@ def test_services_and_profiles():
 
 
 def test_image_and_build():
-    for name, spec in resolved()["services"].items():
+    for name, spec in gpu_services(resolved()):
         assert spec["image"] == "sglang-stack:0.5.9-cu130", f"{name}: default image must be invoke build's tag: {spec['image']}"
         assert spec["build"] == {"context": ".", "dockerfile": "docker/Dockerfile", "target": "runtime"}, (
             f"{name}: build must point at docker/Dockerfile's runtime stage: {spec['build']}"
@@ -155,7 +160,7 @@ def test_image_and_build():
 
 
 def test_gpu_reservation():
-    for name, spec in resolved()["services"].items():
+    for name, spec in gpu_services(resolved()):
         devices = spec["deploy"]["resources"]["reservations"]["devices"]
         assert len(devices) == 1, f"{name}: expected one device reservation: {devices}"
         device = devices[0]
@@ -168,7 +173,7 @@ def test_gpu_reservation():
 
 
 def test_runtime_settings():
-    for name, spec in resolved()["services"].items():
+    for name, spec in gpu_services(resolved()):
         assert spec.get("ipc") == "host", f"{name}: NCCL/CUDA IPC need the host IPC namespace (or a big shm_size)"
         assert spec["ulimits"]["memlock"] == -1, f"{name}: memlock must be unlimited: {spec['ulimits']}"
         assert spec["ulimits"]["stack"] == 67108864, f"{name}: stack must be 64 MiB: {spec['ulimits']}"
@@ -177,7 +182,7 @@ def test_runtime_settings():
 
 def test_model_mounts_read_only_and_cache_volume():
     config = resolved(MODEL_DIR="/srv/k", DRAFT_MODEL_DIR="/srv/d")
-    for name, spec in config["services"].items():
+    for name, spec in gpu_services(config):
         mounts = {m["target"]: m for m in spec["volumes"]}
         model = mounts.get("/models/target")
         assert model and model["type"] == "bind" and model["source"] == "/srv/k", f"{name}: MODEL_DIR mount: {model}"
@@ -192,7 +197,7 @@ def test_model_mounts_read_only_and_cache_volume():
 
 def test_healthcheck_timings():
     probe_timeout = health.default_timeout({})
-    for name, spec in resolved()["services"].items():
+    for name, spec in gpu_services(resolved()):
         hc = spec["healthcheck"]
         assert hc["test"] == ["CMD", "python3", "-m", "sglang_stack.services.health"], f"{name}: must run the image's probe: {hc['test']}"
         interval = compose.parse_duration(hc["interval"])
@@ -261,7 +266,7 @@ def test_ports_bind_loopback_by_default():
     assert config["services"]["eagle3"]["ports"] == ["127.0.0.1:30001:30000"], config["services"]["eagle3"]["ports"]
     moved = resolved(BIND_ADDRESS="0.0.0.0", EAGLE3_PORT="31001")
     assert moved["services"]["eagle3"]["ports"] == ["0.0.0.0:31001:30000"], f"BIND_ADDRESS/EAGLE3_PORT: {moved['services']['eagle3']['ports']}"
-    for name, spec in config["services"].items():
+    for name, spec in gpu_services(config):
         assert spec["environment"]["SGLANG_PORT"] == "30000", f"{name}: the probe must know the container port"
 
 
@@ -280,6 +285,8 @@ def test_no_secret_values_in_the_files():
     for name, spec in raw["services"].items():
         env = spec["environment"]
         for secret in ("HF_TOKEN", "SGLANG_API_KEY"):
+            if secret not in env and name == "router":
+                continue  # the router has no use for a Hugging Face token
             assert env.get(secret) is None, f"{name}: {secret} must be passed through, never given a value in compose.yaml"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), "compose.yaml contains something that looks like a Hugging Face token"
     assert re.search(r"--api-key=\$\{SGLANG_API_KEY", text), "the API key must come from a variable"
@@ -312,7 +319,10 @@ def _documented() -> dict[str, str]:
 def test_every_variable_is_documented():
     used, documented = _compose_variables(), set(_documented())
     assert not used - documented, f"variables compose.yaml uses but .env.example does not document: {sorted(used - documented)}"
-    assert not documented - used, f".env.example documents variables compose.yaml ignores: {sorted(documented - used)}"
+    # Compose's own settings, which it reads from .env itself (docs.docker.com/compose/environment-variables/envvars/).
+    compose_cli = {"COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "COMPOSE_PATH_SEPARATOR", "COMPOSE_PROFILES"}
+    ignored = documented - used - compose_cli
+    assert not ignored, f".env.example documents variables compose.yaml ignores: {sorted(ignored)}"
     missing = set(SHARED_WITH_BENCH) - used
     assert not missing, f"variable names shared with the bench task are missing: {sorted(missing)}"
 
@@ -322,8 +332,8 @@ def test_env_example_shows_the_real_defaults():
     defaults = dict(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-([^}]*)\}", text))
     documented = _documented()
     for name, default in defaults.items():
-        if name in ("MODEL_DIR", "DRAFT_MODEL_DIR", "SGLANG_EXTRA_ARGS"):
-            continue  # .env.example gives an example path / empty value on purpose
+        if name in ("MODEL_DIR", "DRAFT_MODEL_DIR", "SGLANG_EXTRA_ARGS", "ROUTER_WORKER_URLS", "ROUTER_EXTRA_ARGS", "DIST_INIT_ADDR"):
+            continue  # .env.example gives an example value / empty value on purpose
         assert documented.get(name) == default, f".env.example shows {name}={documented.get(name)!r}, compose.yaml's default is {default!r}"
     for name, default in SHARED_WITH_BENCH.items():
         if default is not None:
@@ -517,7 +527,7 @@ def test_compose_argv_names_project_file_and_profiles():
     assert argv[argv.index("--file") + 1] == str(COMPOSE_YAML), argv
     assert argv[argv.index("--project-directory") + 1] == str(ROOT), argv
     profiles = [argv[i + 1] for i, a in enumerate(argv) if a == "--profile"]
-    assert profiles == ["baseline", "eagle3"], f"down/ps must see both profiled services: {argv}"
+    assert profiles == ["baseline", "eagle3", "router"], f"down/ps must see every profiled service: {argv}"
 
 
 def test_missing_compose_plugin_is_one_line_naming_the_package(tmp_path):

@@ -41,12 +41,13 @@ def lock():
 
 
 def test_stages_in_pipeline_order(stages):
-    assert list(stages) == ["base", "deps", "sglang", "runtime"], list(stages)
+    assert list(stages) == ["router", "base", "deps", "sglang", "runtime"], list(stages)
+    # The last stage is what a plain `docker build` without --target makes: the SGLang image.
 
 
 def test_stage_parents(stages):
     parents = {name: cmds[0].value[0] for name, cmds in stages.items()}
-    assert parents == {"base": "${BASE_IMAGE}", "deps": "base", "sglang": "base", "runtime": "deps"}, parents
+    assert parents == {"router": "${ROUTER_BASE_IMAGE}", "base": "${BASE_IMAGE}", "deps": "base", "sglang": "base", "runtime": "deps"}, parents
 
 
 def test_sglang_stage_needs_only_base(stages):
@@ -83,7 +84,7 @@ def test_sglang_wheel_is_pinned_by_hash(stages, lock):
 
 def test_every_pip_install_verifies_hashes_and_uses_a_cache_mount(commands):
     installs = [c for c in commands if c.cmd == "RUN" and "pip install" in c.value[0]]
-    assert len(installs) == 3, [c.original[:80] for c in installs]
+    assert len(installs) == 4, [c.original[:80] for c in installs]
     for cmd in installs:
         assert "--require-hashes" in cmd.value[0], cmd.original
         assert any(f.startswith("--mount=type=cache,target=/root/.cache/pip") for f in cmd.flags), cmd.original

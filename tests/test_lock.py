@@ -15,6 +15,7 @@ from sglang_stack.image import lock as lockmod
 
 LOCK = (ROOT / "versions.lock").read_text()
 REQUIREMENTS = (ROOT / "requirements.lock.txt").read_text()
+ROUTER_REQUIREMENTS = (ROOT / "requirements.router.lock.txt").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +24,9 @@ def sglang_requires(sglang_wheel) -> list[str]:
     return lockmod.wheel_requires(sglang_wheel)
 
 
-def write(tmp_path: Path, lock_text: str = LOCK, requirements: str = REQUIREMENTS) -> Path:
+def write(tmp_path: Path, lock_text: str = LOCK, requirements: str = REQUIREMENTS, router: str = ROUTER_REQUIREMENTS) -> Path:
     (tmp_path / "requirements.lock.txt").write_text(requirements)
+    (tmp_path / "requirements.router.lock.txt").write_text(router)
     path = tmp_path / "versions.lock"
     path.write_text(lock_text)
     return path

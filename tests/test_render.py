@@ -53,6 +53,7 @@ def test_a_changed_pin_changes_the_output(lock, tmp_path):
     text = (ROOT / "versions.lock").read_text().replace("04220efdcee5ba4b", "14220efdcee5ba4b")
     (tmp_path / "versions.lock").write_text(text)
     shutil.copy(ROOT / "requirements.lock.txt", tmp_path)
+    shutil.copy(ROOT / "requirements.router.lock.txt", tmp_path)
     changed = lockmod.check(tmp_path / "versions.lock")
     assert "14220efdcee5ba4b" in render.render_text(changed)
     assert render.drift(changed), "a changed hash must show up as drift of the committed Dockerfile"

@@ -22,7 +22,9 @@ from sglang_stack.image import store
 from sglang_stack.shell import require, run
 
 ENGINES = ("docker", "podman", "buildah")
-TARGETS = ("base", "deps", "sglang", "runtime")
+TARGETS = ("base", "deps", "sglang", "runtime", "router")
+# The build argument --base-image replaces: the router stage has its own slim Python base.
+BASE_ARG = {"router": "ROUTER_BASE_IMAGE"}
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 # [registry[:port]/]name[/name...][:tag], as the engines accept it.
 REFERENCE = re.compile(
@@ -82,7 +84,7 @@ class BuildRequest:
         if self.no_cache:
             argv.append("--no-cache")
         if self.base_image:
-            argv += ["--build-arg", f"BASE_IMAGE={self.base_image}"]
+            argv += ["--build-arg", f"{BASE_ARG.get(self.target, 'BASE_IMAGE')}={self.base_image}"]
         for key, value in sorted(self.build_args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         if self.ca_bundle:
@@ -95,8 +97,11 @@ class BuildRequest:
         return argv
 
 
-def default_tag(lock_tag: str, target: str) -> str:
-    """``sglang-stack:0.5.9-cu130`` for the runtime; other stages get a suffix."""
+def default_tag(lock_tag: str, target: str, router_tag: str = "") -> str:
+    """``sglang-stack:0.5.9-cu130`` for the runtime, ``sglang-stack-router:0.3.2`` for the router;
+    other stages get a suffix."""
+    if target == "router" and router_tag:
+        return router_tag
     return lock_tag if target == "runtime" else f"{lock_tag}-{target}"
 
 
@@ -106,8 +111,8 @@ def parse_build_args(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key or not key.replace("_", "").isalnum():
             raise UserError(f"--build-arg {item!r}: expected KEY=VALUE")
-        if key == "BASE_IMAGE":
-            raise UserError("--build-arg BASE_IMAGE=...: use --base-image instead")
+        if key in ("BASE_IMAGE", "ROUTER_BASE_IMAGE"):
+            raise UserError(f"--build-arg {key}=...: use --base-image instead")
         out[key] = value
     return out
 
@@ -142,6 +147,6 @@ def build(request: BuildRequest) -> tuple[str, str]:
     if not image_id:
         raise UserError(f"{request.engine} build finished but reported no image ID for {request.tag}")
     pins = [k for k in store.labels(request.engine, request.tag) if k.startswith("io.sglang-stack.")]
-    if request.target in ("sglang", "runtime") and not pins:
+    if request.target in ("sglang", "runtime", "router") and not pins:
         raise UserError(f"{request.tag}: built, but its labels record no pins; was docker/Dockerfile edited by hand?")
     return request.tag, image_id

@@ -3,7 +3,8 @@
 * ``load`` parses the file (pure, offline).
 * ``check`` validates it and returns a ``Lock``; every problem is one line naming
   the key and the value, and all of them are reported together.
-* ``resolve`` (network) regenerates ``requirements.lock.txt`` with ``uv pip compile``.
+* ``resolve`` (network) regenerates ``requirements.lock.txt`` (the SGLang image) and
+  ``requirements.router.lock.txt`` (the router stage) with ``uv pip compile``.
 * ``verify`` (network) hashes every artifact whose sha256 is only "published".
 """
 
@@ -30,6 +31,7 @@ from sglang_stack.errors import UserError
 
 LOCK_PATH = ROOT / "versions.lock"
 REQUIREMENTS_PATH = ROOT / "requirements.lock.txt"
+ROUTER_REQUIREMENTS_PATH = ROOT / "requirements.router.lock.txt"
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -110,6 +112,8 @@ class Lock:
     wheels: tuple[Artifact, ...]
     overrides: tuple[Override, ...]
     requirements: dict[str, str] = field(default_factory=dict)  # canonical name -> version
+    router: Artifact | None = None
+    router_requirements: dict[str, str] = field(default_factory=dict)  # requirements.router.lock.txt
 
     @property
     def cuda(self) -> dict:
@@ -133,6 +137,20 @@ class Lock:
         """The default image tag: ``sglang-stack:0.5.9-cu130``."""
         return f"{self.name}:{self.sglang.version}-{self.cuda['tag']}"
 
+    @property
+    def router_table(self) -> dict:
+        return self.data["router"]
+
+    @property
+    def router_base_image(self) -> str:
+        base = self.router_table["base"]
+        return f"{base['image']}:{base['tag']}@{base['digest']}"
+
+    @property
+    def router_tag(self) -> str:
+        """The router stage's default tag: ``sglang-stack-router:0.3.2``."""
+        return f"{self.name}-router:{self.router.version}"
+
     def pins(self) -> dict[str, str]:
         """Every pinned distribution: canonical name -> version."""
         out = dict(self.requirements)
@@ -148,6 +166,10 @@ class Lock:
             keys.insert(0, "sglang")
         if self.cuda["base"]["status"] == "published":
             keys.insert(0, "cuda.base")
+        if self.router.status == "published":
+            keys.append("router")
+        if self.router_table["base"]["status"] == "published":
+            keys.append("router.base")
         return keys
 
 
@@ -196,9 +218,14 @@ def check(
         for o in data.get("override", [])
     )
     pinned = _read_requirements(requirements, problems) if with_requirements else {}
-    lock = Lock(path, data, sglang, wheels, overrides, pinned)
+    router = _artifact(data["router"], data["router"]["name"])
+    router_file = path.with_name(ROUTER_REQUIREMENTS_PATH.name)
+    router_pinned = _read_requirements(router_file, problems) if with_requirements else {}
+    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned)
 
     _check_artifacts(lock, bad)
+    if with_requirements and router_file.is_file():
+        _check_router_requirements(lock, router_file.name, bad)
     _check_cuda_tags(lock, bad)
     _check_flashinfer_trio(lock, bad)
     if with_requirements and requirements.is_file():  # a missing file is already one problem
@@ -221,23 +248,36 @@ def _check_structure(data: dict, bad) -> None:
 
     if data.get("schema") != 1:
         bad("schema", f"{data.get('schema')!r} is not a supported schema (expected 1)")
-    for table in ("image", "cuda", "python", "sglang", "resolve"):
+    for table in ("image", "cuda", "python", "sglang", "resolve", "router"):
         need(data, table, dict, "")
-    if any(not isinstance(data.get(t), dict) for t in ("image", "cuda", "python", "sglang", "resolve")):
+    if any(not isinstance(data.get(t), dict) for t in ("image", "cuda", "python", "sglang", "resolve", "router")):
         return
     need(data["image"], "name", str, "image.")
     need(data["image"], "audit_arch", str, "image.")
     need(data["cuda"], "version", str, "cuda.")
     need(data["cuda"], "tag", str, "cuda.")
     need(data["cuda"], "base", dict, "cuda.")
-    if isinstance(data["cuda"].get("base"), dict):
-        base = data["cuda"]["base"]
+    router = data["router"]
+    for key in ("name", "version", "url", "sha256", "status", "python", "python_platform"):
+        need(router, key, str, "router.")
+    need(router, "requires", list, "router.")
+    need(router, "base", dict, "router.")
+    if isinstance(router.get("python"), str) and not re.fullmatch(r"3\.\d+", router["python"]):
+        bad("router.python", f"{router['python']!r} is not 3.MINOR")
+    for req in router.get("requires", []) if isinstance(router.get("requires"), list) else []:
+        try:
+            Requirement(req)
+        except (InvalidRequirement, TypeError):
+            bad("router.requires", f"{req!r} is not a valid requirement")
+    for prefix, base in (("cuda.base.", data["cuda"].get("base")), ("router.base.", router.get("base"))):
+        if not isinstance(base, dict):
+            continue
         for key in ("image", "tag", "digest", "status"):
-            need(base, key, str, "cuda.base.")
+            need(base, key, str, prefix)
         if isinstance(base.get("digest"), str) and not DIGEST.match(base["digest"]):
-            bad("cuda.base.digest", f"{base['digest']!r} is not sha256:<64 hex>")
+            bad(f"{prefix}digest", f"{base['digest']!r} is not sha256:<64 hex>")
         if isinstance(base.get("status"), str) and base["status"] not in STATUSES:
-            bad("cuda.base.status", f"{base['status']!r} is not one of {', '.join(STATUSES)}")
+            bad(f"{prefix}status", f"{base['status']!r} is not one of {', '.join(STATUSES)}")
     if isinstance(data["cuda"].get("version"), str) and not re.fullmatch(r"\d+\.\d+\.\d+", data["cuda"]["version"]):
         bad("cuda.version", f"{data['cuda']['version']!r} is not MAJOR.MINOR.PATCH")
     need(data["python"], "version", str, "python.")
@@ -288,9 +328,13 @@ def _artifact(table: dict, name: str) -> Artifact:
     )
 
 
+def _key(lock: Lock, art: Artifact) -> str:
+    return {id(lock.sglang): "sglang", id(lock.router): "router"}.get(id(art), f"wheel[{art.name}]")
+
+
 def _check_artifacts(lock: Lock, bad) -> None:
-    for art in (lock.sglang, *lock.wheels):
-        key = "sglang" if art is lock.sglang else f"wheel[{art.name}]"
+    for art in (lock.sglang, *lock.wheels, lock.router):
+        key = _key(lock, art)
         if not SHA256.match(art.sha256):
             bad(f"{key}.sha256", f"{art.sha256!r} is not 64 lowercase hex digits")
         for old in art.superseded:
@@ -458,6 +502,23 @@ def _check_requirements_file(lock: Lock, name: str, problems: list[str]) -> None
         problems.append(f"{name}: pins sglang itself; the SGLang stage installs it from [sglang]: run `invoke lock`")
 
 
+def _check_router_requirements(lock: Lock, name: str, bad) -> None:
+    """Everything the router wheel declares is pinned in its own file, at a version it admits."""
+    pins = lock.router_requirements
+    if canonicalize_name(lock.router.name) in pins:
+        bad("router", f"{name} pins {lock.router.name} itself; the router stage installs it from [router]: run `invoke lock`")
+    env = dict(TARGET_ENV, python_version=lock.router_table["python"], python_full_version=lock.router_table["python"] + ".0")
+    for line in lock.router.requires:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        pin = pins.get(canonicalize_name(req.name))
+        if pin is None:
+            bad("router.requires", f"{lock.router.name} requires {req} but {name} does not pin {req.name} (run `invoke lock`)")
+        elif not req.specifier.contains(Version(pin), prereleases=True):
+            bad("router.requires", f"{lock.router.name} requires {req} but {name} pins {pin} (run `invoke lock`)")
+
+
 # --- sglang's declared requirements -----------------------------------------------
 
 
@@ -502,6 +563,7 @@ def summary(lock: Lock, cross_checked: bool) -> str:
     parts = [
         f"{len(pins)} pinned distributions ({len(lock.wheels)} by URL, {len(lock.requirements)} from PyPI, sglang)",
         f"{len(lock.overrides)} declared overrides",
+        f"router: {lock.router.name} {lock.router.version} and {len(lock.router_requirements)} from PyPI",
     ]
     if published:
         parts.append(f"hashes not yet checked by us: {', '.join(published)} (`invoke lock --verify`)")
@@ -530,17 +592,25 @@ def resolve_inputs(lock: Lock) -> tuple[str, str]:
     return "\n".join(lines) + "\n", "\n".join(overrides) + "\n"
 
 
-def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path, uv: str = "uv") -> list[str]:
+def router_resolve_inputs(lock: Lock) -> tuple[str, str]:
+    """The router stage's ``uv pip compile`` input: the router wheel, whose own file is left out."""
+    return f"{lock.router.name}=={lock.router.version}\n", ""
+
+
+def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path, uv: str = "uv", *, router: bool = False) -> list[str]:
+    """``uv pip compile`` for the SGLang image, or with ``router`` for the router stage's interpreter and platform."""
     res = lock.data["resolve"]
+    python = lock.router_table["python"] if router else lock.python["version"]
+    platform = lock.router_table["python_platform"] if router else res["python_platform"]
     return [
         uv, "pip", "compile", str(infile),
         "--override", str(overfile),
         "--output-file", str(outfile),
-        "--python-version", lock.python["version"],
-        "--python-platform", res["python_platform"],
+        "--python-version", python,
+        "--python-platform", platform,
         "--index-url", res["index"],
         "--exclude-newer", res["exclude_newer"],
-        "--no-emit-package", lock.sglang.name,
+        "--no-emit-package", (lock.router if router else lock.sglang).name,
         "--generate-hashes",
         "--only-binary", ":all:",  # no sdists: nothing is compiled at image build time
         "--no-header",
@@ -549,22 +619,42 @@ def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path, uv:
     ]  # fmt: skip
 
 
-def resolve(path: Path = LOCK_PATH, output: Path | None = None) -> Path:
-    """Regenerate requirements.lock.txt from versions.lock with ``uv pip compile`` (network)."""
+def resolve(path: Path = LOCK_PATH) -> list[Path]:
+    """Regenerate requirements.lock.txt and requirements.router.lock.txt from versions.lock (network)."""
     from sglang_stack.shell import require, run
 
     uv = require("uv", "install the dev requirements (pip install --require-hashes -r requirements-dev.txt)")
-    output = output or path.with_name(REQUIREMENTS_PATH.name)
     lock = check(path, with_requirements=False)
-    with tempfile.TemporaryDirectory(prefix="sglang-stack-lock-") as tmp:
-        tmpdir = Path(tmp)
-        requirements_in, overrides_in = resolve_inputs(lock)
-        (tmpdir / "requirements.in").write_text(requirements_in)
-        (tmpdir / "overrides.txt").write_text(overrides_in)
-        compiled = tmpdir / "compiled.txt"
-        run(resolve_command(lock, tmpdir / "requirements.in", tmpdir / "overrides.txt", compiled, uv), what="uv pip compile")
-        atomic_write(output, _requirements_header(lock) + compiled.read_text())
-    return output
+    written = []
+    for router, name, inputs, header in (
+        (False, REQUIREMENTS_PATH.name, resolve_inputs, _requirements_header),
+        (True, ROUTER_REQUIREMENTS_PATH.name, router_resolve_inputs, _router_requirements_header),
+    ):
+        output = path.with_name(name)
+        with tempfile.TemporaryDirectory(prefix="sglang-stack-lock-") as tmp:
+            tmpdir = Path(tmp)
+            requirements_in, overrides_in = inputs(lock)
+            (tmpdir / "requirements.in").write_text(requirements_in)
+            (tmpdir / "overrides.txt").write_text(overrides_in)
+            # Relative names, run from the temporary directory: uv's "# via -r requirements.in"
+            # annotations then read the same on every run, so the output is reproducible.
+            argv = resolve_command(lock, Path("requirements.in"), Path("overrides.txt"), Path("compiled.txt"), uv, router=router)
+            run(argv, cwd=tmpdir, what="uv pip compile")
+            atomic_write(output, header(lock) + (tmpdir / "compiled.txt").read_text())
+        written.append(output)
+    return written
+
+
+def _router_requirements_header(lock: Lock) -> str:
+    res, router = lock.data["resolve"], lock.router_table
+    return (
+        f"{REQUIREMENTS_HEADER}\n"
+        f"#\n"
+        f"# What the `router` image stage installs from {res['index']} beside {lock.router.name} {lock.router.version}\n"
+        f"# (installed by URL and sha256 from versions.lock [router], so left out here), each with its\n"
+        f"# sha256, resolved for Python {router['python']} on {router['python_platform']}. Nothing newer than {res['exclude_newer']}.\n"
+        f"# To change a pin, edit versions.lock and run `invoke lock`.\n"
+    )
 
 
 def _requirements_header(lock: Lock) -> str:
@@ -596,8 +686,8 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
 
     lock = check(path)
     report, problems, checked = [], [], []
-    for art in (lock.sglang, *lock.wheels):
-        key = "sglang" if art is lock.sglang else f"wheel[{art.name}]"
+    for art in (lock.sglang, *lock.wheels, lock.router):
+        key = _key(lock, art)
         try:
             local = fetch(art.url, art.sha256)
         except UserError as err:
@@ -605,23 +695,23 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
             hint = " (an earlier upload under the same file name, listed in superseded)" if actual in art.superseded else ""
             problems.append(f"{path.name}: {key}.sha256: {err}{hint}")
             continue
-        if art.requires and art is not lock.sglang:
+        if art.requires and art is not lock.sglang:  # a [[wheel]] or the router
             published = sorted(_normalized(r) for r in wheel_requires(local) if _applies(r, lock))
             recorded = sorted(_normalized(r) for r in art.requires)
             if published != recorded:
                 problems.append(f"{path.name}: {key}.requires: differs from the wheel's METADATA: {published}")
         report.append(f"{key}: {art.filename} sha256 {sha256_of(local)} matches")
         if art.status == "published":
-            checked.append(art.name)
-    base = lock.cuda["base"]
-    digest = registry_digest(base["image"], base["tag"])
-    if digest is None:
-        report.append(f"cuda.base: could not reach the registry for {base['image']}:{base['tag']}; digest not checked")
-    elif digest != base["digest"]:
-        problems.append(f"{path.name}: cuda.base.digest: {base['digest']} but the registry serves {digest} for {base['tag']}")
-    else:
-        report.append(f"cuda.base: {base['image']}:{base['tag']} is {digest}")
-        checked.append("cuda.base")
+            checked.append("router" if art is lock.router else art.name)
+    for key, base in (("cuda.base", lock.cuda["base"]), ("router.base", lock.router_table["base"])):
+        digest = registry_digest(base["image"], base["tag"])
+        if digest is None:
+            report.append(f"{key}: could not reach the registry for {base['image']}:{base['tag']}; digest not checked")
+        elif digest != base["digest"]:
+            problems.append(f"{path.name}: {key}.digest: {base['digest']} but the registry serves {digest} for {base['tag']}")
+        else:
+            report.append(f"{key}: {base['image']}:{base['tag']} is {digest}")
+            checked.append(key)
     if problems:
         raise LockProblems(problems)
     text = path.read_text()
@@ -643,9 +733,9 @@ def _normalized(line: str) -> str:
 
 
 def _mark_checked(text: str, name: str) -> str:
-    """Set ``status = "checked"`` in the table for ``name`` (a wheel, "sglang" or "cuda.base")."""
+    """Set ``status = "checked"`` in the table for ``name`` (a wheel, "sglang", "router", "cuda.base" or "router.base")."""
     lines = text.splitlines(keepends=True)
-    header = {"sglang": "[sglang]", "cuda.base": "[cuda.base]"}.get(name)
+    header = {"sglang": "[sglang]", "cuda.base": "[cuda.base]", "router": "[router]", "router.base": "[router.base]"}.get(name)
     inside = False
     for i, line in enumerate(lines):
         stripped = line.strip()

@@ -27,7 +27,7 @@ LABEL_PREFIX = "io.sglang-stack"
 HEADER = """\
 # ------------------------------------------------------------------------------
 # GENERATED FILE: do not edit. Rendered by `invoke render` from docker/Dockerfile.j2,
-# versions.lock, requirements.lock.txt and patches/series; `invoke render --check`
+# versions.lock, requirements*.lock.txt and patches/series; `invoke render --check`
 # fails when this file and its sources disagree.
 # ------------------------------------------------------------------------------"""
 
@@ -46,6 +46,12 @@ class Context:
     wheels: tuple[Artifact, ...]
     wheel: dict[str, Artifact]
     labels: tuple[tuple[str, str], ...]
+    router: Artifact
+    router_python: str
+    router_base_image: str
+    router_base_name: str
+    router_base_digest: str
+    router_requirements_sha256: str
     generated_header: str = HEADER
 
 
@@ -104,6 +110,12 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         wheels=lock.wheels,
         wheel={w.name: w for w in lock.wheels},
         labels=labels(lock, patches_dir),
+        router=lock.router,
+        router_python=lock.router_table["python"],
+        router_base_image=lock.router_base_image,
+        router_base_name=f"{lock.router_table['base']['image']}:{lock.router_table['base']['tag']}",
+        router_base_digest=lock.router_table["base"]["digest"],
+        router_requirements_sha256=hashlib.sha256(lock.path.with_name("requirements.router.lock.txt").read_bytes()).hexdigest(),
     )
 
 

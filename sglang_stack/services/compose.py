@@ -28,8 +28,13 @@ from sglang_stack import ROOT, shell
 from sglang_stack.errors import UserError
 
 COMPOSE_FILE = ROOT / "compose.yaml"
+# Overrides for multi-node tensor parallelism (host networking) and RDMA devices, named in COMPOSE_FILE.
+MULTINODE_FILE = ROOT / "compose.multinode.yaml"
+RDMA_FILE = ROOT / "compose.rdma.yaml"
 ENV_FILE = ROOT / ".env"
-SERVICES = ("baseline", "eagle3")
+SERVICES = ("baseline", "eagle3")  # the GPU services: one at a time, every GPU each
+ROUTER = "router"
+ALL_SERVICES = (*SERVICES, ROUTER)
 TARGET_MOUNT = "/models/target"
 DRAFT_MOUNT = "/models/draft"
 CONTAINER_PORT = 30000
@@ -302,7 +307,7 @@ def merged_config(files: list[Path], env: Environment) -> dict:
     argv = ["docker", "compose", "--project-directory", str(ROOT)]
     for f in files:
         argv += ["--file", str(f)]
-    for profile in SERVICES:
+    for profile in ALL_SERVICES:
         argv += ["--profile", profile]
     variables = {"PATH": os.environ.get("PATH", "")} | dict(env.values)
     proc = shell.run([*argv, "config", "--format", "json"], env=variables, capture=True, check=False, quiet=True, timeout=60)
@@ -331,6 +336,10 @@ class Service:
     gpus: bool = True  # whether it reserves GPUs (deploy.resources.reservations.devices)
     ulimits: dict = field(default_factory=dict)
     files: tuple[Path, ...] = (COMPOSE_FILE,)
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str = ""
+    host_network: bool = False
 
     @property
     def url(self) -> str:
@@ -377,15 +386,15 @@ def unhealthy_within(svc: Service) -> float:
     return int(hc.get("retries") or 3) * step
 
 
-def check_service_name(name: str) -> str:
-    if name not in SERVICES:
-        raise UserError(f"unknown service {name!r}: choose one of {', '.join(SERVICES)} (compose.yaml)")
+def check_service_name(name: str, allowed: tuple[str, ...] = ALL_SERVICES) -> str:
+    if name not in allowed:
+        raise UserError(f"unknown service {name!r}: choose one of {', '.join(allowed)} (compose.yaml)")
     return name
 
 
 def service(name: str, env: Environment | None = None, path: Path | None = None) -> Service:
-    """Resolve service ``name`` from the compose files; a bad value is one line naming its variable."""
-    check_service_name(name)
+    """Resolve GPU service ``name`` from the compose files; a bad value is one line naming its variable."""
+    check_service_name(name, SERVICES)
     env = env if env is not None else environment()
     files = (path,) if path is not None else tuple(compose_files(env))
     path = files[-1]
@@ -401,7 +410,6 @@ def service(name: str, env: Environment | None = None, path: Path | None = None)
     mounts = {m.get("target"): m.get("source") for m in spec.get("volumes", []) if isinstance(m, dict)}
     if TARGET_MOUNT not in mounts:
         raise UserError(f"{path}: services.{name} mounts nothing at {TARGET_MOUNT}")
-    bind, port = _published(spec.get("ports") or [], name, env, path)
     tp_raw = _flag(argv, "--tp") or _flag(argv, "--tp-size") or _flag(argv, "--tensor-parallel-size") or ""
     tp = _positive_int(tp_raw, "TP_SIZE", env)
     for var, flag in (
@@ -411,6 +419,12 @@ def service(name: str, env: Environment | None = None, path: Path | None = None)
     ):
         if flag in argv:
             _positive_int(_flag(argv, flag) or "", var, env)
+    nnodes, node_rank, dist_init_addr = _multinode(argv, tp, env)
+    host_network = spec.get("network_mode") == "host"
+    if host_network:  # compose.multinode.yaml: nothing is published, SGLang listens on the host itself
+        bind, port = _flag(argv, "--host") or "0.0.0.0", CONTAINER_PORT
+    else:
+        bind, port = _published(spec.get("ports") or [], name, env, path)
     reserved = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
     devices = reserved or [{}]
     gpu_ids = ",".join(devices[0].get("device_ids") or ["all"])
@@ -432,7 +446,75 @@ def service(name: str, env: Environment | None = None, path: Path | None = None)
         gpus=bool(reserved),
         ulimits=dict(spec.get("ulimits") or {}),
         files=files,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        dist_init_addr=dist_init_addr,
+        host_network=host_network,
     )
+
+
+def _multinode(argv: list[str], tp: int, env: Environment) -> tuple[int, int, str]:
+    """NNODES, NODE_RANK, DIST_INIT_ADDR as SGLang will get them, checked the way SGLang would refuse them."""
+    nnodes = _positive_int(_flag(argv, "--nnodes") or "1", "NNODES", env)
+    raw_rank = _flag(argv, "--node-rank") or "0"
+    if not re.fullmatch(r"[0-9]+", raw_rank) or int(raw_rank) >= nnodes:
+        shown = env.where("NODE_RANK") if "NODE_RANK" in env.values else f"NODE_RANK={raw_rank!r}"
+        raise UserError(f"{shown}: must be 0..{nnodes - 1} (NNODES={nnodes})")
+    addr = _flag(argv, "--dist-init-addr") or ""
+    if nnodes > 1:
+        if not addr:
+            raise UserError(f"{env.where('DIST_INIT_ADDR')}: NNODES={nnodes} needs DIST_INIT_ADDR=HOST:PORT of node rank 0, the same on every node")
+        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}", addr) or not 1 <= int(addr.rsplit(":", 1)[1]) <= 65535:
+            raise UserError(f"{env.where('DIST_INIT_ADDR')}: must be HOST:PORT, e.g. 10.0.0.11:20000")
+        if tp % nnodes:
+            raise UserError(f"{env.where('TP_SIZE')}: the total tensor-parallel size must divide by NNODES={nnodes} (SGLang refuses it)")
+    return nnodes, int(raw_rank), addr
+
+
+@dataclass(frozen=True)
+class RouterService:
+    """The ``router`` service as compose.yaml resolves it."""
+
+    name: str
+    image: str
+    argv: list[str]
+    worker_urls: list[str]
+    policy: str
+    bind_address: str
+    host_port: int
+    healthcheck: dict
+    env: Environment
+
+    @property
+    def url(self) -> str:
+        return Service.url.fget(self)  # the same loopback rule as the GPU services
+
+
+def router_service(env: Environment | None = None, path: Path | None = None, *, need_workers: bool = True) -> RouterService:
+    """Resolve the router from the compose files; a bad ROUTER_* value is one line naming it."""
+    from sglang_stack.services import router as routermod
+
+    env = env if env is not None else environment()
+    files = [path] if path is not None else compose_files(env)
+    path = files[-1]
+    spec = load(files[0] if len(files) == 1 else None, env)["services"].get(ROUTER)
+    if not isinstance(spec, dict):
+        raise UserError(f"{path}: service {ROUTER!r} is missing")
+    try:
+        command = spec.get("command") or ""
+        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+    except ValueError as err:
+        raise UserError(f"{path}: services.router.command: {err} (check ROUTER_EXTRA_ARGS)") from None
+    workers = []
+    if need_workers:
+        # As compose.yaml passes it: ROUTER_WORKER_URLS verbatim after --worker-urls.
+        workers = routermod.parse_worker_urls(env.get(routermod.VARIABLE) or "", env.where(routermod.VARIABLE))
+    policy = _flag(argv, "--policy") or ""
+    if policy not in routermod.POLICIES:
+        raise UserError(f"{env.where('ROUTER_POLICY')}: choose one of {', '.join(routermod.POLICIES)}")
+    bind, port = _published(spec.get("ports") or [], ROUTER, env, path, routermod.CONTAINER_PORT)
+    return RouterService(ROUTER, str(spec.get("image") or ""), argv, workers, policy, bind, port,
+                         dict(spec.get("healthcheck") or {}), env)
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -452,18 +534,18 @@ def _positive_int(raw: str, var: str, env: Environment) -> int:
     return int(raw)
 
 
-def _published(ports: list, name: str, env: Environment, path: Path) -> tuple[str, int]:
-    """The host address and port that publish the container's port 30000.
+def _published(ports: list, name: str, env: Environment, path: Path, container_port: int = CONTAINER_PORT) -> tuple[str, int]:
+    """The host address and port that publish the container's port (30000, the router's 30080).
 
     Short syntax only, as compose.yaml writes it: ``[IP:]HOST_PORT:30000``
     (an IPv6 address in brackets).
     """
-    var = "BASELINE_PORT" if name == "baseline" else "EAGLE3_PORT"
+    var = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", ROUTER: "ROUTER_PORT"}[name]
     for entry in ports:
         if isinstance(entry, dict):  # long syntax, as `docker compose config` prints it
             entry = f"[{entry.get('host_ip') or '0.0.0.0'}]:{entry.get('published', '')}:{entry.get('target')}"
         parts = str(entry).removesuffix("/tcp").rsplit(":", 2)
-        if len(parts) < 2 or parts[-1] != str(CONTAINER_PORT):
+        if len(parts) < 2 or parts[-1] != str(container_port):
             continue
         ip = parts[0].strip("[]") if len(parts) == 3 else "0.0.0.0"
         host = parts[-2]
@@ -473,7 +555,7 @@ def _published(ports: list, name: str, env: Environment, path: Path) -> tuple[st
         if not re.fullmatch(r"[0-9A-Fa-f:.]+", ip):
             raise UserError(f"{env.where('BIND_ADDRESS')}: must be an IP address such as 127.0.0.1 or 0.0.0.0")
         return ip, int(host)
-    raise UserError(f"{path}: services.{name} publishes no port for the container's {CONTAINER_PORT}")
+    raise UserError(f"{path}: services.{name} publishes no port for the container's {container_port}")
 
 
 def _host_path(source: str | None) -> Path:
@@ -483,17 +565,20 @@ def _host_path(source: str | None) -> Path:
 
 def endpoint(name: str, env: Environment | None = None) -> str:
     """The base URL on the host for service ``name``, e.g. ``http://127.0.0.1:30001``."""
+    if name == ROUTER:
+        return router_service(env, need_workers=False).url
     return service(name, env).url
 
 
 # --- docker compose --------------------------------------------------------------------------
 
 
-def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] = SERVICES) -> list[str]:
+def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] = ALL_SERVICES) -> list[str]:
     """``docker compose`` for this project from any working directory, with the files it would read.
 
     Profiles are named explicitly: a service in an inactive profile is invisible
-    to ``down``, ``ps`` and ``logs``.
+    to ``down``, ``ps`` and ``logs``. The override files of a multi-node setup
+    come from ``compose_files``.
     """
     argv = [engine, "compose", "--project-directory", str(ROOT)]
     for path in compose_files():
@@ -547,7 +632,7 @@ def describe(row: dict) -> str:
     return f"{row.get('Service', '?'):<9} {state:<22} {', '.join(sorted(set(ports))) or '-':<26} {row.get('Status', '')}".rstrip()
 
 
-def ps(engine: str, services: tuple[str, ...] | list[str] = SERVICES, quiet: bool = False) -> list[dict]:
+def ps(engine: str, services: tuple[str, ...] | list[str] = ALL_SERVICES, quiet: bool = False) -> list[dict]:
     argv = compose_argv(engine, "ps", "--all", "--format", "json", *services)
     proc = shell.run(argv, capture=True, quiet=quiet, what="docker compose ps", timeout=30)
     return parse_ps(proc.stdout)
@@ -620,13 +705,14 @@ def up(
     or fails when the container exits or turns unhealthy, or after
     ``wait_timeout`` seconds. Progress comes from ``ps`` and the last log line.
     """
-    svc = service(name)
+    svc = router_service() if name == ROUTER else service(name)
     require_engine(engine)
     argv = compose_argv(
         engine, "up", "--detach", "--wait", "--wait-timeout", str(wait_timeout), name, profiles=[name]
     )
     shell.show(argv)
-    out(f"{name}: waiting for /health to generate a token (start period {svc.healthcheck.get('start_period', '?')}); "
+    what = "a worker to be healthy" if name == ROUTER else "/health to generate a token"
+    out(f"{name}: waiting for {what} (start period {svc.healthcheck.get('start_period', '?')}); "
         f"progress every {interval:g}s, full log: invoke logs {name}")
     start = time.monotonic()
     try:
@@ -663,7 +749,10 @@ def up(
     if code == 0:
         out(f"{name}: healthy after {elapsed}: {svc.url} (OpenAI-compatible API under {svc.url}/v1)")
         return
-    reason = "did not become healthy"
+    if name == ROUTER:
+        reason = "did not become ready: no worker answered /health"
+    else:
+        reason = "did not become healthy"
     try:
         rows = [r for r in ps(engine, [name], quiet=True) if r.get("Service") == name]
         if rows:
@@ -675,7 +764,7 @@ def up(
 
 
 def down(engine: str, volumes: bool = False) -> None:
-    """Stop and remove both services' containers (and the cache volume with ``volumes``)."""
+    """Stop and remove every service's containers (and the cache volume with ``volumes``)."""
     require_engine(engine)
     shell.run(compose_argv(engine, "down", *(["--volumes"] if volumes else [])), what="docker compose down")
 
@@ -688,15 +777,24 @@ def logs(engine: str, name: str, follow: bool, tail: str) -> None:
 
 
 def status(engine: str, out: Callable[[str], None] = print) -> list[dict]:
-    """One line per service container; a service that is not up says how to start it."""
+    """One line per service container; a service that is not up says how to start it.
+
+    A router that is not running says it is down in so many words: clients of its
+    address get connection refused even while every worker is healthy.
+    """
     require_engine(engine)
     rows = ps(engine)
     seen = {row.get("Service") for row in rows}
     for row in rows:
-        out(describe(row))
-    for name in SERVICES:
+        line = describe(row)
+        if row.get("Service") == ROUTER and (row.get("State") != "running" or row.get("Health") == "unhealthy"):
+            why = "no worker answers /health" if row.get("State") == "running" else "clients get connection refused"
+            line += f"  -- router DOWN: {why}; invoke logs router, invoke up router"
+        out(line)
+    for name in ALL_SERVICES:
         if name not in seen:
-            out(f"{name:<9} {'not created':<22} {'-':<26} invoke up {name}")
+            hint = "router down (not created): invoke up router" if name == ROUTER else f"invoke up {name}"
+            out(f"{name:<9} {'not created':<22} {'-':<26} {hint}")
     return rows
 
 

@@ -46,6 +46,10 @@ IMAGE_USER_UID = 10001
 CACHE_DIR = "/home/sglang/.cache"
 AUDIT_TIMEOUT_S = 90
 GIB = 1 << 30
+# Multi-node: where the host shows its RDMA devices and network interfaces.
+DEV_INFINIBAND = Path("/dev/infiniband")
+SYS_INFINIBAND = Path("/sys/class/infiniband")
+SYS_NET = Path("/sys/class/net")
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ class Facts:
     ulimits_tried: bool = False
     audit: tuple | None = None  # (exit code, output) of the in-image audit
     audit_skip: str = ""
+    ib_devices: list | None = None  # RDMA devices (/sys/class/infiniband); None: no /dev/infiniband
+    net_ifaces: list = field(default_factory=list)
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -225,6 +231,7 @@ def gather(engine: str, svc: compose.Service | None, show: bool = False, audit: 
             facts.cache_owner = out.strip() if code == 0 else f"missing: {_last_line(err) or 'exit ' + str(code)}"
     if audit:
         _gather_audit(facts, engine, svc, show)
+    facts.ib_devices, facts.net_ifaces = host_network()
     return facts
 
 
@@ -233,6 +240,15 @@ def _ulimit_arg(value) -> str:
     if isinstance(value, dict):
         return f"{value.get('soft', -1)}:{value.get('hard', value.get('soft', -1))}"
     return f"{value}:{value}"
+
+
+def host_network() -> tuple[list | None, list]:
+    """(RDMA device names, or None without /dev/infiniband; network interface names)."""
+    ib = None
+    if DEV_INFINIBAND.is_dir():
+        ib = sorted(p.name for p in SYS_INFINIBAND.iterdir()) if SYS_INFINIBAND.is_dir() else []
+    nets = sorted(p.name for p in SYS_NET.iterdir()) if SYS_NET.is_dir() else []
+    return ib, nets
 
 
 def model_architecture(directory: Path | None) -> str:
@@ -351,8 +367,8 @@ def _own_container(rows: list | None, name: str) -> dict | None:
     return None
 
 
-def check_port(svc: compose.Service, rows: list | None) -> Check:
-    var = "BASELINE_PORT" if svc.name == "baseline" else "EAGLE3_PORT"
+def check_port(svc, rows: list | None) -> Check:
+    var = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", compose.ROUTER: "ROUTER_PORT"}[svc.name]
     where = f"{svc.bind_address}:{svc.host_port}"
     if _own_container(rows, svc.name):
         return Check("port", OK, f"{where} is held by {svc.name}'s own container (already up)")
@@ -455,10 +471,13 @@ def check_gpus(facts: Facts, svc: compose.Service) -> Check:
     chosen, error = visible_gpus(facts.gpus, svc.gpu_ids)
     if error:
         return Check("gpus", FAIL, error, "fix GPU_IDS in .env (or set it to all)")
+    per_node = svc.tp_size // svc.nnodes
     detail = f"{len(chosen)} GPU{'s' if len(chosen) != 1 else ''} visible (GPU_IDS={svc.gpu_ids}), TP_SIZE={svc.tp_size}"
-    if len(chosen) < svc.tp_size:
+    if svc.nnodes > 1:
+        detail += f" over NNODES={svc.nnodes}: {per_node} on this node"
+    if len(chosen) < per_node:
         return Check("gpus", FAIL, f"{detail}: TP needs one GPU per shard",
-                     f"use a host with {svc.tp_size} GPUs, or lower TP_SIZE in .env if the model fits on fewer")
+                     f"use a host with {per_node} GPUs, or lower TP_SIZE in .env if the model fits on fewer")
     return Check("gpus", OK, detail)
 
 
@@ -580,6 +599,59 @@ def check_audit(facts: Facts, svc: compose.Service | None) -> Check:
                  "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.patching.audit --help")
 
 
+def check_multinode(facts: Facts, svc: compose.Service) -> list[Check]:
+    """NNODES > 1: the rank and rendezvous, RDMA devices, the interfaces NCCL and Gloo bind to."""
+    env = svc.env
+    where = f"node {svc.node_rank} of {svc.nnodes}, rendezvous {svc.dist_init_addr}, TP {svc.tp_size} in all"
+    if not svc.host_network:
+        out = [Check("multinode", FAIL, f"{where}, but {svc.name} is on Docker's bridge network ({_files(svc)}): "
+                                        "NCCL cannot reach the other nodes through its NAT",
+                     "set COMPOSE_FILE=compose.yaml:compose.multinode.yaml in .env (host networking), on every node")]
+    else:
+        out = [Check("multinode", OK, f"{where}; host networking ({_files(svc)})")]
+    rdma_file = compose.RDMA_FILE in svc.files
+    hca = env.get("NCCL_IB_HCA") or ""
+    ib_off = (env.get("NCCL_IB_DISABLE") or "") == "1"
+    if ib_off:
+        out.append(Check("rdma", NOTE, "NCCL_IB_DISABLE=1: NCCL uses TCP sockets between nodes"))
+    elif facts.ib_devices is None:
+        out.append(Check("rdma", WARN, "no /dev/infiniband: NCCL falls back to TCP sockets between nodes, at a fraction of the bandwidth",
+                         "install the RDMA driver and rdma-core on the host (InfiniBand or RoCE NICs), or set NCCL_IB_DISABLE=1 to choose TCP"))
+    elif not facts.ib_devices:
+        out.append(Check("rdma", FAIL, "/dev/infiniband exists but /sys/class/infiniband lists no device",
+                         "load the NIC's RDMA driver (e.g. mlx5_ib) and check with ibv_devinfo"))
+    else:
+        wanted = [h.split(":")[0].lstrip("^=") for h in hca.split(",") if h.strip()]
+        missing = [h for h in wanted if not any(d.startswith(h) for d in facts.ib_devices)]
+        if missing and not hca.startswith("^"):
+            out.append(Check("rdma", FAIL, f"NCCL_IB_HCA={hca} names {', '.join(missing)}, but the host has {', '.join(facts.ib_devices)}",
+                             "set NCCL_IB_HCA in .env to devices ibv_devinfo lists"))
+        elif not rdma_file:
+            out.append(Check("rdma", FAIL, f"RDMA devices {', '.join(facts.ib_devices)} on the host, but the container gets none: "
+                                           "NCCL would fall back to TCP sockets",
+                             "add compose.rdma.yaml to COMPOSE_FILE in .env (compose.yaml:compose.multinode.yaml:compose.rdma.yaml)"))
+        else:
+            out.append(Check("rdma", OK, f"RDMA devices {', '.join(facts.ib_devices)}; compose.rdma.yaml passes /dev/infiniband"
+                                         + (f", NCCL_IB_HCA={hca}" if hca else "")))
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        value = env.get(var) or ""
+        if not value:
+            out.append(Check("netif", WARN, f"{var} unset: it picks an interface by itself, possibly docker0 or one the other nodes cannot reach",
+                             f"set {var} in .env to the interface that holds DIST_INIT_ADDR's network (ip -br addr)"))
+            continue
+        names = [n for n in value.split(",") if n and not n.startswith("^")]
+        unknown = [n for n in names if not any(i == n.lstrip("=") or (not n.startswith("=") and i.startswith(n)) for i in facts.net_ifaces)]
+        if unknown and facts.net_ifaces:
+            out.append(Check("netif", FAIL, f"{var}={value}: no interface {', '.join(unknown)} (host has {', '.join(facts.net_ifaces)})",
+                             f"set {var} in .env to one of the host's interfaces"))
+        else:
+            out.append(Check("netif", OK, f"{var}={value}"))
+    if svc.bind_address in ("0.0.0.0", "::") and not env.get("SGLANG_API_KEY"):
+        out.append(Check("exposure", WARN, f"host networking with SGLANG_HOST={svc.bind_address} and no SGLANG_API_KEY: the API is open on every interface",
+                         "set SGLANG_HOST=127.0.0.1 in .env, or set SGLANG_API_KEY"))
+    return out
+
+
 # --- running -------------------------------------------------------------------------------
 
 
@@ -608,6 +680,8 @@ def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_erro
         checks.append(check_driver(facts))
         checks.append(check_gpus(facts, svc) if svc else Check("gpus", SKIP, "skipped: config invalid"))
         checks += check_arch(facts, svc)
+    if svc is not None and svc.nnodes > 1:
+        checks += check_multinode(facts, svc)
     checks += [check_shm(facts), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc), check_audit(facts, svc)]
     return checks
 
@@ -616,8 +690,33 @@ def _files(svc: compose.Service) -> str:
     return "compose files: " + ", ".join(str(f.relative_to(compose.ROOT)) if f.is_relative_to(compose.ROOT) else str(f) for f in svc.files)
 
 
+def router_checks(engine: str, env: compose.Environment | None = None) -> list[Check]:
+    """The router's preflight: its settings, its port and the Docker engine; no GPU, no model."""
+    env = env if env is not None else compose.environment()
+    try:
+        svc = compose.router_service(env)
+    except UserError as err:
+        return [Check("config", FAIL, str(err), "correct that value in .env (see .env.example)")]
+    facts = Facts(docker_cli=shutil.which(engine) is not None)
+    if facts.docker_cli:
+        code, out, err = _capture([engine, "info", "--format", "{{json .}}"], 15, False)
+        try:
+            info = json.loads(out) if code == 0 and out.strip() else None
+        except json.JSONDecodeError:
+            info = None
+        facts.docker_info = info if info and info.get("ServerVersion") and not info.get("ServerErrors") else None
+        facts.docker_error = "" if facts.docker_info else (_last_line(err) or f"exit {code}")
+        if facts.docker_info:
+            code, out, _ = _capture([engine, "compose", "version", "--short"], 10, False)
+            facts.compose_version = out.strip() if code == 0 else ""
+            code, out, _ = _capture(compose.compose_argv(engine, "ps", "--all", "--format", "json"), 15, False)
+            facts.ps_rows = compose.parse_ps(out) if code == 0 else None
+    config = Check("config", OK, f"router on {svc.url}, policy {svc.policy}, {len(svc.worker_urls)} workers: {', '.join(svc.worker_urls)}")
+    return [config, check_port(svc, facts.ps_rows), check_docker(facts, engine)]
+
+
 def run(engine: str, name: str, show: bool = False, env: compose.Environment | None = None) -> list[Check]:
-    compose.check_service_name(name)
+    compose.check_service_name(name, compose.SERVICES)
     env = env if env is not None else compose.environment()
     svc, error = None, ""
     try:
@@ -638,7 +737,7 @@ def doctor(engine: str, name: str, out: Callable[[str], None] = print, show: boo
     """Print every check; return 1 when any failed."""
     env = compose.environment()
     out(f"sglang-stack doctor: service {name}" + (f", {env.env_file}" if env.env_file else ", no .env"))
-    checks = run(engine, name, show=show, env=env)
+    checks = router_checks(engine, env) if name == compose.ROUTER else run(engine, name, show=show, env=env)
     for check in checks:
         out(check.line())
     out(f"doctor: {summary(checks)}")
@@ -647,7 +746,7 @@ def doctor(engine: str, name: str, out: Callable[[str], None] = print, show: boo
 
 def preflight(engine: str, name: str, out: Callable[[str], None] = print) -> list[Check]:
     """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error."""
-    checks = run(engine, name, show=False)
+    checks = router_checks(engine) if name == compose.ROUTER else run(engine, name, show=False)
     failed = [c for c in checks if c.status == FAIL]
     if failed:
         first = failed[0]
@@ -664,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m sglang_stack.services.doctor", description="Host preflight for sglang-stack.")
-    parser.add_argument("service", nargs="?", default="eagle3", help="baseline or eagle3 (default: eagle3)")
+    parser.add_argument("service", nargs="?", default="eagle3", help="baseline, eagle3 or router (default: eagle3)")
     parser.add_argument("--engine", default="docker", help="container CLI (default: docker)")
     args = parser.parse_args(argv)
     compose.check_service_name(args.service)
