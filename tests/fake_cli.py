@@ -2,8 +2,8 @@
 
 The tests run the real Docker Engine wherever it can show the behaviour
 (tests/test_engine.py). These stand-ins remain for what it cannot: a GPU host
-(an NVIDIA runtime, nvidia-smi), a docker CLI without the compose plugin, and
-a host with no engine at all. They are real executables put first on PATH, so
+(an NVIDIA runtime, nvidia-smi), a docker CLI without the compose or buildx
+plugin, and a host with no engine at all. They are real executables put first on PATH, so
 the code under test runs its real subprocess path. Each call appends its argv to a log, which lets a test
 prove that nothing was started. `nvidia-smi` prints the fixture files under
 tests/fixtures/nvidia-smi/ (recorded for H200, constructed for RTX PRO 6000).
@@ -43,6 +43,10 @@ if args[:1] == ["run"] and "stat" in args:
     out(owner + "\n"); sys.exit(0)
 if args[:1] == ["run"]:
     out(cfg.get("audit_output", "") + "\n"); sys.exit(cfg.get("audit_exit", 0))
+if args[:1] == ["buildx"]:
+    if not cfg.get("buildx_version"):
+        sys.stderr.write("docker: 'buildx' is not a docker command.\nSee 'docker --help'\n"); sys.exit(1)
+    out(cfg["buildx_version"] + "\n"); sys.exit(0)
 if args[:1] == ["compose"]:
     if "version" in args:
         if not cfg.get("compose_version"):

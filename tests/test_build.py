@@ -102,6 +102,19 @@ def test_no_docker_engine_fails_fast_with_a_hint(tmp_path):
     assert last.startswith("error: no Docker engine reachable at unix://") and "--engine buildah|podman" in last, last
 
 
+def test_missing_buildx_plugin_names_the_package(tmp_path):
+    """A docker CLI without buildx (the engine here has it, hence a stand-in CLI): the README's first command says what to install."""
+    import fake_cli
+
+    env = {**fake_cli.install(tmp_path / "bin", info=fake_cli.PLAIN_INFO), "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--engine", "docker"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: docker buildx (the BuildKit CLI plugin) is not installed"), last
+    assert "docker-buildx-plugin" in last and "--engine buildah" in last, last
+
+
 def test_unknown_engine_via_cli_is_one_line():
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "build", "--engine", "kaniko"], cwd=ROOT, capture_output=True, text=True, timeout=120

@@ -121,8 +121,8 @@ def preflight(engine: str) -> None:
     """Fail fast, in one line, when the engine cannot build here."""
     if engine == "docker":
         require("docker", "install Docker, or build daemonless with --engine buildah|podman")
-        engine_mod.reachable("start Docker, or build daemonless with --engine buildah|podman")
         engine_mod.require_plugin("buildx", ", or build daemonless with --engine buildah|podman")
+        engine_mod.reachable("start Docker, or build daemonless with --engine buildah|podman")
     elif engine == "podman":
         require("podman", "install podman, or use --engine docker|buildah")
     elif engine == "buildah":
