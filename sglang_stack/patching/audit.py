@@ -1,36 +1,41 @@
-"""Static EAGLE-3 readiness audit of an SGLang package tree.
+"""EAGLE-3 readiness audit of an SGLang package tree.
 
-SGLang's EAGLE-3 path calls a handful of methods on the *target* model
+SGLang's EAGLE-3 path calls methods on the *target* model
 (``set_eagle3_layers_to_capture``, ``get_embed_and_head`` in 0.5.9). A model
 class that lacks one loads all its weights, minutes for a 1T-parameter model,
 and only then dies with ``AttributeError``. This module finds the same gap by
-reading the source, in seconds, before anything loads.
+reading the source with ``ast`` (standard library only: it runs in the image's
+``sglang`` stage, which has no torch), in well under a second.
 
-Nothing here is a list of method names. The audit derives, from the tree:
+It knows no method names. The rules, stated in full in docs/patches.md:
 
-1. the speculative-algorithm enum (the class with an ``EAGLE3`` member) and
-   the value of each of its one-line predicates (``is_eagle3()``,
-   ``is_eagle()``, ``is_none()`` ...) for EAGLE3 and for no speculation;
-2. the EAGLE-3 worker classes, from the branches of the enum's
-   ``create_worker`` that EAGLE3 can take;
-3. EAGLE-3 flags: attributes that are only ever set to a falsy constant
-   outside EAGLE-3 code (``eagle_use_aux_hidden_state``);
-4. every call on the target model: ``self.model`` in ``ModelRunner``,
-   ``<x>.model_runner.model`` outside the speculative package, and
-   ``<x>.target_worker.model_runner.model`` anywhere. A call counts when it
-   runs under EAGLE3 and not without speculation, or sits in an EAGLE-3
-   worker module outside a branch EAGLE3 cannot take. ``hasattr`` /
-   ``getattr(..., None)`` / ``except AttributeError`` make a call optional;
-   a receiver named ``draft*``/``mtp*`` is the draft model;
-5. the architecture class, through the model registry (``EntryClass``) and
-   in-tree inheritance.
+* **Receivers.** ``self`` in ``ModelRunner`` (its in-tree bases and
+  subclasses) is a model runner; so is ``<x>.model_runner`` outside the
+  speculative package. ``<x>.target_worker`` is the target's worker, its
+  ``.model_runner`` the target's runner, and a target runner's ``.model`` the
+  target model. Names holding ``draft``/``mtp``, and a class's own
+  ``self.model_runner`` inside the speculative package, are the draft. A
+  runner there that is neither (a renamed ``target_worker``) is an error.
+  Local and ``self.x`` aliases count, and so does a parameter: the target
+  model, runner or worker is followed into the functions and methods it is
+  passed to, ``MAX_DEPTH`` calls deep.
+* **The EAGLE-3 path.** A call is on it when no condition on its path is
+  false under EAGLE3 and one of them mentions the speculative algorithm or a
+  flag (a name with ``spec``/``eagle`` in it, or an attribute set ``True``
+  under such a condition), or it sits in a module of an EAGLE-3 worker
+  (``create_worker``'s branches that EAGLE3 can take), or was reached from one.
+* **Guards.** ``hasattr``/``getattr(..., default)`` on the same receiver, or
+  ``try``/``except AttributeError`` whose handler neither raises nor leaves a
+  name the call was to bind unset. A check whose failure branch raises is no
+  guard: the server still fails.
+* **Providers.** The class the registry (``EntryClass``) serves, through the
+  C3 MRO of its in-tree bases: a ``def`` (or a function assigned to the name)
+  whose parameters bind every call site, or an attribute set in ``__init__``.
+  ``name = None`` and properties are not methods. An unknown base outside the
+  tree, or ``__getattr__``, leaves the method undecided, never failed.
 
-The structural names it starts from (``ModelRunner``, ``model_runner``,
-``target_worker``, ``create_worker``, ``EntryClass``) are the ANCHORS below;
-if a release renames one, the audit stops with an error naming it rather
-than passing on a tree it no longer understands.
-
-Runs inside the image right after patching, so the standard library only.
+``confirm`` repeats the provider half on the imported class where torch is
+installed (``--dynamic``): ``inspect.signature(...).bind`` for every site.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import gc
 import json
 import re
 import time
@@ -49,27 +55,44 @@ from sglang_stack.patching.patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
 
-# ANCHORS: the structural names in SGLang that the derivation starts from (see module doc).
-EAGLE3_MEMBER = "EAGLE3"  # SpeculativeAlgorithm.EAGLE3
-NO_SPEC_MEMBER = "NONE"  # SpeculativeAlgorithm.NONE: speculative decoding off
-WORKER_FACTORY = "create_worker"  # SpeculativeAlgorithm.create_worker(server_args)
-RUNTIME_PACKAGE = "srt"  # sglang/srt: the server runtime; the EAGLE-3 path lives here
-RUNNER_CLASS = "ModelRunner"  # owns the model: self.model
-RUNNER_ATTR = "model_runner"  # what workers and graph runners call their ModelRunner
-MODEL_ATTR = "model"  # ModelRunner.model
-TARGET_ATTR = "target_worker"  # what the speculative workers call the target's worker
-REGISTRY_NAME = "EntryClass"  # models/*.py: the classes the registry serves
-MODELS_PACKAGE = ("srt", "models")  # where the registry looks, under sglang/
-DRAFT_MARKERS = ("draft", "mtp")  # a receiver named like this holds the draft model
-DRAFT_FLAG_PREFIX = "is_draft"  # ModelRunner.is_draft_worker: code under it runs for the draft only
+# ANCHORS: the structural names in SGLang the audit starts from. A release that
+# renames one gets an error naming it, never a pass.
+SPEC_MODULE = "sglang.srt.speculative.spec_info"  # the speculative-algorithm enum
+RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+RUNNER_CLASS = "ModelRunner"  # owns the model as self.model
+MODELS_PACKAGE = "sglang.srt.models"  # the registry imports its top-level modules
+REGISTRY_NAME = "EntryClass"
+EAGLE3, NO_SPEC = "EAGLE3", "NONE"  # enum members
+WORKER_FACTORY = "create_worker"
+RUNNER_ATTR, MODEL_ATTR, TARGET_ATTR = "model_runner", "model", "target_worker"
+DRAFT_MARKERS = ("draft", "mtp")
+MAX_DEPTH = 4  # calls followed from where the target is in hand
 
-EAGLE3 = "eagle3"  # context: runs with EAGLE-3 and not without speculation
-GENERAL = "general"  # context: runs without speculation too
-EXCLUDED = "excluded"  # context: EAGLE-3 never gets here
+ROOTS = re.compile(rf"{RUNNER_ATTR}|{TARGET_ATTR}")
+DOT_MODEL = re.compile(rf"\.{MODEL_ATTR}\b")
+SPEC_WORD = re.compile(r"(?:^|_)(?:spec(?:_|$)|specul|eagle)")  # spec_info, speculative_*, eagle_*
+NOT_SPEC = {"find_spec"}  # importlib.util.find_spec: SGLang probes optional packages with it
+SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the enum's value
+YES, NO, EITHER = 1, 2, 3  # what a condition can be under EAGLE3: bit 1 true, bit 2 false
+# Roles of a value: the target's model, runner, worker; the draft's; a runner of unknown owner.
+MODEL, RUNNER, WORKER, DRAFT, LOOSE = "model", "runner", "worker", "draft", "loose"
+TARGET_ROLES = (MODEL, RUNNER, WORKER)
 
-_FALSY = (False, None, 0, "")
-_MODEL_ALIAS = re.compile(rf"self\.\w+\s*=\s*[\w.()\[\]]*\.{MODEL_ATTR}\s*$", re.M)
-_GUARD_EXCEPTIONS = {"AttributeError", "Exception", "BaseException"}
+# Bases outside the tree whose methods are known. torch.nn.Module's public methods
+# (torch 2.9); its __getattr__ returns only registered parameters, buffers and
+# submodules, so it never supplies a method: the 0.5.9 crash is its AttributeError.
+NN_MODULE = "torch.nn.Module"
+NN_MODULE_METHODS = frozenset("""
+add_module apply bfloat16 buffers children compile cpu cuda double eval extra_repr float forward
+get_buffer get_extra_state get_parameter get_submodule half ipu load_state_dict modules mtia
+named_buffers named_children named_modules named_parameters parameters register_backward_hook
+register_buffer register_forward_hook register_forward_pre_hook register_full_backward_hook
+register_full_backward_pre_hook register_load_state_dict_post_hook register_load_state_dict_pre_hook
+register_module register_parameter register_state_dict_post_hook register_state_dict_pre_hook
+requires_grad_ set_extra_state set_submodule share_memory state_dict to to_empty train type xpu zero_grad
+""".split())
+KNOWN_BASES = {"object", NN_MODULE, "torch.nn.modules.module.Module", "abc.ABC", "typing.Generic", "typing.Protocol"}
+PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}
 
 
 # --------------------------------------------------------------------------
@@ -86,8 +109,10 @@ class CallSite:
     method: str
     receiver: str
     role: str  # "target" or "draft"
-    context: str  # EAGLE3 or GENERAL
     guard: str = ""  # why the call is optional ("hasattr", "except AttributeError"), or ""
+    args: int = 0  # positional arguments
+    keywords: tuple[str, ...] = ()
+    star: bool = False  # *args or **kwargs: the arity cannot be checked
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
@@ -95,12 +120,16 @@ class CallSite:
 
 @dataclass(frozen=True)
 class Missing:
+    """A method the class does not provide for ``sites`` (or, in ``undecided``, may not)."""
+
     method: str
     sites: tuple[CallSite, ...]
+    reason: str = ""
 
-    def line(self, arch: str) -> str:
+    def line(self, arch: str, label: str = "missing") -> str:
         where = ", ".join(str(s) for s in self.sites)
-        return f"missing: {arch}.{self.method}() is called on the target model at {where}"
+        tail = f": {self.reason}" if self.reason else ""
+        return f"{label}: {arch}.{self.method}() is called on the target model at {where}{tail}"
 
 
 @dataclass
@@ -113,15 +142,16 @@ class Report:
     required: dict[str, tuple[CallSite, ...]]  # unguarded target calls on the EAGLE-3 path
     optional: dict[str, tuple[CallSite, ...]]  # guarded target calls on the EAGLE-3 path
     outside: dict[str, tuple[CallSite, ...]]  # target calls off the EAGLE-3 path (not checked)
-    draft: dict[str, tuple[CallSite, ...]]  # calls on the draft model (not the target's business)
-    providers: dict[str, str]  # method -> "Class (path:line)" for every required method found
+    draft: dict[str, tuple[CallSite, ...]]  # calls on the draft model on the EAGLE-3 path (not checked)
+    providers: dict[str, str]  # method -> where the class gets it
     missing: list[Missing]
-    external_bases: list[str]  # bases outside the tree, assumed to add none of these methods
-    dynamic: list[str]  # in-tree classes of the MRO that define __getattr__
-    flags: list[str]  # derived EAGLE-3 flag attributes
-    workers: list[str]  # derived EAGLE-3 worker classes
+    undecided: list[Missing]  # beyond what the source can tell: __getattr__, unknown bases
+    external_bases: list[str]
+    flags: list[str]  # attributes set True under an EAGLE-3 condition
+    workers: list[str]  # EAGLE-3 worker classes
     files_read: int
     seconds: float = 0.0
+    confirmed: list[str] = field(default_factory=list)  # what --dynamic checked on the imported class
 
     @property
     def passed(self) -> bool:
@@ -131,39 +161,31 @@ class Report:
     def summary(self) -> str:
         n_sites = sum(len(s) for s in self.required.values())
         names = ", ".join(sorted(self.required))
-        if self.passed:
-            return (
-                f"audit passed: {self.arch} provides all {len(self.required)} methods that the EAGLE-3 path "
-                f"of sglang {self.sglang_version} calls on the target model ({names}; {n_sites} call sites)"
-            )
-        lacking = ", ".join(m.method for m in self.missing)
-        return (
-            f"audit failed: {self.arch} lacks {len(self.missing)} of the {len(self.required)} methods that the "
-            f"EAGLE-3 path of sglang {self.sglang_version} calls on the target model: {lacking}"
-        )
+        where = f"the EAGLE-3 path of sglang {self.sglang_version} calls on the target model"
+        if not self.passed:
+            lacking = ", ".join(dict.fromkeys(m.method for m in self.missing))
+            return f"audit failed: {self.arch} lacks {len(set(m.method for m in self.missing))} of the {len(self.required)} methods that {where}: {lacking}"
+        head = f"audit passed: {self.arch} provides all {len(self.required)} methods that {where} ({names}; {n_sites} call sites)"
+        if self.undecided:
+            head = head.replace("provides all", "provides or may provide all") + f"; undecided: {', '.join(m.method for m in self.undecided)}"
+        return head
 
     def lines(self, verbose: bool = False) -> list[str]:
-        """The command's output: one line per missing method, then the summary."""
-        out = [m.line(self.arch) for m in self.missing]
+        """The command's output: one line per missing or undecided method, then the summary."""
+        out = [m.line(self.arch) for m in self.missing] + [m.line(self.arch, "undecided") for m in self.undecided]
         if verbose:
             out.append(f"architecture: {self.arch} at {self.arch_site}")
             out.append(f"EAGLE-3 workers: {', '.join(self.workers)}")
-            out.append(f"EAGLE-3 flags: {', '.join(self.flags) or '-'}")
-            for title, group in (
-                ("required", self.required),
-                ("optional (guarded)", self.optional),
-                ("outside the EAGLE-3 path (not checked)", self.outside),
-                ("on the draft model (not checked)", self.draft),
-            ):
+            out.append(f"EAGLE-3 flags set under a condition: {', '.join(self.flags) or '-'}")
+            for title, group in (("required", self.required), ("optional (guarded)", self.optional),
+                                 ("outside the EAGLE-3 path (not checked)", self.outside),
+                                 ("on the draft model (not checked)", self.draft)):  # fmt: skip
                 for method, sites in sorted(group.items()):
                     where = ", ".join(f"{s}{' [' + s.guard + ']' if s.guard else ''}" for s in sites)
-                    provider = self.providers.get(method)
-                    tail = f" -> {provider}" if provider and group is self.required else ""
-                    out.append(f"{title}: {method} at {where}{tail}")
-            for base in self.external_bases:
-                out.append(f"note: base class {base} is outside the tree; assumed to add none of these methods")
-            for cls in self.dynamic:
-                out.append(f"note: {cls} defines __getattr__; a method it forwards dynamically is not seen")
+                    provider = self.providers.get(method) if group is not self.outside and group is not self.draft else None
+                    out.append(f"{title}: {method} at {where}{' -> ' + provider if provider else ''}")
+            out += [f"note: base class {b} is outside the tree" for b in self.external_bases]
+            out += [f"confirmed: {c}" for c in self.confirmed]
             out.append(f"read {self.files_read} files in {self.seconds:.2f} s")
         out.append(self.summary)
         return out
@@ -172,61 +194,69 @@ class Report:
         def sites(group):
             return {m: [str(s) for s in ss] for m, ss in sorted(group.items())}
 
+        findings = lambda items: {m.method: {"sites": [str(s) for s in m.sites], "reason": m.reason} for m in items}  # noqa: E731
         return {
-            "arch": self.arch,
-            "arch_site": self.arch_site,
-            "sglang_version": self.sglang_version,
-            "passed": self.passed,
-            "summary": self.summary,
-            "missing": {m.method: [str(s) for s in m.sites] for m in self.missing},
-            "required": sites(self.required),
-            "optional": sites(self.optional),
-            "outside": sites(self.outside),
-            "draft": sites(self.draft),
-            "providers": dict(sorted(self.providers.items())),
-            "flags": self.flags,
-            "workers": self.workers,
-            "seconds": round(self.seconds, 3),
-        }
+            "arch": self.arch, "arch_site": self.arch_site, "sglang_version": self.sglang_version,
+            "passed": self.passed, "summary": self.summary,
+            "missing": findings(self.missing), "undecided": findings(self.undecided),
+            "required": sites(self.required), "optional": sites(self.optional),
+            "outside": sites(self.outside), "draft": sites(self.draft),
+            "providers": dict(sorted(self.providers.items())), "flags": self.flags, "workers": self.workers,
+            "confirmed": self.confirmed, "seconds": round(self.seconds, 3),
+        }  # fmt: skip
 
 
 # --------------------------------------------------------------------------
-# The tree
+# The tree: modules, imports, classes
 # --------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Cls:
+    name: str
+    module: str
+    path: str
+    node: ast.ClassDef
+    bases: list | None = None  # Cls (in the tree) or a dotted name (outside); resolved by Tree.mro
+
+    def body(self, name: str) -> ast.stmt | None:
+        """The last statement of the class body that binds ``name``."""
+        found = None
+        for stmt in self.node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                found = stmt
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    found = stmt
+        return found
 
 
 class Tree:
-    """An unpacked sglang package: ``root/sglang/...``. Reads and parses lazily."""
+    """An unpacked sglang package: ``src/sglang/...``. Reads and parses each file once, when needed."""
 
     def __init__(self, sglang_src: Path):
         self.src = Path(sglang_src)
-        self.pkg = self.src / "sglang"
-        if not (self.pkg / RUNTIME_PACKAGE).is_dir():
-            hint = ""
-            if (self.src / "srt").is_dir() and self.src.name == "sglang":
-                hint = f" (pass its parent, {self.src.parent})"
+        if not (self.src / "sglang" / "srt").is_dir():
+            hint = f" (pass its parent, {self.src.parent})" if (self.src / "srt").is_dir() else ""
             raise UserError(f"{self.src}: no sglang/ package here{hint}; pass the directory that contains sglang/")
+        self.modules: dict[str, str] = {}
+        for p in (self.src / "sglang" / "srt").rglob("*.py"):
+            rel = p.relative_to(self.src).as_posix()
+            parts = rel[:-3].split("/")
+            self.modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = rel
         self._text: dict[str, str] = {}
         self._ast: dict[str, ast.Module] = {}
-        runtime = self.pkg / RUNTIME_PACKAGE
-        self.paths = sorted(
-            p.relative_to(self.src).as_posix() for p in runtime.rglob("*.py") if "__pycache__" not in p.parts
-        )
-        self.by_module = {self.module_of(p): p for p in self.paths}
-
-    @staticmethod
-    def module_of(rel: str) -> str:
-        parts = rel[:-3].split("/")
-        if parts[-1] == "__init__":
-            parts.pop()
-        return ".".join(parts)
+        self._imports: dict[str, dict[str, str]] = {}
+        self._classes: dict[tuple[str, str], Cls | None] = {}
 
     def text(self, rel: str) -> str:
         if rel not in self._text:
-            self._text[rel] = (self.src / rel).read_text(encoding="utf-8", errors="replace")
+            self._text[rel] = (self.src / rel).read_bytes().decode("utf-8-sig", errors="replace")
         return self._text[rel]
 
-    def parse(self, rel: str) -> ast.Module:
+    def parse(self, module: str) -> ast.Module:
+        rel = self.modules[module]
         if rel not in self._ast:
             try:
                 self._ast[rel] = ast.parse(self.text(rel), filename=rel)
@@ -234,816 +264,692 @@ class Tree:
                 raise UserError(f"{self.src / rel}:{err.lineno}: cannot parse: {err.msg}") from None
         return self._ast[rel]
 
-    def grep(self, words, among=None, pattern: re.Pattern | None = None) -> list[str]:
-        """Files that contain any of ``words`` (plain substrings: fast), and match ``pattern`` if given."""
-        words = [words] if isinstance(words, str) else list(words)
-        out = []
-        for p in self.paths if among is None else among:
-            text = self.text(p)
-            if any(w in text for w in words) and (pattern is None or pattern.search(text)):
-                out.append(p)
-        return out
-
     @property
-    def files_parsed(self) -> int:
+    def files_read(self) -> int:
         return len(self._ast)
 
-    def version(self) -> str:
-        return tree_version(self.src)
+    def imports(self, module: str) -> dict[str, str]:
+        """Names bound by imports at module level (TYPE_CHECKING blocks included): name -> dotted origin."""
+        if module not in self._imports:
+            out: dict[str, str] = {}
+            for node in self.parse(module).body:
+                for stmt in [node] + (node.body if isinstance(node, (ast.If, ast.Try)) else []):
+                    out.update(import_names(stmt, module, module in self.modules and self.modules[module].endswith("__init__.py")))
+            self._imports[module] = out
+        return self._imports[module]
+
+    def resolve(self, module: str, name: str, depth: int = 0):
+        """What ``name`` is in ``module``: a module name (str), a (module, def-or-class node), or None."""
+        if module not in self.modules or depth > 8:
+            return None
+        for node in self.parse(module).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                return module, node
+        origin = self.imports(module).get(name)
+        if origin is None:
+            return None
+        if origin in self.modules:
+            return origin
+        mod, _, attr = origin.rpartition(".")
+        return self.resolve(mod, attr, depth + 1) if mod else None
+
+    def origin(self, module: str, node: ast.expr) -> str:
+        """The dotted name an expression refers to, through the module's imports: ``nn.Module`` -> torch.nn.Module."""
+        chain = chain_of(node.value if isinstance(node, ast.Subscript) else node)
+        if not chain:
+            return ast.unparse(node)
+        head = self.imports(module).get(chain[0], chain[0])
+        return ".".join([head] + chain[1:])
+
+    def cls(self, module: str, name: str) -> Cls | None:
+        key = (module, name)
+        if key not in self._classes:
+            self._classes[key] = None  # cycles
+            found = self.resolve(module, name)
+            if isinstance(found, tuple) and isinstance(found[1], ast.ClassDef):
+                self._classes[key] = Cls(found[1].name, found[0], self.modules[found[0]], found[1])
+        return self._classes[key]
+
+    def mro(self, c, seen: tuple = ()) -> list:
+        """C3 linearisation over in-tree classes; a base outside the tree is a leaf (its own bases unknown)."""
+        if not isinstance(c, Cls) or c in seen:
+            return [c]
+        if c.bases is None:
+            c.bases = [self.base(c.module, b) for b in c.node.bases]
+        seqs = [self.mro(b, seen + (c,)) for b in c.bases] + [list(c.bases)]
+        out = [c]
+        while any(seqs):
+            heads = [s[0] for s in seqs if s]
+            # inconsistent bases (Python would refuse the class): keep depth-first order
+            head = next((h for h in heads if not any(h in s[1:] for s in seqs)), heads[0])
+            out.append(head)
+            seqs = [s[1:] if s and s[0] == head else s for s in seqs]
+        return out
+
+    def base(self, module: str, node: ast.expr):
+        target = node.value if isinstance(node, ast.Subscript) else node
+        chain = chain_of(target)
+        if chain and len(chain) == 1:
+            found = self.cls(module, chain[0])
+        elif chain and len(chain) == 2 and isinstance(self.resolve(module, chain[0]), str):
+            found = self.cls(self.resolve(module, chain[0]), chain[1])
+        else:
+            found = None
+        return found or self.origin(module, node)
 
 
-# --------------------------------------------------------------------------
-# Small AST helpers
-# --------------------------------------------------------------------------
+def import_names(stmt: ast.stmt, module: str, is_package: bool = False) -> dict[str, str]:
+    if isinstance(stmt, ast.ImportFrom):
+        base = stmt.module or ""
+        if stmt.level:
+            parent = module.split(".")[: len(module.split(".")) - stmt.level + (1 if is_package else 0)]
+            base = ".".join(parent + ([base] if base else []))
+        return {(a.asname or a.name): f"{base}.{a.name}" for a in stmt.names if a.name != "*"}
+    if isinstance(stmt, ast.Import):
+        return {(a.asname or a.name.split(".")[0]): (a.name if a.asname else a.name.split(".")[0]) for a in stmt.names}
+    return {}
 
 
 def chain_of(node: ast.AST) -> list[str] | None:
-    """``self.a[i].b(x).c`` -> ["self", "a", "[]", "b", "()", "c"]; None if not a plain chain."""
+    """``self.a.b`` -> ["self", "a", "b"]; None if not a plain dotted name."""
     out: list[str] = []
-    while True:
-        if isinstance(node, ast.Attribute):
-            out.append(node.attr)
-            node = node.value
-        elif isinstance(node, ast.Subscript):
-            out.append("[]")
-            node = node.value
-        elif isinstance(node, ast.Call):
-            out.append("()")
-            node = node.func
-        elif isinstance(node, ast.Name):
-            out.append(node.id)
-            return out[::-1]
-        else:
-            return None
-
-
-def _const_str(node: ast.AST) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
-def _is_falsy_const(node: ast.AST | None) -> bool:
-    if node is None:
-        return False
-    if isinstance(node, ast.Constant):
-        return node.value in _FALSY and not isinstance(node.value, float)
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and not node.elts:
-        return True
-    if isinstance(node, ast.Dict) and not node.keys:
-        return True
-    return False
-
-
-def _terminates(body: list[ast.stmt]) -> bool:
-    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
-
-
-def _raises(body: list[ast.stmt]) -> bool:
-    return bool(body) and isinstance(body[-1], ast.Raise)
-
-
-def _kleene_and(values):
-    if any(v is False for v in values):
-        return False
-    if all(v is True for v in values):
-        return True
-    return None
-
-
-def _kleene_or(values):
-    if any(v is True for v in values):
-        return True
-    if all(v is False for v in values):
-        return False
-    return None
-
-
-def _kleene_not(value):
-    return None if value is None else not value
-
-
-def _has_guard(test: ast.AST, method: str, polarity: bool) -> bool:
-    """Does ``test`` being ``polarity`` imply that the receiver has ``method``?"""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _has_guard(test.operand, method, not polarity)
-    if isinstance(test, ast.BoolOp):
-        parts = [_has_guard(v, method, polarity) for v in test.values]
-        conj = isinstance(test.op, ast.And) == polarity
-        return any(parts) if conj else all(parts)
-    if not polarity:
-        return False
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name):
-        name, args = test.func.id, test.args
-        if name == "callable" and len(args) == 1:
-            return _has_guard(args[0], method, True)
-        if name in ("hasattr", "getattr") and len(args) >= 2 and _const_str(args[1]) == method:
-            return True
-    return False
+    while isinstance(node, ast.Attribute):
+        out.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    out.append(node.id)
+    return out[::-1]
 
 
 # --------------------------------------------------------------------------
-# Derivation
+# Conditions under EAGLE3
 # --------------------------------------------------------------------------
 
 
-@dataclass
-class SpecEnum:
-    path: str
-    name: str
-    members: list[str]
-    predicates: dict[str, dict[str, bool | None]]  # name -> member -> value
-    node: ast.ClassDef
+class Spec:
+    """The speculative-algorithm enum, its predicates' values under EAGLE3, and the EAGLE-3 workers."""
 
-
-@dataclass
-class _Env:
-    module: str
-    path: str
-    cls: str | None = None
-    aliases: dict[str, list[str]] = field(default_factory=dict)
-    try_guard: str = ""
-    in_function: bool = False
-
-
-class _Audit:
     def __init__(self, tree: Tree):
-        self.tree = tree
+        if SPEC_MODULE not in tree.modules:
+            raise UserError(f"{tree.src}: no {SPEC_MODULE} (the speculative-algorithm enum); this SGLang layout is "
+                            f"not one the audit knows (sglang_stack/patching/audit.py)")  # fmt: skip
+        self.module, self.path = SPEC_MODULE, tree.modules[SPEC_MODULE]
+        for node in tree.parse(SPEC_MODULE).body:
+            members = {t.id for s in getattr(node, "body", []) if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+            if isinstance(node, ast.ClassDef) and {EAGLE3, NO_SPEC} <= members:
+                self.name, self.node, self.members = node.name, node, members
+                break
+        else:
+            raise UserError(f"{tree.src / self.path}: no enum with members {EAGLE3} and {NO_SPEC}; this SGLang layout is "
+                            f"not one the audit knows (sglang_stack/patching/audit.py)")  # fmt: skip
+        self.bodies: dict[str, ast.expr] = {}
+        for fn in self.node.body:
+            stmts = [s for s in getattr(fn, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if isinstance(fn, ast.FunctionDef) and len(fn.args.args) == 1 and len(stmts) == 1 and isinstance(stmts[0], ast.Return) and stmts[0].value:
+                self.bodies[fn.name] = stmts[0].value
+        self._values: dict[str, int] = {}
         self.flags: set[str] = set()
-        self.runner_classes = {RUNNER_CLASS}
-        self.class_aliases: dict[tuple[str, str], dict[str, list[str]]] = {}
-        self.enum = self._find_enum()
-        self.workers = self._eagle3_workers()
-        self.worker_modules = {mod for mod, _ in self.workers}
-        self.spec_package = self.tree.module_of(self.enum.path).rsplit(".", 1)[0]
+        self._memo: dict[int, tuple[int, bool]] = {}
 
-    # --- the enum and its predicates ---------------------------------------
+    def predicate(self, name: str) -> int:
+        if name not in self._values:
+            self._values[name] = EITHER  # a cycle stays unknown
+            self._values[name] = self.value(self.bodies[name], in_enum=True)
+        return self._values[name]
 
-    def _find_enum(self) -> SpecEnum:
-        member = re.compile(rf"^\s+{EAGLE3_MEMBER}\s*=", re.M)
-        for path in self.tree.grep(EAGLE3_MEMBER, pattern=member):
-            for node in ast.walk(self.tree.parse(path)):
-                if not isinstance(node, ast.ClassDef):
-                    continue
-                members = [
-                    t.id
-                    for stmt in node.body
-                    if isinstance(stmt, ast.Assign)
-                    for t in stmt.targets
-                    if isinstance(t, ast.Name) and t.id.isupper()
-                ]
-                if EAGLE3_MEMBER in members and NO_SPEC_MEMBER in members:
-                    return SpecEnum(path, node.name, members, self._predicates(node, members), node)
-        raise UserError(
-            f"{self.tree.src}: no speculative-algorithm enum (a class with members {EAGLE3_MEMBER} and "
-            f"{NO_SPEC_MEMBER}) in this tree; this SGLang layout is not one the audit knows (sglang_stack/patching/audit.py)"
-        )
-
-    def _predicates(self, cls: ast.ClassDef, members: list[str]) -> dict[str, dict[str, bool | None]]:
-        bodies: dict[str, ast.expr] = {}
-        for fn in cls.body:
-            if not isinstance(fn, ast.FunctionDef):
-                continue
-            stmts = [s for s in fn.body if not (isinstance(s, ast.Expr) and _const_str(s.value) is not None)]
-            if len(stmts) == 1 and isinstance(stmts[0], ast.Return) and stmts[0].value is not None:
-                if len(fn.args.args) == 1:  # self only
-                    bodies[fn.name] = stmts[0].value
-        table: dict[str, dict[str, bool | None]] = {}
-
-        def value(name: str, member: str, stack: tuple = ()) -> bool | None:
-            if name in stack:
-                return None
-            return evaluate(bodies[name], member, stack + (name,))
-
-        def evaluate(node: ast.AST, member: str, stack: tuple) -> bool | None:
-            if isinstance(node, ast.BoolOp):
-                vals = [evaluate(v, member, stack) for v in node.values]
-                return _kleene_and(vals) if isinstance(node.op, ast.And) else _kleene_or(vals)
-            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-                return _kleene_not(evaluate(node.operand, member, stack))
-            if isinstance(node, ast.Compare) and len(node.ops) == 1:
-                left, right, op = node.left, node.comparators[0], node.ops[0]
-                if isinstance(right, ast.Name) and right.id == "self":
-                    left, right = right, left
-                if isinstance(left, ast.Name) and left.id == "self":
-                    named = self._member_refs(right, cls.name, members)
-                    if named is not None:
-                        hit = member in named
-                        if isinstance(op, (ast.Eq, ast.Is, ast.In)):
-                            return hit
-                        if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
-                            return not hit
-                return None
-            if (
-                isinstance(node, ast.Call)
-                and not node.args
-                and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "self"
-                and node.func.attr in bodies
-            ):
-                return value(node.func.attr, member, stack)
-            return None
-
-        for name in bodies:
-            table[name] = {m: value(name, m) for m in members}
-        return {n: v for n, v in table.items() if v[EAGLE3_MEMBER] is not None}
-
-    @staticmethod
-    def _member_refs(node: ast.AST, cls_name: str, members: list[str]) -> set[str] | None:
-        """``Cls.EAGLE3`` / ``(Cls.A, Cls.B)`` / ``"EAGLE3"`` -> the member names; None if not that."""
+    def refs(self, node: ast.expr) -> set[str] | None:
+        """``Enum.EAGLE3``, ``"EAGLE3"``, ``None``, or a tuple of them -> the member names; None if not that."""
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            out: set[str] = set()
-            for elt in node.elts:
-                got = _Audit._member_refs(elt, cls_name, members)
-                if got is None:
-                    return None
-                out |= got
-            return out
-        if isinstance(node, ast.Attribute) and node.attr in members:
-            chain = chain_of(node.value)
-            if chain and chain[-1] == cls_name:
-                return {node.attr}
-        text = _const_str(node)
-        if text is not None and text.upper() in members:
-            return {text.upper()}
+            parts = [self.refs(e) for e in node.elts]
+            return None if any(p is None for p in parts) else set().union(*parts)
+        if isinstance(node, ast.Attribute) and node.attr in self.members and (chain_of(node.value) or [""])[-1] == self.name:
+            return {node.attr}
+        if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, str)):
+            return {str(node.value).upper()}
         return None
 
-    # --- EAGLE-3 workers ----------------------------------------------------
+    def value(self, node: ast.expr, in_enum: bool = False) -> int:
+        """YES, NO or EITHER: what the condition can be when the algorithm is EAGLE3."""
+        if isinstance(node, ast.BoolOp):
+            vals = [self.value(v, in_enum) for v in node.values]
+            t, f = (all, any) if isinstance(node.op, ast.And) else (any, all)
+            return (YES if t(v & YES for v in vals) else 0) | (NO if f(v & NO for v in vals) else 0)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            v = self.value(node.operand, in_enum)
+            return ((v & YES) << 1) | ((v & NO) >> 1)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
+            recv = node.func.value
+            if (in_enum and isinstance(recv, ast.Name) and recv.id == "self") or self.about_spec(recv):
+                return self.predicate(node.func.attr)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+                is_self = in_enum and isinstance(subject, ast.Name) and subject.id == "self"
+                named = self.refs(other)
+                if named is not None and (is_self or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
+                    hit = EAGLE3 in named
+                    if isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn)):
+                        hit = not hit
+                    elif not isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)):
+                        return EITHER
+                    return YES if hit else NO
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+        if name.startswith("is_draft"):
+            return NO  # ModelRunner.is_draft_worker: the target's runner is not the draft's
+        if isinstance(node, ast.Constant):
+            return YES if node.value else NO
+        return EITHER
 
-    def _eagle3_workers(self) -> list[tuple[str, str]]:
-        factory = next(
-            (f for f in self.enum.node.body if isinstance(f, ast.FunctionDef) and f.name == WORKER_FACTORY), None
-        )
+    def about_spec(self, node: ast.expr) -> bool:
+        return any(speculative(w) or w == self.name for w in words(node))
+
+    def judge(self, test: ast.expr) -> tuple[int, bool]:
+        """(value under EAGLE3, does it mention the algorithm or a flag), per condition node."""
+        key = id(test)
+        if key not in self._memo:
+            named = words(test)
+            self._memo[key] = (self.value(test), any(speculative(w) or w in self.flags for w in named))
+        return self._memo[key]
+
+    def workers(self, tree: Tree) -> list[Cls]:
+        """The classes ``create_worker`` can return under EAGLE3."""
+        factory = next((f for f in self.node.body if isinstance(f, ast.FunctionDef) and f.name == WORKER_FACTORY), None)
         if factory is None:
-            raise UserError(
-                f"{self.tree.src / self.enum.path}: {self.enum.name}.{WORKER_FACTORY}() not found; "
-                f"the audit needs it to find the EAGLE-3 workers (sglang_stack/patching/audit.py)"
-            )
-        module = self.tree.module_of(self.enum.path)
-        imports = _imports(self.tree.parse(self.enum.path), module)
-        found: list[tuple[str, str]] = []
+            raise UserError(f"{tree.src / self.path}: {self.name}.{WORKER_FACTORY}() not found; the audit needs it to "
+                            f"find the EAGLE-3 workers (sglang_stack/patching/audit.py)")  # fmt: skip
+        found: list[Cls] = []
 
-        def block(stmts, local: dict[str, str]):
-            local = dict(local)
+        def block(stmts, local: dict[str, str]) -> bool:  # True: every path returned
             for stmt in stmts:
-                if isinstance(stmt, ast.ImportFrom):
-                    local.update(_import_from(stmt, module))
-                elif isinstance(stmt, ast.If):
-                    value = self.eval_test(stmt.test, EAGLE3_MEMBER, in_enum=True)
-                    if value is not False:
-                        block(stmt.body, local)
-                    if value is not True:
-                        block(stmt.orelse, local)
-                    if value is True and _terminates(stmt.body):
-                        return
-                    if value is False and _terminates(stmt.orelse):
-                        return
-                elif isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Name):
-                    name = stmt.value.id
-                    origin = local.get(name) or imports.get(name)
-                    if origin and "." in origin:
-                        mod, _, cls = origin.rpartition(".")
-                        found.append((mod, cls))
-                    return
-                elif isinstance(stmt, (ast.With, ast.Try)):
-                    block(stmt.body, local)
+                local.update(import_names(stmt, self.module))
+                if isinstance(stmt, ast.If):
+                    v = self.value(stmt.test, in_enum=True)
+                    body = block(stmt.body, local) if v & YES else True
+                    orelse = block(stmt.orelse, local) if v & NO else True
+                    if body and orelse:
+                        return True
+                elif isinstance(stmt, ast.Return):
+                    origin = local.get(getattr(stmt.value, "id", ""), tree.imports(self.module).get(getattr(stmt.value, "id", "")))
+                    c = tree.cls(*origin.rsplit(".", 1)) if origin and "." in origin else None
+                    if c is not None and c not in found:
+                        found.append(c)
+                    return True
+                elif isinstance(stmt, ast.Raise):
+                    return True
+            return False
 
         block(factory.body, {})
         if not found:
-            raise UserError(
-                f"{self.tree.src / self.enum.path}: {self.enum.name}.{WORKER_FACTORY}() returns no worker class "
-                f"for {EAGLE3_MEMBER}; the audit cannot find the EAGLE-3 path (sglang_stack/patching/audit.py)"
-            )
-        for mod, cls in found:
-            if mod not in self.tree.by_module:
-                raise UserError(f"{self.tree.src}: EAGLE-3 worker {cls} comes from {mod}, which is not in the tree")
+            raise UserError(f"{tree.src / self.path}: {self.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
+                            f"{EAGLE3}; the audit cannot find the EAGLE-3 path (sglang_stack/patching/audit.py)")  # fmt: skip
         return found
 
-    # --- conditions ---------------------------------------------------------
 
-    def eval_test(self, node: ast.AST, world: str, in_enum: bool = False) -> bool | None:
-        """Value of a condition when the algorithm is ``world`` (EAGLE3 or NONE); None if unknown."""
-        if isinstance(node, ast.BoolOp):
-            vals = [self.eval_test(v, world, in_enum) for v in node.values]
-            return _kleene_and(vals) if isinstance(node.op, ast.And) else _kleene_or(vals)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return _kleene_not(self.eval_test(node.operand, world, in_enum))
-        if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute):
-            pred = self.enum.predicates.get(node.func.attr)
-            if pred is not None:
-                receiver = " ".join(chain_of(node.func.value) or ["()"]).lower()
-                # is_none() and friends exist on other enums too (the MoE a2a backend):
-                # only a receiver that names the speculative algorithm counts.
-                if "spec" in receiver or "algo" in receiver or receiver == "()" or (in_enum and receiver == "self"):
-                    return pred[world]
-            return None
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            left, right, op = node.left, node.comparators[0], node.ops[0]
-            for a, b in ((left, right), (right, left)):
-                named = self._member_refs(b, self.enum.name, self.enum.members)
-                if named is None:
-                    continue
-                if isinstance(b, ast.Constant) and not (chain_of(a) and "spec" in " ".join(chain_of(a)).lower()):
-                    continue
-                hit = world in named
-                if isinstance(op, (ast.Eq, ast.Is, ast.In)):
-                    return hit
-                if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
-                    return not hit
-            return None
-        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
-        if name and name.startswith(DRAFT_FLAG_PREFIX):
-            return False  # `is_draft_worker` is False where the target model runs
-        if isinstance(node, ast.Attribute) and node.attr in self.flags:
-            return None if world == EAGLE3_MEMBER else False
-        return None
-
-    def context(self, conds: tuple, env: _Env, by_condition: bool = False) -> str:
-        def value(world):
-            return _kleene_and(
-                [self.eval_test(t, world) if pol else _kleene_not(self.eval_test(t, world)) for t, pol, _ in conds]
-            )
-
-        if value(EAGLE3_MEMBER) is False:
-            return EXCLUDED
-        if env.module in self.worker_modules and not by_condition:
-            return EAGLE3
-        if value(NO_SPEC_MEMBER) is False:
-            return EAGLE3
-        return GENERAL
-
-    # --- roles --------------------------------------------------------------
-
-    def role(self, node: ast.AST, env: _Env) -> tuple[str, list[str]] | None:
-        chain = chain_of(node)
-        if not chain:
-            return None
-        if chain[0] in env.aliases:
-            chain = env.aliases[chain[0]] + chain[1:]
-        elif chain[0] == "self" and len(chain) > 1 and env.cls:
-            attrs = self.class_aliases.get((env.path, env.cls), {})
-            if chain[1] in attrs:
-                chain = attrs[chain[1]] + chain[2:]
-        if chain[-1] != MODEL_ATTR:
-            return None
-        if any(marker in part.lower() for part in chain for marker in DRAFT_MARKERS):
-            return "draft", chain
-        if TARGET_ATTR in chain and chain[-2:] == [RUNNER_ATTR, MODEL_ATTR]:
-            return "target", chain
-        if env.module == self.spec_package or env.module.startswith(self.spec_package + "."):
-            # Inside the speculative package a worker *is* the draft worker: its own
-            # model_runner holds the draft model. The target is only reached
-            # through target_worker (handled above).
-            if chain[-2:] == [RUNNER_ATTR, MODEL_ATTR] or chain == ["self", MODEL_ATTR]:
-                return "draft", chain
-            return None
-        if chain[-2:] == [RUNNER_ATTR, MODEL_ATTR] and len(chain) >= 2:
-            return "target", chain
-        if chain == ["self", MODEL_ATTR] and env.cls in self.runner_classes:
-            return "target", chain
-        return None
+def speculative(word: str) -> bool:
+    return word not in NOT_SPEC and SPEC_WORD.search(word.lower()) is not None
 
 
-def _import_from(node: ast.ImportFrom, module: str) -> dict[str, str]:
-    base = node.module or ""
-    if node.level:
-        parent = module.split(".")[: -node.level] if node.level else []
-        base = ".".join(parent + ([base] if base else []))
-    return {(a.asname or a.name): f"{base}.{a.name}" for a in node.names if a.name != "*"}
-
-
-def _imports(tree: ast.Module, module: str) -> dict[str, str]:
-    """Module-level names bound by imports: name -> dotted origin."""
-    out: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            out.update(_import_from(node, module))
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    out[a.asname] = a.name
-                else:
-                    out[a.name.split(".")[0]] = a.name.split(".")[0]
-        elif isinstance(node, ast.If):  # TYPE_CHECKING blocks
-            for sub in node.body:
-                if isinstance(sub, ast.ImportFrom):
-                    out.update(_import_from(sub, module))
-    return out
+def words(node: ast.AST) -> list[str]:
+    """Every name and attribute in an expression."""
+    return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))]
 
 
 # --------------------------------------------------------------------------
-# Scanning: calls on models, and assignments that make flags
+# Calls on models, with their path conditions
 # --------------------------------------------------------------------------
 
 
 @dataclass
-class _Scan:
-    calls: list[CallSite] = field(default_factory=list)
-    # attribute -> [(falsy constant?, context)]
-    assigns: dict[str, list[tuple[bool, str]]] = field(default_factory=dict)
-    # the path conditions of each target call, and of each attribute assignment
-    call_conds: list[tuple] = field(default_factory=list)
-    assign_conds: dict[str, list[tuple]] = field(default_factory=dict)
+class Frame:
+    """Where the walk is: the scope, what its names hold, and the conditions that lead here."""
 
-    def condition_names(self) -> set[str]:
-        """Attribute names that can decide whether a target call runs, directly or
-        through the condition an attribute was set under: the only candidate flags."""
-        out: set[str] = set()
-        todo = list(self.call_conds)
-        while todo:
-            for test, _, _ in todo.pop():
-                for node in ast.walk(test):
-                    name = node.attr if isinstance(node, ast.Attribute) else None
-                    if name and name not in out:
-                        out.add(name)
-                        todo.extend(self.assign_conds.get(name, ()))
-        return out
+    module: str
+    path: str
+    lines: list[str]
+    spec_pkg: bool  # inside the speculative package: a runner there is the draft's unless shown otherwise
+    cls: ast.ClassDef | None = None
+    runner: bool = False  # `self` is a ModelRunner
+    aliases: dict = field(default_factory=dict)  # name -> (role, canonical receiver)
+    imports: dict = field(default_factory=dict)  # imports inside the function
+    conds: tuple = ()  # (test, polarity, (receiver, method) pairs it proves present, arguments its names stand for)
+    arguments: dict = field(default_factory=dict)  # parameter -> the caller's argument expression
+    on_path: bool = False  # in an EAGLE-3 worker module, or reached from the EAGLE-3 path
+    guard: str = ""  # an enclosing `except AttributeError`
+    depth: int = 0
+
+    def but(self, **changes) -> Frame:
+        return Frame(**{**self.__dict__, **changes})
 
 
-class _Scanner:
-    """Walks one module with the path condition of every statement and expression."""
+class Scan:
+    """Walks modules and the functions the target is passed to; records every call on a model."""
 
-    def __init__(self, audit: _Audit, path: str, out: _Scan):
-        self.audit = audit
-        self.path = path
-        self.module = audit.tree.module_of(path)
-        self.out = out
-        self.lines = audit.tree.text(path).split("\n")
+    def __init__(self, tree: Tree, spec: Spec, runner_names: set[str]):
+        self.tree, self.spec, self.runner_names = tree, spec, runner_names
+        self.spec_pkg = SPEC_MODULE.rsplit(".", 1)[0] + "."
+        self.sites: list[tuple[CallSite, tuple, bool, str]] = []  # (site, conds, on_path, role)
+        self.flag_sets: list[tuple[str, tuple]] = []  # (attribute set to a true constant, conds)
+        self._class_aliases: dict[int, dict] = {}
+        self._followed: set = set()
 
-    def relevant(self, node: ast.AST, env: _Env) -> bool:
-        """Can this expression hold a call on a model? (Skipping the rest halves the audit's time.)"""
-        lines = self.lines[node.lineno - 1 : node.end_lineno]
-        names = [f"{a}." for a in env.aliases]
-        if env.cls:
-            names += [f".{a}." for a in self.audit.class_aliases.get((env.path, env.cls), ())]
-        return any(
-            f".{MODEL_ATTR}." in line or "getattr(" in line or any(n in line for n in names) for line in lines
-        )
+    def frame(self, module: str, **kw) -> Frame:
+        rel = self.tree.modules[module]
+        return Frame(module, rel, self.tree.text(rel).split("\n"), module.startswith(self.spec_pkg), **kw)
 
-    def run(self) -> None:
-        tree = self.audit.tree.parse(self.path)
-        self.block(tree.body, (), _Env(self.module, self.path))
+    def module(self, module: str, on_path: bool) -> None:
+        self.block(self.tree.parse(module).body, self.frame(module, on_path=on_path))
+
+    # values ----------------------------------------------------------------
+
+    def value(self, node: ast.AST, f: Frame) -> tuple[str, str] | None:
+        """(role, canonical receiver) of an expression that holds a model, runner or worker; else None."""
+        if isinstance(node, ast.Name):
+            name = node.id
+            if name in f.aliases:
+                return f.aliases[name]
+            if name == "self":
+                return (RUNNER, f"self@{f.cls.name}") if f.runner else None
+            role = self.named(name, f, is_self=False)
+            return (role, name) if role else None
+        if isinstance(node, (ast.Subscript, ast.Call)):
+            inner = self.value(node.value if isinstance(node, ast.Subscript) else node.func, f)
+            return (DRAFT, inner[1] + "()") if inner and inner[0] == DRAFT else None
+        if not isinstance(node, ast.Attribute):
+            return None
+        base = self.value(node.value, f)
+        canon = f"{base[1] if base else self.canon(node.value, f)}.{node.attr}"
+        if any(m in node.attr.lower() for m in DRAFT_MARKERS) or (base and base[0] == DRAFT):
+            return DRAFT, canon
+        if base:
+            step = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, ("loose runner", MODEL_ATTR): LOOSE}
+            role = step.get((base[0], node.attr))
+            return (role, canon) if role else None
+        is_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+        if is_self and f.cls is not None and node.attr in self.class_aliases(f):
+            return self.class_aliases(f)[node.attr]
+        role = self.named(node.attr, f, is_self)
+        return (role, canon) if role else None
+
+    def named(self, name: str, f: Frame, is_self: bool) -> str | None:
+        if any(m in name.lower() for m in DRAFT_MARKERS):
+            return DRAFT
+        if name == TARGET_ATTR:
+            return WORKER
+        if not f.spec_pkg:
+            return RUNNER if name == RUNNER_ATTR else None
+        if name == RUNNER_ATTR and is_self:
+            return DRAFT  # a speculative worker's own runner holds the draft model
+        return "loose runner" if name.endswith("runner") else None
+
+    def canon(self, node: ast.AST, f: Frame) -> str:
+        got = self.value(node, f)
+        if got:
+            return got[1]
+        if isinstance(node, ast.Name):
+            return f"self@{f.cls.name}" if node.id == "self" and f.cls else node.id
+        if isinstance(node, ast.Attribute):
+            return f"{self.canon(node.value, f)}.{node.attr}"
+        return ast.unparse(node)
+
+    def class_aliases(self, f: Frame) -> dict:
+        """``self.x = <model, runner or worker>`` anywhere in the class makes ``self.x`` one in every method."""
+        key = id(f.cls)
+        if key not in self._class_aliases:
+            table = self._class_aliases[key] = {}
+            inner = f.but(aliases={})
+            todo = list(f.cls.body)
+            while todo:
+                stmt = todo.pop(0)
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    t = stmt.targets[0]
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                        got = self.value(stmt.value, inner)
+                        if got:
+                            table[t.attr] = got
+                for name in ("body", "orelse", "finalbody", "handlers"):
+                    todo.extend(s for s in getattr(stmt, name, ()) if not isinstance(s, ast.ClassDef))
+        return self._class_aliases[key]
 
     # statements ------------------------------------------------------------
 
-    def block(self, stmts: list[ast.stmt], conds: tuple, env: _Env) -> None:
+    def cond(self, test: ast.expr, polarity: bool, f: Frame, proves: bool = True) -> tuple:
+        via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
+        return test, polarity, frozenset(self.guards(test, polarity, f)) if proves else frozenset(), via
+
+    def guards(self, test: ast.expr, polarity: bool, f: Frame) -> set:
+        """(receiver, method) pairs that ``test`` being ``polarity`` proves present."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.guards(test.operand, not polarity, f)
+        if isinstance(test, ast.BoolOp):
+            parts = [self.guards(v, polarity, f) for v in test.values]
+            return set().union(*parts) if isinstance(test.op, ast.And) == polarity else set.intersection(*parts)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
+            if isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+                return self.guards(test.left, polarity, f)
+        if not polarity or not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)):
+            return set()
+        args = test.args
+        if test.func.id == "callable" and len(args) == 1:
+            return self.guards(args[0], True, f)
+        defaulted = len(args) == 3 and isinstance(args[2], ast.Constant) and not args[2].value
+        if (test.func.id == "hasattr" and len(args) == 2) or (test.func.id == "getattr" and defaulted):
+            if isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+                return {(self.canon(args[0], f), args[1].value)}
+        return set()
+
+    def block(self, stmts: list[ast.stmt], f: Frame) -> None:
         for stmt in stmts:
-            self.stmt(stmt, conds, env)
+            self.stmt(stmt, f)
             if isinstance(stmt, ast.If):
-                # `if not cond: return` guards the rest of the block. An exit by
-                # `raise` does too, but a missing method then still fails the
-                # server: it does not make a hasattr-checked call optional.
-                if _terminates(stmt.body) and not _terminates(stmt.orelse):
-                    conds = conds + ((stmt.test, False, not _raises(stmt.body)),)
-                elif _terminates(stmt.orelse) and not _terminates(stmt.body):
-                    conds = conds + ((stmt.test, True, not _raises(stmt.orelse)),)
+                # `if not ok: return` guards the rest of the block; an exit by `raise`
+                # does too, but then a missing method still fails the server.
+                if exits(stmt.body) and not exits(stmt.orelse):
+                    f = f.but(conds=f.conds + (self.cond(stmt.test, False, f, not raises(stmt.body)),))
+                elif exits(stmt.orelse) and not exits(stmt.body):
+                    f = f.but(conds=f.conds + (self.cond(stmt.test, True, f, not raises(stmt.orelse)),))
 
-    def stmt(self, stmt: ast.stmt, conds: tuple, env: _Env) -> None:
+    def stmt(self, stmt: ast.stmt, f: Frame) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner = _Env(env.module, env.path, env.cls, dict(env.aliases), "", True)
-            self.block(stmt.body, conds, inner)
-            return
-        if isinstance(stmt, ast.ClassDef):
-            cls_env = _Env(env.module, env.path, stmt.name)
-            if (env.path, stmt.name) not in self.audit.class_aliases:
-                self.audit.class_aliases[(env.path, stmt.name)] = self.attribute_aliases(stmt, cls_env)
-            self.block(stmt.body, conds, cls_env)
-            return
-        if isinstance(stmt, ast.If):
-            if self.relevant(stmt.test, env):
-                self.expr(stmt.test, conds, env)
-            self.block(stmt.body, conds + ((stmt.test, True, not _raises(stmt.orelse)),), env)
-            self.block(stmt.orelse, conds + ((stmt.test, False, not _raises(stmt.body)),), env)
-            return
-        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            guard = _try_guard(stmt)
-            body_env = env if not guard else _Env(env.module, env.path, env.cls, env.aliases, guard, env.in_function)
-            self.block(stmt.body, conds, body_env)
-            for handler in stmt.handlers:
-                self.block(handler.body, conds, env)
-            self.block(stmt.orelse, conds, env)
-            self.block(stmt.finalbody, conds, env)
-            return
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-            self.assignment(stmt, conds, env)
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                # `model = self.model_runner.model` makes `model` a model from here on.
-                got = self.audit.role(stmt.value, env)
-                if got:
-                    env.aliases[stmt.targets[0].id] = got[1]
+            params = {a.arg for a in ast.walk(stmt.args) if isinstance(a, ast.arg)}
+            aliases = {k: v for k, v in f.aliases.items() if k not in params}
+            self.block(stmt.body, f.but(aliases=aliases, imports=dict(f.imports)))
+        elif isinstance(stmt, ast.ClassDef):
+            bases = {(chain_of(b) or [""])[-1] for b in stmt.bases}
+            runner = stmt.name in self.runner_names or bool(bases & self.runner_names)
+            if runner:
+                self.runner_names.add(stmt.name)
+            self.block(stmt.body, f.but(cls=stmt, runner=runner, aliases={}))
+        elif isinstance(stmt, (ast.If, ast.While)):
+            self.expr(stmt.test, f, top=True)
+            other_raises = raises(stmt.orelse) if isinstance(stmt, ast.If) else False
+            self.block(stmt.body, f.but(conds=f.conds + (self.cond(stmt.test, True, f, not other_raises),)))
+            if isinstance(stmt, ast.If):
+                self.block(stmt.orelse, f.but(conds=f.conds + (self.cond(stmt.test, False, f, not raises(stmt.body)),)))
+            else:
+                self.block(stmt.orelse, f)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            self.block(stmt.body, f.but(guard=try_guard(stmt) or f.guard))
+            for part in [h.body for h in stmt.handlers] + [stmt.orelse, stmt.finalbody]:
+                self.block(part, f)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            f.imports.update(import_names(stmt, f.module))
+        else:
+            for value in ast.iter_child_nodes(stmt):
+                if isinstance(value, ast.stmt):
+                    self.block([value], f)
                 else:
-                    env.aliases.pop(stmt.targets[0].id, None)
-        for name, value in ast.iter_fields(stmt):
-            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
-                self.block(value, conds, env)
-            elif isinstance(value, list):
-                for item in value:
-                    if isinstance(item, ast.AST) and (not hasattr(item, "lineno") or self.relevant(item, env)):
-                        self.expr(item, conds, env)
-            elif isinstance(value, ast.AST):
-                if not hasattr(value, "lineno") or self.relevant(value, env):
-                    self.expr(value, conds, env)
+                    self.expr(value, f, top=True)
+            if isinstance(stmt, ast.Assign):
+                self.assign(stmt, f)
 
-    def assignment(self, stmt, conds: tuple, env: _Env) -> None:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        value = stmt.value
-        for target in targets:
-            name = None
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
-                name = target.attr
-            elif isinstance(target, ast.Name) and env.cls is not None and not env.in_function and not conds:
-                name = target.id  # class-level default (dataclass field, class attribute)
-            if name is None or value is None and isinstance(stmt, ast.AnnAssign):
-                continue
-            # Flags come from conditions only: in a worker module every
-            # attribute is set on the EAGLE-3 path, and that alone says nothing.
-            context = self.audit.context(conds, env, by_condition=True)
-            self.out.assigns.setdefault(name, []).append((_is_falsy_const(value), context))
-            if conds:
-                self.out.assign_conds.setdefault(name, []).append(conds)
-
-    def attribute_aliases(self, cls: ast.ClassDef, env: _Env) -> dict[str, list[str]]:
-        """``self.target_model = self.target_worker.model_runner.model`` makes ``self.target_model`` a model."""
-        out: dict[str, list[str]] = {}
-        text = "\n".join(self.lines[cls.lineno - 1 : cls.end_lineno])
-        if not _MODEL_ALIAS.search(text):
-            return out
-        for node in ast.walk(cls):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target = node.targets[0]
-                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-                    if target.value.id == "self" and target.attr != MODEL_ATTR:
-                        got = self.audit.role(node.value, env)
-                        if got:
-                            out[target.attr] = got[1]
-        return out
+    def assign(self, stmt: ast.Assign, f: Frame) -> None:
+        for t in stmt.targets:
+            if isinstance(t, ast.Name):
+                got = self.value(stmt.value, f) if len(stmt.targets) == 1 else None
+                if got:
+                    f.aliases[t.id] = got
+                else:
+                    f.aliases.pop(t.id, None)
+            elif isinstance(t, ast.Attribute) and isinstance(stmt.value, ast.Constant) and stmt.value.value is True:
+                self.flag_sets.append((t.attr, f.conds))
+            elif isinstance(t, ast.Tuple):
+                for elt in t.elts:
+                    if isinstance(elt, ast.Name):
+                        f.aliases.pop(elt.id, None)
 
     # expressions -----------------------------------------------------------
 
-    def expr(self, node: ast.AST, conds: tuple, env: _Env) -> None:
+    def relevant(self, node: ast.AST, f: Frame) -> bool:
+        """Can this expression hold a model, runner or worker? (Skipping the rest keeps the walk fast.)"""
+        if not hasattr(node, "lineno"):
+            return True
+        text = "\n".join(f.lines[node.lineno - 1 : node.end_lineno])
+        if "model" in text or "target" in text or (f.runner and "self" in text):
+            return True
+        if any(a in text for a in f.aliases):
+            return True
+        return f.cls is not None and any(a in text for a in self.class_aliases(f))
+
+    def expr(self, node: ast.AST, f: Frame, top: bool = False) -> None:
+        if top and not self.relevant(node, f):
+            return
         if isinstance(node, ast.BoolOp):
-            prior: tuple = ()
+            conds = f.conds
             for value in node.values:
-                self.expr(value, conds + prior, env)
-                prior = prior + ((value, isinstance(node.op, ast.And), True),)
+                self.expr(value, f.but(conds=conds))
+                conds = conds + (self.cond(value, isinstance(node.op, ast.And), f),)
             return
         if isinstance(node, ast.IfExp):
-            self.expr(node.test, conds, env)
-            self.expr(node.body, conds + ((node.test, True, True),), env)
-            self.expr(node.orelse, conds + ((node.test, False, True),), env)
+            self.expr(node.test, f)
+            self.expr(node.body, f.but(conds=f.conds + (self.cond(node.test, True, f),)))
+            self.expr(node.orelse, f.but(conds=f.conds + (self.cond(node.test, False, f),)))
             return
         if isinstance(node, ast.Call):
-            self.call(node, conds, env)
-        if isinstance(node, ast.Lambda):
-            self.expr(node.body, conds, env)
-            return
+            self.call(node, f)
         for child in ast.iter_child_nodes(node):
-            self.expr(child, conds, env)
+            self.expr(child, f)
 
-    def call(self, node: ast.Call, conds: tuple, env: _Env) -> None:
-        func = node.func
+    def call(self, node: ast.Call, f: Frame) -> None:
+        func, guard, recv = node.func, f.guard, None
         if isinstance(func, ast.Attribute):
-            receiver, method, guard = func.value, func.attr, ""
-        elif (
-            isinstance(func, ast.Call)
-            and isinstance(func.func, ast.Name)
-            and func.func.id == "getattr"
-            and len(func.args) >= 2
-            and _const_str(func.args[1])
-        ):
-            # getattr(model, "m")(...) needs m; getattr(model, "m", default)(...) does not.
-            receiver, method = func.args[0], _const_str(func.args[1])
-            guard = "getattr default" if len(func.args) > 2 else ""
-        else:
-            return
-        got = self.audit.role(receiver, env)
-        if got is None:
-            return
-        context = self.audit.context(conds, env)
-        if context == EXCLUDED:
-            return
-        if not guard:
-            if any(_has_guard(test, method, pol) for test, pol, guards in conds if guards):
+            recv, method = func.value, func.attr
+        elif (isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr"
+              and len(func.args) >= 2 and isinstance(func.args[1], ast.Constant) and isinstance(func.args[1].value, str)):  # fmt: skip
+            # getattr(model, "m")(...) needs m; getattr(model, "m", default)(...) does not
+            recv, method = func.args[0], func.args[1].value
+            guard = guard or ("getattr default" if len(func.args) > 2 else "")
+        got = self.value(recv, f) if recv is not None else None
+        if got and (got[0] in (MODEL, LOOSE) or got[0] == DRAFT and got[1].endswith("." + MODEL_ATTR)):
+            if not guard and any((got[1], method) in c[2] for c in f.conds):
                 guard = "hasattr"
-            elif env.try_guard:
-                guard = env.try_guard
-        self.out.calls.append(
-            CallSite(self.path, node.lineno, method, ast.unparse(receiver), got[0], context, guard)
-        )
-        if got[0] == "target":
-            self.out.call_conds.append(conds)
+            star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+            site = CallSite(f.path, node.lineno, method, ast.unparse(recv), "draft" if got[0] == DRAFT else "target",
+                            guard, len(node.args), tuple(k.arg for k in node.keywords if k.arg), star)  # fmt: skip
+            self.sites.append((site, f.conds, f.on_path, got[0]))
+        if f.depth < MAX_DEPTH:
+            passed = [(i, self.value(a, f)) for i, a in enumerate(node.args)]
+            passed += [(k.arg, self.value(k.value, f)) for k in node.keywords if k.arg]
+            passed = [(slot, v) for slot, v in passed if v and v[0] in TARGET_ROLES]
+            if passed:
+                self.follow(func, passed, node.args, node.keywords, f)
+
+    def follow(self, func: ast.expr, passed: list, args: list, keywords: list, f: Frame) -> None:
+        """Walk the function or method the target is passed to, with the parameter bound to it."""
+        found, cls, drop = None, None, False
+        if isinstance(func, ast.Name):
+            origin = f.imports.get(func.id)
+            found = self.tree.resolve(*origin.rsplit(".", 1)) if origin and "." in origin else self.tree.resolve(f.module, func.id)
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            if func.value.id == "self" and f.cls is not None:
+                found, drop = (f.module, f.cls.body and Cls(f.cls.name, f.module, f.path, f.cls).body(func.attr)), True
+                cls = f.cls
+            else:
+                mod = f.imports.get(func.value.id) or self.tree.resolve(f.module, func.value.id)
+                if isinstance(mod, str) and mod in self.tree.modules:
+                    found = self.tree.resolve(mod, func.attr)
+        if not isinstance(found, tuple) or found[1] is None:
+            return
+        module, fn = found
+        if isinstance(fn, ast.ClassDef):
+            cls, drop = fn, True
+            fn = Cls(fn.name, module, self.tree.modules[module], fn).body("__init__")
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1 if drop else 0 :]
+        names = set(params) | {a.arg for a in fn.args.kwonlyargs}
+
+        def param(slot):
+            return params[slot] if isinstance(slot, int) and slot < len(params) else slot if slot in names else None
+
+        binding = {param(slot): v for slot, v in passed if param(slot)}
+        # A flag passed in keeps its meaning under the parameter's name: `if enabled:`
+        arguments = {param(i): a for i, a in enumerate(args)} | {param(k.arg): k.value for k in keywords if k.arg}
+        arguments.pop(None, None)
+        key = (id(fn), tuple(sorted(binding.items())), tuple(id(c[0]) for c in f.conds), f.on_path, f.guard)
+        if not binding or key in self._followed:
+            return
+        self._followed.add(key)
+        runner = cls is not None and cls.name in self.runner_names
+        inner = self.frame(module, cls=cls, runner=runner, aliases=binding, conds=f.conds, on_path=f.on_path,
+                           guard=f.guard, depth=f.depth + 1, arguments=arguments)  # fmt: skip
+        self.block(fn.body, inner)
+
+    # after the walk ----------------------------------------------------------
+
+    def flags(self) -> set[str]:
+        """Attributes set True under a condition that tests the algorithm and can hold under EAGLE3."""
+        out = set()
+        for name, conds in self.flag_sets:
+            if any(SPEC_ALGO.search(w.lower()) for c in conds for w in words(c[0])):
+                if all(self.spec.value(t) & (YES if p else NO) for t, p, *_ in conds):
+                    out.add(name)
+        return out
+
+    def where(self, conds: tuple, on_path: bool) -> str:
+        """"on" the EAGLE-3 path, "off" it (runs, but not because of speculation), or "never" under EAGLE3."""
+        for test, polarity, _, via in conds:
+            value, mentions = self.spec.judge(test)
+            if not value & (YES if polarity else NO):
+                return "never"
+            on_path = on_path or mentions or any(self.spec.judge(a)[1] for a in via)
+        return "on" if on_path else "off"
 
 
-def _try_guard(node) -> str:
-    """``try: ... except AttributeError: <no raise>`` makes the body's calls optional."""
+def exits(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
+
+
+def raises(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Raise)
+
+
+def try_guard(node: ast.Try) -> str:
+    """``except AttributeError`` that neither raises nor leaves a name the body binds unset makes the body optional."""
+    bound = {t.id for s in node.body if isinstance(s, ast.Assign) for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
     for handler in node.handlers:
-        names = []
-        if handler.type is None:
-            names = ["BaseException"]
-        else:
-            for t in handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]:
-                chain = chain_of(t)
-                if chain:
-                    names.append(chain[-1])
-        if set(names) & _GUARD_EXCEPTIONS and not any(isinstance(n, ast.Raise) for n in ast.walk(handler)):
-            return f"except {'/'.join(names)}"
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type] if handler.type else []
+        if "AttributeError" not in [(chain_of(t) or [""])[-1] for t in types]:
+            continue
+        if any(isinstance(n, ast.Raise) for n in ast.walk(handler)):
+            continue
+        sets = {t.id for n in ast.walk(handler) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) for t in [n]}
+        if bound <= sets or exits(handler.body):
+            return "except AttributeError"
     return ""
 
 
 # --------------------------------------------------------------------------
-# The architecture class: registry and inheritance
+# The architecture class and what it provides
 # --------------------------------------------------------------------------
 
 
-@dataclass
-class _ClassInfo:
-    name: str
-    path: str
-    line: int
-    methods: dict[str, int]  # name -> line
-    bases: list[tuple[str, str | None]]  # (as written, resolved "module.Class" or None)
-
-
-class _Classes:
-    def __init__(self, tree: Tree):
-        self.tree = tree
-        self._cache: dict[tuple[str, str], _ClassInfo | None] = {}
-
-    def lookup(self, module: str, name: str, depth: int = 0) -> _ClassInfo | None:
-        """Class ``name`` as seen from ``module``: defined there, or imported into it."""
-        key = (module, name)
-        if key in self._cache:
-            return self._cache[key]
-        self._cache[key] = None  # cycles
-        path = self.tree.by_module.get(module)
-        info = None
-        if path is not None and depth < 20:
-            tree = self.tree.parse(path)
-            node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
-            if node is not None:
-                info = self._info(node, path, module)
-            else:
-                origin = _imports(tree, module).get(name)
-                if origin and "." in origin:
-                    mod, _, cls = origin.rpartition(".")
-                    info = self.lookup(mod, cls, depth + 1)
-        self._cache[key] = info
-        return info
-
-    def _info(self, node: ast.ClassDef, path: str, module: str) -> _ClassInfo:
-        methods: dict[str, int] = {}
-        for stmt in node.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                methods[stmt.name] = stmt.lineno
-            elif isinstance(stmt, ast.Assign):
-                for t in stmt.targets:
-                    if isinstance(t, ast.Name):
-                        methods[t.id] = stmt.lineno
-        imports = _imports(self.tree.parse(path), module)
-        local = {n.name for n in self.tree.parse(path).body if isinstance(n, ast.ClassDef)}
-        bases = []
-        for base in node.bases:
-            written = ast.unparse(base)
-            chain = chain_of(base)
-            resolved = None
-            if chain and "()" not in chain and "[]" not in chain:
-                if len(chain) == 1 and chain[0] in local:
-                    resolved = f"{module}.{chain[0]}"
-                elif chain[0] in imports:
-                    resolved = ".".join([imports[chain[0]]] + chain[1:])
-            bases.append((written, resolved))
-        return _ClassInfo(node.name, path, node.lineno, methods, bases)
-
-    def mro(self, info: _ClassInfo) -> tuple[list[_ClassInfo], list[str]]:
-        """In-tree classes, depth-first in base order, and the bases outside the tree."""
-        seen: list[_ClassInfo] = []
-        external: list[str] = []
-
-        def visit(ci: _ClassInfo):
-            if any(c.path == ci.path and c.name == ci.name for c in seen):
-                return
-            seen.append(ci)
-            for written, resolved in ci.bases:
-                base = None
-                if resolved and resolved.startswith("sglang."):
-                    mod, _, cls = resolved.rpartition(".")
-                    base = self.lookup(mod, cls)
-                if base is None:
-                    label = resolved or written
-                    if label not in ("object", "Generic") and not label.startswith(("Generic[", "typing.")):
-                        if label not in external:
-                            external.append(label)
-                else:
-                    visit(base)
-
-        visit(info)
-        return seen, external
-
-
-def resolve_arch(tree: Tree, arch: str) -> _ClassInfo:
-    """The class SGLang's registry serves for ``arch`` (a config.json ``architectures`` entry)."""
-    models = "/".join(("sglang",) + MODELS_PACKAGE) + "/"
-    candidates = [p for p in tree.paths if p.startswith(models)]
-    if not candidates:
-        raise UserError(f"{tree.src}: no {models} in this tree; it is not an SGLang runtime tree")
-    registry = re.compile(rf"^{REGISTRY_NAME}\s*=", re.M)
-    classes = _Classes(tree)
-    for path in tree.grep(arch, candidates, pattern=registry):
-        module = tree.module_of(path)
-        for node in tree.parse(path).body:
-            if not (isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == REGISTRY_NAME for t in node.targets
-            )):
-                continue
-            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
-            for value in values:
-                chain = chain_of(value)
-                if chain and chain[-1] == arch:
-                    info = classes.lookup(module, arch)
-                    if info is not None:
-                        return info
-    served = sorted(
-        {
-            name
-            for path in tree.grep(REGISTRY_NAME, candidates, pattern=registry)
-            for line in re.findall(rf"^{REGISTRY_NAME}\s*=\s*(\[[^\]]*\]|\S+)", tree.text(path), re.M)
-            for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", line)
-        }
-    )
-    close = difflib.get_close_matches(arch, served, n=3)
+def find_arch(tree: Tree, arch: str) -> Cls:
+    """The class SGLang's registry serves for ``arch``: an ``EntryClass`` entry of a top-level models module."""
+    depth = MODELS_PACKAGE.count(".") + 1
+    models = [m for m in tree.modules if m.startswith(MODELS_PACKAGE + ".") and m.count(".") == depth]
+    if not models:
+        raise UserError(f"{tree.src}: no {MODELS_PACKAGE} in this tree; it is not an SGLang runtime tree")
+    for module in sorted(models):
+        text = tree.text(tree.modules[module])
+        if REGISTRY_NAME not in text or arch not in text:
+            continue
+        for node in tree.parse(module).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == REGISTRY_NAME for t in node.targets):
+                for entry in node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]:
+                    c = tree.cls(module, entry.id) if isinstance(entry, ast.Name) else None
+                    if c is not None and c.name == arch:
+                        return c
+    entries = rf"^{REGISTRY_NAME}\s*=\s*(\[[^\]]*\]|\S+)"
+    served = {w for m in models for line in re.findall(entries, tree.text(tree.modules[m]), re.M) for w in re.findall(r"\w+", line)}
+    close = difflib.get_close_matches(arch, sorted(served), n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    raise UserError(
-        f"{arch}: no model class of that name in the registry ({REGISTRY_NAME} in {models}*.py) of {tree.src}{hint}"
-    )
+    raise UserError(f"{arch}: no model class of that name in the registry ({REGISTRY_NAME} in {MODELS_PACKAGE}) of {tree.src}{hint}")
+
+
+@dataclass
+class Provider:
+    kind: str  # "def", "attribute", "torch", "absent", "not a method", "undecided"
+    where: str = ""
+    args: ast.arguments | None = None
+    drop_first: bool = True  # the first parameter is self (or cls)
+
+    def problem(self, site: CallSite) -> str:
+        """Why ``site`` would fail against this provider; "" if it binds."""
+        if self.kind in ("absent", "not a method"):
+            return self.where if self.kind == "not a method" else ""
+        if self.args is None or site.star:
+            return ""
+        a = self.args
+        params = [p.arg for p in a.posonlyargs + a.args]
+        required = params[: len(params) - len(a.defaults)]
+        if self.drop_first:
+            if not params and not a.vararg:
+                return f"{self.where} takes no self"
+            params, required = params[1:], required[1:]
+        named = set(params[max(0, len(a.posonlyargs) - self.drop_first):]) | {k.arg for k in a.kwonlyargs}
+        if site.args > len(params) and not a.vararg:
+            return f"{self.where} takes {len(params)} positional arguments; called with {site.args}"
+        bound = set(params[: site.args])
+        for kw in site.keywords:
+            if kw in bound or (kw not in named and not a.kwarg):
+                return f"{self.where} has no parameter {kw!r} for that call"
+        bound |= set(site.keywords)
+        lacking = [p for p in required if p not in bound]
+        lacking += [k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is None and k.arg not in bound]
+        return f"{self.where} needs {lacking[0]!r}, which that call does not pass" if lacking else ""
+
+
+def provider(tree: Tree, arch: Cls, method: str) -> Provider:
+    """Where ``arch`` gets ``method``, by Python's own lookup: instance attributes, then the MRO."""
+    order = tree.mro(arch)
+    for c in order:
+        init = c.body("__init__") if isinstance(c, Cls) else None
+        for node in ast.walk(init) if isinstance(init, ast.FunctionDef) else ():
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == method and getattr(t.value, "id", "") == "self" for t in node.targets
+            ):
+                where = f"{c.name}.__init__ ({c.path}:{node.lineno})"
+                if isinstance(node.value, ast.Constant):
+                    return Provider("not a method", f"{where} sets it to {node.value.value!r}")
+                return Provider("attribute", f"attribute set in {where}")
+    unknown = []
+    for c in order:
+        if not isinstance(c, Cls):
+            if c in (NN_MODULE, "torch.nn.modules.module.Module") and method in NN_MODULE_METHODS:
+                return Provider("torch", NN_MODULE)
+            if c not in KNOWN_BASES:
+                unknown.append(c)
+            continue
+        stmt = c.body(method)
+        if stmt is None:
+            continue
+        where = f"{c.name}.{method} ({c.path}:{stmt.lineno})"
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            decorators = {(chain_of(d.func if isinstance(d, ast.Call) else d) or [""])[-1] for d in stmt.decorator_list}
+            if decorators & PROPERTIES:
+                return Provider("not a method", f"{where} is a property, not a method")
+            return Provider("def", where, stmt.args, "staticmethod" not in decorators)
+        value = stmt.value
+        if isinstance(value, ast.Lambda):
+            return Provider("def", where, value.args)
+        if isinstance(value, ast.Name):
+            fn = c.body(value.id) or (tree.resolve(c.module, value.id) or (None, None))[1]
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return Provider("def", f"{where} = {value.id}", fn.args)
+        if isinstance(value, ast.Constant):
+            return Provider("not a method", f"{where} is {value.value!r}, not a method")
+        return Provider("undecided", f"{where} is assigned from {ast.unparse(value)}, which the audit cannot evaluate")
+    dynamic = [c for c in order if isinstance(c, Cls) and c.body("__getattr__") is not None]
+    if dynamic:
+        return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it")
+    if unknown:
+        return Provider("undecided", f"its base {unknown[0]} is outside the tree")
+    return Provider("absent")
 
 
 # --------------------------------------------------------------------------
 # The audit
 # --------------------------------------------------------------------------
-
-
-def derive(tree: Tree) -> tuple[_Audit, _Scan]:
-    """Every call on a model that the tree makes, classified, and the audit state behind it."""
-    audit = _Audit(tree)
-    runner_def = re.compile(rf"^\s*class\s+{RUNNER_CLASS}\b", re.M)
-    if not tree.grep(f"class {RUNNER_CLASS}", pattern=runner_def):
-        raise UserError(
-            f"{tree.src}: class {RUNNER_CLASS} not found; this SGLang layout is not one the audit knows "
-            f"(sglang_stack/patching/audit.py)"
-        )
-    worker_paths = {tree.by_module[mod] for mod, _ in audit.workers}
-    # A file that names no predicate, no EAGLE3, no target_worker and no flag
-    # has no EAGLE-3 condition and no target call: it need not be parsed.
-    # A file that names no predicate on a speculative-algorithm receiver, no EAGLE3,
-    # no target_worker and no flag has no EAGLE-3 condition and no target call on the
-    # EAGLE-3 path: it need not be parsed (a third of the cost is parsing).
-    predicates = sorted(audit.enum.predicates)
-    on_spec = re.compile(
-        rf"(?i)(spec|algo)[\w.]*(\([^()]*\))?\.({'|'.join(map(re.escape, predicates))})\("
-    )
-    atom_files = set(tree.grep([f".{p}(" for p in predicates], pattern=on_spec))
-    _runner_classes(audit, tree)
-    files: set[str] = set()
-    for _ in range(10):
-        # Files only join, so a flag that a newly read file sets truthy drops out again.
-        files |= atom_files | set(tree.grep([EAGLE3_MEMBER, TARGET_ATTR] + sorted(audit.flags))) | worker_paths
-        scan = _Scan()
-        for path in sorted(files):
-            _Scanner(audit, path, scan).run()
-        deciding = scan.condition_names()
-        flags = {
-            name
-            for name, seen in scan.assigns.items()
-            if name in deciding
-            and any(ctx == EAGLE3 and not falsy for falsy, ctx in seen)
-            and all(falsy for falsy, ctx in seen if ctx != EAGLE3)
-        }
-        if flags == audit.flags and not set(tree.grep(sorted(flags))) - files:
-            return audit, scan
-        audit.flags = flags
-    raise UserError(f"{tree.src}: the EAGLE-3 flags do not settle ({', '.join(sorted(audit.flags))}); see sglang_stack/patching/audit.py")
-
-
-def _runner_classes(audit: _Audit, tree: Tree) -> None:
-    """ModelRunner, its in-tree subclasses and its mixins: in all of them ``self.model`` is the model."""
-    definition = re.compile(rf"^class\s+{RUNNER_CLASS}\b", re.M)
-    for path in tree.grep(f"class {RUNNER_CLASS}", pattern=definition):
-        for node in tree.parse(path).body:
-            if isinstance(node, ast.ClassDef) and node.name == RUNNER_CLASS:
-                audit.runner_classes.update((chain_of(b) or [""])[-1] for b in node.bases)
-    audit.runner_classes -= {"", "object"}
-    subclass = re.compile(rf"^\s*class\s+\w+\([^)]*\b{RUNNER_CLASS}\b", re.M)
-    files = tree.grep(RUNNER_CLASS, pattern=subclass)
-    found = {RUNNER_CLASS}
-    changed = True
-    while changed:
-        changed = False
-        for path in files:
-            for node in ast.walk(tree.parse(path)):
-                if isinstance(node, ast.ClassDef) and node.name not in found:
-                    if any((chain_of(b) or [""])[-1] in found for b in node.bases):
-                        found.add(node.name)
-                        changed = True
-    audit.runner_classes |= found
 
 
 def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
@@ -1052,56 +958,148 @@ def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
     ``sglang_src`` is the directory that contains ``sglang/``. Raises
     ``UserError`` for a tree or an architecture the audit cannot read.
     """
+    # Parsing makes millions of objects and no garbage cycles; the collector's passes
+    # over them cost more than the parsing itself.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _audit(Path(sglang_src), arch)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _audit(sglang_src: Path, arch: str) -> Report:
     started = time.perf_counter()
     tree = Tree(Path(sglang_src))
-    state, scan = derive(tree)
-    info = resolve_arch(tree, arch)
-    classes = _Classes(tree)
-    mro, external = classes.mro(info)
+    spec = Spec(tree)
+    workers = spec.workers(tree)
+    runner = tree.cls(RUNNER_MODULE, RUNNER_CLASS) if RUNNER_MODULE in tree.modules else None
+    if runner is None:
+        raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; this SGLang layout is not one "
+                        f"the audit knows (sglang_stack/patching/audit.py)")  # fmt: skip
+    runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
+    scan = Scan(tree, spec, {c.name for c in runners})
+    on_path = {c.module for c in workers}
+    # The target model is `<runner>.model`, and every runner is rooted at `model_runner`,
+    # `target_worker` or a ModelRunner's `self`: a module that names neither root, or
+    # never reads `.model`, holds no call on it. Others are reached by following the target.
+    roots = {m for m, rel in tree.modules.items() if ROOTS.search(tree.text(rel)) and DOT_MODEL.search(tree.text(rel))}
+    for module in sorted(on_path | roots | {c.module for c in runners}):
+        scan.module(module, module in on_path)
+    spec.flags = scan.flags()
 
-    def group(sites):
-        out: dict[str, list[CallSite]] = {}
-        for s in sorted(sites, key=lambda s: (s.path, s.line)):
-            out.setdefault(s.method, []).append(s)
-        return {m: tuple(v) for m, v in out.items()}
+    records: dict[tuple, list] = {}
+    for site, conds, base, role in scan.sites:
+        where = scan.where(conds, base)
+        if where == "never":
+            continue
+        if role == LOOSE and where == "on":
+            raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 path, "
+                            f"but the audit cannot tell whether {site.receiver} is the target or the draft model "
+                            f"(the target is reached through {TARGET_ATTR}); see sglang_stack/patching/audit.py")  # fmt: skip
+        records.setdefault((role, site.path, site.line, site.method), []).append((where, site))
+    on: dict[str, list[CallSite]] = {}
+    outside: dict[str, list[CallSite]] = {}
+    draft: dict[str, list[CallSite]] = {}
+    for (role, *_), found in sorted(records.items(), key=lambda kv: kv[0][1:]):
+        hits = [s for w, s in found if w == "on"]
+        unguarded = [s for s in hits if not s.guard]
+        site = (unguarded or hits or [found[0][1]])[0]
+        group = (draft if role == DRAFT else on) if hits else outside if role == MODEL else None
+        if group is not None:
+            group.setdefault(site.method, []).append(site)
+    required = {m: tuple(s for s in ss if not s.guard) for m, ss in on.items() if any(not s.guard for s in ss)}
+    optional = {m: tuple(ss) for m, ss in on.items() if m not in required}
+    if not on:
+        raise UserError(f"{tree.src}: found no call on the target model on the EAGLE-3 path; the audit no longer "
+                        f"understands this SGLang layout (sglang_stack/patching/audit.py), so it cannot pass it")  # fmt: skip
 
-    target = [s for s in scan.calls if s.role == "target"]
-    required = group(s for s in target if s.context == EAGLE3 and not s.guard)
-    optional = group(s for s in target if s.context == EAGLE3 and s.guard and s.method not in required)
-    outside = group(s for s in target if s.context == GENERAL and s.method not in required)
-    draft = group(s for s in scan.calls if s.role == "draft" and s.context == EAGLE3)
-    if not required:
-        raise UserError(
-            f"{tree.src}: found no call on the target model on the EAGLE-3 path; the audit no longer "
-            f"understands this SGLang layout (sglang_stack/patching/audit.py), so it cannot pass it"
-        )
-    providers: dict[str, str] = {}
-    missing: list[Missing] = []
-    for method, sites in required.items():
-        owner = next((c for c in mro if method in c.methods), None)
-        if owner is None:
-            missing.append(Missing(method, sites))
+    info = find_arch(tree, arch)
+    providers, missing, undecided = {}, [], []
+    for method, sites in on.items():
+        p = provider(tree, info, method)
+        if p.kind == "absent":
+            if method in required:
+                missing.append(Missing(method, required[method]))
+        elif p.kind == "undecided":
+            if method in required:
+                undecided.append(Missing(method, required[method], p.where))
         else:
-            providers[method] = f"{owner.name} ({owner.path}:{owner.methods[method]})"
+            bad = [(s, p.problem(s)) for s in sites]
+            bad = [(s, why) for s, why in bad if why]
+            if bad:
+                missing.append(Missing(method, tuple(s for s, _ in bad), bad[0][1]))
+            else:
+                providers[method] = p.where
     missing.sort(key=lambda m: (m.sites[0].path, m.sites[0].line))
-    dynamic = [f"{c.name} ({c.path}:{c.methods['__getattr__']})" for c in mro if "__getattr__" in c.methods]
     return Report(
         arch=arch,
-        arch_site=f"{info.path}:{info.line}",
-        sglang_version=tree.version(),
+        arch_site=f"{info.path}:{info.node.lineno}",
+        sglang_version=tree_version(tree.src),
         required=required,
         optional=optional,
-        outside=outside,
-        draft=draft,
+        outside={m: tuple(ss) for m, ss in outside.items() if m not in on},
+        draft={m: tuple(ss) for m, ss in draft.items()},
         providers=providers,
         missing=missing,
-        external_bases=external,
-        dynamic=dynamic,
-        flags=sorted(state.flags),
-        workers=[f"{mod}.{cls}" for mod, cls in state.workers],
-        files_read=tree.files_parsed,
+        undecided=undecided,
+        external_bases=[b for b in tree.mro(info) if isinstance(b, str) and b not in ("object",)],
+        flags=sorted(spec.flags),
+        workers=[f"{c.module}.{c.name}" for c in workers],
+        files_read=tree.files_read,
         seconds=time.perf_counter() - started,
     )
+
+
+def confirm(report: Report, sglang_src: Path) -> Report:
+    """The dynamic half, where the model's imports work (torch installed: the image's runtime stage).
+
+    Imports the class the static half resolved and checks each method found on the
+    EAGLE-3 path with ``inspect.signature(...).bind`` against every call site. It
+    decides what the source could not (``__getattr__`` aside, which needs an
+    instance), and catches what the source hides: decorators that change a
+    signature, methods added at import time, bases outside the tree. It cannot
+    find the call sites; those come from the static half.
+    """
+    import importlib
+    import inspect
+    import sys
+
+    sys.path.insert(0, str(Path(sglang_src)))
+    module = report.arch_site.split(":")[0][:-3].replace("/", ".")
+    try:
+        cls = getattr(importlib.import_module(module), report.arch)
+    except Exception as err:  # an import that fails is the answer: say which and why
+        raise UserError(f"{module}.{report.arch}: cannot import for --dynamic: {type(err).__name__}: {err}") from None
+    sites = {m: report.required.get(m, ()) + report.optional.get(m, ()) for m in set(report.required) | set(report.optional)}
+    missing, undecided = [], []
+    for method, calls in sorted(sites.items()):
+        static = inspect.getattr_static(cls, method, None)
+        if static is None:
+            if "attribute set in" in report.providers.get(method, ""):
+                report.confirmed.append(f"{method}: an instance attribute; needs an instance to check")
+            elif method in report.required:
+                (undecided if "__getattr__" in str(report.undecided) else missing).append(Missing(method, report.required[method], "not on the imported class"))
+            continue
+        if isinstance(static, (property, type(None))) or not callable(getattr(cls, method)):
+            missing.append(Missing(method, calls, f"{type(static).__name__} on the imported class, not a method"))
+            continue
+        sig = inspect.signature(getattr(cls, method))
+        self_arg = () if isinstance(static, (staticmethod, classmethod)) else (object(),)
+        bad = []
+        for s in calls:
+            try:
+                s.star or sig.bind(*self_arg, *[None] * s.args, **{k: None for k in s.keywords})
+            except TypeError as err:
+                bad.append((s, str(err)))
+        if bad:
+            missing.append(Missing(method, tuple(s for s, _ in bad), f"{cls.__name__}.{method}{sig}: {bad[0][1]}"))
+        else:
+            report.confirmed.append(f"{method}{sig} binds all {len(calls)} call sites")
+    report.missing = sorted({m.method: m for m in report.missing + missing}.values(), key=lambda m: (m.sites[0].path, m.sites[0].line))
+    report.undecided = undecided
+    return report
 
 
 def arch_from_config(path: Path) -> str:
@@ -1118,38 +1116,6 @@ def arch_from_config(path: Path) -> str:
     return archs[0]
 
 
-# --------------------------------------------------------------------------
-# Command line (the image runs this right after patching)
-# --------------------------------------------------------------------------
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python3 -m sglang_stack.patching.audit",
-        description="Check, from the source, that a model class provides every method the EAGLE-3 path "
-        "calls on the target model. Exit 0: all present; 1: some missing (one line each); 2: bad input.",
-    )
-    parser.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--arch", help=f"model class name, as in config.json 'architectures' (default {DEFAULT_ARCH})")
-    which.add_argument("--model-config", type=Path, help="a model's config.json: audit its first 'architectures' entry")
-    parser.add_argument("--verbose", "-v", action="store_true", help="also list every call site and where each method comes from")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
-    arch = args.arch or (arch_from_config(args.model_config) if args.model_config else DEFAULT_ARCH)
-    report = audit(args.sglang_src, arch)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        for line in report.lines(verbose=args.verbose):
-            print(line)
-    return 0 if report.passed else 1
-
-
-if __name__ == "__main__":
-    run_main(main)
-
-
 def check_wheel(wheel: Path, patches_dir: Path, arch: str, workdir: Path, *, log=None) -> Report:
     """What ``invoke patch-check`` proves: the wheel unpacks, the series applies exactly, the audit passes.
 
@@ -1163,3 +1129,39 @@ def check_wheel(wheel: Path, patches_dir: Path, arch: str, workdir: Path, *, log
     say(f"unpacked {Path(wheel).name} into {site}")
     apply_series(site, patches_dir, strict=True, log=say)
     return audit(site, arch)
+
+
+# --------------------------------------------------------------------------
+# Command line (the image runs this right after patching)
+# --------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m sglang_stack.patching.audit",
+        description="Check, from the source, that a model class provides every method the EAGLE-3 path "
+        "calls on the target model. Exit 0: all present (or undecided, said so); 1: some missing "
+        "(one line each); 2: bad input, or a tree the audit no longer understands.",
+    )
+    parser.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--arch", help=f"model class name, as in config.json 'architectures' (default {DEFAULT_ARCH})")
+    which.add_argument("--model-config", type=Path, help="a model's config.json: audit its first 'architectures' entry")
+    parser.add_argument("--dynamic", action="store_true", help="also import the class (needs torch and SGLang's "
+                        "imports: the runtime image) and bind every call site to its real signature")  # fmt: skip
+    parser.add_argument("--verbose", "-v", action="store_true", help="also list every call site and where each method comes from")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    arch = args.arch or (arch_from_config(args.model_config) if args.model_config else DEFAULT_ARCH)
+    report = audit(args.sglang_src, arch)
+    if args.dynamic:
+        confirm(report, args.sglang_src)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print("\n".join(report.lines(verbose=args.verbose)))
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    run_main(main)
