@@ -436,6 +436,8 @@ def test_rule_the_eagle3_path(tmp_path, runner, method, where):
         ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.bare()\n    except:\n        pass", "bare", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    try:\n        y = self.model.unset()\n    except AttributeError:\n        pass\n    print(y)", "unset", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.reraised()\n    except AttributeError:\n        raise", "reraised", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    if hasattr(self.model, 'half'):\n        z = self.model.half()\n    print(z)", "half", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    if hasattr(self.model, 'local'):\n        z = self.model.local()\n        print(z)", "local", "optional"),
     ],
     ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
 )
@@ -475,6 +477,16 @@ def test_rule_the_target_is_followed_into_a_function_that_gets_its_runner(tmp_pa
     assert [str(s) for s in report.required["configured_through_a_runner"]] == [
         "sglang/srt/model_executor/runner_utils.py:4"
     ], sites(report.required)
+
+
+def test_rule_a_speculative_base_of_a_worker_class_is_on_the_path(tmp_path):
+    base = "class WorkerBase:\n    def share(self):\n        self.target_worker.model_runner.model.from_the_base()\n"
+    tree = synthetic(tmp_path, extra={"sglang/srt/speculative/worker_base.py": base})
+    worker = tree / "sglang/srt/speculative/eagle_worker.py"
+    text = worker.read_text().replace("class EAGLEWorker:", "class EAGLEWorker(WorkerBase):")
+    worker.write_text("from sglang.srt.speculative.worker_base import WorkerBase\n" + text)
+    report = audit.audit(tree, "Wrapped")
+    assert [str(s) for s in report.required.get("from_the_base", ())] == ["sglang/srt/speculative/worker_base.py:3"], sites(report.required)
 
 
 def test_rule_a_renamed_anchor_is_an_error_not_a_draft_call(tmp_path):

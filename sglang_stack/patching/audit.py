@@ -390,6 +390,7 @@ class Spec:
                 self.bodies[fn.name] = stmts[0].value
         self._values: dict[str, int] = {}
         self.flags: set[str] = set()
+        self.touched = False  # value() met a predicate or a comparison of the algorithm
         self._memo: dict[int, tuple[int, bool]] = {}
 
     def predicate(self, name: str) -> int:
@@ -420,13 +421,17 @@ class Spec:
             return ((v & YES) << 1) | ((v & NO) >> 1)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
             recv = node.func.value
-            if (in_enum and isinstance(recv, ast.Name) and recv.id == "self") or self.about_spec(recv):
+            # is_none() is on other enums too (the MoE all-to-all backend): the receiver must be the algorithm
+            if (in_enum and getattr(recv, "id", "") == "self") or any(speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)):
+                self.touched = True
                 return self.predicate(node.func.attr)
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
-                is_self = in_enum and isinstance(subject, ast.Name) and subject.id == "self"
+                is_self = in_enum and getattr(subject, "id", "") == "self"
                 named = self.refs(other)
-                if named is not None and (is_self or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
+                member = isinstance(other, ast.Attribute) or isinstance(other, (ast.Tuple, ast.List, ast.Set)) and any(isinstance(e, ast.Attribute) for e in other.elts)
+                if named is not None and (is_self or member or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
+                    self.touched = True
                     hit = EAGLE3 in named
                     if isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn)):
                         hit = not hit
@@ -440,16 +445,17 @@ class Spec:
             return YES if node.value else NO
         return EITHER
 
-    def about_spec(self, node: ast.expr) -> bool:
-        return any(speculative(w) or w == self.name for w in words(node))
-
     def judge(self, test: ast.expr) -> tuple[int, bool]:
-        """(value under EAGLE3, does it mention the algorithm or a flag), per condition node."""
+        """(value under EAGLE3, does it test the algorithm), per condition node."""
         key = id(test)
         if key not in self._memo:
-            named = words(test)
-            self._memo[key] = (self.value(test), any(speculative(w) or w in self.flags for w in named))
+            self.touched = False
+            self._memo[key] = (self.value(test), self.touched)
         return self._memo[key]
+
+    def mentions(self, test: ast.expr) -> bool:
+        """Does the condition test the algorithm, or name a flag (``spec``/``eagle`` in it, or set True under EAGLE-3)?"""
+        return self.judge(test)[1] or any(speculative(w) or w in self.flags for w in words(test))
 
     def workers(self, tree: Tree) -> list[Cls]:
         """The classes ``create_worker`` can return under EAGLE3."""
@@ -516,6 +522,7 @@ class Frame:
     on_path: bool = False  # in an EAGLE-3 worker module, or reached from the EAGLE-3 path
     guard: str = ""  # an enclosing `except AttributeError`
     depth: int = 0
+    scope: ast.AST | None = None  # the function (or module) being walked
 
     def but(self, **changes) -> Frame:
         return Frame(**{**self.__dict__, **changes})
@@ -524,8 +531,8 @@ class Frame:
 class Scan:
     """Walks modules and the functions the target is passed to; records every call on a model."""
 
-    def __init__(self, tree: Tree, spec: Spec, runner_names: set[str]):
-        self.tree, self.spec, self.runner_names = tree, spec, runner_names
+    def __init__(self, tree: Tree, spec: Spec, runner_names: set[str], on_classes: set):
+        self.tree, self.spec, self.runner_names, self.on_classes = tree, spec, runner_names, on_classes
         self.spec_pkg = SPEC_MODULE.rsplit(".", 1)[0] + "."
         self.sites: list[tuple[CallSite, tuple, bool, str]] = []  # (site, conds, on_path, role)
         self.flag_sets: list[tuple[str, tuple]] = []  # (attribute set to a true constant, conds)
@@ -537,7 +544,8 @@ class Scan:
         return Frame(module, rel, self.tree.text(rel).split("\n"), module.startswith(self.spec_pkg), **kw)
 
     def module(self, module: str, on_path: bool) -> None:
-        self.block(self.tree.parse(module).body, self.frame(module, on_path=on_path))
+        tree = self.tree.parse(module)
+        self.block(tree.body, self.frame(module, on_path=on_path, scope=tree))
 
     # values ----------------------------------------------------------------
 
@@ -612,9 +620,31 @@ class Scan:
 
     # statements ------------------------------------------------------------
 
-    def cond(self, test: ast.expr, polarity: bool, f: Frame, proves: bool = True) -> tuple:
+    def cond(self, test: ast.expr, polarity: bool, f: Frame, proves=True) -> tuple:
+        """A path condition. ``proves`` False: a check that raises proves nothing; (taken, skipped, stmt):
+        neither does one whose other branch leaves unset a name read after ``stmt``."""
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
-        return test, polarity, frozenset(self.guards(test, polarity, f)) if proves else frozenset(), via
+        guards = self.guards(test, polarity, f) if proves else ()
+        if guards and isinstance(proves, tuple) and self.unset(*proves, f):
+            guards = ()
+        return test, polarity, frozenset(guards), via
+
+    def unset(self, taken: list, skipped: list, after: ast.stmt, f: Frame) -> bool:
+        """Would running ``skipped`` instead of ``taken`` leave a name unset that the code after ``after`` reads?"""
+        if exits(skipped):
+            return False
+        bound = stored(taken) - stored(skipped)
+        return bool(bound) and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in bound
+                                   and n.lineno > after.end_lineno for n in ast.walk(f.scope))  # fmt: skip
+
+    def try_guard(self, node: ast.Try, f: Frame) -> str:
+        """``except AttributeError`` that neither raises nor leaves a name unset makes the body optional."""
+        for handler in node.handlers:
+            types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type] if handler.type else []
+            if "AttributeError" in [(chain_of(t) or [""])[-1] for t in types]:
+                if not any(isinstance(n, ast.Raise) for n in ast.walk(handler)) and not self.unset(node.body, handler.body, node, f):
+                    return "except AttributeError"
+        return ""
 
     def guards(self, test: ast.expr, polarity: bool, f: Frame) -> set:
         """(receiver, method) pairs that ``test`` being ``polarity`` proves present."""
@@ -652,23 +682,25 @@ class Scan:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             params = {a.arg for a in ast.walk(stmt.args) if isinstance(a, ast.arg)}
             aliases = {k: v for k, v in f.aliases.items() if k not in params}
-            self.block(stmt.body, f.but(aliases=aliases, imports=dict(f.imports)))
+            self.block(stmt.body, f.but(aliases=aliases, imports=dict(f.imports), scope=stmt))
         elif isinstance(stmt, ast.ClassDef):
             bases = {(chain_of(b) or [""])[-1] for b in stmt.bases}
             runner = stmt.name in self.runner_names or bool(bases & self.runner_names)
             if runner:
                 self.runner_names.add(stmt.name)
-            self.block(stmt.body, f.but(cls=stmt, runner=runner, aliases={}))
+            on_path = f.on_path or (f.module, stmt.name) in self.on_classes
+            self.block(stmt.body, f.but(cls=stmt, runner=runner, aliases={}, on_path=on_path))
         elif isinstance(stmt, (ast.If, ast.While)):
             self.expr(stmt.test, f, top=True)
-            other_raises = raises(stmt.orelse) if isinstance(stmt, ast.If) else False
-            self.block(stmt.body, f.but(conds=f.conds + (self.cond(stmt.test, True, f, not other_raises),)))
+            proves = not raises(stmt.orelse) and (stmt.body, stmt.orelse, stmt)
+            self.block(stmt.body, f.but(conds=f.conds + (self.cond(stmt.test, True, f, proves),)))
             if isinstance(stmt, ast.If):
-                self.block(stmt.orelse, f.but(conds=f.conds + (self.cond(stmt.test, False, f, not raises(stmt.body)),)))
+                proves = not raises(stmt.body) and (stmt.orelse, stmt.body, stmt)
+                self.block(stmt.orelse, f.but(conds=f.conds + (self.cond(stmt.test, False, f, proves),)))
             else:
                 self.block(stmt.orelse, f)
         elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            self.block(stmt.body, f.but(guard=try_guard(stmt) or f.guard))
+            self.block(stmt.body, f.but(guard=self.try_guard(stmt, f) or f.guard))
             for part in [h.body for h in stmt.handlers] + [stmt.orelse, stmt.finalbody]:
                 self.block(part, f)
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -791,7 +823,7 @@ class Scan:
         self._followed.add(key)
         runner = cls is not None and cls.name in self.runner_names
         inner = self.frame(module, cls=cls, runner=runner, aliases=binding, conds=f.conds, on_path=f.on_path,
-                           guard=f.guard, depth=f.depth + 1, arguments=arguments)  # fmt: skip
+                           guard=f.guard, depth=f.depth + 1, arguments=arguments, scope=fn)  # fmt: skip
         self.block(fn.body, inner)
 
     # after the walk ----------------------------------------------------------
@@ -800,18 +832,17 @@ class Scan:
         """Attributes set True under a condition that tests the algorithm and can hold under EAGLE3."""
         out = set()
         for name, conds in self.flag_sets:
-            if any(SPEC_ALGO.search(w.lower()) for c in conds for w in words(c[0])):
-                if all(self.spec.value(t) & (YES if p else NO) for t, p, *_ in conds):
-                    out.add(name)
+            judged = [(self.spec.judge(t), p) for t, p, *_ in conds]
+            if all(value & (YES if p else NO) for (value, _), p in judged) and any(algo for (_, algo), _ in judged):
+                out.add(name)
         return out
 
     def where(self, conds: tuple, on_path: bool) -> str:
         """"on" the EAGLE-3 path, "off" it (runs, but not because of speculation), or "never" under EAGLE3."""
         for test, polarity, _, via in conds:
-            value, mentions = self.spec.judge(test)
-            if not value & (YES if polarity else NO):
+            if not self.spec.judge(test)[0] & (YES if polarity else NO):
                 return "never"
-            on_path = on_path or mentions or any(self.spec.judge(a)[1] for a in via)
+            on_path = on_path or self.spec.mentions(test) or any(self.spec.mentions(a) for a in via)
         return "on" if on_path else "off"
 
 
@@ -823,19 +854,8 @@ def raises(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], ast.Raise)
 
 
-def try_guard(node: ast.Try) -> str:
-    """``except AttributeError`` that neither raises nor leaves a name the body binds unset makes the body optional."""
-    bound = {t.id for s in node.body if isinstance(s, ast.Assign) for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
-    for handler in node.handlers:
-        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type] if handler.type else []
-        if "AttributeError" not in [(chain_of(t) or [""])[-1] for t in types]:
-            continue
-        if any(isinstance(n, ast.Raise) for n in ast.walk(handler)):
-            continue
-        sets = {t.id for n in ast.walk(handler) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) for t in [n]}
-        if bound <= sets or exits(handler.body):
-            return "except AttributeError"
-    return ""
+def stored(body: list[ast.stmt]) -> set[str]:
+    return {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 # --------------------------------------------------------------------------
@@ -979,13 +999,18 @@ def _audit(sglang_src: Path, arch: str) -> Report:
         raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; this SGLang layout is not one "
                         f"the audit knows (sglang_stack/patching/audit.py)")  # fmt: skip
     runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
-    scan = Scan(tree, spec, {c.name for c in runners})
     on_path = {c.module for c in workers}
+    # The workers' modules are on the EAGLE-3 path, and so are the speculative-package
+    # classes their classes inherit from (the draft worker's base, say).
+    spec_pkg = SPEC_MODULE.rsplit(".", 1)[0] + "."
+    on_classes = {(b.module, b.name) for m in on_path for node in tree.parse(m).body if isinstance(node, ast.ClassDef)
+                  for b in tree.mro(tree.cls(m, node.name)) if isinstance(b, Cls) and b.module.startswith(spec_pkg)}  # fmt: skip
+    scan = Scan(tree, spec, {c.name for c in runners}, on_classes)
     # The target model is `<runner>.model`, and every runner is rooted at `model_runner`,
     # `target_worker` or a ModelRunner's `self`: a module that names neither root, or
     # never reads `.model`, holds no call on it. Others are reached by following the target.
     roots = {m for m, rel in tree.modules.items() if ROOTS.search(tree.text(rel)) and DOT_MODEL.search(tree.text(rel))}
-    for module in sorted(on_path | roots | {c.module for c in runners}):
+    for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in on_classes}):
         scan.module(module, module in on_path)
     spec.flags = scan.flags()
 
