@@ -172,6 +172,10 @@ CASES = [
          [(WORKER_PY, "*target_worker", "verifier_worker")],
          {"error": "cannot tell whether self.verifier_worker.model_runner.model is the target or the draft"},
          "AttributeError at eagle_worker.py:157 (the scheduler's keyword aside)"),
+    Case("anchor: model_runner renamed throughout cuda_graph_runner.py",
+         [(GRAPH_PY, "*model_runner", "runner"), (GRAPH_PY, "model_executor.runner import", "model_executor.model_runner import")],
+         {"error": "cannot tell whether self.runner.model is the target or the draft"},
+         "AttributeError at cuda_graph_runner.py:365"),
     Case("anchor: the target runner held in a local",
          [at_target_call("        target_runner = self.target_worker.model_runner\n"
                          "        embed, head = target_runner.model.get_embed_and_head()\n")],

@@ -500,11 +500,9 @@ class Scan:
             return DRAFT
         if name == TARGET_ATTR:
             return WORKER
-        if not f.spec_pkg:
-            return RUNNER if name == RUNNER_ATTR else None
-        if name == RUNNER_ATTR and is_self:
-            return DRAFT  # a speculative worker's own runner holds the draft model
-        return LOOSE_RUNNER if name.endswith("runner") else None
+        if name == RUNNER_ATTR:  # a speculative worker's own runner holds the draft model
+            return DRAFT if f.spec_pkg and is_self else RUNNER if not f.spec_pkg else LOOSE_RUNNER
+        return LOOSE_RUNNER if name.lower().endswith("runner") else None
 
     def canon(self, node: ast.AST, f: Frame) -> str:
         got = self.value(node, f)
@@ -615,7 +613,10 @@ class Scan:
             f.imports.update(import_names(stmt, f.module))
         else:
             for child in ast.iter_child_nodes(stmt):
-                self.block([child], f) if isinstance(child, ast.stmt) else self.expr(child, f)
+                if isinstance(child, (ast.stmt, getattr(ast, "match_case", ast.stmt))):
+                    self.block(getattr(child, "body", [child]) if not isinstance(child, ast.stmt) else [child], f)
+                else:
+                    self.expr(child, f)
             for t in stmt.targets if isinstance(stmt, ast.Assign) else ():
                 got = self.value(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else None
                 for name in [e.id for e in ast.walk(t) if isinstance(e, ast.Name)] if not isinstance(t, ast.Attribute) else ():
@@ -784,10 +785,11 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
                 if isinstance(node.value, ast.Constant):
                     return Provider("not a method", f"{where} sets it to {node.value.value!r}")
                 return Provider("attribute", f"attribute set in {where}")
-    unknown = [c for c in order if isinstance(c, str) and c not in KNOWN_BASES]
     for c in order:
         if c in (NN_MODULE, "torch.nn.modules.module.Module") and method in NN_MODULE_METHODS:
             return Provider("torch", NN_MODULE)
+        if isinstance(c, str) and c not in KNOWN_BASES:  # it may define the method, before any later base
+            return Provider("undecided", f"its base {c} is outside the tree")
         stmt = c.body(method) if isinstance(c, Cls) else None
         if stmt is None:
             continue
@@ -807,9 +809,7 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
             return Provider("not a method", f"{where} is {value.value!r}, not a method")
         return Provider("undecided", f"{where} is assigned from {ast.unparse(value)}, which the audit cannot evaluate")
     dynamic = [c for c in order if isinstance(c, Cls) and c.body("__getattr__") is not None]
-    if dynamic:
-        return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it")
-    return Provider("undecided", f"its base {unknown[0]} is outside the tree") if unknown else Provider("absent")
+    return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it") if dynamic else Provider("absent")
 
 
 # -------- The audit --------------------------------------------------------
