@@ -86,7 +86,8 @@ def test_patched_tree_passes_and_names_where_each_method_comes_from(sglang_patch
     assert report.passed, f"the audit fails the patched tree: {report.lines()}"
     assert sites(report.required) == FACTS_0_5_9, f"the patches move no call site: {sites(report.required)}"
     for method in FACTS_0_5_9:
-        assert report.providers[method].startswith(f"{KIMI}.{method} (sglang/srt/models/kimi_k25.py:"), report.providers
+        assert report.providers[method].startswith(f"{KIMI}.{method}(self"), report.providers
+        assert "(sglang/srt/models/kimi_k25.py:" in report.providers[method], report.providers
     assert report.summary.startswith("audit passed") and "7 call sites" in report.summary, report.summary
 
 
@@ -112,7 +113,7 @@ def test_calls_off_the_eagle3_path_or_guarded_are_reported_apart(unpatched_repor
 def test_inheritance_is_followed_through_the_registry(sglang_pristine):
     report = audit.audit(sglang_pristine, "DeepseekV3ForCausalLM")
     assert report.passed, f"DeepseekV3ForCausalLM inherits all three methods: {report.lines()}"
-    assert report.providers["get_embed_and_head"].startswith("DeepseekV2ForCausalLM.get_embed_and_head ("), report.providers
+    assert report.providers["get_embed_and_head"].startswith("DeepseekV2ForCausalLM.get_embed_and_head(self) ("), report.providers
 
 
 def test_an_unknown_architecture_is_one_line_with_a_suggestion(sglang_pristine):
@@ -376,7 +377,7 @@ def test_synthetic_baseline(tmp_path):
     report = audit.audit(synthetic(tmp_path), "Wrapped")
     assert report.passed, report.lines()
     assert sorted(report.required) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], sorted(report.required)
-    assert report.providers["get_embed_and_head"].startswith("Base.get_embed_and_head (sglang/srt/models/base.py:"), report.providers
+    assert report.providers["get_embed_and_head"] == "Base.get_embed_and_head(self) (sglang/srt/models/base.py:3)", report.providers
     assert report.workers == ["sglang.srt.speculative.eagle_worker.EAGLEWorker"], f"EAGLE-3 workers: {report.workers}"
     assert report.flags == ["eagle_use_aux_hidden_state"], f"flags: {report.flags}"
     assert "standalone_only" not in report.required, "the standalone worker is not EAGLE-3"
@@ -676,7 +677,7 @@ EntryClass = [External, ExternalWrong, Decorated]
     [
         ("External", 0, 0, "set_eagle3_layers_to_capture(self, layer_ids=None) binds all 3 call sites"),
         ("ExternalWrong", 0, 1, "missing: ExternalWrong.set_eagle3_layers_to_capture()"),
-        ("Decorated", 0, 1, "Decorated.set_eagle3_layers_to_capture(self): too many positional arguments"),
+        ("Decorated", 0, 1, "Decorated.set_eagle3_layers_to_capture(self) (imported): too many positional arguments"),
     ],
 )
 def test_dynamic_confirmation_binds_every_call_site_to_the_imported_class(tmp_path, arch, static_rc, dynamic_rc, dynamic_says):

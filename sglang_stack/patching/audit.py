@@ -2,10 +2,10 @@
 
 SGLang's EAGLE-3 path calls methods on the *target* model (``set_eagle3_layers_to_capture`` and
 ``get_embed_and_head`` in 0.5.9). A model class that lacks one loads all its weights, minutes for a
-1T-parameter model, and only then dies. This module finds the gap in the source with ``ast``, on the
-standard library alone: it runs in the image's ``sglang`` stage, which has no torch. It knows no
-method names: it derives the calls, the conditions they run under and the class's methods from the
-tree. The rules and their limits are in docs/patches.md ("The EAGLE-3 audit"). ``confirm``
+1T-parameter model, and only then dies. This module finds the gap in the source with ``ast``, on
+the standard library alone: it runs in the image's ``sglang`` stage, which has no torch. It knows
+no method names: it derives the calls, the conditions they run under and the class's methods from
+the tree. The rules and their limits are in docs/patches.md ("The EAGLE-3 audit"). ``confirm``
 (``--dynamic``) repeats the provider half on the imported class, where torch is installed.
 """
 
@@ -15,10 +15,11 @@ import argparse
 import ast
 import difflib
 import gc
+import inspect
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sglang_stack.errors import UserError, run_main
@@ -31,23 +32,23 @@ DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
 SPEC_MODULE = "sglang.srt.speculative.spec_info"  # the speculative-algorithm enum and create_worker
 SPEC_PACKAGE = "sglang.srt.speculative."
 RUNNER_MODULE, RUNNER_CLASS = "sglang.srt.model_executor.model_runner", "ModelRunner"  # holds self.model
-MODELS_PACKAGE, REGISTRY_NAME = "sglang.srt.models", "EntryClass"  # the registry: top-level modules only
+MODELS_PACKAGE, REGISTRY_NAME = "sglang.srt.models", "EntryClass"  # the registry reads top-level modules
 EAGLE3, NO_SPEC, WORKER_FACTORY = "EAGLE3", "NONE", "create_worker"
 RUNNER_ATTR, MODEL_ATTR, TARGET_ATTR = "model_runner", "model", "target_worker"
 DRAFT_MARKERS = ("draft", "mtp")
 MAX_DEPTH = 4  # calls followed from where the target is in hand
+LAYOUT = "this SGLang layout is not one the audit knows (sglang_stack/patching/audit.py)"
 
-ROOTS = (RUNNER_ATTR, TARGET_ATTR)
 DOT_MODEL = re.compile(rf"\.{MODEL_ATTR}\b")
 SPEC_WORD = re.compile(r"(?:^|_)(?:spec(?:_|$)|specul|eagle)")  # spec_info, speculative_*, eagle_*
 NOT_SPEC = {"find_spec"}  # importlib.util.find_spec: SGLang probes optional packages with it
-SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the algorithm's value
+SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the algorithm itself
 YES, NO, EITHER = 1, 2, 3  # what a condition can be under EAGLE3
 MODEL, RUNNER, WORKER, DRAFT, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "draft", "loose", "loose runner"
 
 # Bases outside the tree whose methods are known. torch.nn.Module's public methods (torch 2.9); its
-# __getattr__ returns registered parameters, buffers and submodules only, never a method: the 0.5.9
-# crash is its AttributeError.
+# __getattr__ returns parameters, buffers and submodules only, never a method: the 0.5.9 crash is
+# its AttributeError.
 NN_MODULE = "torch.nn.Module"
 NN_MODULE_METHODS = frozenset("""
 add_module apply bfloat16 buffers children compile cpu cuda double eval extra_repr float forward get_buffer
@@ -61,7 +62,7 @@ KNOWN_BASES = {"object", NN_MODULE, "torch.nn.modules.module.Module", "abc.ABC",
 PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}
 
 
-# -------- Report -----------------------------------------------------------
+# --- Report --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,6 @@ class CallSite:
     line: int
     method: str
     receiver: str
-    role: str  # "target" or "draft"
     guard: str = ""  # what makes it optional ("hasattr", "except AttributeError"), or ""
     args: int = 0  # positional arguments
     keywords: tuple[str, ...] = ()
@@ -84,15 +84,11 @@ class CallSite:
 
 @dataclass(frozen=True)
 class Missing:
-    """A method the class lacks or cannot be called with as ``sites`` call it; in ``undecided``, may lack."""
+    """A method the class lacks, or cannot take the way ``sites`` call it; in ``undecided``: may lack."""
 
     method: str
     sites: tuple[CallSite, ...]
     reason: str = ""
-
-    def line(self, arch: str, label: str = "missing") -> str:
-        tail = f": {self.reason}" if self.reason else ""
-        return f"{label}: {arch}.{self.method}() is called on the target model at {', '.join(map(str, self.sites))}{tail}"
 
 
 @dataclass
@@ -102,14 +98,13 @@ class Report:
     arch: str
     arch_site: str  # path:line of the class
     sglang_version: str
-    required: dict  # method -> unguarded target call sites on the EAGLE-3 path
-    optional: dict  # method -> guarded ones
+    required: dict  # method -> its unguarded target call sites on the EAGLE-3 path
+    optional: dict  # method -> its guarded ones
     outside: dict  # target calls off the EAGLE-3 path (not checked)
     draft: dict  # calls on the draft model on the EAGLE-3 path (not checked)
     providers: dict  # method -> where the class gets it
     missing: list
     undecided: list  # what the source cannot settle: __getattr__, a base outside the tree
-    external_bases: list
     flags: list  # attributes set True under a condition that tests the algorithm
     workers: list  # EAGLE-3 worker classes
     files_read: int
@@ -134,7 +129,12 @@ class Report:
 
     def lines(self, verbose: bool = False) -> list[str]:
         """The command's output: one line per missing or undecided method, then the summary."""
-        out = [m.line(self.arch) for m in self.missing] + [m.line(self.arch, "undecided") for m in self.undecided]
+        out = [
+            f"{label}: {self.arch}.{m.method}() is called on the target model at "
+            f"{', '.join(map(str, m.sites))}{': ' + m.reason if m.reason else ''}"
+            for label, group in (("missing", self.missing), ("undecided", self.undecided))
+            for m in group
+        ]
         if verbose:
             out += [f"architecture: {self.arch} at {self.arch_site}", f"EAGLE-3 workers: {', '.join(self.workers)}",
                     f"EAGLE-3 flags set under a condition: {', '.join(self.flags) or '-'}"]  # fmt: skip
@@ -145,7 +145,6 @@ class Report:
                     where = ", ".join(f"{s}{' [' + s.guard + ']' if s.guard else ''}" for s in sites)
                     source = self.providers.get(method) if group is self.required or group is self.optional else None
                     out.append(f"{title}: {method} at {where}{' -> ' + source if source else ''}")
-            out += [f"note: base class {b} is outside the tree" for b in self.external_bases]
             out += [f"confirmed: {c}" for c in self.confirmed] + [f"read {self.files_read} files in {self.seconds:.2f} s"]
         return out + [self.summary]
 
@@ -164,7 +163,7 @@ class Report:
                 "confirmed": self.confirmed, "seconds": round(self.seconds, 3)}  # fmt: skip
 
 
-# -------- The tree: modules, imports, classes ------------------------------
+# --- The tree: modules, imports, classes ---------------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -176,11 +175,13 @@ class Cls:
     bases: list | None = None  # Cls in the tree, or a dotted name outside it; filled by Tree.mro
 
     def body(self, name: str) -> ast.stmt | None:
-        """The last statement of the class body that binds ``name``."""
+        """The last statement of the class body that binds ``name``: a def, or an assignment."""
         found = None
         for stmt in self.node.body:
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) and stmt.value else []
-            if getattr(stmt, "name", None) == name and not isinstance(stmt, ast.ClassDef) or any(getattr(t, "id", "") == name for t in targets):
+            targets = getattr(stmt, "targets", [getattr(stmt, "target", None)]) if getattr(stmt, "value", None) else []
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                found = stmt
+            elif any(getattr(t, "id", "") == name for t in targets):
                 found = stmt
         return found
 
@@ -217,12 +218,13 @@ class Tree:
         return self._ast[rel]
 
     def imports(self, module: str) -> dict[str, str]:
-        """Names bound by imports at module level (TYPE_CHECKING blocks included): name -> dotted origin."""
+        """Names that module-level imports bind (TYPE_CHECKING blocks included): name -> dotted origin."""
         if module not in self._imports:
-            package = self.modules[module].endswith("__init__.py")
-            self._imports[module] = {k: v for node in self.parse(module).body
-                                     for stmt in [node, *getattr(node, "body", [])] if not isinstance(node, (ast.ClassDef, ast.FunctionDef))
-                                     for k, v in import_names(stmt, module, package).items()}  # fmt: skip
+            package, out = self.modules[module].endswith("__init__.py"), {}
+            for node in self.parse(module).body:
+                for stmt in [node] + (node.body if isinstance(node, (ast.If, ast.Try)) else []):
+                    out.update(import_names(stmt, module, package))
+            self._imports[module] = out
         return self._imports[module]
 
     def resolve(self, module: str, name: str, depth: int = 0):
@@ -232,10 +234,10 @@ class Tree:
         for node in self.parse(module).body:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
                 return module, node
-        origin = self.imports(module).get(name)
+        origin = self.imports(module).get(name, "")
         if origin in self.modules:
             return origin
-        return self.resolve(*origin.rsplit(".", 1), depth + 1) if origin and "." in origin else None
+        return self.resolve(*origin.rsplit(".", 1), depth + 1) if "." in origin else None
 
     def cls(self, module: str, name: str) -> Cls | None:
         if (module, name) not in self._classes:
@@ -245,11 +247,11 @@ class Tree:
         return self._classes[module, name]
 
     def base(self, module: str, node: ast.expr):
-        """A base-class expression: the in-tree Cls, or the dotted name it refers to (``nn.Module`` -> torch.nn.Module)."""
+        """A base class: the in-tree Cls, or the dotted name it stands for (``nn.Module``: torch.nn.Module)."""
         chain = chain_of(node.value if isinstance(node, ast.Subscript) else node) or [ast.unparse(node)]
-        found = self.resolve(module, chain[0]) if len(chain) == 2 else None
-        c = self.cls(module, chain[0]) if len(chain) == 1 else self.cls(found, chain[1]) if isinstance(found, str) else None
-        return c or ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
+        inner = self.resolve(module, chain[0]) if len(chain) == 2 else None  # module.Class
+        found = self.cls(module, chain[0]) if len(chain) == 1 else self.cls(inner, chain[1]) if isinstance(inner, str) else None
+        return found or ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
 
     def mro(self, c, seen: tuple = ()) -> list:
         """Python's C3 linearisation over in-tree classes; a base outside the tree is a leaf."""
@@ -259,7 +261,7 @@ class Tree:
             c.bases = [self.base(c.module, b) for b in c.node.bases]
         seqs, out = [self.mro(b, seen + (c,)) for b in c.bases] + [list(c.bases)], [c]
         while any(seqs):
-            heads = [s[0] for s in seqs if s]  # an inconsistent order (Python refuses it) falls back to the first
+            heads = [s[0] for s in seqs if s]  # an order Python would refuse falls back to the first head
             head = next((h for h in heads if not any(h in s[1:] for s in seqs)), heads[0])
             out.append(head)
             seqs = [s[1:] if s and s[0] == head else s for s in seqs]
@@ -268,8 +270,10 @@ class Tree:
 
 def import_names(stmt: ast.stmt, module: str, package: bool = False) -> dict[str, str]:
     if isinstance(stmt, ast.ImportFrom):
-        parts = module.split(".")
-        base = ".".join(parts[: len(parts) - stmt.level + package] + [stmt.module or ""]).strip(".") if stmt.level else stmt.module
+        base = stmt.module or ""
+        if stmt.level:
+            parts = module.split(".")
+            base = ".".join(parts[: len(parts) - stmt.level + package] + ([base] if base else []))
         return {(a.asname or a.name): f"{base}.{a.name}" for a in stmt.names if a.name != "*"}
     if isinstance(stmt, ast.Import):
         return {(a.asname or a.name.split(".")[0]): (a.name if a.asname else a.name.split(".")[0]) for a in stmt.names}
@@ -306,27 +310,28 @@ def stored(body: list) -> set[str]:
     return {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-# -------- The algorithm: what a condition can be under EAGLE3, and the EAGLE-3 workers 
+# --- The algorithm: what a condition can be under EAGLE3; the EAGLE-3 workers --------------------
 
 
 class Spec:
     def __init__(self, tree: Tree):
-        fail = "this SGLang layout is not one the audit knows (sglang_stack/patching/audit.py)"
         if SPEC_MODULE not in tree.modules:
-            raise UserError(f"{tree.src}: no {SPEC_MODULE} (the speculative-algorithm enum); {fail}")
+            raise UserError(f"{tree.src}: no {SPEC_MODULE} (the speculative-algorithm enum); {LAYOUT}")
         self.tree, self.path = tree, tree.modules[SPEC_MODULE]
         for node in tree.parse(SPEC_MODULE).body:
-            members = {t.id for s in getattr(node, "body", []) if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+            assigned = [t for s in getattr(node, "body", []) if isinstance(s, ast.Assign) for t in s.targets]
+            members = {t.id for t in assigned if isinstance(t, ast.Name)}
             if isinstance(node, ast.ClassDef) and {EAGLE3, NO_SPEC} <= members:
                 self.name, self.node, self.members = node.name, node, members
                 break
         else:
-            raise UserError(f"{tree.src / self.path}: no enum with members {EAGLE3} and {NO_SPEC}; {fail}")
-        self.bodies = {}  # one-line predicates: is_eagle3() -> its return expression
+            raise UserError(f"{tree.src / self.path}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
+        self.bodies = {}  # the one-line predicates: is_eagle3 -> the expression it returns
         for fn in self.node.body:
-            stmts = [s for s in getattr(fn, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-            if isinstance(fn, ast.FunctionDef) and len(fn.args.args) == 1 and len(stmts) == 1 and isinstance(stmts[0], ast.Return) and stmts[0].value:
-                self.bodies[fn.name] = stmts[0].value
+            body = [s for s in getattr(fn, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if isinstance(fn, ast.FunctionDef) and len(fn.args.args) == 1 and len(body) == 1:
+                if isinstance(body[0], ast.Return) and body[0].value is not None:
+                    self.bodies[fn.name] = body[0].value
         self.flags: set[str] = set()
         self.touched = False  # value() met a predicate call or a comparison of the algorithm
         self._predicates: dict[str, int] = {}
@@ -361,18 +366,20 @@ class Spec:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
             # is_none() is on other enums too (the MoE all-to-all backend): the receiver must be the algorithm
             recv = node.func.value
-            if in_enum and getattr(recv, "id", "") == "self" or any(speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)):
+            if in_enum and getattr(recv, "id", "") == "self" or any(
+                speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)
+            ):
                 self.touched = True
                 return self.predicate(node.func.attr)
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
                 named, member = self.refs(other), any(isinstance(n, ast.Attribute) for n in ast.walk(other))
-                is_self = in_enum and getattr(subject, "id", "") == "self"
-                if named is not None and (is_self or member or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
-                    self.touched, op = True, node.ops[0]
-                    if not isinstance(op, (ast.Eq, ast.Is, ast.In, ast.NotEq, ast.IsNot, ast.NotIn)):
+                about = in_enum and getattr(subject, "id", "") == "self" or member  # an enum member is unambiguous
+                if named is not None and (about or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
+                    self.touched, negated = True, isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn))
+                    if not negated and not isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)):
                         return EITHER
-                    return YES if (EAGLE3 in named) != isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)) else NO
+                    return YES if (EAGLE3 in named) != negated else NO
         if (getattr(node, "attr", None) or getattr(node, "id", "")).startswith("is_draft"):
             return NO  # ModelRunner.is_draft_worker: the target's runner is not the draft's
         return (YES if node.value else NO) if isinstance(node, ast.Constant) else EITHER
@@ -385,15 +392,14 @@ class Spec:
         return self._memo[id(test)]
 
     def mentions(self, test: ast.expr) -> bool:
-        """Does the condition test the algorithm, or name a flag (``spec``/``eagle`` in it, or set True under EAGLE-3)?"""
+        """Does the condition test the algorithm, or name a flag (``spec``/``eagle`` in it, or a set one)?"""
         return self.judge(test)[1] or any(speculative(w) or w in self.flags for w in words(test))
 
     def workers(self) -> list[Cls]:
         """The classes ``create_worker`` can return under EAGLE3."""
         factory = next((f for f in self.node.body if getattr(f, "name", "") == WORKER_FACTORY), None)
         if factory is None:
-            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() not found; the audit needs it "
-                            f"to find the EAGLE-3 workers (sglang_stack/patching/audit.py)")  # fmt: skip
+            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
         found: list[Cls] = []
 
         def block(stmts, local: dict) -> bool:  # True: every path through it returned
@@ -406,7 +412,7 @@ class Spec:
                 elif isinstance(stmt, (ast.With, ast.Try)) and block(stmt.body, local):
                     return True
                 elif isinstance(stmt, (ast.Return, ast.Raise)):
-                    name = getattr(stmt.value if isinstance(stmt, ast.Return) else None, "id", "")
+                    name = getattr(getattr(stmt, "value", None), "id", "")
                     origin = local.get(name) or self.tree.imports(SPEC_MODULE).get(name) or ""
                     c = self.tree.cls(*origin.rsplit(".", 1)) if "." in origin else None
                     if c is not None and c not in found:
@@ -416,12 +422,12 @@ class Spec:
 
         block(factory.body, {})
         if not found:
-            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
-                            f"{EAGLE3}; the audit cannot find the EAGLE-3 path (sglang_stack/patching/audit.py)")  # fmt: skip
+            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() returns no in-tree worker "
+                            f"class for {EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
         return found
 
 
-# -------- Calls on models, with their path conditions ----------------------
+# --- Calls on models, with their path conditions -------------------------------------------------
 
 
 @dataclass
@@ -436,14 +442,11 @@ class Frame:
     runner: bool = False  # `self` is a ModelRunner
     aliases: dict = field(default_factory=dict)  # name -> (role, canonical receiver)
     imports: dict = field(default_factory=dict)  # imports inside the function
-    conds: tuple = ()  # (test, polarity, {(receiver, method)} it proves present, the arguments its names stand for)
+    conds: tuple = ()  # (test, polarity, {(receiver, method)} it proves present, arguments its names stand for)
     arguments: dict = field(default_factory=dict)  # parameter -> the caller's argument expression
-    on_path: bool = False  # in an EAGLE-3 worker module or class, or reached from the EAGLE-3 path
+    on_path: bool = False  # in an EAGLE-3 worker's module or class, or reached from the EAGLE-3 path
     guard: str = ""  # an enclosing `except AttributeError`
     depth: int = 0
-
-    def but(self, **changes) -> Frame:
-        return Frame(**{**self.__dict__, **changes})
 
 
 class Scan:
@@ -456,15 +459,11 @@ class Scan:
         self._class_aliases: dict = {}
         self._followed: set = set()
 
-    def frame(self, module: str, scope: ast.AST, **kw) -> Frame:
-        rel = self.tree.modules[module]
-        return Frame(module, rel, module.startswith(SPEC_PACKAGE), scope, **kw)
-
     def module(self, module: str, on_path: bool) -> None:
         tree = self.tree.parse(module)
-        self.block(tree.body, self.frame(module, tree, on_path=on_path))
+        self.block(tree.body, Frame(module, self.tree.modules[module], module.startswith(SPEC_PACKAGE), tree, on_path=on_path))
 
-    # values ----------------------------------------------------------------
+    # values ----------------------------------------------------------------------------------
 
     def value(self, node: ast.AST, f: Frame) -> tuple[str, str] | None:
         """(role, canonical receiver) of an expression that holds a model, runner or worker; else None."""
@@ -496,12 +495,13 @@ class Scan:
 
     @staticmethod
     def named(name: str, f: Frame, is_self: bool) -> str | None:
+        """The role a name gives: ``target_worker``, ``model_runner``, ``draft*``; any other ``*runner`` is loose."""
         if any(m in name.lower() for m in DRAFT_MARKERS):
             return DRAFT
         if name == TARGET_ATTR:
             return WORKER
         if name == RUNNER_ATTR:  # a speculative worker's own runner holds the draft model
-            return DRAFT if f.spec_pkg and is_self else RUNNER if not f.spec_pkg else LOOSE_RUNNER
+            return RUNNER if not f.spec_pkg else DRAFT if is_self else LOOSE_RUNNER
         return LOOSE_RUNNER if name.lower().endswith("runner") else None
 
     def canon(self, node: ast.AST, f: Frame) -> str:
@@ -516,7 +516,7 @@ class Scan:
         """``self.x = <model, runner or worker>`` anywhere in the class makes ``self.x`` one in every method."""
         if id(f.cls) not in self._class_aliases:
             table = self._class_aliases[id(f.cls)] = {}
-            todo, inner = list(f.cls.body), f.but(aliases={})
+            todo, inner = list(f.cls.body), replace(f, aliases={})
             while todo:
                 stmt = todo.pop(0)
                 target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
@@ -528,11 +528,11 @@ class Scan:
                     todo.extend(s for s in getattr(stmt, name, ()) if not isinstance(s, ast.ClassDef))
         return self._class_aliases[id(f.cls)]
 
-    # conditions and guards ---------------------------------------------------
+    # conditions and guards ---------------------------------------------------------------------
 
     def cond(self, test: ast.expr, polarity: bool, f: Frame, proves=True) -> tuple:
-        """A path condition. ``proves`` False: a check that raises proves nothing; (taken, skipped, stmt): neither
-        does one whose other branch leaves unset a name read after ``stmt``."""
+        """A path condition. ``proves`` False: a check that raises proves nothing; (taken, skipped, stmt):
+        nor does one whose other branch leaves unset a name that is read after ``stmt``."""
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
         guards = self.guards(test, polarity, f) if proves else ()
         if guards and isinstance(proves, tuple) and self.unset(*proves, f):
@@ -546,34 +546,40 @@ class Scan:
         if isinstance(test, ast.BoolOp):
             parts = [self.guards(v, polarity, f) for v in test.values]
             return set().union(*parts) if isinstance(test.op, ast.And) == polarity else set.intersection(*parts)
-        if isinstance(test, ast.Compare) and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)) and getattr(test.comparators[0], "value", 0) is None:
-            return self.guards(test.left, polarity, f)  # getattr(m, "x", None) is not None
-        name, args = getattr(getattr(test, "func", None), "id", ""), getattr(test, "args", [])
+        if isinstance(test, ast.Compare) and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
+            if getattr(test.comparators[0], "value", 0) is None:  # getattr(m, "x", None) is not None
+                return self.guards(test.left, polarity, f)
         if not polarity or not isinstance(test, ast.Call):
             return set()
+        name, args = getattr(test.func, "id", ""), test.args
         if name == "callable" and len(args) == 1:
             return self.guards(args[0], True, f)
         defaulted = len(args) == 3 and isinstance(args[2], ast.Constant) and not args[2].value
-        if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(getattr(args[1], "value", 0), str):
+        if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(
+            getattr(args[1], "value", 0), str
+        ):
             return {(self.canon(args[0], f), args[1].value)}
         return set()
 
     def unset(self, taken: list, skipped: list, after: ast.stmt, f: Frame) -> bool:
         """Would running ``skipped`` instead of ``taken`` leave a name unset that the code after ``after`` reads?"""
         bound = set() if exits(skipped) else stored(taken) - stored(skipped)
-        return bool(bound) and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in bound
-                                   and n.lineno > after.end_lineno for n in ast.walk(f.scope))  # fmt: skip
+        return bool(bound) and any(
+            isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in bound and n.lineno > after.end_lineno
+            for n in ast.walk(f.scope)
+        )
 
     def try_guard(self, node: ast.Try, f: Frame) -> str:
         """``except AttributeError`` that neither raises nor leaves a name unset makes the body optional."""
         for handler in node.handlers:
-            types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type] if handler.type else []
-            if "AttributeError" in [(chain_of(t) or [""])[-1] for t in types]:
-                if not any(isinstance(n, ast.Raise) for n in ast.walk(handler)) and not self.unset(node.body, handler.body, node, f):
+            types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+            if "AttributeError" in [(chain_of(t) or [""])[-1] for t in types if t is not None]:
+                reraises = any(isinstance(n, ast.Raise) for n in ast.walk(handler))
+                if not reraises and not self.unset(node.body, handler.body, node, f):
                     return "except AttributeError"
         return ""
 
-    # statements ------------------------------------------------------------
+    # statements ------------------------------------------------------------------------------
 
     def block(self, stmts: list, f: Frame) -> None:
         for stmt in stmts:
@@ -581,64 +587,71 @@ class Scan:
             if isinstance(stmt, ast.If) and exits(stmt.body) != exits(stmt.orelse):
                 # `if not ok: return` guards the rest of the block; an exit by `raise` does too,
                 # but then a missing method still fails the server.
-                taken = stmt.orelse if exits(stmt.body) else stmt.body
-                proves = not raises(stmt.body if taken is stmt.orelse else stmt.orelse)
-                f = f.but(conds=f.conds + (self.cond(stmt.test, taken is stmt.body, f, proves),))
+                leaving = stmt.body if exits(stmt.body) else stmt.orelse
+                proves = not raises(leaving)
+                f = replace(f, conds=f.conds + (self.cond(stmt.test, leaving is stmt.orelse, f, proves),))
 
     def stmt(self, stmt: ast.stmt, f: Frame) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             params = {a.arg for a in ast.walk(stmt.args) if isinstance(a, ast.arg)}
             aliases = {k: v for k, v in f.aliases.items() if k not in params}
-            self.block(stmt.body, f.but(aliases=aliases, imports=dict(f.imports), scope=stmt))
+            self.block(stmt.body, replace(f, aliases=aliases, imports=dict(f.imports), scope=stmt))
         elif isinstance(stmt, ast.ClassDef):
-            runner = stmt.name in self.runner_names or bool({(chain_of(b) or [""])[-1] for b in stmt.bases} & self.runner_names)
+            bases = {(chain_of(b) or [""])[-1] for b in stmt.bases}
+            runner = stmt.name in self.runner_names or bool(bases & self.runner_names)
             if runner:
                 self.runner_names.add(stmt.name)
             on_path = f.on_path or (f.module, stmt.name) in self.on_classes
-            self.block(stmt.body, f.but(cls=stmt, runner=runner, aliases={}, on_path=on_path))
+            self.block(stmt.body, replace(f, cls=stmt, runner=runner, aliases={}, on_path=on_path))
         elif isinstance(stmt, (ast.If, ast.While)):
             self.expr(stmt.test, f)
             proves = not raises(stmt.orelse) and (stmt.body, stmt.orelse, stmt)
-            self.block(stmt.body, f.but(conds=f.conds + (self.cond(stmt.test, True, f, proves),)))
-            if isinstance(stmt, ast.If):
-                proves = not raises(stmt.body) and (stmt.orelse, stmt.body, stmt)
-                self.block(stmt.orelse, f.but(conds=f.conds + (self.cond(stmt.test, False, f, proves),)))
-            else:
-                self.block(stmt.orelse, f)
+            self.block(stmt.body, replace(f, conds=f.conds + (self.cond(stmt.test, True, f, proves),)))
+            proves = not raises(stmt.body) and (stmt.orelse, stmt.body, stmt)
+            otherwise = f.conds + (self.cond(stmt.test, False, f, proves),) if isinstance(stmt, ast.If) else f.conds
+            self.block(stmt.orelse, replace(f, conds=otherwise))
         elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            self.block(stmt.body, f.but(guard=self.try_guard(stmt, f) or f.guard))
+            self.block(stmt.body, replace(f, guard=self.try_guard(stmt, f) or f.guard))
             for part in [h.body for h in stmt.handlers] + [stmt.orelse, stmt.finalbody]:
                 self.block(part, f)
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             f.imports.update(import_names(stmt, f.module))
         else:
             for child in ast.iter_child_nodes(stmt):
-                if isinstance(child, (ast.stmt, getattr(ast, "match_case", ast.stmt))):
-                    self.block(getattr(child, "body", [child]) if not isinstance(child, ast.stmt) else [child], f)
+                if isinstance(child, ast.stmt):
+                    self.block([child], f)
+                elif type(child).__name__ == "match_case":
+                    self.block(child.body, f)
                 else:
                     self.expr(child, f)
-            for t in stmt.targets if isinstance(stmt, ast.Assign) else ():
-                got = self.value(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else None
-                for name in [e.id for e in ast.walk(t) if isinstance(e, ast.Name)] if not isinstance(t, ast.Attribute) else ():
-                    f.aliases.pop(name, None)
-                if got:
-                    f.aliases[t.id] = got  # `model = self.model_runner.model`
-                if isinstance(t, ast.Attribute) and getattr(stmt.value, "value", None) is True:
-                    self.flag_sets.append((t.attr, f.conds))
+            if isinstance(stmt, ast.Assign):
+                self.assign(stmt, f)
 
-    # expressions -----------------------------------------------------------
+    def assign(self, stmt: ast.Assign, f: Frame) -> None:
+        for t in stmt.targets:
+            if isinstance(t, ast.Attribute):
+                if getattr(stmt.value, "value", None) is True:
+                    self.flag_sets.append((t.attr, f.conds))
+                continue
+            for name in [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]:
+                f.aliases.pop(name, None)
+            got = self.value(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else None
+            if got:
+                f.aliases[t.id] = got  # `model = self.model_runner.model`
+
+    # expressions -----------------------------------------------------------------------------
 
     def expr(self, node: ast.AST, f: Frame) -> None:
         if isinstance(node, ast.BoolOp):
             conds = f.conds
             for value in node.values:
-                self.expr(value, f.but(conds=conds))
+                self.expr(value, replace(f, conds=conds))
                 conds += (self.cond(value, isinstance(node.op, ast.And), f),)
             return
         if isinstance(node, ast.IfExp):
             self.expr(node.test, f)
-            self.expr(node.body, f.but(conds=f.conds + (self.cond(node.test, True, f),)))
-            self.expr(node.orelse, f.but(conds=f.conds + (self.cond(node.test, False, f),)))
+            self.expr(node.body, replace(f, conds=f.conds + (self.cond(node.test, True, f),)))
+            self.expr(node.orelse, replace(f, conds=f.conds + (self.cond(node.test, False, f),)))
             return
         if isinstance(node, ast.Call):
             self.call(node, f)
@@ -649,23 +662,24 @@ class Scan:
         func, guard, recv, method = node.func, f.guard, None, ""
         if isinstance(func, ast.Attribute):
             recv, method = func.value, func.attr
-        elif getattr(getattr(func, "func", None), "id", "") == "getattr" and len(func.args) >= 2 and isinstance(getattr(func.args[1], "value", 0), str):
-            recv, method = func.args[0], func.args[1].value  # getattr(model, "m")(...); with a default, optional
+        elif getattr(getattr(func, "func", None), "id", "") == "getattr" and len(func.args) >= 2:
+            # getattr(model, "m")(...) needs m; with a default it is optional
+            recv, method = func.args[0], getattr(func.args[1], "value", None)
             guard = guard or ("getattr default" if len(func.args) > 2 else "")
-        got = self.value(recv, f) if recv is not None else None
+        got = self.value(recv, f) if recv is not None and isinstance(method, str) else None
         if got and (got[0] in (MODEL, LOOSE) or got[0] == DRAFT and got[1].endswith("." + MODEL_ATTR)):
             if not guard and any((got[1], method) in c[2] for c in f.conds):
                 guard = "hasattr"
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-            site = CallSite(f.path, node.lineno, method, ast.unparse(recv), "draft" if got[0] == DRAFT else "target",
-                            guard, len(node.args), tuple(k.arg for k in node.keywords if k.arg), star)  # fmt: skip
+            keywords = tuple(k.arg for k in node.keywords if k.arg)
+            site = CallSite(f.path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
             self.sites.append((site, f.conds, f.on_path, got[0]))
-        passed = [(slot, self.value(a, f)) for slot, a in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]]
-        passed = [(slot, v) for slot, v in passed if v and v[0] in (MODEL, RUNNER, WORKER)]
+        slots = [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]
+        passed = [(slot, v) for slot, v in ((s, self.value(a, f)) for s, a in slots) if v and v[0] in (MODEL, RUNNER, WORKER)]
         if passed and f.depth < MAX_DEPTH:
-            self.follow(node, passed, f)
+            self.follow(node, slots, passed, f)
 
-    def follow(self, node: ast.Call, passed: list, f: Frame) -> None:
+    def follow(self, node: ast.Call, slots: list, passed: list, f: Frame) -> None:
         """Walk the function or method the target is passed to, its parameter bound to it."""
         func, found, cls = node.func, None, None
         if isinstance(func, ast.Name):
@@ -673,7 +687,7 @@ class Scan:
             found = self.tree.resolve(*origin.rsplit(".", 1)) if "." in origin else self.tree.resolve(f.module, func.id)
         elif isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "self" and f.cls is not None:
             found, cls = (f.module, Cls(f.cls.name, f.module, f.path, f.cls).body(func.attr)), f.cls
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # module.function(...)
             module = f.imports.get(func.value.id) or self.tree.resolve(f.module, func.value.id)
             found = self.tree.resolve(module, func.attr) if isinstance(module, str) else None
         if not isinstance(found, tuple):
@@ -690,16 +704,17 @@ class Scan:
             return params[slot] if isinstance(slot, int) and slot < len(params) else slot if slot in names else None
 
         binding = {param(slot): v for slot, v in passed if param(slot)}
-        # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
-        arguments = {param(slot): a for slot, a in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)] if param(slot)}
         key = (id(fn), tuple(sorted(binding.items())), tuple(id(c[0]) for c in f.conds), f.on_path, f.guard)
         if binding and key not in self._followed:
             self._followed.add(key)
-            inner = self.frame(module, fn, cls=cls, runner=cls is not None and cls.name in self.runner_names, aliases=binding,
-                               conds=f.conds, on_path=f.on_path, guard=f.guard, depth=f.depth + 1, arguments=arguments)  # fmt: skip
+            # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
+            arguments = {param(slot): a for slot, a in slots if param(slot)}
+            runner = cls is not None and cls.name in self.runner_names
+            inner = Frame(module, self.tree.modules[module], module.startswith(SPEC_PACKAGE), fn, cls, runner,
+                          binding, {}, f.conds, arguments, f.on_path, f.guard, f.depth + 1)  # fmt: skip
             self.block(fn.body, inner)
 
-    # after the walk ----------------------------------------------------------
+    # after the walk ----------------------------------------------------------------------------
 
     def flags(self) -> set[str]:
         """Attributes set True under a condition that tests the algorithm and can hold under EAGLE3."""
@@ -711,7 +726,7 @@ class Scan:
         return out
 
     def where(self, conds: tuple, on_path: bool) -> str:
-        """Is the call "on" the EAGLE-3 path, "off" it (it runs, but not for speculation), or "never" run under EAGLE3?"""
+        """Is the call "on" the EAGLE-3 path, "off" it (it runs, but not for speculation), or "never" run?"""
         for test, polarity, _, via in conds:
             if not self.spec.judge(test)[0] & (YES if polarity else NO):
                 return "never"
@@ -719,16 +734,17 @@ class Scan:
         return "on" if on_path else "off"
 
 
-# -------- The architecture class and what it provides ----------------------
+# --- The architecture class and what it provides -------------------------------------------------
 
 
 def find_arch(tree: Tree, arch: str) -> Cls:
     """The class SGLang's registry serves for ``arch``: an ``EntryClass`` entry of a top-level models module."""
-    models = [m for m in tree.modules if m.rpartition(".")[0] == MODELS_PACKAGE]
+    models = sorted(m for m in tree.modules if m.rpartition(".")[0] == MODELS_PACKAGE)
     if not models:
         raise UserError(f"{tree.src}: no {MODELS_PACKAGE} in this tree; it is not an SGLang runtime tree")
-    for module in sorted(m for m in models if arch in tree.text(tree.modules[m]) and REGISTRY_NAME in tree.text(tree.modules[m])):
-        for node in tree.parse(module).body:
+    for module in models:
+        text = tree.text(tree.modules[module])
+        for node in tree.parse(module).body if arch in text and REGISTRY_NAME in text else ():
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == REGISTRY_NAME for t in node.targets):
                 for entry in getattr(node.value, "elts", [node.value]):
                     c = tree.cls(module, entry.id) if isinstance(entry, ast.Name) else None
@@ -745,33 +761,35 @@ def find_arch(tree: Tree, arch: str) -> Cls:
 class Provider:
     kind: str  # "def", "attribute", "torch", "absent", "not a method", "undecided"
     where: str = ""
-    args: ast.arguments | None = None
-    drop_first: bool = True  # the first parameter is self
+    signature: inspect.Signature | None = None  # of a def, self included
+    static: bool = False  # a staticmethod: no self to pass
 
     def problem(self, site: CallSite) -> str:
-        """Why ``site`` fails against this provider; "" if it binds (as ``inspect.Signature.bind`` would)."""
-        if self.kind == "not a method":
-            return self.where
-        if self.args is None or site.star:
-            return ""
-        a = self.args
-        params = [p.arg for p in a.posonlyargs + a.args]
-        required = params[: len(params) - len(a.defaults)]
-        if self.drop_first:
-            if not params and not a.vararg:
-                return f"{self.where} takes no self"
-            params, required = params[1:], required[1:]
-        named = set(params[max(0, len(a.posonlyargs) - self.drop_first) :]) | {k.arg for k in a.kwonlyargs}
-        if site.args > len(params) and not a.vararg:
-            return f"{self.where} takes {len(params)} positional arguments; called with {site.args}"
-        bound = set(params[: site.args])
-        for kw in site.keywords:
-            if kw in bound or kw not in named and not a.kwarg:
-                return f"{self.where} has no parameter {kw!r} for that call"
-        bound |= set(site.keywords)
-        lacking = [p for p in required if p not in bound]
-        lacking += [k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is None and k.arg not in bound]
-        return f"{self.where} needs {lacking[0]!r}, which that call does not pass" if lacking else ""
+        """Why ``site`` fails against this provider; "" if it binds."""
+        if self.kind == "not a method" or not self.signature:
+            return self.where if self.kind == "not a method" else ""
+        why = binds(self.signature, site, self.static)
+        return why and f"{self.where}: {why}"
+
+
+def signature_of(args: ast.arguments) -> inspect.Signature:
+    """The signature a def's parameters make; defaults stand in as None."""
+    P = inspect.Parameter
+    pos = [(a, P.POSITIONAL_ONLY) for a in args.posonlyargs] + [(a, P.POSITIONAL_OR_KEYWORD) for a in args.args]
+    defaults = [P.empty] * (len(pos) - len(args.defaults)) + [None] * len(args.defaults)
+    params = [P(a.arg, kind, default=d) for (a, kind), d in zip(pos, defaults)]
+    params += [P(args.vararg.arg, P.VAR_POSITIONAL)] if args.vararg else []
+    params += [P(a.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    return inspect.Signature(params + ([P(args.kwarg.arg, P.VAR_KEYWORD)] if args.kwarg else []))
+
+
+def binds(sig: inspect.Signature, site: CallSite, static: bool = False) -> str:
+    """Why ``site``'s arguments (and self, for a method) do not bind to ``sig``; "" if they do."""
+    try:
+        site.star or sig.bind(*([] if static else [object()]), *[None] * site.args, **dict.fromkeys(site.keywords))
+    except TypeError as err:
+        return str(err)
+    return ""
 
 
 def provider(tree: Tree, arch: Cls, method: str) -> Provider:
@@ -780,7 +798,8 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
     for c in order:
         init = c.body("__init__") if isinstance(c, Cls) else None
         for node in ast.walk(init) if isinstance(init, ast.FunctionDef) else ():
-            if isinstance(node, ast.Assign) and any(getattr(t, "attr", "") == method and getattr(t.value, "id", "") == "self" for t in node.targets):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if any(getattr(t, "attr", "") == method and getattr(t.value, "id", "") == "self" for t in targets):
                 where = f"{c.name}.__init__ ({c.path}:{node.lineno})"
                 if isinstance(node.value, ast.Constant):
                     return Provider("not a method", f"{where} sets it to {node.value.value!r}")
@@ -788,23 +807,20 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
     for c in order:
         if c in (NN_MODULE, "torch.nn.modules.module.Module") and method in NN_MODULE_METHODS:
             return Provider("torch", NN_MODULE)
-        if isinstance(c, str) and c not in KNOWN_BASES:  # it may define the method, before any later base
+        if isinstance(c, str) and c not in KNOWN_BASES:  # it may define the method, ahead of any later base
             return Provider("undecided", f"its base {c} is outside the tree")
         stmt = c.body(method) if isinstance(c, Cls) else None
         if stmt is None:
             continue
         where, value = f"{c.name}.{method} ({c.path}:{stmt.lineno})", getattr(stmt, "value", None)
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            decorators = {(chain_of(d.func if isinstance(d, ast.Call) else d) or [""])[-1] for d in stmt.decorator_list}
+        fn = (c.body(value.id) or tree.resolve(c.module, value.id)) if isinstance(value, ast.Name) else value
+        fn = stmt if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else fn[1] if isinstance(fn, tuple) else fn
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):  # a function assigned becomes a method
+            decorators = {(chain_of(d.func if isinstance(d, ast.Call) else d) or [""])[-1] for d in getattr(fn, "decorator_list", [])}
             if decorators & PROPERTIES:
                 return Provider("not a method", f"{where} is a property, not a method")
-            return Provider("def", where, stmt.args, "staticmethod" not in decorators)
-        if isinstance(value, ast.Lambda):
-            return Provider("def", where, value.args)
-        fn = (c.body(value.id) or tree.resolve(c.module, value.id)) if isinstance(value, ast.Name) else None
-        fn = fn[1] if isinstance(fn, tuple) else fn
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return Provider("def", f"{where} = {value.id}", fn.args)
+            sig = signature_of(fn.args)
+            return Provider("def", f"{c.name}.{method}{sig} ({c.path}:{stmt.lineno})", sig, "staticmethod" in decorators)
         if isinstance(value, ast.Constant):
             return Provider("not a method", f"{where} is {value.value!r}, not a method")
         return Provider("undecided", f"{where} is assigned from {ast.unparse(value)}, which the audit cannot evaluate")
@@ -812,7 +828,7 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
     return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it") if dynamic else Provider("absent")
 
 
-# -------- The audit --------------------------------------------------------
+# --- The audit -----------------------------------------------------------------------------------
 
 
 def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
@@ -838,29 +854,35 @@ def _audit(sglang_src: Path, arch: str) -> Report:
     workers = spec.workers()
     runner = tree.cls(RUNNER_MODULE, RUNNER_CLASS) if RUNNER_MODULE in tree.modules else None
     if runner is None:
-        raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; this SGLang layout is not one "
-                        f"the audit knows (sglang_stack/patching/audit.py)")  # fmt: skip
+        raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; {LAYOUT}")
     runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
     # The workers' modules are on the EAGLE-3 path, and so are the speculative-package classes that
     # their classes inherit from (the draft worker's base).
     on_path = {c.module for c in workers}
-    on_classes = {(b.module, b.name) for m in on_path for node in tree.parse(m).body if isinstance(node, ast.ClassDef)
-                  for b in tree.mro(tree.cls(m, node.name)) if isinstance(b, Cls) and b.module.startswith(SPEC_PACKAGE)}  # fmt: skip
+    on_classes = {
+        (b.module, b.name)
+        for m in on_path
+        for node in tree.parse(m).body
+        if isinstance(node, ast.ClassDef)
+        for b in tree.mro(tree.cls(m, node.name))
+        if isinstance(b, Cls) and b.module.startswith(SPEC_PACKAGE)
+    }
     # The target model is `<runner>.model`, and every runner is rooted at `model_runner`, `target_worker`
     # or a ModelRunner's `self`: a module that names no root, or never reads `.model`, holds no call on
     # it. Others are reached by following the target into the calls it is passed to.
-    roots = {m for m, rel in tree.modules.items() if any(r in tree.text(rel) for r in ROOTS) and DOT_MODEL.search(tree.text(rel))}
+    roots = {m for m, rel in tree.modules.items() if RUNNER_ATTR in tree.text(rel) or TARGET_ATTR in tree.text(rel)}
+    roots = {m for m in roots if DOT_MODEL.search(tree.text(tree.modules[m]))}
     scan = Scan(tree, spec, {c.name for c in runners}, on_classes)
     for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in on_classes}):
         scan.module(module, module in on_path)
     spec.flags = scan.flags()
 
-    records: dict = {}
+    records: dict = {}  # (role, path, line, method) -> [(where, site)]: a site reached in several contexts
     for site, conds, base, role in scan.sites:
         where = scan.where(conds, base)
         if role == LOOSE and where == "on":
-            raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 path, "
-                            f"but the audit cannot tell whether {site.receiver} is the target or the draft model "
+            raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
+                            f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "
                             f"(the target is reached through {TARGET_ATTR}); see sglang_stack/patching/audit.py")  # fmt: skip
         if where != "never" and role in (MODEL, DRAFT):
             records.setdefault((role, site.path, site.line, site.method), []).append((where, site))
@@ -878,33 +900,44 @@ def _audit(sglang_src: Path, arch: str) -> Report:
     providers, missing, undecided = {}, [], []
     for method, sites in on.items():
         p = provider(tree, info, method)
-        bad = [(s, p.problem(s)) for s in sites if p.kind not in ("absent", "undecided") and p.problem(s)]
-        if p.kind in ("absent", "undecided") and method in required:
-            (missing if p.kind == "absent" else undecided).append(Missing(method, required[method], p.where if p.kind == "undecided" else ""))
-        elif bad:
+        if p.kind in ("absent", "undecided"):  # only an unguarded call needs the method to exist
+            if method in required:
+                (missing if p.kind == "absent" else undecided).append(Missing(method, required[method], p.where))
+            continue
+        bad = [(s, p.problem(s)) for s in sites if p.problem(s)]
+        if bad:
             missing.append(Missing(method, tuple(s for s, _ in bad), bad[0][1]))
-        elif p.kind not in ("absent", "undecided"):
+        else:
             providers[method] = p.where
     return Report(
-        arch=arch, arch_site=f"{info.path}:{info.node.lineno}", sglang_version=tree_version(tree.src),
-        required=required, optional={m: tuple(ss) for m, ss in on.items() if m not in required},
-        outside={m: tuple(ss) for m, ss in outside.items() if m not in on}, draft={m: tuple(ss) for m, ss in draft.items()},
-        providers=providers, missing=sorted(missing, key=lambda m: (m.sites[0].path, m.sites[0].line)), undecided=undecided,
-        external_bases=[b for b in tree.mro(info) if isinstance(b, str) and b != "object"], flags=sorted(spec.flags),
-        workers=[f"{c.module}.{c.name}" for c in workers], files_read=len(tree._ast), seconds=time.perf_counter() - started,
-    )  # fmt: skip
+        arch=arch,
+        arch_site=f"{info.path}:{info.node.lineno}",
+        sglang_version=tree_version(tree.src),
+        required=required,
+        optional={m: tuple(ss) for m, ss in on.items() if m not in required},
+        outside={m: tuple(ss) for m, ss in outside.items() if m not in on},
+        draft={m: tuple(ss) for m, ss in draft.items()},
+        providers=providers,
+        missing=sorted(missing, key=lambda m: (m.sites[0].path, m.sites[0].line)),
+        undecided=undecided,
+        flags=sorted(spec.flags),
+        workers=[f"{c.module}.{c.name}" for c in workers],
+        files_read=len(tree._ast),
+        seconds=time.perf_counter() - started,
+    )
 
 
 def confirm(report: Report, sglang_src: Path) -> Report:
     """The dynamic half, where the model's module imports (torch installed: the image's runtime stage).
 
     Imports the class the static half resolved and binds every call site it found on the EAGLE-3
-    path to the real signature with ``inspect.signature(...).bind``. It settles what the source
-    cannot (a base outside the tree, a decorator that changes a signature, a method added at import
-    time), but it needs the static half for the call sites, and an instance for ``__getattr__``.
+    path to the real signature with ``inspect.signature(...).bind``; its verdict replaces the static
+    one for each method it can see. It settles what the source cannot (a base outside the tree, a
+    decorator that changes a signature, a method added at import time), but it needs the static half
+    for the call sites, and an instance (the weights) for ``__getattr__`` or an attribute set in
+    ``__init__``.
     """
     import importlib
-    import inspect
     import sys
 
     sys.path.insert(0, str(Path(sglang_src)))
@@ -913,33 +946,30 @@ def confirm(report: Report, sglang_src: Path) -> Report:
         cls = getattr(importlib.import_module(module), report.arch)
     except Exception as err:  # whatever the import raises is the answer: say which and why
         raise UserError(f"{module}.{report.arch}: cannot import for --dynamic: {type(err).__name__}: {err}") from None
-    missing, undecided = [], []
+    missing, settled = [], set()
     for method in sorted(set(report.required) | set(report.optional)):
         calls = report.required.get(method, ()) + report.optional.get(method, ())
         static = inspect.getattr_static(cls, method, None)
         if static is None:
-            if "attribute set in" in report.providers.get(method, ""):
-                report.confirmed.append(f"{method}: an instance attribute; it needs an instance to check")
-            elif method in report.required:
-                dynamic = any(m.method == method and "__getattr__" in m.reason for m in report.undecided)
-                (undecided if dynamic else missing).append(Missing(method, report.required[method], "not on the imported class"))
+            if method in report.required and not any(m.method == method and "__getattr__" in m.reason for m in report.undecided):
+                if "attribute set in" not in report.providers.get(method, ""):
+                    missing.append(Missing(method, report.required[method], "not on the imported class"))
+                    settled.add(method)
             continue
+        settled.add(method)
         if isinstance(static, property) or not callable(getattr(cls, method)):
             missing.append(Missing(method, calls, f"a {type(static).__name__} on the imported class, not a method"))
             continue
-        sig, self_arg = inspect.signature(getattr(cls, method)), () if isinstance(static, (staticmethod, classmethod)) else (cls,)
-        bad = []
-        for s in calls:
-            try:
-                s.star or sig.bind(*self_arg, *[None] * s.args, **dict.fromkeys(s.keywords))
-            except TypeError as err:
-                bad.append((s, err))
+        sig = inspect.signature(getattr(cls, method))  # bound already for a classmethod
+        bad = [(s, binds(sig, s, isinstance(static, (staticmethod, classmethod)))) for s in calls]
+        bad = [(s, why) for s, why in bad if why]
         if bad:
-            missing.append(Missing(method, tuple(s for s, _ in bad), f"{cls.__name__}.{method}{sig}: {bad[0][1]}"))
+            missing.append(Missing(method, tuple(s for s, _ in bad), f"{cls.__name__}.{method}{sig} (imported): {bad[0][1]}"))
         else:
             report.confirmed.append(f"{method}{sig} binds all {len(calls)} call sites")
-    report.missing = sorted({m.method: m for m in report.missing + missing}.values(), key=lambda m: (m.sites[0].path, m.sites[0].line))
-    report.undecided = undecided
+    kept = [m for m in report.missing if m.method not in settled]
+    report.missing = sorted(kept + missing, key=lambda m: (m.sites[0].path, m.sites[0].line))
+    report.undecided = [m for m in report.undecided if m.method not in settled]
     return report
 
 
@@ -972,26 +1002,27 @@ def check_wheel(wheel: Path, patches_dir: Path, arch: str, workdir: Path, *, log
     return audit(site, arch)
 
 
-# -------- Command line (the image runs this right after patching) ----------
+# --- Command line (the image runs this right after patching) -------------------------------------
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m sglang_stack.patching.audit",
-        description="Check, from the source, that a model class provides every method the EAGLE-3 path calls on the "
-        "target model. Exit 0: all present (any the source cannot settle are listed as undecided); 1: some missing "
-        "(one line each); 2: bad input, or a tree the audit no longer understands.",
+        description="Check, from the source, that a model class provides every method the EAGLE-3 path calls on "
+        "the target model. Exit 0: all present (any the source cannot settle are listed as undecided); 1: some "
+        "missing (one line each); 2: bad input, or a tree the audit no longer understands.",
     )
     parser.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--arch", help=f"model class name, as in config.json 'architectures' (default {DEFAULT_ARCH})")
     which.add_argument("--model-config", type=Path, help="a model's config.json: audit its first 'architectures' entry")
-    parser.add_argument("--dynamic", action="store_true", help="also import the class (needs torch and SGLang's imports: "
-                        "the runtime image) and bind every call site to its real signature")  # fmt: skip
-    parser.add_argument("--verbose", "-v", action="store_true", help="also list every call site and where each method comes from")
+    parser.add_argument("--dynamic", action="store_true", help="also import the class (needs torch and SGLang's "
+                        "imports: the runtime image) and bind every call site to its real signature")  # fmt: skip
+    parser.add_argument("--verbose", "-v", action="store_true", help="also list every call site and each method's source")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
-    report = audit(args.sglang_src, args.arch or (arch_from_config(args.model_config) if args.model_config else DEFAULT_ARCH))
+    arch = args.arch or (arch_from_config(args.model_config) if args.model_config else DEFAULT_ARCH)
+    report = audit(args.sglang_src, arch)
     if args.dynamic:
         confirm(report, args.sglang_src)
     print(json.dumps(report.to_json(), indent=2) if args.json else "\n".join(report.lines(verbose=args.verbose)))
