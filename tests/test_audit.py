@@ -412,6 +412,8 @@ def test_synthetic_baseline(tmp_path):
         ("self.sometimes = True\nif self.sometimes:\n    self.model.sometimes_on()", "sometimes_on", "outside"),
         ("if importlib.util.find_spec('torch') is None:\n    self.model.no_torch()", "no_torch", "outside"),
         ("if self.server_args.enable_lora:\n    self.model.lora_only()", "lora_only", "outside"),
+        ("if self.spec_aux_config.dflash_capture:\n    self.model.dflash_only()", "dflash_only", "outside"),
+        ("if self.aux_config.eagle_capture:\n    self.model.eagle_flag()", "eagle_flag", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    self.draft_model_runner.model.drafty()", "drafty", "draft"),
     ],
     ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,

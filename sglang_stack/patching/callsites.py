@@ -283,8 +283,11 @@ class Spec:
         return self._memo[id(test)]
 
     def mentions(self, test: ast.expr) -> bool:
-        """Does the condition test the algorithm, or name a flag (``spec``/``eagle`` in it, or a set one)?"""
-        return self.judge(test)[1] or any(speculative(w) or w in self.flags for w in words(test))
+        """Does the condition test the algorithm, or name a flag (``spec``/``eagle`` in it, or a set one)?
+        A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
+        inner = {id(n.value) for n in ast.walk(test) if isinstance(n, ast.Attribute)}
+        read = [getattr(n, "id", None) or n.attr for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
+        return self.judge(test)[1] or any(speculative(w) or w in self.flags for w in read)
 
     def workers(self) -> list[Cls]:
         """The classes ``create_worker`` can return under EAGLE3."""
