@@ -82,13 +82,14 @@ def test_unpatched_tree_lacks_exactly_the_two_methods_at_the_known_call_sites(un
 
 
 def test_patched_tree_passes_and_names_where_each_method_comes_from(sglang_patched):
+    """Whatever else the series changes (line numbers, new guarded calls), the class must provide both."""
     report = audit.audit(sglang_patched, KIMI)
-    assert report.passed, f"the audit fails the patched tree: {report.lines()}"
-    assert sites(report.required) == FACTS_0_5_9, f"the patches move no call site: {sites(report.required)}"
+    assert report.passed and not report.undecided, f"the audit fails the patched tree: {report.lines()}"
+    assert set(FACTS_0_5_9) <= set(report.required), f"required: {sites(report.required)}"
     for method in FACTS_0_5_9:
         assert report.providers[method].startswith(f"{KIMI}.{method}(self"), report.providers
         assert "(sglang/srt/models/kimi_k25.py:" in report.providers[method], report.providers
-    assert report.summary.startswith("audit passed") and "7 call sites" in report.summary, report.summary
+    assert report.summary.startswith("audit passed") and "call sites)" in report.summary, report.summary
 
 
 def test_calls_on_the_draft_model_are_not_the_targets_business(unpatched_report):

@@ -118,18 +118,12 @@ class Report:
         return out + [self.summary]
 
     def to_json(self) -> dict:
-        def sites(group):
-            return {m: [str(s) for s in ss] for m, ss in sorted(group.items())}
-
-        def findings(items):
-            return {m.method: {"sites": [str(s) for s in m.sites], "reason": m.reason} for m in items}
-
-        return {"arch": self.arch, "arch_site": self.arch_site, "sglang_version": self.sglang_version,
-                "passed": self.passed, "summary": self.summary, "missing": findings(self.missing),
-                "undecided": findings(self.undecided), "required": sites(self.required),
-                "optional": sites(self.optional), "outside": sites(self.outside), "draft": sites(self.draft),
-                "providers": dict(sorted(self.providers.items())), "flags": self.flags, "workers": self.workers,
-                "confirmed": self.confirmed, "seconds": round(self.seconds, 3)}  # fmt: skip
+        out = dict(vars(self), passed=self.passed, summary=self.summary, seconds=round(self.seconds, 3))
+        for key in ("required", "optional", "outside", "draft"):
+            out[key] = {m: [str(s) for s in ss] for m, ss in sorted(out[key].items())}
+        for key in ("missing", "undecided"):
+            out[key] = {m.method: {"sites": [str(s) for s in m.sites], "reason": m.reason} for m in out[key]}
+        return out
 
 
 # --- The architecture class and what it provides ------------------------------------------------

@@ -360,33 +360,27 @@ class Scan:
 
     # values ----------------------------------------------------------------------------------
 
-    def value(self, node: ast.AST, f: Frame) -> tuple[str, str] | None:
-        """(role, canonical receiver) of an expression that holds a model, runner or worker; else None."""
+    def value(self, node: ast.AST, f: Frame) -> tuple[str | None, str]:
+        """(role, canonical text) of an expression; the role of the model, runner or worker it holds, or None."""
         if isinstance(node, ast.Name):
-            if node.id in f.aliases:
-                return f.aliases[node.id]
             if node.id == "self":
-                return (RUNNER, f"self@{f.cls.name}") if f.runner else None
-            role = self.named(node.id, f, False)
-            return role and (role, node.id)
+                return (RUNNER if f.runner else None), f"self@{f.cls.name if f.cls else ''}"
+            return f.aliases.get(node.id) or (self.named(node.id, f, False), node.id)
         if isinstance(node, (ast.Subscript, ast.Call)):  # self.mtp_model_runner(i), self.draft_runners[i]
-            inner = self.value(node.value if isinstance(node, ast.Subscript) else node.func, f)
-            return (DRAFT, inner[1] + "()") if inner and inner[0] == DRAFT else None
+            role, canon = self.value(node.value if isinstance(node, ast.Subscript) else node.func, f)
+            return (DRAFT if role == DRAFT else None), canon + "()"
         if not isinstance(node, ast.Attribute):
-            return None
-        base = self.value(node.value, f)
-        canon = f"{base[1] if base else self.canon(node.value, f)}.{node.attr}"
-        if any(m in node.attr.lower() for m in DRAFT_MARKERS) or base and base[0] == DRAFT:
-            return DRAFT, canon
-        if base:
+            return None, ast.unparse(node)
+        (role, base), attr = self.value(node.value, f), node.attr
+        if role == DRAFT or any(m in attr.lower() for m in DRAFT_MARKERS):
+            return DRAFT, f"{base}.{attr}"
+        if role:
             step = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
-            role = step.get((base[0], node.attr))
-            return role and (role, canon)
+            return step.get((role, attr)), f"{base}.{attr}"
         is_self = getattr(node.value, "id", "") == "self"
-        if is_self and f.cls is not None and node.attr in self.class_aliases(f):
-            return self.class_aliases(f)[node.attr]
-        role = self.named(node.attr, f, is_self)
-        return role and (role, canon)
+        if is_self and f.cls is not None and attr in self.class_aliases(f):
+            return self.class_aliases(f)[attr]
+        return self.named(attr, f, is_self), f"{base}.{attr}"
 
     @staticmethod
     def named(name: str, f: Frame, is_self: bool) -> str | None:
@@ -399,14 +393,6 @@ class Scan:
             return RUNNER if not f.spec_pkg else DRAFT if is_self else LOOSE_RUNNER
         return LOOSE_RUNNER if name.lower().endswith("runner") else None
 
-    def canon(self, node: ast.AST, f: Frame) -> str:
-        got = self.value(node, f)
-        if got:
-            return got[1]
-        if isinstance(node, ast.Attribute):
-            return f"{self.canon(node.value, f)}.{node.attr}"
-        return f"self@{f.cls.name}" if getattr(node, "id", "") == "self" and f.cls else ast.unparse(node)
-
     def class_aliases(self, f: Frame) -> dict:
         """``self.x = <model, runner or worker>`` anywhere in the class makes ``self.x`` one in every method."""
         if id(f.cls) not in self._class_aliases:
@@ -416,9 +402,9 @@ class Scan:
                 stmt = todo.pop(0)
                 target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
                 if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
-                    got = self.value(stmt.value, inner)
-                    if got:
-                        table[target.attr] = got
+                    role, canon = self.value(stmt.value, inner)
+                    if role:
+                        table[target.attr] = role, canon
                 for name in ("body", "orelse", "finalbody", "handlers"):
                     todo.extend(s for s in getattr(stmt, name, ()) if not isinstance(s, ast.ClassDef))
         return self._class_aliases[id(f.cls)]
@@ -453,7 +439,7 @@ class Scan:
         if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(
             getattr(args[1], "value", 0), str
         ):
-            return {(self.canon(args[0], f), args[1].value)}
+            return {(self.value(args[0], f)[1], args[1].value)}
         return set()
 
     def unset(self, taken: list, skipped: list, after: ast.stmt, f: Frame) -> bool:
@@ -530,8 +516,8 @@ class Scan:
                 continue
             for name in [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]:
                 f.aliases.pop(name, None)
-            got = self.value(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else None
-            if got:
+            got = self.value(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else (None, "")
+            if got[0]:
                 f.aliases[t.id] = got  # `model = self.model_runner.model`
 
     # expressions -----------------------------------------------------------------------------
@@ -561,17 +547,17 @@ class Scan:
             # getattr(model, "m")(...) needs m; with a default it is optional
             recv, method = func.args[0], getattr(func.args[1], "value", None)
             guard = guard or ("getattr default" if len(func.args) > 2 else "")
-        got = self.value(recv, f) if recv is not None and isinstance(method, str) else None
-        if got and (got[0] in (MODEL, LOOSE) or got[0] == DRAFT and got[1].endswith("." + MODEL_ATTR)):
-            if not guard and any((got[1], method) in c[2] for c in f.conds):
+        role, canon = self.value(recv, f) if recv is not None and isinstance(method, str) else (None, "")
+        if role in (MODEL, LOOSE) or role == DRAFT and canon.endswith("." + MODEL_ATTR):
+            if not guard and any((canon, method) in c[2] for c in f.conds):
                 guard = "hasattr"
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             keywords = tuple(k.arg for k in node.keywords if k.arg)
             site = CallSite(f.path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
-            self.sites.append((site, f.conds, f.on_path, got[0]))
+            self.sites.append((site, f.conds, f.on_path, role))
         slots = [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]
         passed = [(slot, self.value(a, f)) for slot, a in slots]
-        passed = [(slot, v) for slot, v in passed if v and v[0] in (MODEL, RUNNER, WORKER)]
+        passed = [(slot, v) for slot, v in passed if v[0] in (MODEL, RUNNER, WORKER)]
         if passed and f.depth < MAX_DEPTH:
             self.follow(node, slots, passed, f)
 
