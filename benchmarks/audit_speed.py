@@ -1,14 +1,15 @@
 """Time the EAGLE-3 audit on the full sglang 0.5.9 tree, against the crash it replaces.
 
-    python benchmarks/audit_speed.py [--repeat N]
+    python benchmarks/audit_speed.py [--repeat N] [--wheel URL SHA256]
 
 Fetches the pinned wheel (versions.lock, hash-verified, cached), unpacks it, and
-prints: the wall time of one cold `python3 -m sglang_stack.patching.audit` subprocess (what
+prints: the wall time of a cold `python3 -m sglang_stack.patching.audit` subprocess (what
 the image build runs: interpreter start, imports, every file read and parsed) on
-the unpatched and on the patched tree; the median and best in-process time over
-N runs; the files in the tree and the files the audit parsed; the patch series'
-apply time; and the ratio to the 485 s that the reference EAGLE-3 server spent
-loading Kimi-K2.5 before it died on the first missing method.
+the unpatched and on the patched tree, median and worst of N; the median and best
+in-process time over N runs; the files in the tree and the files the audit parsed;
+the patch series' apply time; and the ratio to the 485 s that the reference EAGLE-3
+server spent loading Kimi-K2.5 before it died on the first missing method.
+--wheel times one more release, unpatched (for example the latest on PyPI).
 """
 
 from __future__ import annotations
@@ -32,18 +33,23 @@ CRASH_SECONDS = 485  # reference run: model load until AttributeError (FACTS.md)
 ARCH = "KimiK25ForConditionalGeneration"
 
 
-def cold(site: Path) -> tuple[float, int, str]:
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(site), "--arch", ARCH],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
-    return time.perf_counter() - start, proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
+def cold(site: Path, repeat: int) -> tuple[float, float, int, str]:
+    """Median and worst wall time of ``repeat`` fresh interpreters running the audit, its exit code and last line."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(site), "--arch", ARCH],
+            cwd=ROOT, capture_output=True, text=True,
+        )  # fmt: skip
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), max(times), proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each measurement (default 5)")
+    parser.add_argument("--wheel", nargs=2, metavar=("URL", "SHA256"), help="also time this sglang wheel, unpatched")
     args = parser.parse_args()
 
     table = lockmod.load()["sglang"]
@@ -52,13 +58,13 @@ def main() -> None:
         site = patches.unpack_wheel(wheel, Path(tmp) / "site")
         n_files = sum(1 for p in (site / "sglang").rglob("*.py"))
 
-        unpatched_s, unpatched_rc, unpatched_line = cold(site)
+        unpatched_s, unpatched_max, unpatched_rc, unpatched_line = cold(site, args.repeat)
 
         start = time.perf_counter()
         patches.apply_series(site, ROOT / "patches", quiet=True)
         apply_s = time.perf_counter() - start
 
-        patched_s, patched_rc, patched_line = cold(site)
+        patched_s, patched_max, patched_rc, patched_line = cold(site, args.repeat)
 
         times = []
         report = None
@@ -66,14 +72,19 @@ def main() -> None:
             start = time.perf_counter()
             report = audit.audit(site, ARCH)
             times.append(time.perf_counter() - start)
+        if args.wheel:
+            other = patches.unpack_wheel(fetch.fetch(*args.wheel), Path(tmp) / "other")
+            other_s, other_max, other_rc, other_line = cold(other, args.repeat)
 
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")
     print(f"tree: sglang {report.sglang_version}, {n_files} .py files; the audit parsed {report.files_read}")
-    print(f"audit, cold subprocess, unpatched: {unpatched_s:.2f} s, exit {unpatched_rc}: {unpatched_line}")
+    print(f"audit, cold subprocess, unpatched: median {unpatched_s:.2f} s, worst {unpatched_max:.2f} s, exit {unpatched_rc}: {unpatched_line}")
     print(f"apply the patch series: {apply_s * 1000:.0f} ms")
-    print(f"audit, cold subprocess, patched: {patched_s:.2f} s, exit {patched_rc}: {patched_line}")
+    print(f"audit, cold subprocess, patched: median {patched_s:.2f} s, worst {patched_max:.2f} s, exit {patched_rc}: {patched_line}")
     print(f"audit, in process: median {statistics.median(times):.2f} s, best {min(times):.2f} s ({args.repeat} runs)")
-    worst = max(unpatched_s, patched_s)
+    if args.wheel:
+        print(f"audit, cold subprocess, {Path(args.wheel[0]).name}: median {other_s:.2f} s, worst {other_max:.2f} s, exit {other_rc}: {other_line}")
+    worst = max(unpatched_max, patched_max)
     print(
         f"against the crash: {worst:.2f} s before the build fails, instead of {CRASH_SECONDS} s of model "
         f"loading before the server dies: {CRASH_SECONDS / worst:.0f}x sooner, and before any GPU is touched"

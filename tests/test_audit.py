@@ -1,5 +1,6 @@
-"""The EAGLE-3 audit: on the real sglang 0.5.9 tree (unpatched, patched, edited) and on
-small synthetic trees that pin down each rule of the derivation."""
+"""The EAGLE-3 audit on real SGLang trees (0.5.9 unpatched and patched, 0.5.10, the latest
+release) and on small synthetic trees that pin down each rule. Realistic edits of the 0.5.9
+tree are in tests/test_audit_edits.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.patching import audit
 from sglang_stack.errors import UserError
+from sglang_stack.patching import audit
 
 KIMI = "KimiK25ForConditionalGeneration"
 
@@ -39,10 +40,24 @@ SGLANG_0_5_10 = (
     "sglang-0.5.10-py3-none-any.whl",
     "ac8855a5d57dac8831fee526bca5212f1ae451f378e2ab08b3baecbc4deb4076",
 )
+# The latest release on PyPI when this was written, hashed here (cp312 x86_64, the image's
+# Python). Its EAGLE-3 calls sit in helpers the model is passed to, two calls deep.
+SGLANG_LATEST = (
+    "https://files.pythonhosted.org/packages/ca/5f/fb9c2417fc4c650f62ef98ddee2cc25988456c94e8a6ca8661ef0cbe0b09/"
+    "sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl",
+    "8d257a319395b322bb1be327d05e5528859358153c8563b04c0a4a3c8af164b6",
+)
 
 
-def sites(report_group: dict) -> dict[str, list[str]]:
-    return {m: [str(s) for s in ss] for m, ss in report_group.items()}
+def sites(group: dict) -> dict[str, list[str]]:
+    return {m: [str(s) for s in ss] for m, ss in group.items()}
+
+
+def unpacked(wheel: tuple[str, str], tmp_path: Path) -> Path:
+    from sglang_stack import fetch
+    from sglang_stack.patching.patches import unpack_wheel
+
+    return unpack_wheel(fetch.fetch(*wheel), tmp_path / "site")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +66,7 @@ def unpatched_report(sglang_pristine) -> audit.Report:
 
 
 # --------------------------------------------------------------------------
-# The real tree
+# Real trees
 # --------------------------------------------------------------------------
 
 
@@ -61,23 +76,26 @@ def test_unpatched_tree_lacks_exactly_the_two_methods_at_the_known_call_sites(un
     missing = {m.method: [str(s) for s in m.sites] for m in report.missing}
     assert missing == FACTS_0_5_9, f"missing methods and call sites differ from the hand-checked ones: {missing}"
     assert sites(report.required) == FACTS_0_5_9, f"required: {sites(report.required)}"
+    assert report.undecided == [], f"nothing is undecided on 0.5.9: {report.undecided}"
     assert report.sglang_version == "0.5.9", report.sglang_version
     assert report.arch_site.startswith("sglang/srt/models/kimi_k25.py:"), report.arch_site
 
 
 def test_patched_tree_passes_and_names_where_each_method_comes_from(sglang_patched):
+    """Whatever else the series changes (line numbers, new guarded calls), the class must provide both."""
     report = audit.audit(sglang_patched, KIMI)
-    assert report.passed, f"the audit fails the patched tree: {report.lines()}"
+    assert report.passed and not report.undecided, f"the audit fails the patched tree: {report.lines()}"
+    assert set(FACTS_0_5_9) <= set(report.required), f"required: {sites(report.required)}"
     for method in FACTS_0_5_9:
-        assert report.providers[method].startswith(f"{KIMI} (sglang/srt/models/kimi_k25.py:"), report.providers
-    assert report.summary.startswith("audit passed") and "7 call sites" in report.summary, report.summary
+        assert report.providers[method].startswith(f"{KIMI}.{method}(self"), report.providers
+        assert "(sglang/srt/models/kimi_k25.py:" in report.providers[method], report.providers
+    assert report.summary.startswith("audit passed") and "call sites)" in report.summary, report.summary
 
 
 def test_calls_on_the_draft_model_are_not_the_targets_business(unpatched_report):
     report = unpatched_report
     assert "set_embed_and_head" not in report.required, "set_embed_and_head is called on the draft, not the target"
-    assert "set_embed_and_head" in report.draft, f"draft calls: {sorted(report.draft)}"
-    assert "sglang/srt/speculative/eagle_worker.py:166" in [str(s) for s in report.draft["set_embed_and_head"]]
+    assert "sglang/srt/speculative/eagle_worker.py:166" in [str(s) for s in report.draft["set_embed_and_head"]], report.draft
 
 
 def test_calls_off_the_eagle3_path_or_guarded_are_reported_apart(unpatched_report):
@@ -93,24 +111,10 @@ def test_calls_off_the_eagle3_path_or_guarded_are_reported_apart(unpatched_repor
     assert guards == {""}, f"a check whose else raises does not make load_kv_cache_scales optional: {guards}"
 
 
-def test_the_derivation_finds_a_new_eagle3_call_added_to_the_source(sglang_tree):
-    """What a next release might add: the audit must find it with no list to update."""
-    runner = sglang_tree / "sglang/srt/model_executor/model_runner.py"
-    text = runner.read_text()
-    anchor = "        # Initialize piecewise CUDA graph\n"
-    assert anchor in text, "model_runner.py changed: pick another anchor"
-    added = "        if self.eagle_use_aux_hidden_state:\n            self.model.prepare_eagle3_capture()\n"
-    runner.write_text(text.replace(anchor, added + anchor, 1))
-    line = text[: text.index(anchor)].count("\n") + 2
-    report = audit.audit(sglang_tree, KIMI)
-    assert "prepare_eagle3_capture" in report.required, f"the new call was not derived: {sorted(report.required)}"
-    assert [str(s) for s in report.required["prepare_eagle3_capture"]] == [f"sglang/srt/model_executor/model_runner.py:{line}"]
-
-
 def test_inheritance_is_followed_through_the_registry(sglang_pristine):
     report = audit.audit(sglang_pristine, "DeepseekV3ForCausalLM")
     assert report.passed, f"DeepseekV3ForCausalLM inherits all three methods: {report.lines()}"
-    assert report.providers["get_embed_and_head"].startswith("DeepseekV2ForCausalLM ("), report.providers
+    assert report.providers["get_embed_and_head"].startswith("DeepseekV2ForCausalLM.get_embed_and_head(self) ("), report.providers
 
 
 def test_an_unknown_architecture_is_one_line_with_a_suggestion(sglang_pristine):
@@ -119,11 +123,47 @@ def test_an_unknown_architecture_is_one_line_with_a_suggestion(sglang_pristine):
     assert "did you mean KimiK25ForConditionalGeneration" in str(err.value), str(err.value)
 
 
+@pytest.mark.network
+def test_sglang_0_5_10_passes_unpatched(tmp_path):
+    """The next release merged the delegation upstream: the same command, no patches, passes."""
+    report = audit.audit(unpacked(SGLANG_0_5_10, tmp_path), KIMI)
+    assert report.passed, f"0.5.10 should pass without patches: {report.lines()}"
+    assert set(report.required) == set(FACTS_0_5_9), f"0.5.10 EAGLE-3 path calls {sorted(report.required)}"
+    assert sum(len(s) for s in report.required.values()) == 7, sites(report.required)
+
+
+@pytest.mark.network
+def test_the_latest_release_gets_an_answer_with_its_call_sites(tmp_path):
+    """0.5.23 calls both methods from helpers that get the model as an argument."""
+    site = unpacked(SGLANG_LATEST, tmp_path)
+    report = audit.audit(site, KIMI)
+    assert report.sglang_version == "0.5.23", report.sglang_version
+    assert report.passed, f"0.5.23's Kimi-K2.5 has the methods upstream: {report.lines()}"
+    found = sites(report.required)
+    assert found.get("get_embed_and_head") == ["sglang/srt/speculative/pp_draft_embedding.py:95"], found
+    assert found.get("set_eagle3_layers_to_capture") == [
+        "sglang/srt/model_executor/model_runner_components/attention_backend_setup.py:61"
+    ], found
+    # The same tree with the methods gone fails on exactly those sites.
+    kimi = site / "sglang/srt/models/kimi_k25.py"
+    kimi.write_text(kimi.read_text().replace("def get_embed_and_head(", "def _gone_embed_and_head("))
+    failed = audit.audit(site, KIMI)
+    assert [(m.method, [str(s) for s in m.sites]) for m in failed.missing] == [
+        ("get_embed_and_head", ["sglang/srt/speculative/pp_draft_embedding.py:95"])
+    ], failed.lines()
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sglang_stack.patching.audit", *args], capture_output=True, text=True, cwd=ROOT)
+
+
 def test_cli_unpatched_exits_1_with_one_line_per_missing_method(sglang_pristine):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_pristine)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    proc = run_cli("--sglang-src", str(sglang_pristine))
     assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 3, f"expected two missing lines and a summary: {lines}"
@@ -134,10 +174,7 @@ def test_cli_unpatched_exits_1_with_one_line_per_missing_method(sglang_pristine)
 
 
 def test_cli_patched_exits_0_with_a_one_line_summary(sglang_patched):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_patched), "--arch", KIMI],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    proc = run_cli("--sglang-src", str(sglang_patched), "--arch", KIMI)
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
     assert len(proc.stdout.strip().splitlines()) == 1 and proc.stdout.startswith("audit passed:"), proc.stdout
 
@@ -145,13 +182,11 @@ def test_cli_patched_exits_0_with_a_one_line_summary(sglang_patched):
 def test_cli_reads_the_architecture_from_a_model_config(sglang_pristine, tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_pristine), "--model-config", str(config), "--json"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    proc = run_cli("--sglang-src", str(sglang_pristine), "--model-config", str(config), "--json")
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
     data = json.loads(proc.stdout)
     assert data["arch"] == "DeepseekV3ForCausalLM" and data["passed"] is True, data
+    assert data["required"]["get_embed_and_head"] == FACTS_0_5_9["get_embed_and_head"], data["required"]
 
 
 @pytest.mark.parametrize(
@@ -166,34 +201,31 @@ def test_cli_reads_the_architecture_from_a_model_config(sglang_pristine, tmp_pat
 def test_cli_bad_model_config_is_one_line_exit_2(sglang_pristine, tmp_path, content, expect):
     config = tmp_path / "config.json"
     config.write_text(content)
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_pristine), "--model-config", str(config)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    proc = run_cli("--sglang-src", str(sglang_pristine), "--model-config", str(config))
     assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
     errors = proc.stderr.strip().splitlines()
     assert len(errors) == 1 and str(config) in errors[0] and expect in errors[0], errors
 
 
 def test_cli_not_an_sglang_tree_is_one_line_exit_2(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    proc = run_cli("--sglang-src", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"error: {tmp_path}: no sglang/ package here"), proc.stderr
 
 
-@pytest.mark.network
-def test_sglang_0_5_10_passes_unpatched(tmp_path):
-    """The next release merged the delegation upstream: the same command, no patches, passes."""
-    from sglang_stack import fetch
-    from sglang_stack.patching.patches import unpack_wheel
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
-    site = unpack_wheel(fetch.fetch(*SGLANG_0_5_10), tmp_path / "site")
-    report = audit.audit(site, KIMI)
-    assert report.passed, f"0.5.10 should pass without patches: {report.lines()}"
-    assert set(report.required) == set(FACTS_0_5_9), f"0.5.10 EAGLE-3 path calls {sorted(report.required)}"
+
+def test_invoke_audit(sglang_pristine, sglang_patched, tmp_path):
+    failed = invoke("audit", "--sglang-src", str(sglang_pristine))
+    assert failed.returncode == 1, f"{failed.returncode}: {failed.stdout}{failed.stderr}"
+    assert failed.stdout.count("missing:") == 2 and "audit failed" in failed.stdout, failed.stdout
+    passed = invoke("audit", "--sglang-src", str(sglang_patched), "--verbose")
+    assert passed.returncode == 0, f"{passed.stdout}{passed.stderr}"
+    assert "required: get_embed_and_head" in passed.stdout and passed.stdout.strip().endswith("call sites)"), passed.stdout
+    both = invoke("audit", "--sglang-src", str(sglang_patched), "--arch", KIMI, "--model-config", str(tmp_path / "c.json"))
+    assert both.returncode == 2 and "choose one" in both.stderr, both.stderr
 
 
 # --------------------------------------------------------------------------
@@ -223,19 +255,25 @@ class SpeculativeAlgorithm(Enum):
     def is_standalone(self):
         return self == SpeculativeAlgorithm.STANDALONE
 
+    def supports_spec_v2(self):
+        return self.is_eagle() or self.is_standalone()
+
     def create_worker(self, server_args):
+        if self.is_standalone():
+            from sglang.srt.speculative.standalone_worker import StandaloneWorker
+
+            return StandaloneWorker
         if self.is_eagle():
             from sglang.srt.speculative.eagle_worker import EAGLEWorker
 
             return EAGLEWorker
-        elif self.is_standalone():
-            from sglang.srt.speculative.standalone_worker import StandaloneWorker
-
-            return StandaloneWorker
         raise ValueError("unreachable")
 '''
 
 WORKER = '''
+from sglang.srt.speculative.spec_utils import helper
+
+
 class EAGLEWorker:
     def __init__(self, target_worker, speculative_algorithm):
         self.target_worker = target_worker
@@ -254,8 +292,12 @@ class StandaloneWorker:
 '''
 
 RUNNER = '''
+from sglang.srt.model_executor.runner_utils import configure
+
+
 class ModelRunner:
-    def __init__(self, spec_algorithm, is_draft_worker):
+    def __init__(self, server_args, spec_algorithm, is_draft_worker):
+        self.server_args = server_args
         self.spec_algorithm = spec_algorithm
         self.is_draft_worker = is_draft_worker
         self.eagle_use_aux_hidden_state = False
@@ -263,9 +305,25 @@ class ModelRunner:
             self.eagle_use_aux_hidden_state = True
         self.model.load_weights()
         if self.eagle_use_aux_hidden_state:
-            self.model.set_eagle3_layers_to_capture()
+            self.model.set_eagle3_layers_to_capture([1, 2])
 {runner}
 '''
+
+HELPERS = {
+    "sglang/srt/speculative/spec_utils.py": '''
+def helper(model, algo=None):
+    return inner(target=model)
+
+
+def inner(target):
+    target.reached_two_calls_deep()
+''',
+    "sglang/srt/model_executor/runner_utils.py": '''
+def configure(runner, enabled):
+    if enabled:
+        runner.model.configured_through_a_runner()
+''',
+}
 
 MODELS = {
     "sglang/srt/models/base.py": '''
@@ -286,28 +344,6 @@ class Wrapped(Base, nn.Module):
 
 EntryClass = [Wrapped]
 ''',
-    "sglang/srt/models/lacking.py": '''
-from torch import nn
-
-
-class Lacking(nn.Module):
-    def forward(self):
-        pass
-
-
-EntryClass = Lacking
-''',
-    "sglang/srt/models/dynamic.py": '''
-from sglang.srt.models.base import Base
-
-
-class Dynamic(Base):
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
-EntryClass = [Dynamic]
-''',
 }
 
 
@@ -319,6 +355,7 @@ def synthetic(tmp_path: Path, *, runner: str = "", worker: str = "", extra: dict
         "sglang/srt/speculative/eagle_worker.py": WORKER.format(worker=textwrap.indent(textwrap.dedent(worker), " " * 8)),
         "sglang/srt/speculative/standalone_worker.py": STANDALONE,
         "sglang/srt/model_executor/model_runner.py": RUNNER.format(runner=textwrap.indent(textwrap.dedent(runner), " " * 8)),
+        **HELPERS,
         **MODELS,
         **(extra or {}),
     }
@@ -329,20 +366,24 @@ def synthetic(tmp_path: Path, *, runner: str = "", worker: str = "", extra: dict
     return root
 
 
+def groups(report: audit.Report) -> dict[str, dict]:
+    return {"required": report.required, "optional": report.optional, "outside": report.outside, "draft": report.draft}
+
+
+def placed(report: audit.Report, method: str) -> list[str]:
+    return [name for name, group in groups(report).items() if method in group]
+
+
 def test_synthetic_baseline(tmp_path):
-    tree = synthetic(tmp_path)
-    wrapped = audit.audit(tree, "Wrapped")
-    assert wrapped.passed, wrapped.lines()
-    assert sorted(wrapped.required) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], sorted(wrapped.required)
-    assert wrapped.providers["get_embed_and_head"].startswith("Base (sglang/srt/models/base.py:"), wrapped.providers
-    assert wrapped.workers == ["sglang.srt.speculative.eagle_worker.EAGLEWorker"], f"EAGLE-3 workers: {wrapped.workers}"
-    assert wrapped.flags == ["eagle_use_aux_hidden_state"], f"flags: {wrapped.flags}"
-    assert "standalone_only" in wrapped.outside and "standalone_only" not in wrapped.required, "standalone is not EAGLE-3"
-    assert "load_weights" in wrapped.outside, "an unconditional runner call is outside the EAGLE-3 path"
-    assert set(wrapped.draft) == {"set_embed_and_head", "own_model_is_the_draft"}, f"draft calls: {sorted(wrapped.draft)}"
-    lacking = audit.audit(tree, "Lacking")
-    assert [m.method for m in lacking.missing] == ["set_eagle3_layers_to_capture", "get_embed_and_head"], lacking.lines()
-    assert lacking.external_bases == ["torch.nn.Module"], lacking.external_bases
+    report = audit.audit(synthetic(tmp_path), "Wrapped")
+    assert report.passed, report.lines()
+    assert sorted(report.required) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], sorted(report.required)
+    assert report.providers["get_embed_and_head"] == "Base.get_embed_and_head(self) (sglang/srt/models/base.py:3)", report.providers
+    assert report.workers == ["sglang.srt.speculative.eagle_worker.EAGLEWorker"], f"EAGLE-3 workers: {report.workers}"
+    assert report.flags == ["eagle_use_aux_hidden_state"], f"flags: {report.flags}"
+    assert "standalone_only" not in report.required, "the standalone worker is not EAGLE-3"
+    assert placed(report, "load_weights") == ["outside"], "an unconditional runner call is outside the EAGLE-3 path"
+    assert set(report.draft) == {"set_embed_and_head", "own_model_is_the_draft"}, f"draft calls: {sorted(report.draft)}"
 
 
 @pytest.mark.parametrize(
@@ -350,56 +391,195 @@ def test_synthetic_baseline(tmp_path):
     [
         ("if self.eagle_use_aux_hidden_state:\n    self.model.flagged()", "flagged", "required"),
         ("if not self.spec_algorithm.is_none():\n    self.model.any_spec()", "any_spec", "required"),
-        ("if self.spec_algorithm.is_eagle():\n    self.model.eagle_family()", "eagle_family", "required"),
+        # Whatever happens without speculation, EAGLE3 can take these:
+        ("if self.spec_algorithm.is_eagle3() or self.server_args.enable_lora:\n    self.model.either()", "either", "required"),
+        ("if self.server_args.speculative_algorithm is not None:\n    self.model.not_none()", "not_none", "required"),
+        ("if self.spec_algorithm.supports_spec_v2():\n    self.model.v2()", "v2", "required"),
+        ("if self.spec_algorithm.is_none():\n    pass\nelse:\n    self.model.in_else()", "in_else", "required"),
         ("if self.spec_algorithm == SpeculativeAlgorithm.EAGLE3:\n    self.model.compared()", "compared", "required"),
+        ("if self.server_args.speculative_algorithm in ('EAGLE', 'EAGLE3'):\n    self.model.by_string()", "by_string", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    m = self.model\n    m.aliased()", "aliased", "required"),
         ("if not self.spec_algorithm.is_eagle3():\n    return\nself.model.after_exit()", "after_exit", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    getattr(self.model, 'by_name')()", "by_name", "required"),
-        ("if self.spec_algorithm.is_eagle3():\n    if not hasattr(self.model, 'loud'):\n        raise ValueError('needs loud')\n    self.model.loud()", "loud", "required"),
-        ("if self.spec_algorithm.is_eagle3() and hasattr(self.model, 'guarded'):\n    self.model.guarded()", "guarded", "optional"),
-        ("if self.spec_algorithm.is_eagle3():\n    if callable(getattr(self.model, 'maybe', None)):\n        self.model.maybe()", "maybe", "optional"),
-        ("if self.spec_algorithm.is_eagle3():\n    getattr(self.model, 'defaulted', lambda: None)()", "defaulted", "optional"),
-        ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.tried()\n    except AttributeError:\n        pass", "tried", "optional"),
+        ("self.aux = False\nif self.spec_algorithm.is_eagle3():\n    self.aux = True\nif self.aux:\n    self.model.own_flag()", "own_flag", "required"),
+        # ... and these it cannot:
         ("if self.spec_algorithm.is_eagle3():\n    pass\nelse:\n    self.model.not_eagle3()", "not_eagle3", None),
         ("if self.spec_algorithm.is_standalone():\n    self.model.standalone()", "standalone", None),
         ("if self.spec_algorithm.is_eagle3() and self.is_draft_worker:\n    self.model.draft_only()", "draft_only", None),
+        ("if self.server_args.speculative_algorithm is None:\n    self.model.no_spec()", "no_spec", None),
+        ("if not self.spec_algorithm.is_none():\n    return\nself.model.no_spec_after_exit()", "no_spec_after_exit", None),
+        # Conditions that do not mention speculation are not the EAGLE-3 path:
         ("if get_moe_a2a_backend().is_none():\n    self.model.moe_thing()", "moe_thing", "outside"),
         ("self.sometimes = True\nif self.sometimes:\n    self.model.sometimes_on()", "sometimes_on", "outside"),
+        ("if importlib.util.find_spec('torch') is None:\n    self.model.no_torch()", "no_torch", "outside"),
+        ("if self.server_args.enable_lora:\n    self.model.lora_only()", "lora_only", "outside"),
+        ("if self.spec_aux_config.dflash_capture:\n    self.model.dflash_only()", "dflash_only", "outside"),
+        ("if self.aux_config.eagle_capture:\n    self.model.eagle_flag()", "eagle_flag", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    self.draft_model_runner.model.drafty()", "drafty", "draft"),
     ],
     ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
 )
-def test_runner_rules(tmp_path, runner, method, where):
+def test_rule_the_eagle3_path(tmp_path, runner, method, where):
     report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
-    groups = {"required": report.required, "optional": report.optional, "outside": report.outside, "draft": report.draft}
-    found = [name for name, group in groups.items() if method in group]
-    assert found == ([where] if where else []), f"{method}: expected in {where}, found in {found}"
+    assert placed(report, method) == ([where] if where else []), f"{method}: expected in {where}, found in {placed(report, method)}"
+
+
+@pytest.mark.parametrize(
+    "runner, method, where",
+    [
+        ("if self.spec_algorithm.is_eagle3() and hasattr(self.model, 'guarded'):\n    self.model.guarded()", "guarded", "optional"),
+        ("if self.spec_algorithm.is_eagle3():\n    if callable(getattr(self.model, 'maybe', None)):\n        self.model.maybe()", "maybe", "optional"),
+        ("if self.spec_algorithm.is_eagle3():\n    getattr(self.model, 'defaulted', lambda: None)()", "defaulted", "optional"),
+        ("if self.spec_algorithm.is_eagle3():\n    m = self.model\n    if not hasattr(m, 'early'):\n        return\n    self.model.early()", "early", "optional"),
+        ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.tried()\n    except AttributeError:\n        pass", "tried", "optional"),
+        ("if self.spec_algorithm.is_eagle3():\n    try:\n        x = self.model.bound()\n    except AttributeError:\n        x = None\n    print(x)", "bound", "optional"),
+        # Not guards: another receiver, a check that raises, a broad except, a result left unset.
+        ("if self.spec_algorithm.is_eagle3() and hasattr(self.draft_model_runner.model, 'other'):\n    self.model.other()", "other", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    if not hasattr(self.model, 'loud'):\n        raise ValueError('needs loud')\n    self.model.loud()", "loud", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.broad()\n    except Exception:\n        pass", "broad", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.bare()\n    except:\n        pass", "bare", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    try:\n        y = self.model.unset()\n    except AttributeError:\n        pass\n    print(y)", "unset", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.reraised()\n    except AttributeError:\n        raise", "reraised", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    if hasattr(self.model, 'half'):\n        z = self.model.half()\n    print(z)", "half", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    if hasattr(self.model, 'local'):\n        z = self.model.local()\n        print(z)", "local", "optional"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
+)
+def test_rule_guards(tmp_path, runner, method, where):
+    report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
+    assert placed(report, method) == [where], f"{method}: expected in {where}, found in {placed(report, method)}"
 
 
 @pytest.mark.parametrize(
     "worker, method, where",
     [
-        ("self.target_model = self.target_worker.model_runner.model\n", "later_hook", "required"),
-        ("if self.speculative_algorithm.is_eagle3():\n    pass\nelse:\n    self.target_worker.model_runner.model.eagle2_only()", "eagle2_only", None),
-        ("target = self.target_worker.model_runner.model\ntarget.via_local()", "via_local", "required"),
+        # the target, however it is reached
+        ("self.verifier = target_worker\nself.verifier.model_runner.model.renamed()", "renamed", "required"),
+        ("runner = self.target_worker.model_runner\nrunner.model.via_runner()", "via_runner", "required"),
+        ("self.target_model = self.target_worker.model_runner.model\nself.target_model.via_attribute()", "via_attribute", "required"),
+        # into the functions and methods it is passed to
+        ("helper(self.target_worker.model_runner.model)", "reached_two_calls_deep", "required"),
+        ("self.share(model=self.target_worker.model_runner.model)", "in_a_method", "required"),
+        ("if hasattr(self.target_worker.model_runner.model, 'in_a_method'):\n    self.share(self.target_worker.model_runner.model)", "in_a_method", "optional"),
+        ("if self.speculative_algorithm.is_standalone():\n    helper(self.target_worker.model_runner.model)", "reached_two_calls_deep", None),
         ("self.mtp_model_runner(0).model.mtp_thing()", "mtp_thing", "draft"),
     ],
+    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
 )
-def test_worker_rules(tmp_path, worker, method, where):
-    extra_method = "\n    def later(self):\n        self.target_model.later_hook()\n"
+def test_rule_receivers_and_calls_followed(tmp_path, worker, method, where):
     tree = synthetic(tmp_path, worker=worker)
     path = tree / "sglang/srt/speculative/eagle_worker.py"
-    path.write_text(path.read_text() + extra_method)
+    path.write_text(path.read_text() + "\n    def share(self, model):\n        model.in_a_method()\n")
     report = audit.audit(tree, "Wrapped")
-    groups = {"required": report.required, "optional": report.optional, "outside": report.outside, "draft": report.draft}
-    found = [name for name, group in groups.items() if method in group]
-    assert found == ([where] if where else []), f"{method}: expected in {where}, found in {found}"
+    assert placed(report, method) == ([where] if where else []), f"{method}: expected in {where}, found in {placed(report, method)}"
 
 
-def test_a_class_with_getattr_is_noted(tmp_path):
-    report = audit.audit(synthetic(tmp_path), "Dynamic")
-    assert any(d.startswith("Dynamic (sglang/srt/models/dynamic.py:") for d in report.dynamic), report.dynamic
-    assert any("__getattr__" in line for line in report.lines(verbose=True)), "the verbose report does not say so"
+def test_rule_the_target_is_followed_into_a_function_that_gets_its_runner(tmp_path):
+    """ModelRunner passes itself, and the EAGLE-3 flag, to a helper in another module."""
+    runner = "configure(self, self.eagle_use_aux_hidden_state)\nconfigure(runner=self, enabled=self.server_args.enable_lora)"
+    report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
+    assert [str(s) for s in report.required["configured_through_a_runner"]] == [
+        "sglang/srt/model_executor/runner_utils.py:4"
+    ], sites(report.required)
+
+
+def test_rule_a_speculative_base_of_a_worker_class_is_on_the_path(tmp_path):
+    base = "class WorkerBase:\n    def share(self):\n        self.target_worker.model_runner.model.from_the_base()\n"
+    tree = synthetic(tmp_path, extra={"sglang/srt/speculative/worker_base.py": base})
+    worker = tree / "sglang/srt/speculative/eagle_worker.py"
+    text = worker.read_text().replace("class EAGLEWorker:", "class EAGLEWorker(WorkerBase):")
+    worker.write_text("from sglang.srt.speculative.worker_base import WorkerBase\n" + text)
+    report = audit.audit(tree, "Wrapped")
+    assert [str(s) for s in report.required.get("from_the_base", ())] == ["sglang/srt/speculative/worker_base.py:3"], sites(report.required)
+
+
+def test_rule_a_renamed_anchor_is_an_error_not_a_draft_call(tmp_path):
+    tree = synthetic(tmp_path)
+    worker = tree / "sglang/srt/speculative/eagle_worker.py"
+    worker.write_text(worker.read_text().replace("target_worker", "verifier"))
+    with pytest.raises(UserError) as err:
+        audit.audit(tree, "Wrapped")
+    assert "eagle_worker.py:9" in str(err.value) and "target or the draft" in str(err.value), str(err.value)
+
+
+PROVIDERS = {
+    "def": ("def get_embed_and_head(self, *args):\n    pass", "provided"),
+    "function assigned": ("get_embed_and_head = _shared", "provided"),
+    "lambda assigned": ("get_embed_and_head = lambda self: (None, None)", "provided"),
+    "staticmethod": ("@staticmethod\ndef get_embed_and_head():\n    pass", "provided"),
+    "set in __init__": ("def __init__(self):\n    self.get_embed_and_head = self.inner.get_embed_and_head", "provided"),
+    "absent": ("pass", "missing"),
+    "None": ("get_embed_and_head = None", "missing"),
+    "property": ("@property\ndef get_embed_and_head(self):\n    return None, None", "missing"),
+    "too few parameters": ("def set_eagle3_layers_to_capture(self):\n    pass", "missing"),
+    "a required parameter": ("def get_embed_and_head(self, draft):\n    pass", "missing"),
+    "None in __init__": ("def __init__(self):\n    self.get_embed_and_head = None\ndef get_embed_and_head(self):\n    pass", "missing"),
+    "__getattr__": ("def __getattr__(self, name):\n    return getattr(self.inner, name)", "undecided"),
+}
+
+
+@pytest.mark.parametrize("body, verdict", PROVIDERS.values(), ids=PROVIDERS.keys())
+def test_rule_providers(tmp_path, body, verdict):
+    """Each body is added to an nn.Module that has the other method right (a later def replaces an earlier one)."""
+    method, other = "get_embed_and_head", "def set_eagle3_layers_to_capture(self, layer_ids=None):\n    pass"
+    if "set_eagle3" in body:
+        method, other = "set_eagle3_layers_to_capture", "def get_embed_and_head(self):\n    return None, None"
+    model = (
+        "from torch import nn\n\n\ndef _shared(self):\n    return None, None\n\n\nclass Edited(nn.Module):\n"
+        f"{textwrap.indent(other, '    ')}\n\n{textwrap.indent(body, '    ')}\n\n\nEntryClass = Edited\n"
+    )
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
+    found = "missing" if method in [m.method for m in report.missing] else "undecided" if report.undecided else "provided"
+    assert found == verdict, f"{body!r}: {report.lines(verbose=True)}"
+    assert len(report.missing) == (verdict == "missing"), f"only {method} is at stake: {report.lines()}"
+    assert found != "undecided" or report.passed, "undecided is not a failure"
+
+
+def test_rule_providers_follow_the_real_mro(tmp_path):
+    """class Edited(Left, Right), both on Base: Python looks in Right before Base (C3), a depth-first walk does not."""
+    model = '''
+class Base:
+    def get_embed_and_head(self, wrong):
+        pass
+
+    def set_eagle3_layers_to_capture(self, layer_ids):
+        pass
+
+
+class Left(Base):
+    pass
+
+
+class Right(Base):
+    def get_embed_and_head(self):
+        return None, None
+
+
+class Edited(Left, Right):
+    pass
+
+
+EntryClass = [Edited]
+'''
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
+    assert report.passed, report.lines()
+    assert report.providers["get_embed_and_head"].startswith("Right.get_embed_and_head"), report.providers
+
+
+def test_rule_a_base_outside_the_tree_is_undecided_not_failed(tmp_path):
+    model = "from vendor.hooks import EagleHooks\n\n\nclass Edited(EagleHooks):\n    pass\n\n\nEntryClass = [Edited]\n"
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
+    assert report.passed and not report.missing, report.lines()
+    assert sorted(m.method for m in report.undecided) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], report.undecided
+    assert "vendor.hooks.EagleHooks is outside the tree" in report.undecided[0].reason, report.undecided[0]
+    assert report.lines()[0].startswith("undecided:"), "undecided methods are said, not only in --verbose"
+
+
+def test_rule_torch_module_methods_are_known(tmp_path):
+    runner = "if self.eagle_use_aux_hidden_state:\n    self.model.named_modules()\n    self.model.not_in_torch()"
+    report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
+    assert report.providers["named_modules"] == "torch.nn.Module", report.providers
+    assert [m.method for m in report.missing] == ["not_in_torch"], report.lines()
 
 
 def test_a_tree_without_the_anchors_is_refused_not_passed(tmp_path):
@@ -408,7 +588,7 @@ def test_a_tree_without_the_anchors_is_refused_not_passed(tmp_path):
     (root / "sglang/srt/models/m.py").write_text("class M:\n    pass\n\nEntryClass = [M]\n")
     with pytest.raises(UserError) as err:
         audit.audit(root, "M")
-    assert "no speculative-algorithm enum" in str(err.value), str(err.value)
+    assert "sglang.srt.speculative.spec_info" in str(err.value), str(err.value)
 
 
 def test_a_tree_whose_eagle3_path_has_no_target_call_is_refused_not_passed(tmp_path):
@@ -417,7 +597,7 @@ def test_a_tree_whose_eagle3_path_has_no_target_call_is_refused_not_passed(tmp_p
         path = tree / rel
         text = path.read_text()
         text = text.replace("self.target_worker.model_runner.model.get_embed_and_head()", "(None, None)")
-        text = text.replace("            self.model.set_eagle3_layers_to_capture()", "            pass")
+        text = text.replace("            self.model.set_eagle3_layers_to_capture([1, 2])", "            pass")
         path.write_text(text)
     with pytest.raises(UserError) as err:
         audit.audit(tree, "Wrapped")
@@ -430,51 +610,93 @@ def test_a_factory_without_an_eagle3_worker_is_refused(tmp_path):
     spec.write_text(spec.read_text().replace("if self.is_eagle():", "if self.is_standalone() and False:"))
     with pytest.raises(UserError) as err:
         audit.audit(tree, "Wrapped")
-    assert "returns no worker class for EAGLE3" in str(err.value), str(err.value)
-
-
-def invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
-def test_invoke_audit(sglang_pristine, sglang_patched, tmp_path):
-    failed = invoke("audit", "--sglang-src", str(sglang_pristine))
-    assert failed.returncode == 1, f"{failed.returncode}: {failed.stdout}{failed.stderr}"
-    assert failed.stdout.count("missing:") == 2 and "audit failed" in failed.stdout, failed.stdout
-    passed = invoke("audit", "--sglang-src", str(sglang_patched), "--verbose")
-    assert passed.returncode == 0, f"{passed.stdout}{passed.stderr}"
-    assert "required: get_embed_and_head" in passed.stdout and passed.stdout.strip().endswith("call sites)"), passed.stdout
-    both = invoke("audit", "--sglang-src", str(sglang_patched), "--arch", KIMI, "--model-config", str(tmp_path / "c.json"))
-    assert both.returncode == 2 and "choose one" in both.stderr, both.stderr
+    assert "returns no in-tree worker class for EAGLE3" in str(err.value), str(err.value)
 
 
 def test_self_model_in_a_model_runner_mixin_is_the_target(tmp_path):
-    mixin = '''
-class RunnerMixin:
-    def init_extra(self):
-        if self.spec_algorithm.is_eagle3():
-            self.model.mixin_hook()
-'''
+    mixin = "class RunnerMixin:\n    def init_extra(self):\n        if self.spec_algorithm.is_eagle3():\n            self.model.mixin_hook()\n"
     tree = synthetic(tmp_path, extra={"sglang/srt/model_executor/mixin.py": mixin})
     runner = tree / "sglang/srt/model_executor/model_runner.py"
-    runner.write_text("from sglang.srt.model_executor.mixin import RunnerMixin\n" + runner.read_text().replace("class ModelRunner:", "class ModelRunner(RunnerMixin):"))
+    text = runner.read_text().replace("class ModelRunner:", "class ModelRunner(RunnerMixin):")
+    runner.write_text("from sglang.srt.model_executor.mixin import RunnerMixin\n" + text)
     report = audit.audit(tree, "Wrapped")
     assert "mixin_hook" in report.required, f"a ModelRunner mixin's self.model is the target: {sorted(report.required)}"
 
 
-def test_a_flag_set_truthy_anywhere_outside_eagle3_code_is_no_flag(tmp_path):
-    other = "class Elsewhere:\n    def on(self):\n        self.eagle_use_aux_hidden_state = True\n"
-    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/managers/elsewhere.py": other}), "Wrapped")
-    assert report.flags == [], f"a flag set truthy in general code: {report.flags}"
-    assert "set_eagle3_layers_to_capture" in report.outside, "its calls are no longer EAGLE-3-only"
+# --------------------------------------------------------------------------
+# The dynamic half, on a tree that imports without torch
+# --------------------------------------------------------------------------
+
+IMPORTABLE = {
+    "vendor/__init__.py": "",
+    "vendor/hooks.py": '''
+class EagleHooks:
+    def get_embed_and_head(self):
+        return None, None
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        pass
 
 
-def test_a_flag_set_under_another_flag_is_derived(tmp_path):
-    runner = (
-        "self.capture_on = False\n"
-        "if self.eagle_use_aux_hidden_state:\n    self.capture_on = True\n"
-        "if self.capture_on:\n    self.model.chained()"
-    )
-    report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
-    assert report.flags == ["capture_on", "eagle_use_aux_hidden_state"], report.flags
-    assert "chained" in report.required, f"required: {sorted(report.required)}"
+class WrongHooks(EagleHooks):
+    def set_eagle3_layers_to_capture(self):
+        pass
+''',
+    "sglang/srt/models/base.py": "class Base:\n    def get_embed_and_head(self):\n        return None, None\n",
+    "sglang/srt/models/importable.py": '''
+import functools
+
+from vendor.hooks import EagleHooks, WrongHooks
+from sglang.srt.models.base import Base
+
+
+def logged(fn):
+    def wrapper(self):  # no functools.wraps, and one parameter fewer
+        return fn(self)
+    return wrapper
+
+
+class External(EagleHooks):
+    pass
+
+
+class ExternalWrong(WrongHooks):
+    pass
+
+
+class Decorated(Base):
+    @logged
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        pass
+
+
+EntryClass = [External, ExternalWrong, Decorated]
+''',
+}
+
+
+@pytest.mark.parametrize(
+    "arch, static_rc, dynamic_rc, dynamic_says",
+    [
+        ("External", 0, 0, "set_eagle3_layers_to_capture(self, layer_ids=None) binds all 3 call sites"),
+        ("ExternalWrong", 0, 1, "missing: ExternalWrong.set_eagle3_layers_to_capture()"),
+        ("Decorated", 0, 1, "Decorated.set_eagle3_layers_to_capture(self) (imported): too many positional arguments"),
+    ],
+)
+def test_dynamic_confirmation_binds_every_call_site_to_the_imported_class(tmp_path, arch, static_rc, dynamic_rc, dynamic_says):
+    runner = "self.model.set_eagle3_layers_to_capture() if self.eagle_use_aux_hidden_state else None\nif self.eagle_use_aux_hidden_state:\n    self.model.set_eagle3_layers_to_capture(layer_ids=[3])"
+    tree = synthetic(tmp_path, runner=runner, extra=IMPORTABLE)
+    static = run_cli("--sglang-src", str(tree), "--arch", arch)
+    assert static.returncode == static_rc, f"static: {static.stdout}{static.stderr}"
+    dynamic = run_cli("--sglang-src", str(tree), "--arch", arch, "--dynamic", "--verbose")
+    assert dynamic.returncode == dynamic_rc, f"dynamic: {dynamic.stdout}{dynamic.stderr}"
+    assert dynamic_says in dynamic.stdout, dynamic.stdout
+    assert "undecided" not in dynamic.stdout.splitlines()[-1], "the import decides what the source could not"
+
+
+def test_dynamic_confirmation_of_a_class_that_does_not_import_is_one_line(tmp_path):
+    broken = "import vendor_not_installed\n\nfrom sglang.srt.models.wrapped import Wrapped\n\n\nclass Broken(Wrapped):\n    pass\n\n\nEntryClass = Broken\n"
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/broken.py": broken})
+    proc = run_cli("--sglang-src", str(tree), "--arch", "Broken", "--dynamic")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "cannot import for --dynamic" in proc.stderr, proc.stderr
