@@ -34,7 +34,8 @@ def user_errors(body):
 @task(
     help={
         "check": "validate versions.lock and requirements.lock.txt, fetching the pinned sglang wheel "
-        "(hash-verified, cached) to cross-check its declared requirements; writes nothing (default: off)",
+        "(hash-verified, cached) to cross-check its declared requirements, and PyPI's record of each pinned "
+        "release (cached) to check that every hash belongs to that version; writes only the cache (default: off)",
         "verify": "download every artifact whose sha256 is only 'published', hash it, compare each wheel's "
         "requirements with its METADATA and the base image digest with the registry, then mark them "
         "'checked' (network, GBs; default: off)",
@@ -46,9 +47,11 @@ def lock(c, check=False, verify=False):
 
     Without flags: resolve every Python dependency from PyPI with `uv pip compile`,
     applying the [[override]]s of versions.lock, and write requirements.lock.txt
-    with hashes. Then validate both files.
+    with hashes. Then validate both files, and check that each pinned name==version owns
+    its hashes (PyPI's JSON API, one cached record per release: offline when warm).
     """
     from sglang_stack.image import lock as lockmod
+    from sglang_stack.image import releases
 
     if check and verify:
         raise UserError("--check and --verify: choose one")
@@ -59,6 +62,7 @@ def lock(c, check=False, verify=False):
         print(f"wrote {path.name}")
     result, cross_checked = lockmod.check_all(download=True)
     print(lockmod.summary(result, cross_checked))
+    print(releases.check_lock(result).line())
 
 
 @task(help={"check": "do not write; exit 1 if docker/Dockerfile differs from a fresh render (default: off)"})
@@ -118,7 +122,8 @@ def build(
 ):
     """Validate the lock, render docker/Dockerfile, then build the image.
 
-    Prints the exact engine command before it runs and ends with the image
+    The lock check includes the hash check of `invoke lock --check`, from the cached
+    release records (fetched once when missing). Prints the exact engine command before it runs and ends with the image
     reference and ID. Fails fast, with a hint, when no engine is reachable.
     """
     from pathlib import Path
@@ -126,12 +131,14 @@ def build(
     from sglang_stack.image import build as buildmod
     from sglang_stack import fetch
     from sglang_stack.image import lock as lockmod
+    from sglang_stack.image import releases
     from sglang_stack.image import render as rendermod
 
     cfg = c.config.stack
     engine = engine or cfg.engine
     result, cross_checked = lockmod.check_all(download=False)
     print(lockmod.summary(result, cross_checked))
+    print(releases.check_lock(result).line())
     changed = rendermod.render(result)
     print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
     ca_bundle = ca_bundle or cfg.ca_bundle
