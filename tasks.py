@@ -8,9 +8,10 @@ with ``INVOKE_STACK_*`` environment variables.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit, ParseError, task
 
 from sglang_stack.errors import UserError, format_error
 
@@ -26,6 +27,52 @@ def user_errors(body):
             raise Exit(format_error(err), code=err.code) from None
 
     return wrapper
+
+
+def parse_error_line(err: ParseError) -> str:
+    """Invoke's parse error in the project's words: which task, which flag, what to do."""
+    text = str(err)
+    task_name = getattr(getattr(err, "context", None), "name", None)
+    see = f" (see `invoke --help {task_name}`)" if task_name else " (see `invoke --list`)"
+    if m := re.fullmatch(r"Flag <Argument: ([\w-]+).*> needed value and was not given one!", text):
+        return f"--{m.group(1).replace('_', '-')}: needs a value{see}"
+    if m := re.fullmatch(r"'(.+)' did not receive required positional arguments: (.+)", text):
+        names = ", ".join("--" + n.strip(" '").replace("_", "-") for n in m.group(2).split(","))
+        return f"{m.group(1)}: missing {names}{see}"
+    if m := re.fullmatch(r"No idea what '(.*)' is!", text):
+        return f"{m.group(1)!r}: no such task or flag{see}"
+    return text + see
+
+
+def _shape_parse_errors(program) -> None:
+    """Make Invoke's parse errors one ``error:`` line with exit 2, like every other user mistake.
+
+    Invoke prints a parse error (unknown task or flag, a flag without its value, a
+    missing argument) bare and exits 1, inside ``Program.run``, and offers no hook for
+    it (pyinvoke/invoke#912). Invoke imports this file in ``Program.parse_collection``,
+    before ``parse_tasks`` reads the task flags and ``parse_cleanup`` handles --help, so
+    wrapping those two methods of the running program covers everything after the
+    task name. Flags before it (`invoke --bogus`) are parsed before this file is read
+    and keep Invoke's form.
+    """
+
+    def shaped(step):
+        @functools.wraps(step)
+        def wrapper():
+            try:
+                return step()
+            except ParseError as err:
+                raise Exit(f"error: {parse_error_line(err)}", code=2) from None
+
+        return wrapper
+
+    for name in ("parse_tasks", "parse_cleanup"):
+        if not hasattr(getattr(program, name), "__wrapped__"):
+            setattr(program, name, shaped(getattr(program, name)))
+
+
+if "invoke.main" in sys.modules:  # run by the `invoke` command (or python -m invoke), not imported by a test
+    _shape_parse_errors(sys.modules["invoke.main"].program)
 
 
 # --- lock, render, build -----------------------------------------------------
@@ -302,13 +349,13 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False):
 @task(
     help={
         "service": "baseline or eagle3 (required)",
-        "timeout": "seconds to wait for /health to generate a token (default 0: the healthcheck's "
+        "timeout": "whole seconds to wait for /health to generate a token (default 0: the healthcheck's "
         "start period plus its retries, 32 min with compose.yaml's defaults)",
         "interval": "seconds between progress lines while the model loads (default 15)",
     }
 )
 @user_errors
-def up(c, service, timeout=0, interval=15):
+def up(c, service, timeout=None, interval=None):
     """Start SERVICE (baseline or eagle3) on every GPU and wait until it really generates.
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
@@ -316,12 +363,16 @@ def up(c, service, timeout=0, interval=15):
     image if it is missing, printing progress while the model loads. Returns once the
     healthcheck passes: SGLang's /health generated one token.
     """
+    from sglang_stack.flags import parse_count, parse_seconds
     from sglang_stack.services import compose, doctor
 
+    # Numbers arrive as text and are read here: Invoke's own int() cast would end in a traceback.
+    wait = parse_count("--timeout", 0 if timeout is None else timeout, 0)
+    pause = parse_seconds("--interval", 15 if interval is None else interval)
     compose.check_service_name(service)
     doctor.preflight(c.stack.engine, service)
-    wait = int(timeout) or compose.wait_timeout(compose.service(service))
-    compose.up(c.stack.engine, service, wait_timeout=wait, interval=float(interval))
+    wait = wait or compose.wait_timeout(compose.service(service))
+    compose.up(c.stack.engine, service, wait_timeout=wait, interval=pause)
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})

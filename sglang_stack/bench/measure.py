@@ -41,6 +41,7 @@ from sglang_stack.services import compose
 from sglang_stack.bench import report
 from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
 from sglang_stack.errors import UserError
+from sglang_stack.flags import parse_count, parse_seconds
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = PROMPTS_DIR / "v1.jsonl"
@@ -171,26 +172,6 @@ def parse_levels(text: str | Sequence[int]) -> list[int]:
     if not levels:
         raise UserError("--levels is empty (e.g. --levels 1,4,16)")
     return levels
-
-
-def parse_count(flag: str, value, minimum: int) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} {value!r}: not an integer") from None
-    if number < minimum:
-        raise UserError(f"{flag} {value!r}: must be at least {minimum}")
-    return number
-
-
-def parse_seconds(flag: str, value) -> float:
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} {value!r}: not a number of seconds") from None
-    if not number > 0:
-        raise UserError(f"{flag} {value!r}: must be more than 0 seconds")
-    return number
 
 
 # --- one request -------------------------------------------------------------
