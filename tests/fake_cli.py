@@ -49,10 +49,17 @@ if args[:1] == ["compose"]:
         state_file = os.environ["FAKE_CLI_LOG"] + ".ups"
         ups = open(state_file).read().count("x") if os.path.exists(state_file) else 0
         rows = cfg.get("ps_rows_after_up") if ups and cfg.get("ps_rows_after_up") is not None else cfg.get("ps_rows", [])
-        out("".join(json.dumps(r) + "\n" for r in rows)); sys.exit(0)
+        out("".join(json.dumps(r) + "\n" for r in rows))
+        if ups:
+            open(os.environ["FAKE_CLI_LOG"] + ".polls", "a").write("x")
+        sys.exit(0)
     if "up" in args:
         open(os.environ["FAKE_CLI_LOG"] + ".ups", "a").write("x")
-        time.sleep(cfg.get("up_seconds", 0))
+        # Stay "up" until the caller has polled `ps` this many times (a deadline as a
+        # backstop): counted, not timed, so a loaded machine gives the same answer.
+        polls, deadline = os.environ["FAKE_CLI_LOG"] + ".polls", time.monotonic() + 60
+        while time.monotonic() < deadline and (open(polls).read().count("x") if os.path.exists(polls) else 0) < cfg.get("up_polls", 0):
+            time.sleep(0.02)
         sys.exit(cfg.get("up_exit", 0))
     if "logs" in args:
         out("Loading safetensors checkpoint shards:  10% 6/64\rLoading safetensors checkpoint shards:  50% 32/64\n"); sys.exit(0)

@@ -538,14 +538,14 @@ def fake_docker(tmp_path, monkeypatch):
 
 def test_up_reports_progress_then_healthy(fake_docker):
     starting = {**ROW_HEALTHY, "Health": "starting", "Status": "Up 1 minute (health: starting)"}
-    env = fake_docker(up_seconds=1.5, ps_rows_after_up=[starting])
+    env = fake_docker(up_polls=3, ps_rows_after_up=[starting])
     lines = []
     compose.up("docker", "eagle3", wait_timeout=60, interval=0.3, out=lines.append)
     ran = fake_cli.calls(env)
     up_call = next(c for c in ran if "up" in c)
     assert up_call[-6:] == ["up", "--detach", "--wait", "--wait-timeout", "60", "eagle3"], f"up command: {up_call}"
     progress = [line for line in lines if line.startswith("eagle3 ") and "health: starting" in line]
-    assert len(progress) == 1, f"one progress line while nothing changes (the fake polls ~4 times): {lines}"
+    assert len(progress) == 1, f"one progress line while nothing changes over 3 polls: {lines}"
     assert "Loading safetensors checkpoint shards:  50% 32/64" in progress[0], f"progress must show the latest log state: {progress[0]}"
     assert lines[-1].startswith("eagle3: healthy after"), f"last line must announce health: {lines[-1]}"
     assert "http://127.0.0.1:30001" in lines[-1], f"and where to reach it: {lines[-1]}"
