@@ -51,9 +51,10 @@ def _shape_parse_errors(program) -> None:
     missing argument) bare and exits 1, inside ``Program.run``, and offers no hook for
     it (pyinvoke/invoke#912). Invoke imports this file in ``Program.parse_collection``,
     before ``parse_tasks`` reads the task flags and ``parse_cleanup`` handles --help, so
-    wrapping those two methods of the running program covers everything after the
-    task name. Flags before it (`invoke --bogus`) are parsed before this file is read
-    and keep Invoke's form.
+    wrapping those two methods of the running program covers the task names and their
+    flags. What Invoke parses before it reads this file keeps Invoke's form: a core flag
+    without its value (`invoke --search-root`) or a collection that cannot be found
+    (`invoke -c nosuch`).
     """
 
     def shaped(step):
@@ -170,8 +171,9 @@ def build(
     """Validate the lock, render docker/Dockerfile, then build the image.
 
     The lock check includes the hash check of `invoke lock --check`, from the cached
-    release records (fetched once when missing). Prints the exact engine command before it runs and ends with the image
-    reference and ID. Fails fast, with a hint, when no engine is reachable.
+    release records (fetched once when missing). Prints the exact engine command
+    before it runs and ends with the image reference and ID. Fails fast, with a hint,
+    when no engine is reachable.
     """
     from pathlib import Path
 
