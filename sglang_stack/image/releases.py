@@ -104,12 +104,11 @@ def fetch_record(session, index: str, pin: Pin, directory: Path) -> dict[str, st
         entries = answer.get("urls") if isinstance(answer, dict) else None
     else:
         url = json_url(index, pin.name)
-        answer = _get_json(session, url)
-        entries = (answer.get("releases") or {}).get(pin.version) if isinstance(answer, dict) else None
-        if answer is not None and entries is None:
+        project = _get_json(session, url)
+        releases = project.get("releases") if isinstance(project, dict) else None
+        if not isinstance(releases, dict) or pin.version not in releases:
             return None
-    if answer is None:
-        return None
+        entries = releases[pin.version]
     try:
         files = {f["filename"]: f["digests"]["sha256"] for f in entries}
     except (KeyError, TypeError) as err:
@@ -177,7 +176,8 @@ def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, di
         if files is None:
             problems.append(f"{where}:{pin.line}: {pin}: {json_url(index, pin.name, pin.version)} has no such release")
             continue
-        foreign = [sha256 for sha256 in pin.hashes if sha256 not in set(files.values())]
+        owned = set(files.values())
+        foreign = [sha256 for sha256 in pin.hashes if sha256 not in owned]
         if foreign:  # one line per pin: a wrong version carries dozens of foreign hashes
             n = len(foreign) - 1
             more = f" (and {n} more {'hash' if n == 1 else 'hashes'} like it)" if n else ""
