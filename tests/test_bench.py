@@ -585,6 +585,9 @@ def test_task_interrupted_keeps_partial_results(tmp_path):
             [sys.executable, "-m", "invoke", "bench", "--endpoint", f"b={server.url}", "--levels", "1",
              "--repeats", "50", "--warmup", "0", "--prompts", str(prompts), "--out", str(out)],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # As in a terminal: a test run started in the background (`cmd &`, CI runners)
+            # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         held = wait_until(lambda: (out / report.JSON_NAME).exists() and len(server.bodies) >= 3, timeout=60)
         proc.send_signal(signal.SIGINT)
