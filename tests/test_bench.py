@@ -558,7 +558,7 @@ def test_task_on_a_server_that_is_not_sglang_says_so(tmp_path):
 
     handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}"
     try:
         proc = invoke("bench", "--endpoint", f"web={url}", "--out", str(tmp_path / "r"))

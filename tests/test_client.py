@@ -122,7 +122,7 @@ class PlainHandler(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def plain_server(*ok: str):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (PlainHandler,), {"ok": ok}))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
