@@ -8,9 +8,10 @@ with ``INVOKE_STACK_*`` environment variables.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit, ParseError, task
 
 from sglang_stack.errors import UserError, format_error
 
@@ -28,13 +29,61 @@ def user_errors(body):
     return wrapper
 
 
+def parse_error_line(err: ParseError) -> str:
+    """Invoke's parse error in the project's words: which task, which flag, what to do."""
+    text = str(err)
+    task_name = getattr(getattr(err, "context", None), "name", None)
+    see = f" (see `invoke --help {task_name}`)" if task_name else " (see `invoke --list`)"
+    if m := re.fullmatch(r"Flag <Argument: ([\w-]+).*> needed value and was not given one!", text):
+        return f"--{m.group(1).replace('_', '-')}: needs a value{see}"
+    if m := re.fullmatch(r"'(.+)' did not receive required positional arguments: (.+)", text):
+        names = ", ".join("--" + n.strip(" '").replace("_", "-") for n in m.group(2).split(","))
+        return f"{m.group(1)}: missing {names}{see}"
+    if m := re.fullmatch(r"No idea what '(.*)' is!", text):
+        return f"{m.group(1)!r}: no such task or flag{see}"
+    return text + see
+
+
+def _shape_parse_errors(program) -> None:
+    """Make Invoke's parse errors one ``error:`` line with exit 2, like every other user mistake.
+
+    Invoke prints a parse error (unknown task or flag, a flag without its value, a
+    missing argument) bare and exits 1, inside ``Program.run``, and offers no hook for
+    it (pyinvoke/invoke#912). Invoke imports this file in ``Program.parse_collection``,
+    before ``parse_tasks`` reads the task flags and ``parse_cleanup`` handles --help, so
+    wrapping those two methods of the running program covers the task names and their
+    flags. What Invoke parses before it reads this file keeps Invoke's form: a core flag
+    without its value (`invoke --search-root`) or a collection that cannot be found
+    (`invoke -c nosuch`).
+    """
+
+    def shaped(step):
+        @functools.wraps(step)
+        def wrapper():
+            try:
+                return step()
+            except ParseError as err:
+                raise Exit(f"error: {parse_error_line(err)}", code=2) from None
+
+        return wrapper
+
+    for name in ("parse_tasks", "parse_cleanup"):
+        if not hasattr(getattr(program, name), "__wrapped__"):
+            setattr(program, name, shaped(getattr(program, name)))
+
+
+if "invoke.main" in sys.modules:  # run by the `invoke` command (or python -m invoke), not imported by a test
+    _shape_parse_errors(sys.modules["invoke.main"].program)
+
+
 # --- lock, render, build -----------------------------------------------------
 
 
 @task(
     help={
         "check": "validate versions.lock and requirements.lock.txt, fetching the pinned sglang wheel "
-        "(hash-verified, cached) to cross-check its declared requirements; writes nothing (default: off)",
+        "(hash-verified, cached) to cross-check its declared requirements, and PyPI's record of each pinned "
+        "release (cached) to check that every hash belongs to that version; writes only the cache (default: off)",
         "verify": "download every artifact whose sha256 is only 'published', hash it, compare each wheel's "
         "requirements with its METADATA and the base image digest with the registry, then mark them "
         "'checked' (network, GBs; default: off)",
@@ -47,9 +96,11 @@ def lock(c, check=False, verify=False):
     Without flags: resolve every Python dependency from PyPI with `uv pip compile`,
     applying the [[override]]s of versions.lock, and write requirements.lock.txt
     (the SGLang image) and requirements.router.lock.txt (the router stage) with
-    hashes. Then validate all three files.
+    hashes. Then validate all three files, and check that each pinned name==version owns
+    its hashes (PyPI's JSON API, one cached record per release: offline when warm).
     """
     from sglang_stack.image import lock as lockmod
+    from sglang_stack.image import releases
 
     if check and verify:
         raise UserError("--check and --verify: choose one")
@@ -60,6 +111,7 @@ def lock(c, check=False, verify=False):
             print(f"wrote {path.name}")
     result, cross_checked = lockmod.check_all(download=True)
     print(lockmod.summary(result, cross_checked))
+    print(releases.check_lock(result).line())
 
 
 @task(help={"check": "do not write; exit 1 if docker/Dockerfile differs from a fresh render (default: off)"})
@@ -120,20 +172,24 @@ def build(
 ):
     """Validate the lock, render docker/Dockerfile, then build the image.
 
-    Prints the exact engine command before it runs and ends with the image
-    reference and ID. Fails fast, with a hint, when no engine is reachable.
+    The lock check includes the hash check of `invoke lock --check`, from the cached
+    release records (fetched once when missing). Prints the exact engine command
+    before it runs and ends with the image reference and ID. Fails fast, with a hint,
+    when no engine is reachable.
     """
     from pathlib import Path
 
     from sglang_stack.image import build as buildmod
     from sglang_stack import fetch
     from sglang_stack.image import lock as lockmod
+    from sglang_stack.image import releases
     from sglang_stack.image import render as rendermod
 
     cfg = c.config.stack
     engine = engine or cfg.engine
     result, cross_checked = lockmod.check_all(download=False)
     print(lockmod.summary(result, cross_checked))
+    print(releases.check_lock(result).line())
     changed = rendermod.render(result)
     print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
     ca_bundle = ca_bundle or cfg.ca_bundle
@@ -297,29 +353,33 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False):
 @task(
     help={
         "service": "baseline, eagle3 or router (required)",
-        "timeout": "seconds to wait for /health to generate a token (default 0: the healthcheck's "
+        "timeout": "whole seconds to wait for /health to generate a token (default 0: the healthcheck's "
         "start period plus its retries, 32 min with compose.yaml's defaults)",
         "interval": "seconds between progress lines while the model loads (default 15)",
     }
 )
 @user_errors
-def up(c, service, timeout=0, interval=15):
+def up(c, service, timeout=None, interval=None):
     """Start SERVICE (baseline or eagle3 on every GPU, or router) and wait until it really serves.
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
     first failed check. Then `docker compose up --detach --wait SERVICE`, which builds the
     image if it is missing, printing progress while the model loads. Returns once the
     healthcheck passes: SGLang's /health generated one token, or for the router, at least
-    one of ROUTER_WORKER_URLS is healthy. With NNODES > 1 in .env, compose.multinode.yaml
-    (and compose.rdma.yaml where /dev/infiniband exists) are added: docs/scaling.md.
+    one of ROUTER_WORKER_URLS is healthy. The compose files are those `docker compose`
+    reads here (COMPOSE_FILE in .env for multi-node: docs/scaling.md).
     """
+    from sglang_stack.flags import parse_count, parse_seconds
     from sglang_stack.services import compose, doctor
 
+    # Numbers arrive as text and are read here: Invoke's own int() cast would end in a traceback.
+    wait = parse_count("--timeout", 0 if timeout is None else timeout, 0)
+    pause = parse_seconds("--interval", 15 if interval is None else interval)
     compose.check_service_name(service)
     doctor.preflight(c.stack.engine, service)
     svc = compose.router_service() if service == compose.ROUTER else compose.service(service)
-    wait = int(timeout) or compose.wait_timeout(svc)
-    compose.up(c.stack.engine, service, wait_timeout=wait, interval=float(interval))
+    wait = wait or compose.wait_timeout(svc)
+    compose.up(c.stack.engine, service, wait_timeout=wait, interval=pause)
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})

@@ -9,8 +9,8 @@ event (plus ``spec_*`` when speculative decoding is on), then ``data: [DONE]``.
 
 The timing is known in advance: the first event comes ``ttft_s`` after the
 request, then one event every ``step_s``, each adding the next count from
-``accept`` tokens. So a client's measured figures can be checked against what
-was served.
+``accept`` tokens. On a busy machine events arrive later than that, never
+earlier; tests that need exact figures give the client a ``ReadingClock``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Behaviour:
     accept: tuple[int, ...] = (1,)
     spec: bool = False
     fail_after: int | None = None  # generate requests answered normally before the failure starts
-    failure: str = "http500"  # http500, stream-error, abort, disconnect
+    failure: str = "http500"  # http500, stream-error, abort, disconnect, hold (until release())
     api_key: str | None = None
     health_status: int = 200
     server_info: dict = field(default_factory=dict)
@@ -61,6 +61,7 @@ class SGLangServer:
         self.flushes = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.released = threading.Event()  # ends the "hold" failure
         self._httpd = _Server((host, port), _handler(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
@@ -73,7 +74,12 @@ class SGLangServer:
         self._thread.start()
         return self
 
+    def release(self) -> None:
+        """Let requests held by the "hold" failure go on."""
+        self.released.set()
+
     def __exit__(self, *exc) -> None:
+        self.released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -174,6 +180,8 @@ def _handler(server: SGLangServer):
             if failing and b.failure == "http500":
                 self._json(500, {"object": "error", "message": "Internal server error", "code": 500})
                 return
+            if failing and b.failure == "hold":
+                server.released.wait(60)
             start = time.perf_counter()
             n = body["sampling_params"]["max_new_tokens"]
             counts = server.schedule(n)
@@ -237,6 +245,25 @@ def _handler(server: SGLangServer):
                 self._chunk(b"")
 
     return Handler
+
+
+class ReadingClock:
+    """A clock to inject into the client: each reading is ``step`` seconds after the same thread's previous one.
+
+    The client reads the clock once before it sends a request and once per line it
+    receives, each ``data:`` event being followed by a blank line. So event k of a
+    stream (from 0) is stamped ``(1 + 2k) * step`` after the request started, on any
+    machine and at any load: TTFT is ``step``, each event ``2 * step`` after the one
+    before. Per thread, because concurrent requests run on threads of their own.
+    """
+
+    def __init__(self, step: float = 0.001):
+        self.step = step
+        self._local = threading.local()
+
+    def __call__(self) -> float:
+        self._local.readings = getattr(self._local, "readings", 0) + 1
+        return self._local.readings * self.step
 
 
 def main(argv: list[str] | None = None) -> None:

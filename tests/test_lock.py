@@ -170,6 +170,13 @@ def test_pins_from_the_target_stack():
             "missing",
             id="missing-key",
         ),
+        pytest.param(
+            'resolver = "uv==0.13.9"',
+            'resolver = "uv"',
+            "resolve.resolver",
+            "'uv' is not uv==VERSION",
+            id="resolver-unversioned",
+        ),
     ],
 )
 def test_bad_lock_values_are_one_line_naming_key_and_value(tmp_path, old, new, key, value):
@@ -298,3 +305,63 @@ def test_cli_lock_check_passes_on_the_committed_lock():
     proc = invoke(ROOT, "lock", "--check")
     assert proc.returncode == 0, proc.stderr
     assert "versions.lock: ok" in proc.stdout and "sglang's declared requirements not cross-checked" not in proc.stdout, proc.stdout
+
+
+def test_the_declared_resolver_is_the_one_requirements_dev_installs():
+    declared = lockmod.load()["resolve"]["resolver"]
+    dev = re.search(r"^uv==(\S+)", (ROOT / "requirements-dev.txt").read_text(), re.M)
+    assert dev, "requirements-dev.txt pins no uv"
+    assert declared == f"uv=={dev.group(1)}", (
+        f"versions.lock resolve.resolver is {declared!r} but requirements-dev.txt installs uv=={dev.group(1)}: "
+        "`invoke lock` would refuse to run"
+    )
+
+
+def test_resolve_refuses_another_uv(tmp_path):
+    path = write(tmp_path, replace_once(LOCK, 'resolver = "uv==0.13.9"', 'resolver = "uv==0.0.1"'))
+    with pytest.raises(lockmod.UserError) as info:
+        lockmod.resolve(path, tmp_path / "out")
+    message = str(info.value)
+    assert message.startswith("versions.lock: resolve.resolver: 'uv==0.0.1', but "), message
+    assert "requirements-dev.txt" in message and "\n" not in message, message
+    assert not (tmp_path / "out").exists(), "nothing may be written when the resolver differs"
+
+
+@pytest.mark.network
+def test_relock_is_byte_identical(tmp_path, monkeypatch):
+    """Two resolutions from different directories, with stray uv settings around, give the committed bytes."""
+    monkeypatch.setenv("UV_PRERELEASE", "allow")  # must not reach uv: only versions.lock decides
+    monkeypatch.setenv("UV_RESOLUTION", "lowest")
+    outputs = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        path = write(tmp_path / name)
+        outputs.append([written.read_bytes() for written in lockmod.resolve(path)])
+    first, second = outputs
+    assert first == second, "two resolutions of the same versions.lock differ"
+    for data in first:
+        assert str(tmp_path).encode() not in data and b"/tmp/" not in data, "a temporary path leaked into the lock"
+    committed = [REQUIREMENTS.encode(), lockmod.ROUTER_REQUIREMENTS_PATH.read_bytes()]
+    assert first == committed, (
+        "requirements.lock.txt or requirements.router.lock.txt is not what `invoke lock` writes from versions.lock: "
+        "run `invoke lock` and commit them"
+    )
+
+
+FOREIGN_JINJA2 = "jinja2==3.1.5 \\\n"  # 3.1.6's hashes follow unchanged in the committed file
+
+
+@pytest.mark.network
+def test_cli_lock_check_names_a_version_edited_against_foreign_hashes(repo_copy):
+    requirements = repo_copy / "requirements.lock.txt"
+    text = requirements.read_text()
+    assert text.count("jinja2==3.1.6 \\\n") == 1, "test setup: jinja2 3.1.6 is no longer pinned"
+    requirements.write_text(text.replace("jinja2==3.1.6 \\\n", FOREIGN_JINJA2))
+    line = text[: text.index("jinja2==3.1.6")].count("\n") + 1
+    proc = invoke(repo_copy, "lock", "--check")
+    assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [e for e in proc.stderr.splitlines() if e.startswith("error: ")]
+    assert len(errors) == 1, f"one line for the one edited pin: {errors}"
+    assert errors[0].startswith(f"error: requirements.lock.txt:{line}: jinja2==3.1.5: hash sha256:"), errors[0]
+    assert "belongs to no file of that release" in errors[0], errors[0]

@@ -66,6 +66,31 @@ class Timing:
     spec_accept_length: float | None = None
     spec_verify_ct: int | None = None
 
+    def time_events(self, events: list[tuple[float, int]]) -> None:
+        """Fill TTFT, ITL and decode speed from ``(seconds since the request, completion_tokens)`` per event.
+
+        Time to first token ends at the first event whose ``completion_tokens`` is
+        above 0. Inter-token latency: the gap between two events, split evenly over
+        the tokens the later one added (a speculative step delivers several at once).
+        Per-request decode speed: tokens after the first event over the time from the
+        first event to the last. Pure arithmetic on the times given, so it can be
+        checked to the digit.
+        """
+        last_tokens, first_at, last_at = 0, None, None
+        for at, tokens in events:
+            if tokens <= last_tokens:
+                continue
+            if first_at is None:
+                first_at = at
+                self.ttft_s = at
+                self.first_chunk_tokens = tokens
+            else:
+                gap = (at - last_at) / (tokens - last_tokens)
+                self.itl_s.extend([gap] * (tokens - last_tokens))
+            last_at, last_tokens = at, tokens
+        if first_at is not None and last_at > first_at:
+            self.decode_tps = (last_tokens - self.first_chunk_tokens) / (last_at - first_at)
+
 
 class RequestFailed(Exception):
     """One request did not produce a complete answer; the message says why."""
@@ -121,20 +146,31 @@ def http_post(url: str, path: str, api_key: str | None, timeout: float, body: di
 
 
 def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str | None:
-    """``None`` when ``/health`` answers 200, else why not, in a few words.
+    """``None`` when the endpoint is an SGLang server that can generate, else why not, in a few words.
 
-    SGLang's ``/health`` answers 503 while the model loads, then runs a one-token
-    generation, so a 200 means the server can generate (and ``/health`` needs no key).
+    The words continue "ENDPOINT at URL ...". SGLang's ``/health`` answers 503 while the
+    model loads, then runs a one-token generation, so a 200 means the server can
+    generate (and ``/health`` needs no key). A server that answers but has no
+    ``/health`` (404, 405), or no ``/server_info`` behind a healthy ``/health``, is some
+    other HTTP server: that is said as such, not as "not reachable".
     """
     try:
         status, _ = http_get(endpoint.url, "/health", api_key, timeout)
     except RequestFailed as err:
-        return str(err)
-    if status == 200:
-        return None
+        return f"is not reachable: {err}"
+    if status in (404, 405):
+        return f"answers, but is not an SGLang server: HTTP {status} from /health (wrong port or URL?)"
     if status == 503:
-        return "HTTP 503 from /health (still loading, or unhealthy)"
-    return f"HTTP {status} from /health"
+        return "is not ready: HTTP 503 from /health (still loading, or unhealthy)"
+    if status != 200:
+        return f"is not healthy: HTTP {status} from /health"
+    try:
+        status, _ = http_get(endpoint.url, "/server_info", api_key, timeout)
+    except RequestFailed as err:
+        return f"is not reachable: {err} (on /server_info)"
+    if status in (404, 405):
+        return f"answers /health, but is not an SGLang server: HTTP {status} from /server_info (wrong port or URL?)"
+    return None  # 200, or 401 without the right key: SGLang guards /server_info with --api-key
 
 
 def wait_ready(endpoint: Endpoint, api_key: str | None, timeout: float, interval: float = 5.0) -> None:
@@ -145,7 +181,7 @@ def wait_ready(endpoint: Endpoint, api_key: str | None, timeout: float, interval
         if why is None:
             return
         if time.monotonic() >= deadline:
-            raise UserError(f"{endpoint.name} at {endpoint.url} not ready after {timeout:.0f} s: {why}")
+            raise UserError(f"{endpoint.name} at {endpoint.url} {why}, after {timeout:g} s of waiting")
         time.sleep(interval)
 
 
@@ -180,33 +216,30 @@ def stream_generate(
     """Send one streaming ``/generate`` request and time it into ``sample``.
 
     Raises ``RequestFailed`` when the answer is not a complete stream; what was
-    measured until then stays in ``sample``.
-
-    Time to first token ends at the first event whose ``completion_tokens`` is
-    above 0. Inter-token latency: the gap between two events, split evenly over
-    the tokens the later one added (a speculative step delivers several at once).
-    Per-request decode speed: tokens after the first event over the time from the
-    first event to the last.
+    measured until then stays in ``sample``. Each event is stamped with ``clock()``
+    as soon as its line arrives; ``Timing.time_events`` turns the stamps into TTFT,
+    ITL and decode speed.
     """
     sample = Timing() if sample is None else sample
     conn, base = _connection(url, timeout)
     payload = json.dumps(body).encode()
     headers = _headers(api_key, **{"Content-Type": "application/json", "Accept": "text/event-stream"})
-    start = clock()
-    last_tokens = 0
-    first_at = last_at = None
+    events: list[tuple[float, int]] = []
     final: dict | None = None
+    start = clock()
     try:
         conn.request("POST", base + "/generate", body=payload, headers=headers)
         resp = conn.getresponse()
         if resp.status != 200:
             detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
+            if resp.status in (404, 405):
+                raise RequestFailed(f"HTTP {resp.status} from /generate: not an SGLang server (wrong port or URL?)")
             raise RequestFailed(f"HTTP {resp.status} {resp.reason}: {detail[:300]}")
         while True:
             line = resp.readline()
             if not line:
                 break
-            now = clock()
+            now = clock() - start
             line = line.strip()
             if not line.startswith(b"data:"):
                 continue
@@ -225,32 +258,22 @@ def stream_generate(
             if not isinstance(tokens, int):
                 raise RequestFailed("event without meta_info.completion_tokens: is this SGLang's /generate?")
             sample.chunks += 1
-            if tokens > last_tokens:
-                if first_at is None:
-                    first_at = now
-                    sample.ttft_s = now - start
-                    sample.first_chunk_tokens = tokens
-                else:
-                    gap = (now - last_at) / (tokens - last_tokens)
-                    sample.itl_s.extend([gap] * (tokens - last_tokens))
-                last_at = now
-                last_tokens = tokens
+            events.append((now, tokens))
             reason = meta.get("finish_reason")
             if reason is not None:
                 if isinstance(reason, dict) and reason.get("type") == "abort":
                     raise RequestFailed(f"aborted by the server: {reason.get('message', reason)}")
                 final = meta
-                sample.latency_s = now - start
+                sample.latency_s = now
                 sample.finish_reason = reason
     except (OSError, http.client.HTTPException) as err:
         raise RequestFailed(_describe(err)) from err
     finally:
         conn.close()
+        sample.time_events(events)  # what arrived before a failure is measured too
     if final is None:
         raise RequestFailed(f"stream ended after {sample.chunks} events without a finish_reason")
     sample.output_tokens = final["completion_tokens"]
-    if last_at is not None and first_at is not None and last_at > first_at:
-        sample.decode_tps = (last_tokens - sample.first_chunk_tokens) / (last_at - first_at)
     if "spec_accept_length" in final:
         sample.spec_accept_length = float(final["spec_accept_length"])
         sample.spec_verify_ct = final.get("spec_verify_ct")

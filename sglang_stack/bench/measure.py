@@ -41,6 +41,7 @@ from sglang_stack.services import compose
 from sglang_stack.bench import report
 from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
 from sglang_stack.errors import UserError
+from sglang_stack.flags import parse_count, parse_seconds
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = PROMPTS_DIR / "v1.jsonl"
@@ -173,26 +174,6 @@ def parse_levels(text: str | Sequence[int]) -> list[int]:
     return levels
 
 
-def parse_count(flag: str, value, minimum: int) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} {value!r}: not an integer") from None
-    if number < minimum:
-        raise UserError(f"{flag} {value!r}: must be at least {minimum}")
-    return number
-
-
-def parse_seconds(flag: str, value) -> float:
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} {value!r}: not a number of seconds") from None
-    if not number > 0:
-        raise UserError(f"{flag} {value!r}: must be more than 0 seconds")
-    return number
-
-
 # --- one request -------------------------------------------------------------
 
 
@@ -231,6 +212,7 @@ class Options:
     prompt_template: str | None = None
     flush_cache: bool = True
     reference: str | None = None
+    clock: Callable[[], float] = time.perf_counter  # stamps each streamed event; tests inject their own
 
 
 class Results:
@@ -286,7 +268,6 @@ def run_round(
     options: Options,
     api_key: str | None,
     results: Results,
-    advance: Callable[[], None] = lambda: None,
 ) -> dict:
     """One round: the prompt set through ``level`` parallel streams (closed loop).
 
@@ -314,14 +295,13 @@ def run_round(
             try:
                 stream_generate(
                     endpoint.url, request_body(prompt, options.ignore_eos, options.prompt_template),
-                    api_key, options.timeout, sample,
+                    api_key, options.timeout, sample, clock=options.clock,
                 )
             except RequestFailed as err:
                 sample.error = str(err)
                 stop.set()
             with lock:
                 done.append(sample)
-            advance()
 
     started = results.elapsed()
     with ThreadPoolExecutor(max_workers=level, thread_name_prefix=f"bench-{endpoint.name}") as pool:
@@ -360,20 +340,18 @@ def run_round(
     return record
 
 
-def warm_up(endpoint: Endpoint, prompts: Sequence[Prompt], count: int, options: Options, api_key: str | None,
-            advance: Callable[[], None] = lambda: None) -> None:
+def warm_up(endpoint: Endpoint, prompts: Sequence[Prompt], count: int, options: Options, api_key: str | None) -> None:
     """Unmeasured requests first: the first ones pay for JIT compiles and cold caches."""
     shortest = sorted(prompts, key=lambda p: p.max_new_tokens)
     for i in range(count):
         prompt = shortest[i % len(shortest)]
         try:
             stream_generate(endpoint.url, request_body(prompt, options.ignore_eos, options.prompt_template),
-                            api_key, options.timeout)
+                            api_key, options.timeout, clock=options.clock)
         except RequestFailed as err:
             raise RequestFailed(
                 f"{endpoint.name} ({endpoint.url}) failed during warm-up, prompt {prompt.id}: {err}"
             ) from None
-        advance()
 
 
 def round_order(endpoints: Sequence[Endpoint], repeat: int) -> list[Endpoint]:
@@ -390,79 +368,74 @@ def run_rounds(
     progress: "Progress | None" = None,
 ) -> None:
     """Warm up every endpoint, then for each level and repeat, one round per endpoint, interleaved."""
-    advance = progress.advance if progress else (lambda: None)
+    progress = progress or Progress(0, enabled=False)
     for endpoint in endpoints:
-        if progress:
-            progress.describe(f"{endpoint.name}: warm-up")
-        warm_up(endpoint, prompt_set.prompts, options.warmup, options, api_key, advance)
+        started = time.perf_counter()
+        warm_up(endpoint, prompt_set.prompts, options.warmup, options, api_key)
+        progress.warmed_up(endpoint.name, options.warmup, time.perf_counter() - started)
     for level in options.levels:
         for repeat in range(options.repeats):
             for endpoint in round_order(endpoints, repeat):
-                if progress:
-                    progress.describe(f"{endpoint.name}: concurrency {level}, repeat {repeat + 1}/{options.repeats}")
+                before = len(results.rounds)
                 try:
-                    run_round(endpoint, prompt_set.prompts, level, repeat, options, api_key, results, advance)
+                    run_round(endpoint, prompt_set.prompts, level, repeat, options, api_key, results)
                 finally:
                     results.write()
+                    if len(results.rounds) > before:
+                        progress.round_done(results.rounds[-1], options.repeats)
 
 
-def planned_requests(prompt_set: PromptSet, options: Options, endpoints: int) -> int:
-    per_endpoint = options.warmup + sum(
-        len(_round_requests(prompt_set.prompts, level)) * options.repeats for level in options.levels
-    )
-    return per_endpoint * endpoints
+def planned_rounds(options: Options, endpoints: int) -> int:
+    return len(options.levels) * options.repeats * endpoints
 
 
 # --- progress ----------------------------------------------------------------
 
 
 class Progress:
-    """A rich progress bar on stderr, counting requests."""
+    """One short line per round on stdout, numbered against the rounds planned.
 
-    def __init__(self, total: int, enabled: bool = True):
-        self._bar = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+    Plain lines, not a live bar: they read the same in a terminal, a log file and CI,
+    and stdout stays free of diagnostics (those go to stderr).
+    """
 
-            self._bar = Bar(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,  # the summary printed after it stays; the bar does not
-            )
-            self._task = self._bar.add_task("bench", total=total)
+    def __init__(self, rounds: int, enabled: bool = True, out: Callable[[str], None] | None = None):
+        self.total = rounds
+        self.done = 0
+        self.enabled = enabled
+        self._out = out or (lambda line: print(line, flush=True))
 
-    def __enter__(self) -> "Progress":
-        if self._bar:
-            self._bar.start()
-        return self
+    def line(self, text: str) -> None:
+        if self.enabled:
+            self._out(text)
 
-    def __exit__(self, *exc) -> None:
-        if self._bar:
-            self._bar.stop()
+    def warmed_up(self, endpoint: str, count: int, seconds: float) -> None:
+        if count:
+            self.line(f"warm-up {endpoint}: {count} request{'s' if count != 1 else ''}, {seconds:.1f} s")
 
-    def describe(self, text: str) -> None:
-        if self._bar:
-            self._bar.update(self._task, description=text)
+    def round_done(self, record: dict, repeats: int) -> None:
+        self.done += 1
+        tps = record["aggregate_tps"]
+        rate = f"{tps:.1f} tok/s" if tps is not None else "failed"
+        self.line(
+            f"[{self.done}/{self.total}] {record['endpoint']} c={record['level']} "
+            f"repeat {record['repeat'] + 1}/{repeats}: {record['ok']}/{record['requests']} ok, "
+            f"{record['output_tokens']} tokens, {rate}, {record['wall_s']:.1f} s"
+        )
 
-    def advance(self) -> None:
-        if self._bar:
-            self._bar.advance(self._task)
-
-    def completed(self) -> int:
-        return int(self._bar.tasks[0].completed) if self._bar else 0
-
-    def add_total(self, count: int) -> None:
-        if self._bar:
-            task = self._bar.tasks[0]
-            self._bar.update(self._task, total=(task.total or 0) + count)
+    def drop(self, rounds: int) -> None:
+        """Rounds that will never run (a sweep point whose server did not come up)."""
+        self.total -= rounds
 
 
 def say(text: str) -> None:
+    """A diagnostic (a skipped endpoint, a warning, a failure): stderr."""
     print(text, file=sys.stderr, flush=True)
+
+
+def tell(text: str) -> None:
+    """What the run does and what it found (the table, where the results are): stdout."""
+    print(text, flush=True)
 
 
 # --- the task ----------------------------------------------------------------
@@ -505,7 +478,7 @@ def resolve_endpoints(
         for endpoint in endpoints:
             why = probe(endpoint, api_key, probe_timeout)
             if why:
-                raise UserError(f"endpoint {endpoint.name} at {endpoint.url} is not reachable: {why}")
+                raise UserError(f"endpoint {endpoint.name} at {endpoint.url} {why}")
         return endpoints
     candidates = default_endpoints(env)
     up, down = [], []
@@ -513,12 +486,12 @@ def resolve_endpoints(
         why = probe(endpoint, api_key, probe_timeout)
         (down if why else up).append((endpoint, why))
     if not up:
-        detail = "; ".join(f"{e.name} at {e.url}: {why}" for e, why in down)
+        detail = "; ".join(f"{e.name} at {e.url} {why}" for e, why in down)
         raise UserError(
             f"no endpoint answers ({detail}): start a service (invoke up baseline) or pass --endpoint NAME=URL"
         )
     for endpoint, why in down:
-        say(f"bench: skipping {endpoint.name} at {endpoint.url} ({why}); "
+        say(f"bench: skipping {endpoint.name} at {endpoint.url}, which {why}; "
             "to compare services that cannot run together, see `invoke bench-compare`")
     return [e for e, _ in up]
 
@@ -538,10 +511,12 @@ def run(
     environ: Mapping[str, str] | None = None,
     env_file: Path | None = None,
     progress: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Path:
     """Measure the endpoints and write the results directory; return its path.
 
-    ``environ`` and ``env_file`` stand in for the shell and ``.env`` (tests).
+    ``environ`` and ``env_file`` stand in for the shell and ``.env``, ``clock`` for the
+    time source that stamps each streamed event (tests).
     """
     env = stack_env(environ, env_file)
     options = Options(
@@ -553,6 +528,7 @@ def run(
         prompt_template=check_template(prompt_template),
         flush_cache=bool(flush),
         reference=reference or None,
+        clock=clock,
     )
     prompt_set = load_prompts(Path(prompts) if prompts else DEFAULT_PROMPTS)
     out_dir = results_dir(out)
@@ -562,9 +538,9 @@ def run(
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
     results = Results(out_dir, metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1))
-    say(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}")
-    with Progress(planned_requests(prompt_set, options, len(chosen)), enabled=progress) as bar:
-        execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
+    bar = Progress(planned_rounds(options, len(chosen)), enabled=progress)
+    bar.line(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}")
+    execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
     return out_dir
 
 
@@ -630,8 +606,8 @@ def execute(results: Results, body: Callable[[], None]) -> None:
         raise
     results.complete = True
     doc = finish(results)
-    say(report.markdown(doc))
-    say(f"bench: results in {results.out_dir}")
+    tell(report.markdown(doc))
+    tell(f"bench: results in {results.out_dir}")
 
 
 def finish(results: Results) -> dict:
@@ -688,6 +664,6 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
     }
     doc["summary"] = report.summarize(doc)
     report.write_results(out_dir, doc, plot=True)
-    say(report.markdown(doc))
-    say(f"bench-compare: results in {out_dir}")
+    tell(report.markdown(doc))
+    tell(f"bench-compare: results in {out_dir}")
     return out_dir

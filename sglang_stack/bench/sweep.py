@@ -18,6 +18,7 @@ spread in mind.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -179,7 +180,8 @@ def run_points(
     ready_interval: float = 5.0,
 ) -> None:
     """Restart, check and measure each point; then leave the service on the best one."""
-    per_point = bench.planned_requests(prompt_set, options, 1)
+    progress = progress or Progress(0, enabled=False)
+    per_point = bench.planned_rounds(options, 1)
     sweep = results.sweep
     last_up: str | None = None
     for point in points:
@@ -188,10 +190,9 @@ def run_points(
                  "error": None}
         sweep["points"].append(entry)
         measured = Endpoint(label, endpoint.url)
-        counted = progress.completed() if progress else 0
+        counted = len(results.rounds)
         try:
-            if progress:
-                progress.describe(f"{label}: restarting {service}")
+            progress.line(f"{label}: restarting {service}")
             try:
                 restart(point)
                 client.wait_ready(measured, api_key, ready_timeout, ready_interval)
@@ -215,9 +216,8 @@ def run_points(
         except (PointFailed, RequestFailed) as err:
             entry["error"] = str(err)
             bench.say(f"bench: sweep point {label} failed: {err}")
-            if progress:
-                # Its unsent requests will never come: keep the bar's total honest.
-                progress.add_total(-(per_point - (progress.completed() - counted)))
+            # Its remaining rounds will never run: keep the count of planned rounds honest.
+            progress.drop(per_point - (len(results.rounds) - counted))
         finally:
             results.write()
     summary = report.summarize(results.document())
@@ -227,9 +227,9 @@ def run_points(
     if best is None:
         raise UserError(f"every sweep point failed; see {results.out_dir / report.MARKDOWN_NAME}")
     point = next(p for p in points if p.label(service) == best)
-    bench.say(f"bench: best setting {best}: " + " ".join(f"{k}={v}" for k, v in point.env().items()))
+    bench.tell(f"bench: best setting {best}: " + " ".join(f"{k}={v}" for k, v in point.env().items()))
     if last_up != best:
-        bench.say(f"bench: recreating {service} with the best setting")
+        progress.line(f"bench: recreating {service} with the best setting")
         restart(point)
         client.wait_ready(Endpoint(best, endpoint.url), api_key, ready_timeout, ready_interval)
 
@@ -257,6 +257,7 @@ def run(
     restart: Callable[[GridPoint], None] | None = None,
     progress: bool = True,
     ready_interval: float = 5.0,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Path:
     """Sweep ``service`` over the grid and write the results directory; return its path."""
     env = bench.stack_env(environ, env_file)
@@ -268,6 +269,7 @@ def run(
         ignore_eos=bool(ignore_eos),
         prompt_template=bench.check_template(prompt_template),
         flush_cache=bool(flush),
+        clock=clock,
     )
     points = grid(parse_ints("--sweep-steps", steps), parse_ints("--sweep-topk", topk),
                   parse_ints("--sweep-draft-tokens", draft_tokens, minimum=2))
@@ -298,9 +300,8 @@ def run(
         "points": [],
         "best": None,
     }
-    bench.say(f"bench: sweeping {service} ({endpoint.url}) over {len(points)} settings; results in {out_dir}")
-    total = bench.planned_requests(prompt_set, options, len(points))
-    with Progress(total, enabled=progress) as bar:
-        bench.execute(results, lambda: run_points(endpoint, points, prompt_set, options, api_key, results, restart,
-                                                  ready, rank_level, service, bar, ready_interval))
+    bar = Progress(bench.planned_rounds(options, len(points)), enabled=progress)
+    bar.line(f"bench: sweeping {service} ({endpoint.url}) over {len(points)} settings; results in {out_dir}")
+    bench.execute(results, lambda: run_points(endpoint, points, prompt_set, options, api_key, results, restart,
+                                              ready, rank_level, service, bar, ready_interval))
     return out_dir

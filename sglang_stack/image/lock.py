@@ -283,8 +283,10 @@ def _check_structure(data: dict, bad) -> None:
     need(data["python"], "version", str, "python.")
     if isinstance(data["python"].get("version"), str) and not re.fullmatch(r"3\.\d+", data["python"]["version"]):
         bad("python.version", f"{data['python']['version']!r} is not 3.MINOR")
-    for key in ("index", "python_platform", "exclude_newer"):
+    for key in ("index", "python_platform", "exclude_newer", "resolver"):
         need(data["resolve"], key, str, "resolve.")
+    if isinstance(data["resolve"].get("resolver"), str) and not re.fullmatch(r"uv==\d+(\.\d+)*", data["resolve"]["resolver"]):
+        bad("resolve.resolver", f"{data['resolve']['resolver']!r} is not uv==VERSION")
     for key in ("version", "url", "sha256", "status"):
         need(data["sglang"], key, str, "sglang.")
     wheels = data.get("wheel", [])
@@ -450,18 +452,34 @@ def _check_overrides(lock: Lock, sources: dict[str, list[str]], bad) -> None:
 # --- requirements.lock.txt ----------------------------------------------------
 
 
-def _read_requirements(path: Path, problems: list[str]) -> dict[str, str]:
-    """Parse ``name==version`` entries (with their --hash options) from a pip lock file."""
+@dataclass(frozen=True)
+class Pin:
+    """One ``name==version`` entry of requirements.lock.txt and the sha256 it allows."""
+
+    line: int
+    name: str  # canonical
+    version: str
+    hashes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def read_pins(path: Path, problems: list[str]) -> list[Pin]:
+    """Parse ``name==version`` entries (with their --hash options) from a pip lock file.
+
+    Entries that are not pinned with ``==`` or carry no valid sha256 become problems.
+    """
     if not path.is_file():
         problems.append(f"{path.name}: missing (run `invoke lock` to generate it)")
-        return {}
+        return []
     text = path.read_text()
     if not text.startswith(REQUIREMENTS_HEADER):
         problems.append(f"{path.name}: does not start with the generated-file header (run `invoke lock`)")
-    pins: dict[str, str] = {}
+    pins: list[Pin] = []
     for lineno, entry in _logical_lines(text):
         tokens = entry.split()
-        hashes = [t for t in tokens if t.startswith("--hash=")]
+        hashes = [t.removeprefix("--hash=") for t in tokens if t.startswith("--hash=")]
         spec = " ".join(t for t in tokens if not t.startswith("--hash="))
         try:
             req = Requirement(spec)
@@ -472,10 +490,15 @@ def _read_requirements(path: Path, problems: list[str]) -> dict[str, str]:
         if len(pinned) != 1:
             problems.append(f"{path.name}:{lineno}: {spec!r} is not pinned with ==")
             continue
-        if not hashes or any(not SHA256.match(h.removeprefix("--hash=sha256:")) for h in hashes):
+        valid = [h.removeprefix("sha256:") for h in hashes if h.startswith("sha256:") and SHA256.match(h[7:])]
+        if not hashes or len(valid) != len(hashes):
             problems.append(f"{path.name}:{lineno}: {req.name} has no valid --hash=sha256:")
-        pins[canonicalize_name(req.name)] = pinned[0]
+        pins.append(Pin(lineno, canonicalize_name(req.name), pinned[0], tuple(valid)))
     return pins
+
+
+def _read_requirements(path: Path, problems: list[str]) -> dict[str, str]:
+    return {pin.name: pin.version for pin in read_pins(path, problems)}
 
 
 def _logical_lines(text: str):
@@ -597,15 +620,30 @@ def router_resolve_inputs(lock: Lock) -> tuple[str, str]:
     return f"{lock.router.name}=={lock.router.version}\n", ""
 
 
-def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path, uv: str = "uv", *, router: bool = False) -> list[str]:
-    """``uv pip compile`` for the SGLang image, or with ``router`` for the router stage's interpreter and platform."""
+# uv pip compile names its inputs in the `# via` comments. They are written under these
+# names and passed relative to the directory uv runs in, so the comments point back to
+# versions.lock and never to a temporary path.
+RESOLVE_INPUT = "versions.lock.in"
+RESOLVE_OVERRIDES = "versions.lock.overrides"
+# uv reads these from the environment. They change how it talks to the index, never what
+# it resolves; every other UV_* variable (UV_EXTRA_INDEX_URL, UV_PRERELEASE, UV_RESOLUTION,
+# UV_EXCLUDE_NEWER ...) is dropped, so only versions.lock decides the answer.
+UV_TRANSPORT_ENV = ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_CONCURRENT_DOWNLOADS", "UV_INSECURE_HOST")
+
+
+def resolve_command(lock: Lock, outfile: str, uv: str = "uv", *, router: bool = False) -> list[str]:
+    """``uv pip compile`` with every setting the answer depends on, from versions.lock.
+
+    For the SGLang image, or with ``router`` for the router stage's interpreter and
+    platform. Run it in the directory that holds ``RESOLVE_INPUT`` and ``RESOLVE_OVERRIDES``.
+    """
     res = lock.data["resolve"]
     python = lock.router_table["python"] if router else lock.python["version"]
     platform = lock.router_table["python_platform"] if router else res["python_platform"]
     return [
-        uv, "pip", "compile", str(infile),
-        "--override", str(overfile),
-        "--output-file", str(outfile),
+        uv, "pip", "compile", RESOLVE_INPUT,
+        "--override", RESOLVE_OVERRIDES,
+        "--output-file", outfile,
         "--python-version", python,
         "--python-platform", platform,
         "--index-url", res["index"],
@@ -613,33 +651,54 @@ def resolve_command(lock: Lock, infile: Path, overfile: Path, outfile: Path, uv:
         "--no-emit-package", (lock.router if router else lock.sglang).name,
         "--generate-hashes",
         "--only-binary", ":all:",  # no sdists: nothing is compiled at image build time
-        "--no-header",
+        "--no-config",  # a uv.toml of the user or the host must not change the answer
+        "--no-header",  # ours names versions.lock instead of uv's command line
         "--no-python-downloads",
         "--quiet",
     ]  # fmt: skip
 
 
-def resolve(path: Path = LOCK_PATH) -> list[Path]:
-    """Regenerate requirements.lock.txt and requirements.router.lock.txt from versions.lock (network)."""
+def resolver_version(uv: str) -> str:
+    """``uv==X.Y.Z`` for the uv binary at ``uv``."""
+    from sglang_stack.shell import run
+
+    out = run([uv, "--version"], capture=True, quiet=True, what="uv --version").stdout.split()
+    return f"uv=={out[1]}" if len(out) >= 2 and out[0] == "uv" else f"uv=={' '.join(out)}"
+
+
+def resolve(path: Path = LOCK_PATH, out_dir: Path | None = None) -> list[Path]:
+    """Regenerate requirements.lock.txt and requirements.router.lock.txt from versions.lock (network).
+
+    The same versions.lock and index give the same bytes: the inputs have fixed names,
+    nothing in the output names a temporary path or a time, and every setting the
+    resolution depends on (index, Python, platform, exclude_newer, the uv release) is
+    read from versions.lock. The files go beside ``path``, or into ``out_dir``.
+    """
+    import os
+
     from sglang_stack.shell import require, run
 
     uv = require("uv", "install the dev requirements (pip install --require-hashes -r requirements-dev.txt)")
     lock = check(path, with_requirements=False)
+    wanted, found = lock.data["resolve"]["resolver"], resolver_version(uv)
+    if found != wanted:
+        raise UserError(
+            f"{path.name}: resolve.resolver: {wanted!r}, but {uv} is {found}: install requirements-dev.txt, "
+            "or change resolve.resolver on purpose (another uv may resolve differently)"
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_TRANSPORT_ENV}
     written = []
     for router, name, inputs, header in (
         (False, REQUIREMENTS_PATH.name, resolve_inputs, _requirements_header),
         (True, ROUTER_REQUIREMENTS_PATH.name, router_resolve_inputs, _router_requirements_header),
     ):
-        output = path.with_name(name)
+        output = (out_dir or path.parent) / name
         with tempfile.TemporaryDirectory(prefix="sglang-stack-lock-") as tmp:
             tmpdir = Path(tmp)
             requirements_in, overrides_in = inputs(lock)
-            (tmpdir / "requirements.in").write_text(requirements_in)
-            (tmpdir / "overrides.txt").write_text(overrides_in)
-            # Relative names, run from the temporary directory: uv's "# via -r requirements.in"
-            # annotations then read the same on every run, so the output is reproducible.
-            argv = resolve_command(lock, Path("requirements.in"), Path("overrides.txt"), Path("compiled.txt"), uv, router=router)
-            run(argv, cwd=tmpdir, what="uv pip compile")
+            (tmpdir / RESOLVE_INPUT).write_text(requirements_in)
+            (tmpdir / RESOLVE_OVERRIDES).write_text(overrides_in)
+            run(resolve_command(lock, "compiled.txt", uv, router=router), cwd=tmpdir, env=env, what="uv pip compile")
             atomic_write(output, header(lock) + (tmpdir / "compiled.txt").read_text())
         written.append(output)
     return written
@@ -653,7 +712,7 @@ def _router_requirements_header(lock: Lock) -> str:
         f"# What the `router` image stage installs from {res['index']} beside {lock.router.name} {lock.router.version}\n"
         f"# (installed by URL and sha256 from versions.lock [router], so left out here), each with its\n"
         f"# sha256, resolved for Python {router['python']} on {router['python_platform']}. Nothing newer than {res['exclude_newer']}.\n"
-        f"# To change a pin, edit versions.lock and run `invoke lock`.\n"
+        f"# Resolver: {res['resolver']}. To change a pin, edit versions.lock and run `invoke lock`.\n"
     )
 
 
@@ -668,7 +727,9 @@ def _requirements_header(lock: Lock) -> str:
         f"# resolved for Python {lock.python['version']} on {res['python_platform']} from sglang {lock.sglang.version}'s\n"
         f"# requirements plus those of the URL wheels ({wheels}), which are installed by URL\n"
         f"# and therefore left out here, with every [[override]] of versions.lock applied.\n"
-        f"# Omitted on purpose: {omitted}. Nothing newer than {res['exclude_newer']}.\n"
+        f"# Omitted on purpose: {omitted}. Nothing newer than {res['exclude_newer']}. Resolver: {res['resolver']}.\n"
+        f"# `-r {RESOLVE_INPUT}` marks sglang's pin and the URL wheels' requirements,\n"
+        f"# `--override {RESOLVE_OVERRIDES}` an [[override]]; both are written from versions.lock.\n"
         f"# To change a pin, edit versions.lock and run `invoke lock`.\n"
     )
 

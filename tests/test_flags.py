@@ -1,0 +1,89 @@
+"""Every typed flag, and every mistake Invoke's parser catches after the task name: one `error:` line, exit 2."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError
+from sglang_stack.flags import parse_count, parse_seconds
+
+
+def run_invoke(capsys, *argv: str) -> tuple[int, str]:
+    """The real `invoke` program, in process: (exit code, stderr)."""
+    from invoke.main import program
+
+    with pytest.raises(SystemExit) as info:
+        program.run(["invoke", "--search-root", str(ROOT), *argv])
+    return info.value.code, capsys.readouterr().err
+
+
+BAD_VALUES = [
+    (("up", "eagle3", "--timeout", "abc"), "error: --timeout 'abc': not an integer"),
+    (("up", "eagle3", "--timeout", "-5"), "error: --timeout '-5': must be at least 0"),
+    (("up", "eagle3", "--interval", "x"), "error: --interval 'x': not a number of seconds"),
+    (("up", "eagle3", "--interval", "0"), "error: --interval '0': must be more than 0 seconds"),
+    (("up", "eagle3", "--interval", "nan"), "error: --interval 'nan': must be more than 0 seconds"),
+    (("logs", "eagle3", "--tail", "many"), "error: --tail 'many': a number of lines, or 'all'"),
+    (("bench", "--repeats", "x"), "error: --repeats 'x': not an integer"),
+    (("bench", "--warmup", "-1"), "error: --warmup '-1': must be at least 0"),
+    (("bench", "--timeout", "soon"), "error: --timeout 'soon': not a number of seconds"),
+    (("bench", "--levels", "1,x"), "error: --levels '1,x': 'x' is not a positive integer (e.g. --levels 1,4,16)"),
+    (("bench", "--sweep", "--sweep-steps", "a"), "error: --sweep-steps 'a': 'a' is not an integer of at least 1"),
+    (("bench", "--sweep", "--sweep-topk", "0"), "error: --sweep-topk '0': '0' is not an integer of at least 1"),
+    (("bench", "--sweep", "--sweep-level", "x"), "error: --sweep-level 'x': not an integer"),
+    (("bench", "--sweep", "--ready-timeout", "inf"), "error: --ready-timeout 'inf': must be a finite number of seconds"),
+]
+
+PARSE_ERRORS = [
+    (("up",), "error: up: missing --service (see `invoke --help up`)"),
+    (("patch",), "error: patch: missing --sglang-src (see `invoke --help patch`)"),
+    (("up", "eagle3", "--timeout"), "error: --timeout: needs a value (see `invoke --help up`)"),
+    (("up", "eagle3", "--bogus"), "error: '--bogus': no such task or flag (see `invoke --help up`)"),
+    (("nosuchtask",), "error: 'nosuchtask': no such task or flag (see `invoke --list`)"),
+    (("--help", "nosuchtask"), "error: 'nosuchtask': no such task or flag (see `invoke --list`)"),
+]
+
+
+@pytest.mark.parametrize(("argv", "line"), BAD_VALUES + PARSE_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_mistake_is_one_error_line_exit_2(capsys, argv, line):
+    code, err = run_invoke(capsys, *argv)
+    assert "Traceback" not in err, f"invoke {' '.join(argv)}: a traceback: {err}"
+    assert code == 2, f"invoke {' '.join(argv)}: exit {code}, want 2: {err}"
+    assert err.strip() == line, f"invoke {' '.join(argv)}: stderr {err.strip()!r}, want {line!r}"
+
+
+@pytest.mark.parametrize("argv", [("up", "eagle3", "--timeout", "abc"), ("up",), ("nosuchtask",)])
+def test_the_installed_command_says_the_same(argv):
+    proc = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, f"invoke {' '.join(argv)}: exit {proc.returncode}: {proc.stderr}"
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: "), proc.stderr
+
+
+def test_no_task_lets_invoke_cast_a_number():
+    """Invoke casts a flag whose default is an int or float, and a bad value ends in a traceback."""
+    import tasks
+
+    typed = [
+        f"{t.name} --{name.replace('_', '-')}={p.default!r}"
+        for t in tasks.ns.tasks.values()
+        for name, p in inspect.signature(t.body).parameters.items()
+        if isinstance(p.default, (int, float)) and not isinstance(p.default, bool)
+    ]
+    assert not typed, f"take these as text (None for the default) and read them with sglang_stack.flags: {typed}"
+
+
+def test_numbers_parse_and_bad_ones_name_the_flag():
+    assert parse_count("--repeats", " 3 ", 1) == 3, "surrounding spaces are fine"
+    assert parse_seconds("--interval", "0.5") == 0.5, "fractions of a second are fine"
+    for bad in ("", "1.5", "x"):
+        with pytest.raises(UserError, match=rf"^--repeats {bad!r}: not an integer$"):
+            parse_count("--repeats", bad, 1)
+    for bad in ("-1", "0", "nan", "-inf"):
+        with pytest.raises(UserError, match=rf"^--interval {bad!r}: must be more than 0 seconds$"):
+            parse_seconds("--interval", bad)
