@@ -12,12 +12,14 @@ networks, volumes). Two runs on one machine never touch each other's things.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -123,6 +125,29 @@ ROUTER_OVERRIDE = TESTS / "compose.router.yaml"
 WORKERS = ("worker-a", "worker-b")  # the stand-in services of ROUTER_OVERRIDE
 # Their names resolve on the project network; the router reaches them there, not on the host.
 WORKER_URLS = ",".join(f"http://{worker}:30000" for worker in WORKERS)
+
+
+def unrelated_prompt(i: int) -> str:
+    """Prompt ``i`` of a set that share no prefix.
+
+    Cache-aware routing sends a prompt to the worker that already holds its prefix; only a
+    prompt that matches nothing goes to the least loaded worker, so only these spread.
+    """
+    return f"{hashlib.sha256(str(i).encode()).hexdigest()[:16]} tell me how a router spreads requests"
+
+
+def generate(url: str, text: str, max_new_tokens: int = 64, api_key: str | None = None) -> dict:
+    """One plain ``/generate`` at ``url``: the answer, or ``{"error": ...}`` when it failed."""
+    body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": max_new_tokens}}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    request = urllib.request.Request(f"{url}/generate", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return {"error": f"HTTP {err.code}: {err.read()[:200]!r}"}
+    except OSError as err:
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def worker_health(router_url: str) -> dict[str, bool]:

@@ -10,11 +10,9 @@ so the workers themselves say who answered.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
-import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,23 +35,8 @@ FAST_ARGS = (f"--health-check-interval-secs {FAST_CHECKS['interval']} --health-c
 WORKER_A = "http://worker-a:30000"
 
 
-def prompt(i: int) -> str:
-    # Unrelated prompts: cache-aware routing sends a prompt to the worker that already holds its
-    # prefix, and only a prompt that matches nothing goes to the least loaded worker.
-    return f"{hashlib.sha256(str(i).encode()).hexdigest()[:16]} tell me how a router spreads requests"
-
-
-def generate(url: str, i: int, max_new_tokens: int = 64) -> dict:
-    """One plain /generate through ``url``; the answer, or {"error": ...} for a failed request."""
-    body = json.dumps({"text": prompt(i), "sampling_params": {"max_new_tokens": max_new_tokens}}).encode()
-    request = urllib.request.Request(f"{url}/generate", data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return {"error": f"HTTP {err.code}: {err.read()[:200]!r}"}
-    except OSError as err:
-        return {"error": f"{type(err).__name__}: {err}"}
+def generate(url: str, i: int) -> dict:
+    return engine.generate(url, engine.unrelated_prompt(i), 64)
 
 
 def generate_many(url: str, numbers: range, concurrency: int = 8) -> list[dict]:
@@ -218,10 +201,14 @@ def test_invoke_status_says_the_router_is_down_and_invoke_up_brings_it_back(rout
 # --- invoke bench through the router ---------------------------------------------------------------------
 
 
-def test_bench_measures_through_the_router(router_project, tmp_path):
-    project = router_project()
+def test_bench_measures_through_the_router_with_an_api_key(router_project, run_id, tmp_path):
+    # As docs/scaling.md sets up replicas: one SGLANG_API_KEY for the router and its workers.
+    # invoke bench reads it from the environment, as a user's .env gives it.
+    project = router_project(SGLANG_API_KEY=f"key-{run_id}")
     project.compose(*UP, timeout=300)
     url = project.url("router")
+    refused = generate(url, 0)
+    assert refused.get("error", "").startswith("HTTP 401"), f"a request without the key must be refused: {refused}"
     before = sum(served(project).values())
     out = tmp_path / "bench"
     project.invoke("bench", "--endpoint", f"router={url}", "--levels", "1", "--repeats", "1", "--warmup", "1",
