@@ -1,4 +1,4 @@
-"""The real Docker Engine in tests: availability, the CPU stand-in image, compose projects.
+"""The real Docker Engine in tests: availability, the CPU stand-in image, compose projects, the router.
 
 Tests marked ``engine`` run the user's own commands (``invoke build``, ``docker
 compose up``, ``invoke up``...) against the engine on this machine. They skip with

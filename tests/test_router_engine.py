@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -187,8 +188,9 @@ def test_invoke_status_says_the_router_is_down_and_invoke_up_brings_it_back(rout
     assert "exited" in line and "router DOWN" in line and "invoke up router" in line, status
     for worker in engine.WORKERS:
         assert project.health(worker) == "healthy", f"{worker} must keep running without the router"
-    with pytest.raises(OSError):
+    with pytest.raises(urllib.error.URLError) as refused:
         urllib.request.urlopen(f"{url}/readiness", timeout=5)
+    assert isinstance(refused.value.reason, ConnectionError), f"clients of a stopped router are refused: {refused.value}"
 
     up = project.invoke("up", "router", "--interval", "1", timeout=300)
     assert "preflight:" in up.stdout and "0 FAIL" in up.stdout, f"the router's preflight must pass: {up.stdout}"
