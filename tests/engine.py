@@ -136,11 +136,10 @@ def unrelated_prompt(i: int) -> str:
     return f"{hashlib.sha256(str(i).encode()).hexdigest()[:16]} tell me how a router spreads requests"
 
 
-def generate(url: str, text: str, max_new_tokens: int = 64, api_key: str | None = None) -> dict:
+def generate(url: str, text: str, max_new_tokens: int = 64) -> dict:
     """One plain ``/generate`` at ``url``: the answer, or ``{"error": ...}`` when it failed."""
     body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": max_new_tokens}}).encode()
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
-    request = urllib.request.Request(f"{url}/generate", data=body, headers=headers)
+    request = urllib.request.Request(f"{url}/generate", data=body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
