@@ -133,6 +133,27 @@ def standin_image(sglang_stage, run_id, keep_images, tmp_path_factory) -> str:
         store.remove("docker", tag)
 
 
+@pytest.fixture(scope="session")
+def router_image(docker_base, run_id, keep_images):
+    """The Dockerfile's ``router`` stage on the Debian base, by the user's command
+    ``invoke build --engine docker --target router --base-image BASE``.
+
+    Returns (tag, completed process, seconds), as ``sglang_stage`` does.
+    """
+    import engine
+    from sglang_stack.image import store
+
+    tag = f"sglang-stack-test-{run_id}:router"
+    argv = [*engine.INVOKE, "build", "--engine", "docker", "--target", "router", "--base-image", docker_base, "--tag", tag]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, f"invoke build --engine docker --target router failed:\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}"
+    yield tag, proc, seconds
+    if not keep_images:
+        store.remove("docker", tag)
+
+
 @pytest.fixture
 def compose_project(docker_engine, run_id, request, tmp_path):
     """Factory: ``compose_project(*override_files, env={...})``; every project is taken down at teardown."""

@@ -1,4 +1,4 @@
-"""The real Docker Engine in tests: availability, the CPU stand-in image, compose projects.
+"""The real Docker Engine in tests: availability, the CPU stand-in image, compose projects, the router.
 
 Tests marked ``engine`` run the user's own commands (``invoke build``, ``docker
 compose up``, ``invoke up``...) against the engine on this machine. They skip with
@@ -12,22 +12,28 @@ networks, volumes). Two runs on one machine never touch each other's things.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from dockerfile import parse_string
 
 from sglang_stack import ROOT
+from sglang_stack.services import compose
 from sglang_stack.shell import show
 
 TESTS = Path(__file__).resolve().parent
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 INVOKE = [sys.executable, "-m", "invoke"]
+# Each published service's host port variable (compose.yaml); every project gets free ports for all.
+PORT_VARIABLES = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", compose.ROUTER: "ROUTER_PORT"}
 
 
 def problem() -> str | None:
@@ -104,6 +110,51 @@ def build_standin(sglang_stage: str, tag: str, workdir: Path) -> str:
     return tag
 
 
+def served(log: str) -> int:
+    """How many ``/generate`` requests a stand-in answered, from its log (one line each).
+
+    Counted by the line's text, not its start: Compose prefixes every line it prints with
+    an erase-line sequence, even with --no-color.
+    """
+    return log.count("stand-in: /generate req-")
+
+
+# --- SGLang's router in front of stand-in workers -----------------------------------
+
+ROUTER_OVERRIDE = TESTS / "compose.router.yaml"
+WORKERS = ("worker-a", "worker-b")  # the stand-in services of ROUTER_OVERRIDE
+# Their names resolve on the project network; the router reaches them there, not on the host.
+WORKER_URLS = ",".join(f"http://{worker}:30000" for worker in WORKERS)
+
+
+def unrelated_prompt(i: int) -> str:
+    """Prompt ``i`` of a set that share no prefix.
+
+    Cache-aware routing sends a prompt to the worker that already holds its prefix; only a
+    prompt that matches nothing goes to the least loaded worker, so only these spread.
+    """
+    return f"{hashlib.sha256(str(i).encode()).hexdigest()[:16]} tell me how a router spreads requests"
+
+
+def generate(url: str, text: str, max_new_tokens: int = 64) -> dict:
+    """One plain ``/generate`` at ``url``: the answer, or ``{"error": ...}`` when it failed."""
+    body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": max_new_tokens}}).encode()
+    request = urllib.request.Request(f"{url}/generate", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return {"error": f"HTTP {err.code}: {err.read()[:200]!r}"}
+    except OSError as err:
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+def worker_health(router_url: str) -> dict[str, bool]:
+    """The router's own view of its workers (``GET /workers``): URL -> healthy."""
+    with urllib.request.urlopen(f"{router_url}/workers", timeout=10) as response:
+        return {w["url"]: bool(w["is_healthy"]) for w in json.loads(response.read())["workers"]}
+
+
 # --- compose projects ---------------------------------------------------------------
 
 
@@ -123,14 +174,13 @@ class ComposeProject:
             **os.environ,
             "COMPOSE_PROJECT_NAME": name,
             "COMPOSE_FILE": os.pathsep.join(files),
-            "BASELINE_PORT": str(free_port()),
-            "EAGLE3_PORT": str(free_port()),
+            **{var: str(free_port()) for var in PORT_VARIABLES.values()},
             **env,
         }
 
     def url(self, service: str) -> str:
-        port = self.env["BASELINE_PORT" if service == "baseline" else "EAGLE3_PORT"]
-        return f"http://127.0.0.1:{port}"
+        """The service's published loopback address."""
+        return f"http://127.0.0.1:{self.env[PORT_VARIABLES[service]]}"
 
     def run(self, argv: list[str], timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
         """Run a command in the project's environment from the repository root, shown first."""
@@ -155,6 +205,10 @@ class ComposeProject:
         proc = docker("network", "ls", "--filter", f"label=com.docker.compose.project={self.name}", "--format", "{{.Name}}")
         return proc.stdout.split()
 
+    def logs(self, service: str) -> str:
+        """Everything ``service`` printed, without Compose's prefixes."""
+        return self.compose("logs", "--no-color", "--no-log-prefix", service, timeout=60).stdout
+
     def health(self, service: str) -> str:
         """The container's health status (starting, healthy, unhealthy), or its state when it has none."""
         rows = [c for c in self.containers() if f"{self.name}-{service}-" in c.get("Names", "")]
@@ -164,5 +218,7 @@ class ComposeProject:
         return proc.stdout.strip()
 
     def down(self) -> None:
-        profiles = [arg for service in ("baseline", "eagle3") for arg in ("--profile", service)]
+        # Every profile: a service of an inactive profile is invisible to `down`, and its
+        # container would keep the project network alive.
+        profiles = [arg for service in compose.ALL_SERVICES for arg in ("--profile", service)]
         self.compose(*profiles, "down", "--volumes", "--remove-orphans", "--timeout", "5", check=False, timeout=120)

@@ -38,6 +38,7 @@ class Behaviour:
     served_model_name: str = "default"
     model_path: str = ""
     wedged: bool = False  # like a hung scheduler: /health and /generate stop answering
+    log_requests: bool = False  # one stdout line per /generate, as SGLang logs each request it serves
 
 
 class _Server(ThreadingHTTPServer):
@@ -161,6 +162,8 @@ def _handler(server: SGLangServer):
                 index = len(server.bodies) - 1
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            if server.behaviour.log_requests:
+                print(f"stand-in: /generate req-{index} text={body.get('text', '')[:60]!r}", flush=True)
             try:
                 self._generate(body, index)
             finally:
@@ -274,7 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     ``/health`` answers 503 for ``--standin-load-seconds`` (default 2) while a progress bar
     runs, as a model load does; ``--standin-crash`` makes the load end in a crash (exit 1)
     instead. SIGUSR1 wedges the server (``/health`` and ``/generate`` stop answering);
-    SIGTERM stops it.
+    SIGTERM stops it. Each ``/generate`` it serves is one log line, ``stand-in: /generate
+    req-N text='...'``, so a test behind a router can tell which server answered.
     """
     import argparse
     import os
@@ -298,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     behaviour = Behaviour(
         step_s=0.004, ttft_s=0.01, accept=(2, 3, 2) if spec else (1,), spec=spec, api_key=args.api_key,
         served_model_name=args.served_model_name or args.model_path or "default", model_path=args.model_path,
-        health_status=503, server_info={"model_path": args.model_path, "speculative_algorithm": args.speculative_algorithm},
+        health_status=503, log_requests=True, server_info={"model_path": args.model_path, "speculative_algorithm": args.speculative_algorithm},
     )
     server = SGLangServer(behaviour, host=args.host, port=args.port)
     signal.signal(signal.SIGUSR1, lambda *_: setattr(behaviour, "wedged", True))

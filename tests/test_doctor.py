@@ -236,6 +236,22 @@ def test_port_in_use_and_bad_bind_address():
     assert foreign.status == FAIL and "cannot bind" in foreign.detail and "BIND_ADDRESS" in foreign.fix, foreign.line()
 
 
+def test_a_port_left_in_time_wait_is_free():
+    # A service that just stopped leaves its served connections in TIME_WAIT on its port for a
+    # minute. Docker binds it again at once (SO_REUSEADDR), so the preflight must not refuse it.
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            accepted.close()  # the server's side closes first: its socket waits in TIME_WAIT
+            client.recv(1)
+    check = doctor.check_port(svc_of(EAGLE3_PORT=str(port)), [])
+    assert check.status == OK and "is free" in check.detail, f"TIME_WAIT is not a listener: {check.line()}"
+
+
 # --- host limits ------------------------------------------------------------------------------
 
 

@@ -374,6 +374,10 @@ def check_port(svc, rows: list | None) -> Check:
         return Check("port", OK, f"{where} is held by {svc.name}'s own container (already up)")
     family = socket.AF_INET6 if ":" in svc.bind_address else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As Docker's own listener does (Go sets SO_REUSEADDR): connections a just-stopped
+        # service served linger in TIME_WAIT on its port for a minute, and they hold nothing.
+        # A socket that listens there still makes the bind fail.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((svc.bind_address, svc.host_port))
         except OSError as err:
