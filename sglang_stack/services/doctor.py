@@ -158,39 +158,44 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def gather_engine(engine: str, image: str | None, show: bool = False) -> Facts:
+    """The engine's facts: CLI, ``docker info``, Compose, the image (when named), this project's containers."""
+    facts = Facts(docker_cli=shutil.which(engine) is not None)
+    if not facts.docker_cli:
+        return facts
+    code, out, err = _capture([engine, "info", "--format", "{{json .}}"], 15, show)
+    try:
+        info = json.loads(out) if out.strip() else None
+    except json.JSONDecodeError:
+        info = None
+    server_errors = (info or {}).get("ServerErrors") or []
+    if code == 0 and info and not server_errors and info.get("ServerVersion"):
+        facts.docker_info = info
+    else:
+        facts.docker_error = (server_errors[0] if server_errors else "") or _last_line(err) or f"exit {code}"
+        return facts
+    code, out, _ = _capture([engine, "compose", "version", "--short"], 10, show)
+    facts.compose_version = out.strip() if code == 0 else ""
+    if image:
+        code, out, _ = _capture([engine, "image", "inspect", image], 10, show)
+        if code == 0:
+            try:
+                facts.image = (json.loads(out) or [None])[0]
+            except json.JSONDecodeError:
+                facts.image = None
+    code, out, _ = _capture(compose.compose_argv(engine, "ps", "--all", "--format", "json"), 15, show)
+    if code == 0:
+        try:
+            facts.ps_rows = compose.parse_ps(out)
+        except UserError:
+            facts.ps_rows = None
+    return facts
+
+
 def gather(engine: str, svc: compose.Service | None, show: bool = False, audit: bool = True) -> Facts:
     """Ask the host; never raises for a missing tool or an unreachable daemon."""
-    facts = Facts()
-    facts.docker_cli = shutil.which(engine) is not None
+    facts = gather_engine(engine, svc.image if svc else DEFAULT_IMAGE, show)
     facts.nvidia_hook = shutil.which("nvidia-container-runtime-hook") is not None
-    if facts.docker_cli:
-        code, out, err = _capture([engine, "info", "--format", "{{json .}}"], 15, show)
-        info = None
-        try:
-            info = json.loads(out) if out.strip() else None
-        except json.JSONDecodeError:
-            info = None
-        server_errors = (info or {}).get("ServerErrors") or []
-        if code == 0 and info and not server_errors and info.get("ServerVersion"):
-            facts.docker_info = info
-        else:
-            facts.docker_error = (server_errors[0] if server_errors else "") or _last_line(err) or f"exit {code}"
-        if facts.docker_info:
-            code, out, _ = _capture([engine, "compose", "version", "--short"], 10, show)
-            facts.compose_version = out.strip() if code == 0 else ""
-            image = svc.image if svc else DEFAULT_IMAGE
-            code, out, _ = _capture([engine, "image", "inspect", image], 10, show)
-            if code == 0:
-                try:
-                    facts.image = (json.loads(out) or [None])[0]
-                except json.JSONDecodeError:
-                    facts.image = None
-            code, out, _ = _capture(compose.compose_argv(engine, "ps", "--all", "--format", "json"), 15, show)
-            if code == 0:
-                try:
-                    facts.ps_rows = compose.parse_ps(out)
-                except UserError:
-                    facts.ps_rows = None
     code, out, err = _capture(["nvidia-smi", f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader,nounits"], 20, show)
     if code == 0:
         try:
@@ -701,20 +706,7 @@ def router_checks(engine: str, env: compose.Environment | None = None) -> list[C
         svc = compose.router_service(env)
     except UserError as err:
         return [Check("config", FAIL, str(err), "correct that value in .env (see .env.example)")]
-    facts = Facts(docker_cli=shutil.which(engine) is not None)
-    if facts.docker_cli:
-        code, out, err = _capture([engine, "info", "--format", "{{json .}}"], 15, False)
-        try:
-            info = json.loads(out) if code == 0 and out.strip() else None
-        except json.JSONDecodeError:
-            info = None
-        facts.docker_info = info if info and info.get("ServerVersion") and not info.get("ServerErrors") else None
-        facts.docker_error = "" if facts.docker_info else (_last_line(err) or f"exit {code}")
-        if facts.docker_info:
-            code, out, _ = _capture([engine, "compose", "version", "--short"], 10, False)
-            facts.compose_version = out.strip() if code == 0 else ""
-            code, out, _ = _capture(compose.compose_argv(engine, "ps", "--all", "--format", "json"), 15, False)
-            facts.ps_rows = compose.parse_ps(out) if code == 0 else None
+    facts = gather_engine(engine, None)
     config = Check("config", OK, f"router on {svc.url}, policy {svc.policy}, {len(svc.worker_urls)} workers: {', '.join(svc.worker_urls)}")
     return [config, check_port(svc, facts.ps_rows), check_docker(facts, engine)]
 
