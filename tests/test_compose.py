@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.services import compose, health
+from sglang_stack.services import compose, health, variables
 from sglang_stack.errors import UserError
 
 import fake_cli
@@ -49,9 +49,9 @@ SHARED_WITH_BENCH = {
 }
 
 
-def env_of(**values: str) -> compose.Environment:
+def env_of(**values: str) -> variables.Environment:
     """An Environment with only these values, as if from a shell with nothing else set."""
-    return compose.Environment(values, {k: "shell" for k in values})
+    return variables.Environment(values, {k: "shell" for k in values})
 
 
 def resolved(**values: str) -> dict:
@@ -119,7 +119,7 @@ def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
 
 
 def test_compose_spec_schema_accepts_the_env_example(tmp_path):
-    values, _ = compose.read_env_file(ENV_EXAMPLE, {})
+    values, _ = variables.read_env_file(ENV_EXAMPLE, {})
     done = validate(compose.load(COMPOSE_YAML, env_of(**values)), tmp_path, "env-example")
     assert done.returncode == 0, f"compose.yaml with .env.example's values fails the schema:\n{done.stdout}"
 
@@ -362,7 +362,7 @@ def test_env_example_shows_the_real_defaults():
     ],
 )
 def test_interpolation(text, env, expected):
-    assert compose.interpolate(text, env, "test") == expected, f"{text!r} with {env} should give {expected!r}"
+    assert variables.interpolate(text, env, "test") == expected, f"{text!r} with {env} should give {expected!r}"
 
 
 @pytest.mark.parametrize(
@@ -377,7 +377,7 @@ def test_interpolation(text, env, expected):
 )
 def test_interpolation_errors(text, env, message):
     with pytest.raises(UserError) as err:
-        compose.interpolate(text, env, "compose.yaml: services.x")
+        variables.interpolate(text, env, "compose.yaml: services.x")
     assert message in str(err.value), f"{text!r}: expected {message!r} in {err.value}"
     assert "compose.yaml: services.x" in str(err.value), f"the error must say where: {err.value}"
 
@@ -396,7 +396,7 @@ def test_env_file_parsing(tmp_path):
         "EMPTY=\n"
         "FROM_SHELL\n"
     )
-    values, origin = compose.read_env_file(env_file, {"FROM_SHELL": "yes"})
+    values, origin = variables.read_env_file(env_file, {"FROM_SHELL": "yes"})
     expected = {
         "MODEL_DIR": "/srv/models/k",
         "TP_SIZE": "4",
@@ -426,7 +426,7 @@ def test_env_file_errors_name_the_line(tmp_path, line, message):
     env_file = tmp_path / ".env"
     env_file.write_text(f"OK=1\n{line}\n")
     with pytest.raises(UserError) as err:
-        compose.read_env_file(env_file, {})
+        variables.read_env_file(env_file, {})
     assert f"{env_file}:2" in str(err.value), f"error must name the file and line: {err.value}"
     assert message in str(err.value), f"expected {message!r} in {err.value}"
 
@@ -434,7 +434,7 @@ def test_env_file_errors_name_the_line(tmp_path, line, message):
 def test_shell_wins_over_env_file(tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text("TP_SIZE=4\nEAGLE3_PORT=31001\n")
-    env = compose.environment(env_file, {"TP_SIZE": "2"})
+    env = variables.environment(env_file, {"TP_SIZE": "2"})
     assert env.get("TP_SIZE") == "2" and env.origin["TP_SIZE"] == "shell", f"the shell must win, as in Compose: {env.where('TP_SIZE')}"
     assert env.get("EAGLE3_PORT") == "31001" and env.origin["EAGLE3_PORT"] == f"{env_file}:2", env.where("EAGLE3_PORT")
 

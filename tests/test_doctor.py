@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.services import compose, doctor
+from sglang_stack.services import compose, doctor, variables
 from sglang_stack.services.doctor import FAIL, NOTE, OK, SKIP, WARN, Facts, Gpu
 
 import fake_cli
@@ -33,8 +33,8 @@ TARGET_ARCH = "KimiK25ForConditionalGeneration"
 DRAFT_ARCH = "LlamaForCausalLMEagle3"
 
 
-def env_of(**values: str) -> compose.Environment:
-    return compose.Environment(values, {k: "shell" for k in values})
+def env_of(**values: str) -> variables.Environment:
+    return variables.Environment(values, {k: "shell" for k in values})
 
 
 def svc_of(name: str = "eagle3", **values: str) -> compose.Service:

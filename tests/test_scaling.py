@@ -17,7 +17,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import lock as lockmod
-from sglang_stack.services import compose, doctor, router
+from sglang_stack.services import compose, doctor, router, variables
 from sglang_stack.services.doctor import FAIL, NOTE, OK, WARN, Facts
 
 MULTI = {"NNODES": "2", "NODE_RANK": "1", "DIST_INIT_ADDR": "10.0.0.11:20000", "TP_SIZE": "16"}
@@ -29,8 +29,8 @@ needs_compose = pytest.mark.skipif(
 )
 
 
-def env_of(**values: str) -> compose.Environment:
-    return compose.Environment(values, {k: "shell" for k in values})
+def env_of(**values: str) -> variables.Environment:
+    return variables.Environment(values, {k: "shell" for k in values})
 
 
 def argv_of(name: str, **values: str) -> list[str]:

@@ -61,9 +61,9 @@ def test_compose_command_and_environment():
 
 
 def test_compose_yaml_reads_the_sweep_variables():
-    from sglang_stack.services import compose
+    from sglang_stack.services import compose, variables
 
-    env = compose.environment(ROOT / "no-such.env", {**GridPoint(2, 1, 3).env(), "MODEL_DIR": "/m"})
+    env = variables.environment(ROOT / "no-such.env", {**GridPoint(2, 1, 3).env(), "MODEL_DIR": "/m"})
     argv = compose.service("eagle3", env).argv
     for flag, value in (("--speculative-num-steps", "2"), ("--speculative-eagle-topk", "1"),
                         ("--speculative-num-draft-tokens", "3")):

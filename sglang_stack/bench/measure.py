@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from sglang_stack import ROOT
-from sglang_stack.services import compose
+from sglang_stack.services import compose, variables
 from sglang_stack.bench import report
 from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
 from sglang_stack.errors import UserError
@@ -122,12 +122,12 @@ def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def stack_env(environ: Mapping[str, str] | None = None, env_file: Path | None = None) -> compose.Environment:
+def stack_env(environ: Mapping[str, str] | None = None, env_file: Path | None = None) -> variables.Environment:
     """Variables as compose sees them: ``.env``, overlaid by the shell (or ``environ``)."""
-    return compose.environment(env_file, environ)
+    return variables.environment(env_file, environ)
 
 
-def default_endpoints(env: compose.Environment) -> list[Endpoint]:
+def default_endpoints(env: variables.Environment) -> list[Endpoint]:
     """The compose services on this host, at the address and port compose.yaml publishes them on."""
     return [Endpoint(name, compose.endpoint(name, env)) for name in compose.SERVICES]
 
@@ -465,7 +465,7 @@ def host_metadata() -> dict:
 
 
 def resolve_endpoints(
-    specs: Sequence[str], env: compose.Environment, api_key: str | None, probe_timeout: float = 30.0
+    specs: Sequence[str], env: variables.Environment, api_key: str | None, probe_timeout: float = 30.0
 ) -> list[Endpoint]:
     """The endpoints to measure, each checked with ``/health``.
 

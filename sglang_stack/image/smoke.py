@@ -305,14 +305,14 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
     directories that .env names. Never run in CI, which has none of them.
     """
     from sglang_stack.image import build as buildmod
-    from sglang_stack.services import compose, doctor
+    from sglang_stack.services import compose, doctor, variables
     from sglang_stack.image import lock as lockmod
     from sglang_stack.bench.client import RequestFailed, http_post
     from sglang_stack.fetch import ca_bundle
 
     result = SmokeResult()
     lock = lockmod.check()
-    image = compose.environment().get("SGLANG_STACK_IMAGE") or lock.tag
+    image = variables.environment().get("SGLANG_STACK_IMAGE") or lock.tag
     start = time.monotonic()
     ca = ca_bundle(explicit_only=True)
     buildmod.build(buildmod.BuildRequest(engine=engine, tag=image, ca_bundle=Path(ca) if ca else None))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from sglang_stack.services import compose
+from sglang_stack.services import compose, variables
 from sglang_stack import shell
 from sglang_stack.errors import UserError
 
@@ -285,7 +285,7 @@ def _gather_audit(facts: Facts, engine: str, svc: compose.Service | None, show: 
 # --- checks --------------------------------------------------------------------------------
 
 
-def check_config(svc: compose.Service | None, error: str, env: compose.Environment | None) -> Check:
+def check_config(svc: compose.Service | None, error: str, env: variables.Environment | None) -> Check:
     if svc is None:
         return Check("config", FAIL, error, "correct that value in .env (see .env.example)")
     source = f".env {env.env_file}" if env and env.env_file else "no .env (compose.yaml defaults; cp .env.example .env)"
@@ -315,7 +315,7 @@ def _health_timeouts(svc: compose.Service) -> str:
     return ""
 
 
-def _model_dir_check(name: str, var: str, directory: Path, env: compose.Environment, svc_name: str) -> tuple[Check, str]:
+def _model_dir_check(name: str, var: str, directory: Path, env: variables.Environment, svc_name: str) -> tuple[Check, str]:
     shown = env.where(var) if var in env.values else f"{var} unset, default {directory}"
     what = "the model" if name == "model" else "the EAGLE-3 drafter"
     fix = f"set {var} in .env to the directory that holds {what}'s config.json"
@@ -665,7 +665,7 @@ def check_multinode(facts: Facts, svc: compose.Service) -> list[Check]:
 
 
 def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_error: str = "",
-             env: compose.Environment | None = None) -> list[Check]:
+             env: variables.Environment | None = None) -> list[Check]:
     """All checks, in the order they print: what you asked for, then the host, then the image."""
     checks = [check_config(svc, config_error, env)]
     if svc is not None:
@@ -699,9 +699,9 @@ def _files(svc: compose.Service) -> str:
     return "compose files: " + ", ".join(str(f.relative_to(compose.ROOT)) if f.is_relative_to(compose.ROOT) else str(f) for f in svc.files)
 
 
-def router_checks(engine: str, env: compose.Environment | None = None) -> list[Check]:
+def router_checks(engine: str, env: variables.Environment | None = None) -> list[Check]:
     """The router's preflight: its settings, its port and the Docker engine; no GPU, no model."""
-    env = env if env is not None else compose.environment()
+    env = env if env is not None else variables.environment()
     try:
         svc = compose.router_service(env)
     except UserError as err:
@@ -711,9 +711,9 @@ def router_checks(engine: str, env: compose.Environment | None = None) -> list[C
     return [config, check_port(svc, facts.ps_rows), check_docker(facts, engine)]
 
 
-def run(engine: str, name: str, show: bool = False, env: compose.Environment | None = None) -> list[Check]:
+def run(engine: str, name: str, show: bool = False, env: variables.Environment | None = None) -> list[Check]:
     compose.check_service_name(name, compose.SERVICES)
-    env = env if env is not None else compose.environment()
+    env = env if env is not None else variables.environment()
     svc, error = None, ""
     try:
         svc = compose.service(name, env)
@@ -731,7 +731,7 @@ def summary(checks: list[Check]) -> str:
 
 def doctor(engine: str, name: str, out: Callable[[str], None] = print, show: bool = True) -> int:
     """Print every check; return 1 when any failed."""
-    env = compose.environment()
+    env = variables.environment()
     out(f"sglang-stack doctor: service {name}" + (f", {env.env_file}" if env.env_file else ", no .env"))
     checks = router_checks(engine, env) if name == compose.ROUTER else run(engine, name, show=show, env=env)
     for check in checks:

@@ -1,0 +1,224 @@
+"""Compose's variables: the ``.env`` file, the shell over it, and ``${VAR:-default}`` interpolation.
+
+Read the way Docker Compose reads them, so the preflight, ``invoke status`` and the bench
+see the values ``docker compose`` will use. An error names the file and line, or the
+variable, that holds the bad value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError
+
+ENV_FILE = ROOT / ".env"
+
+
+# --- .env ------------------------------------------------------------------------------------
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The variables compose interpolates with: ``.env`` overlaid by the shell.
+
+    ``origin`` says where each came from (``.env:12`` or ``shell``) so an error
+    can point at the line to fix.
+    """
+
+    values: Mapping[str, str]
+    origin: Mapping[str, str] = field(default_factory=dict)
+    env_file: Path | None = None
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.values.get(name, default)
+
+    def where(self, name: str) -> str:
+        """``NAME=value (.env:12)``, ``NAME=value (shell)``, or ``NAME (unset)``."""
+        if name not in self.values:
+            return f"{name} (unset)"
+        return f"{name}={self.values[name]} ({self.origin.get(name, 'shell')})"
+
+
+def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[dict, dict]:
+    """Parse a Compose ``.env`` file into ``(values, origin)``.
+
+    ``KEY=VALUE`` per line, optional ``export``; ``#`` starts a comment line, or an
+    inline comment after whitespace in an unquoted value. Double-quoted values
+    take ``\\n``, ``\\"`` and ``\\\\`` escapes; single-quoted ones are literal.
+    Unquoted and double-quoted values may use ``${VAR}`` of earlier lines or
+    the shell, as Compose allows. A malformed line is a ``UserError`` naming it.
+    """
+    lookup = dict(lookup if lookup is not None else os.environ)
+    values: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror}") from None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"{path}:{lineno}"
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, rest = line.partition("=")
+        key = key.strip()
+        if not _KEY.match(key):
+            raise UserError(f"{path}:{lineno}: expected KEY=VALUE, got {raw.strip()!r}")
+        if not sep:  # a bare KEY takes its value from the shell, as in Compose
+            if key in lookup:
+                values[key], origin[key] = lookup[key], "shell"
+            continue
+        rest = rest.strip()
+        scope = {**lookup, **values}
+        if rest[:1] == "'":
+            end = rest.find("'", 1)
+            if end < 0:
+                raise UserError(f"{path}:{lineno}: {key}: unterminated single quote")
+            value = rest[1:end]
+            _expect_comment(rest[end + 1 :], path, lineno, key)
+        elif rest[:1] == '"':
+            value, end = _double_quoted(rest, path, lineno, key)
+            _expect_comment(rest[end + 1 :], path, lineno, key)
+            value = interpolate(value, scope, f"{where} {key}")
+        else:
+            value = re.split(r"\s+#", rest, maxsplit=1)[0].strip()
+            value = interpolate(value, scope, f"{where} {key}")
+        values[key], origin[key] = value, where
+    return values, origin
+
+
+def _double_quoted(rest: str, path: Path, lineno: int, key: str) -> tuple[str, int]:
+    out = []
+    i = 1
+    escapes = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "$": "$$"}
+    while i < len(rest):
+        ch = rest[i]
+        if ch == "\\" and i + 1 < len(rest):
+            out.append(escapes.get(rest[i + 1], "\\" + rest[i + 1]))
+            i += 2
+            continue
+        if ch == '"':
+            return "".join(out), i
+        out.append(ch)
+        i += 1
+    raise UserError(f"{path}:{lineno}: {key}: unterminated double quote")
+
+
+def _expect_comment(tail: str, path: Path, lineno: int, key: str) -> None:
+    tail = tail.strip()
+    if tail and not tail.startswith("#"):
+        raise UserError(f"{path}:{lineno}: {key}: unexpected text after the closing quote: {tail!r}")
+
+
+def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | None = None) -> Environment:
+    """``env_file`` (default: the project's ``.env``, when present) overlaid by the shell: Compose's precedence."""
+    env_file = env_file if env_file is not None else ENV_FILE
+    shell_env = dict(os.environ if shell_env is None else shell_env)
+    values: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    used = None
+    if env_file.is_file():
+        values, origin = read_env_file(env_file, shell_env)
+        used = env_file
+    for key, value in shell_env.items():
+        values[key], origin[key] = value, "shell"
+    return Environment(values, origin, used)
+
+
+# --- interpolation -----------------------------------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def interpolate(text: str, env: Mapping[str, str], where: str = "") -> str:
+    """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}``,
+    ``${VAR:?error}``, ``${VAR?error}``, ``${VAR:+alt}``, ``${VAR+alt}`` and
+    ``$$`` as Docker Compose does; defaults and alternatives may nest.
+
+    ``:?`` on an unset or empty variable, or a malformed expression, is a
+    ``UserError`` that names ``where``.
+    """
+    out, end = _expand(text, 0, env, where, closing=False)
+    return out
+
+
+def _expand(text: str, i: int, env: Mapping[str, str], where: str, closing: bool) -> tuple[str, int]:
+    out = []
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if closing and ch == "}":
+            return "".join(out), i
+        if ch != "$":
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1 : i + 2]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "{":
+            value, i = _braced(text, i + 2, env, where)
+            out.append(value)
+        else:
+            match = _NAME.match(text, i + 1)
+            if not match:
+                out.append("$")
+                i += 1
+                continue
+            out.append(env.get(match.group(), ""))
+            i = match.end()
+    if closing:
+        raise UserError(f"{where}: invalid interpolation: missing '}}' in {text!r}")
+    return "".join(out), i
+
+
+def _braced(text: str, i: int, env: Mapping[str, str], where: str) -> tuple[str, int]:
+    match = _NAME.match(text, i)
+    if not match:
+        raise UserError(f"{where}: invalid interpolation format in {text!r}: a variable name must follow '${{'")
+    name = match.group()
+    i = match.end()
+    value = env.get(name)
+    if i >= len(text):
+        raise UserError(f"{where}: invalid interpolation: missing '}}' in {text!r}")
+    if text[i : i + 1] == "}":
+        return value or "", i + 1
+    for op in (":-", ":?", ":+", "-", "?", "+"):
+        if text.startswith(op, i):
+            break
+    else:
+        raise UserError(f"{where}: invalid interpolation format for {name} in {text!r}")
+    word, end = _expand(text, i + len(op), env, where, closing=True)
+    unset = value is None
+    empty = unset or value == ""
+    missing = empty if op.startswith(":") else unset
+    if op in (":-", "-"):
+        result = word if missing else value
+    elif op in (":+", "+"):
+        result = "" if missing else word
+    else:  # ":?" / "?"
+        if missing:
+            raise UserError(f"{where}: required variable {name} is missing a value: {word or 'set it in .env'}")
+        result = value
+    return result, end + 1
+
+
+def interpolate_tree(node, env: Mapping[str, str], path: str = ""):
+    """Interpolate every string value (not key) of a loaded YAML tree."""
+    if isinstance(node, dict):
+        return {key: interpolate_tree(value, env, f"{path}.{key}" if path else str(key)) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolate_tree(value, env, f"{path}[{i}]") for i, value in enumerate(node)]
+    if isinstance(node, str):
+        return interpolate(node, env, f"compose.yaml: {path}")
+    return node
