@@ -13,6 +13,7 @@ import ast
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from sglang_stack.errors import UserError
 
@@ -31,11 +32,12 @@ DOT_MODEL = re.compile(rf"\.{MODEL_ATTR}\b")
 SPEC_WORD = re.compile(r"(?:^|_)(?:spec(?:_|$)|specul|eagle)")  # spec_info, speculative_*, eagle_*
 NOT_SPEC = {"find_spec"}  # importlib.util.find_spec: SGLang probes optional packages with it
 SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the algorithm itself
-YES, NO, EITHER = 1, 2, 3  # what a condition can be under EAGLE3
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+# Roles: what an expression holds. A runner's `.model` is a model; a worker's `.model_runner` a
+# runner. A "loose" runner is one whose owner, target or draft, the names do not tell.
 MODEL, RUNNER, WORKER, DRAFT, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "draft", "loose", "loose runner"
-
-
-# --- The tree: modules, imports, classes ---------------------------------------------------------
+STEPS = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
 
 
 @dataclass(frozen=True)
@@ -61,18 +63,9 @@ class Cls:
     module: str
     path: str
     node: ast.ClassDef
-    bases: list | None = None  # Cls in the tree, or a dotted name outside it; filled by Tree.mro
 
-    def body(self, name: str) -> ast.stmt | None:
-        """The last statement of the class body that binds ``name``: a def, or an assignment."""
-        found = None
-        for stmt in self.node.body:
-            targets = getattr(stmt, "targets", [getattr(stmt, "target", None)]) if getattr(stmt, "value", None) else []
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                found = stmt
-            elif any(getattr(t, "id", "") == name for t in targets):
-                found = stmt
-        return found
+
+# --- The tree: modules, names, classes ------------------------------------------------------------
 
 
 class Tree:
@@ -86,12 +79,12 @@ class Tree:
         self.modules: dict[str, str] = {}  # dotted name -> path relative to src
         for p in (self.src / "sglang" / "srt").rglob("*.py"):
             parts = p.relative_to(self.src).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            self.modules[name] = p.relative_to(self.src).as_posix()
+            self.modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p.relative_to(self.src).as_posix()
         self._text: dict[str, str] = {}
         self._ast: dict[str, ast.Module] = {}
         self._imports: dict[str, dict] = {}
-        self._classes: dict[tuple, Cls | None] = {}
+        self._classes: dict[int, Cls] = {}
+        self._standins: dict = {}
 
     def text(self, rel: str) -> str:
         if rel not in self._text:
@@ -117,46 +110,52 @@ class Tree:
             self._imports[module] = out
         return self._imports[module]
 
-    def resolve(self, module: str, name: str, depth: int = 0):
-        """What ``name`` is in ``module``: a module name (str), a (module, def or class node), or None."""
+    def find(self, module: str, name: str, depth: int = 0):
+        """What ``name`` (dotted: ``mod.f``) is in ``module``: a module name, a (module, def or class), or None."""
+        head, _, rest = name.partition(".")
         if module not in self.modules or depth > 8:
             return None
-        for node in self.parse(module).body:
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                return module, node
-        origin = self.imports(module).get(name, "")
+        defs = (n for n in self.parse(module).body if isinstance(n, (*FUNCTIONS, ast.ClassDef)) and n.name == head)
+        found = next(((module, n) for n in defs), None) or self.at(self.imports(module).get(head, ""), depth + 1)
+        if rest:
+            return self.find(found, rest, depth + 1) if isinstance(found, str) else None
+        return found
+
+    def at(self, origin: str, depth: int = 0):
+        """What a dotted origin (``sglang.srt.x.Name``) is, as ``find`` answers."""
         if origin in self.modules:
             return origin
-        return self.resolve(*origin.rsplit(".", 1), depth + 1) if "." in origin else None
+        return self.find(*origin.rsplit(".", 1), depth) if "." in origin else None
 
     def cls(self, module: str, name: str) -> Cls | None:
-        if (module, name) not in self._classes:
-            found = self.resolve(module, name)
-            ok = isinstance(found, tuple) and isinstance(found[1], ast.ClassDef)
-            self._classes[module, name] = Cls(name, found[0], self.modules[found[0]], found[1]) if ok else None
-        return self._classes[module, name]
+        return self.as_cls(self.find(module, name))
+
+    def as_cls(self, found) -> Cls | None:
+        """The one Cls of a found class node, however it was reached."""
+        if not (isinstance(found, tuple) and isinstance(found[1], ast.ClassDef)):
+            return None
+        module, node = found
+        return self._classes.setdefault(id(node), Cls(node.name, module, self.modules[module], node))
 
     def base(self, module: str, node: ast.expr):
         """A base class: the in-tree Cls, or the dotted name it stands for (``nn.Module``: torch.nn.Module)."""
         chain = chain_of(node.value if isinstance(node, ast.Subscript) else node) or [ast.unparse(node)]
-        inner = self.resolve(module, chain[0]) if len(chain) == 2 else None  # module.Class
-        found = self.cls(module, chain[0]) if len(chain) == 1 else None
-        found = found or (self.cls(inner, chain[1]) if isinstance(inner, str) else None)
+        found = self.as_cls(self.find(module, ".".join(chain))) if len(chain) <= 2 else None
         return found or ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
 
-    def mro(self, c, seen: tuple = ()) -> list:
-        """Python's C3 linearisation over in-tree classes; a base outside the tree is a leaf."""
-        if not isinstance(c, Cls) or c in seen:
-            return [c]
-        if c.bases is None:
-            c.bases = [self.base(c.module, b) for b in c.node.bases]
-        seqs, out = [self.mro(b, seen + (c,)) for b in c.bases] + [list(c.bases)], [c]
-        while any(seqs):
-            heads = [s[0] for s in seqs if s]  # an order Python would refuse falls back to the first head
-            head = next((h for h in heads if not any(h in s[1:] for s in seqs)), heads[0])
-            out.append(head)
-            seqs = [s[1:] if s and s[0] == head else s for s in seqs]
-        return out
+    def mro(self, c) -> list:
+        """The MRO of ``c`` as Python computes it (C3), over stand-in classes; a base outside the tree is a leaf."""
+        return [t.origin for t in self.standin(c).__mro__[:-1]]
+
+    def standin(self, c, seen: tuple = ()) -> type:
+        if c not in self._standins:
+            bases = [self.base(c.module, b) for b in c.node.bases] if isinstance(c, Cls) and c not in seen else []
+            parents = tuple(dict.fromkeys(self.standin(b, seen + (c,)) for b in bases))
+            try:
+                self._standins[c] = type("standin", parents, {"origin": c})
+            except TypeError:  # bases Python cannot order: it would refuse the class itself
+                self._standins[c] = type("standin", (), {"origin": c})
+        return self._standins[c]
 
 
 def import_names(stmt: ast.stmt, module: str, package: bool = False) -> dict[str, str]:
@@ -189,6 +188,10 @@ def speculative(word: str) -> bool:
     return word not in NOT_SPEC and SPEC_WORD.search(word.lower()) is not None
 
 
+def is_self(node: ast.AST) -> bool:
+    return getattr(node, "id", "") == "self"
+
+
 def exits(body: list) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
@@ -201,37 +204,83 @@ def stored(body: list) -> set[str]:
     return {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-# --- The algorithm: what a condition can be under EAGLE3; the EAGLE-3 workers --------------------
+# --- The algorithm: what a condition can be under EAGLE3 --------------------------------------------
 
 
 class Spec:
+    """The speculative-algorithm enum, its one-line predicates, and the flags set under them."""
+
     def __init__(self, tree: Tree):
         if SPEC_MODULE not in tree.modules:
             raise UserError(f"{tree.src}: no {SPEC_MODULE} (the speculative-algorithm enum); {LAYOUT}")
-        self.tree, self.path = tree, tree.modules[SPEC_MODULE]
+        self.where = tree.src / tree.modules[SPEC_MODULE]
         for node in tree.parse(SPEC_MODULE).body:
             assigned = [t for s in getattr(node, "body", []) if isinstance(s, ast.Assign) for t in s.targets]
             members = {t.id for t in assigned if isinstance(t, ast.Name)}
             if isinstance(node, ast.ClassDef) and {EAGLE3, NO_SPEC} <= members:
-                self.name, self.node, self.members = node.name, node, members
                 break
         else:
-            raise UserError(f"{tree.src / self.path}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
+            raise UserError(f"{self.where}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
+        self.name, self.node, self.members = node.name, node, members
+        self.inside = {id(n) for n in ast.walk(node)}  # in the enum, `self` is the algorithm
         self.bodies = {}  # the one-line predicates: is_eagle3 -> the expression it returns
-        for fn in self.node.body:
+        for fn in node.body:
             body = [s for s in getattr(fn, "body", []) if not isinstance(getattr(s, "value", None), ast.Constant)]
             if isinstance(fn, ast.FunctionDef) and len(fn.args.args) == 1 and len(body) == 1:
                 if isinstance(body[0], ast.Return) and body[0].value is not None:
                     self.bodies[fn.name] = body[0].value
-        self.flags: set[str] = set()
-        self.touched = False  # value() met a predicate call or a comparison of the algorithm
-        self._predicates: dict[str, int] = {}
-        self._memo: dict[int, tuple[int, bool]] = {}
+        self.factory = next((f for f in node.body if getattr(f, "name", "") == WORKER_FACTORY), None)
+        if self.factory is None:
+            raise UserError(f"{self.where}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
+        self.flags: set[str] = set()  # attributes set True under a condition that tests the algorithm
+        self._predicates: dict[str, set] = {}
 
-    def predicate(self, name: str) -> int:
+    def can(self, node: ast.expr, truth: bool = True) -> bool:
+        """Can the condition be ``truth`` when the algorithm is EAGLE3?"""
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self.can(node.operand, not truth)
+        if isinstance(node, ast.BoolOp):
+            parts = [self.can(v, truth) for v in node.values]
+            return all(parts) if isinstance(node.op, ast.And) == truth else any(parts)
+        values = self.test(node)
+        if values is None and (getattr(node, "attr", None) or getattr(node, "id", "")).startswith("is_draft"):
+            values = {False}  # ModelRunner.is_draft_worker: the target's runner is not the draft's
+        if values is None and isinstance(node, ast.Constant):
+            values = {bool(node.value)}
+        return values is None or truth in values
+
+    def tests(self, node: ast.expr) -> bool:
+        """Does the condition test the algorithm (through ``and``, ``or``, ``not``)?"""
+        if isinstance(node, ast.BoolOp):
+            return any(self.tests(v) for v in node.values)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self.tests(node.operand)
+        return self.test(node) is not None
+
+    def test(self, node: ast.expr) -> set | None:
+        """The values a predicate call or a comparison of the algorithm can take under EAGLE3; None if not one."""
+        mine = id(node) in self.inside
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
+            # is_none() is on other enums too (the MoE all-to-all backend): the receiver must be the algorithm
+            recv = node.func.value
+            if mine and is_self(recv) or any(speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)):
+                return self.predicate(node.func.attr)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+                named, member = self.refs(other), any(isinstance(n, ast.Attribute) for n in ast.walk(other))
+                about = mine and is_self(subject) or member  # an enum member is unambiguous
+                if named is not None and (about or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
+                    if isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)):
+                        return {EAGLE3 in named}
+                    if isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn)):
+                        return {EAGLE3 not in named}
+                    return {True, False}
+        return None
+
+    def predicate(self, name: str) -> set:
         if name not in self._predicates:
-            self._predicates[name] = EITHER  # a cycle stays unknown
-            self._predicates[name] = self.value(self.bodies[name], in_enum=True)
+            self._predicates[name] = {True, False}  # a cycle stays unknown
+            self._predicates[name] = {t for t in (True, False) if self.can(self.bodies[name], t)}
         return self._predicates[name]
 
     def refs(self, node: ast.expr) -> set[str] | None:
@@ -245,83 +294,38 @@ class Spec:
             return {str(node.value).upper()}
         return None
 
-    def value(self, node: ast.expr, in_enum: bool = False) -> int:
-        """YES, NO or EITHER: what the condition can be when the algorithm is EAGLE3."""
-        if isinstance(node, ast.BoolOp):
-            vals = [self.value(v, in_enum) for v in node.values]
-            t, f = (all, any) if isinstance(node.op, ast.And) else (any, all)
-            return (YES if t(v & YES for v in vals) else 0) | (NO if f(v & NO for v in vals) else 0)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            v = self.value(node.operand, in_enum)
-            return ((v & YES) << 1) | ((v & NO) >> 1)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
-            # is_none() is on other enums too (the MoE all-to-all backend): the receiver must be the algorithm
-            recv = node.func.value
-            if in_enum and getattr(recv, "id", "") == "self" or any(
-                speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)
-            ):
-                self.touched = True
-                return self.predicate(node.func.attr)
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
-                named, member = self.refs(other), any(isinstance(n, ast.Attribute) for n in ast.walk(other))
-                about = in_enum and getattr(subject, "id", "") == "self" or member  # an enum member is unambiguous
-                if named is not None and (about or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
-                    self.touched, negated = True, isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn))
-                    if not negated and not isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)):
-                        return EITHER
-                    return YES if (EAGLE3 in named) != negated else NO
-        if (getattr(node, "attr", None) or getattr(node, "id", "")).startswith("is_draft"):
-            return NO  # ModelRunner.is_draft_worker: the target's runner is not the draft's
-        return (YES if node.value else NO) if isinstance(node, ast.Constant) else EITHER
-
-    def judge(self, test: ast.expr) -> tuple[int, bool]:
-        """(value under EAGLE3, does it test the algorithm), per condition node."""
-        if id(test) not in self._memo:
-            self.touched = False
-            self._memo[id(test)] = (self.value(test), self.touched)
-        return self._memo[id(test)]
-
     def mentions(self, test: ast.expr) -> bool:
-        """Does the condition test the algorithm, or name a flag (``spec``/``eagle`` in it, or a set one)?
+        """Does the condition test the algorithm, or read a flag (``spec``/``eagle`` in it, or a set one)?
         A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
         inner = {id(n.value) for n in ast.walk(test) if isinstance(n, ast.Attribute)}
-        read = [getattr(n, "id", None) or n.attr for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
-        return self.judge(test)[1] or any(speculative(w) or w in self.flags for w in read)
+        read = [n for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
+        return self.tests(test) or any(speculative(w) or w in self.flags for w in map(name_of, read))
 
-    def workers(self) -> list[Cls]:
-        """The classes ``create_worker`` can return under EAGLE3."""
-        factory = next((f for f in self.node.body if getattr(f, "name", "") == WORKER_FACTORY), None)
-        if factory is None:
-            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
-        found: list[Cls] = []
 
-        def block(stmts, local: dict) -> bool:  # True: every path through it returned
-            for stmt in stmts:
-                local.update(import_names(stmt, SPEC_MODULE))
-                if isinstance(stmt, ast.If):
-                    v = self.value(stmt.test, in_enum=True)
-                    if (not v & YES or block(stmt.body, local)) and (not v & NO or block(stmt.orelse, local)):
-                        return True
-                elif isinstance(stmt, (ast.With, ast.Try)) and block(stmt.body, local):
-                    return True
-                elif isinstance(stmt, (ast.Return, ast.Raise)):
-                    name = getattr(getattr(stmt, "value", None), "id", "")
-                    origin = local.get(name) or self.tree.imports(SPEC_MODULE).get(name) or ""
-                    c = self.tree.cls(*origin.rsplit(".", 1)) if "." in origin else None
-                    if c is not None and c not in found:
-                        found.append(c)
-                    return True
-            return False
+def name_of(node: ast.AST) -> str:
+    return getattr(node, "id", None) or node.attr
 
-        block(factory.body, {})
-        if not found:
-            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() returns no in-tree worker "
-                            f"class for {EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
-        return found
+
+def member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
+    """The last statement of a class body that binds ``name``: a def, or an assignment."""
+    found = None
+    for stmt in cls.body:
+        targets = getattr(stmt, "targets", [getattr(stmt, "target", None)]) if getattr(stmt, "value", None) else []
+        if isinstance(stmt, FUNCTIONS) and stmt.name == name or name in [getattr(t, "id", "") for t in targets]:
+            found = stmt
+    return found
 
 
 # --- Calls on models, with their path conditions -------------------------------------------------
+
+
+class Cond(NamedTuple):
+    """A condition on the walk's path: ``test`` is ``truth`` there."""
+
+    test: ast.expr
+    truth: bool
+    guards: frozenset = frozenset()  # (receiver, method) pairs it proves present
+    via: tuple = ()  # the caller's arguments that the test's names stand for
 
 
 @dataclass
@@ -329,14 +333,11 @@ class Frame:
     """Where the walk is: the scope, what its names hold, and the conditions that lead there."""
 
     module: str
-    path: str
-    spec_pkg: bool  # inside the speculative package, where a class's own runner is the draft's
     scope: ast.AST  # the function (or module) walked
     cls: ast.ClassDef | None = None
-    runner: bool = False  # `self` is a ModelRunner
     aliases: dict = field(default_factory=dict)  # name -> (role, canonical receiver)
     imports: dict = field(default_factory=dict)  # imports inside the function
-    conds: tuple = ()  # (test, polarity, {(receiver, method)} it proves present, arguments its names stand for)
+    conds: tuple = ()
     arguments: dict = field(default_factory=dict)  # parameter -> the caller's argument expression
     on_path: bool = False  # in an EAGLE-3 worker's module or class, or reached from the EAGLE-3 path
     guard: str = ""  # an enclosing `except AttributeError`
@@ -346,91 +347,94 @@ class Frame:
 class Scan:
     """Walks modules, and the functions the target is passed to; records every call on a model."""
 
-    def __init__(self, tree: Tree, spec: Spec, runner_names: set, on_classes: set):
-        self.tree, self.spec, self.runner_names, self.on_classes = tree, spec, runner_names, on_classes
+    def __init__(self, tree: Tree, spec: Spec, runners: set):
+        self.tree, self.spec, self.runners = tree, spec, runners  # runners: ModelRunner and its in-tree bases, by name
+        self.on_classes: set = set()  # (module, name) of the classes on the EAGLE-3 path
         self.sites: list = []  # (CallSite, conds, on_path, role)
         self.flag_sets: list = []  # (attribute set True, conds)
-        self._class_aliases: dict = {}
+        self.returns: list = []  # (value, frame) of each `return` in the worker factory
+        self._members: dict = {}
         self._followed: set = set()
 
     def module(self, module: str, on_path: bool) -> None:
         tree = self.tree.parse(module)
-        f = Frame(module, self.tree.modules[module], module.startswith(SPEC_PACKAGE), tree, on_path=on_path)
-        self.block(tree.body, f)
+        self.block(tree.body, Frame(module, tree, on_path=on_path))
+
+    def lookup(self, node: ast.expr, f: Frame):
+        """What a dotted name is where the walk is, as ``Tree.find`` answers."""
+        chain = chain_of(node) or [""]
+        local = f.imports.get(chain[0])
+        return self.tree.at(".".join([local, *chain[1:]])) if local else self.tree.find(f.module, ".".join(chain))
 
     # values ----------------------------------------------------------------------------------
 
-    def value(self, node: ast.AST, f: Frame) -> tuple[str | None, str]:
-        """(role, canonical text) of an expression; the role of the model, runner or worker it holds, or None."""
+    def role(self, node: ast.AST, f: Frame) -> tuple[str | None, str]:
+        """(role, canonical text) of an expression: the model, runner or worker it holds, or None."""
         if isinstance(node, ast.Name):
             if node.id == "self":
-                return (RUNNER if f.runner else None), f"self@{f.cls.name if f.cls else ''}"
+                runner = f.cls is not None and f.cls.name in self.runners
+                return (RUNNER if runner else None), f"self@{f.cls.name if f.cls else ''}"
             return f.aliases.get(node.id) or (self.named(node.id, f, False), node.id)
         if isinstance(node, (ast.Subscript, ast.Call)):  # self.mtp_model_runner(i), self.draft_runners[i]
-            role, canon = self.value(node.value if isinstance(node, ast.Subscript) else node.func, f)
+            role, canon = self.role(node.value if isinstance(node, ast.Subscript) else node.func, f)
             return (DRAFT if role == DRAFT else None), canon + "()"
         if not isinstance(node, ast.Attribute):
             return None, ast.unparse(node)
-        (role, base), attr = self.value(node.value, f), node.attr
+        (role, base), attr = self.role(node.value, f), node.attr
         if role == DRAFT or any(m in attr.lower() for m in DRAFT_MARKERS):
             return DRAFT, f"{base}.{attr}"
         if role:
-            step = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
-            return step.get((role, attr)), f"{base}.{attr}"
-        is_self = getattr(node.value, "id", "") == "self"
-        if is_self and f.cls is not None and attr in self.class_aliases(f):
-            return self.class_aliases(f)[attr]
-        return self.named(attr, f, is_self), f"{base}.{attr}"
+            return STEPS.get((role, attr)), f"{base}.{attr}"
+        if is_self(node.value) and f.cls is not None and attr in self.members(f):
+            return self.members(f)[attr]
+        return self.named(attr, f, is_self(node.value)), f"{base}.{attr}"
 
     @staticmethod
-    def named(name: str, f: Frame, is_self: bool) -> str | None:
+    def named(name: str, f: Frame, of_self: bool) -> str | None:
         """The role a name gives: ``target_worker``, ``model_runner``, ``draft*``; any other ``*runner`` is loose."""
         if any(m in name.lower() for m in DRAFT_MARKERS):
             return DRAFT
         if name == TARGET_ATTR:
             return WORKER
         if name == RUNNER_ATTR:  # a speculative worker's own runner holds the draft model
-            return RUNNER if not f.spec_pkg else DRAFT if is_self else LOOSE_RUNNER
+            return RUNNER if not f.module.startswith(SPEC_PACKAGE) else DRAFT if of_self else LOOSE_RUNNER
         return LOOSE_RUNNER if name.lower().endswith("runner") else None
 
-    def class_aliases(self, f: Frame) -> dict:
+    def members(self, f: Frame) -> dict:
         """``self.x = <model, runner or worker>`` anywhere in the class makes ``self.x`` one in every method."""
-        if id(f.cls) not in self._class_aliases:
-            table = self._class_aliases[id(f.cls)] = {}
-            todo, inner = list(f.cls.body), replace(f, aliases={})
-            while todo:
-                stmt = todo.pop(0)
-                target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
-                if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
-                    role, canon = self.value(stmt.value, inner)
-                    if role:
-                        table[target.attr] = role, canon
-                for name in ("body", "orelse", "finalbody", "handlers"):
-                    todo.extend(s for s in getattr(stmt, name, ()) if not isinstance(s, ast.ClassDef))
-        return self._class_aliases[id(f.cls)]
+        if id(f.cls) not in self._members:
+            table = self._members[id(f.cls)] = {}
+            plain = replace(f, aliases={})
+            for node in ast.walk(f.cls):
+                target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+                if isinstance(target, ast.Attribute) and is_self(target.value):
+                    role = self.role(node.value, plain)
+                    if role[0]:
+                        table[target.attr] = role
+        return self._members[id(f.cls)]
 
     # conditions and guards ---------------------------------------------------------------------
 
-    def cond(self, test: ast.expr, polarity: bool, f: Frame, proves=True) -> tuple:
+    def cond(self, test: ast.expr, truth: bool, f: Frame, proves=True) -> Cond:
         """A path condition. ``proves`` False: a check that raises proves nothing; (taken, skipped, stmt):
         nor does one whose other branch leaves unset a name that is read after ``stmt``."""
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
-        guards = self.guards(test, polarity, f) if proves else ()
+        guards = self.guards(test, truth, f) if proves else set()
         if guards and isinstance(proves, tuple) and self.unset(*proves, f):
-            guards = ()
-        return test, polarity, frozenset(guards), via
+            guards = set()
+        return Cond(test, truth, frozenset(guards), via)
 
-    def guards(self, test: ast.expr, polarity: bool, f: Frame) -> set:
-        """(receiver, method) pairs that ``test`` being ``polarity`` proves present."""
+    def guards(self, test: ast.expr, truth: bool, f: Frame) -> set:
+        """(receiver, method) pairs that ``test`` being ``truth`` proves present."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self.guards(test.operand, not polarity, f)
+            return self.guards(test.operand, not truth, f)
         if isinstance(test, ast.BoolOp):
-            parts = [self.guards(v, polarity, f) for v in test.values]
-            return set().union(*parts) if isinstance(test.op, ast.And) == polarity else set.intersection(*parts)
+            parts = [self.guards(v, truth, f) for v in test.values]
+            return set().union(*parts) if isinstance(test.op, ast.And) == truth else set.intersection(*parts)
         if isinstance(test, ast.Compare) and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
             if getattr(test.comparators[0], "value", 0) is None:  # getattr(m, "x", None) is not None
-                return self.guards(test.left, polarity, f)
-        if not polarity or not isinstance(test, ast.Call):
+                return self.guards(test.left, truth, f)
+        if not truth or not isinstance(test, ast.Call):
             return set()
         name, args = getattr(test.func, "id", ""), test.args
         if name == "callable" and len(args) == 1:
@@ -439,7 +443,7 @@ class Scan:
         if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(
             getattr(args[1], "value", 0), str
         ):
-            return {(self.value(args[0], f)[1], args[1].value)}
+            return {(self.role(args[0], f)[1], args[1].value)}
         return set()
 
     def unset(self, taken: list, skipped: list, after: ast.stmt, f: Frame) -> bool:
@@ -469,21 +473,18 @@ class Scan:
                 # `if not ok: return` guards the rest of the block; an exit by `raise` does too,
                 # but then a missing method still fails the server.
                 leaving = stmt.body if exits(stmt.body) else stmt.orelse
-                proves = not raises(leaving)
-                f = replace(f, conds=f.conds + (self.cond(stmt.test, leaving is stmt.orelse, f, proves),))
+                f = replace(f, conds=f.conds + (self.cond(stmt.test, leaving is stmt.orelse, f, not raises(leaving)),))
 
     def stmt(self, stmt: ast.stmt, f: Frame) -> None:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(stmt, FUNCTIONS):
             params = {a.arg for a in ast.walk(stmt.args) if isinstance(a, ast.arg)}
             aliases = {k: v for k, v in f.aliases.items() if k not in params}
             self.block(stmt.body, replace(f, aliases=aliases, imports=dict(f.imports), scope=stmt))
         elif isinstance(stmt, ast.ClassDef):
-            bases = {(chain_of(b) or [""])[-1] for b in stmt.bases}
-            runner = stmt.name in self.runner_names or bool(bases & self.runner_names)
-            if runner:
-                self.runner_names.add(stmt.name)
+            if {(chain_of(b) or [""])[-1] for b in stmt.bases} & self.runners:
+                self.runners.add(stmt.name)
             on_path = f.on_path or (f.module, stmt.name) in self.on_classes
-            self.block(stmt.body, replace(f, cls=stmt, runner=runner, aliases={}, on_path=on_path))
+            self.block(stmt.body, replace(f, cls=stmt, aliases={}, on_path=on_path))
         elif isinstance(stmt, (ast.If, ast.While)):
             self.expr(stmt.test, f)
             proves = not raises(stmt.orelse) and (stmt.body, stmt.orelse, stmt)
@@ -498,6 +499,8 @@ class Scan:
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             f.imports.update(import_names(stmt, f.module))
         else:
+            if isinstance(stmt, ast.Return) and f.scope is self.spec.factory:
+                self.returns.append((stmt.value, f))
             for child in ast.iter_child_nodes(stmt):
                 if isinstance(child, ast.stmt):
                     self.block([child], f)
@@ -516,7 +519,7 @@ class Scan:
                 continue
             for name in [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]:
                 f.aliases.pop(name, None)
-            got = self.value(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else (None, "")
+            got = self.role(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else (None, "")
             if got[0]:
                 f.aliases[t.id] = got  # `model = self.model_runner.model`
 
@@ -547,37 +550,34 @@ class Scan:
             # getattr(model, "m")(...) needs m; with a default it is optional
             recv, method = func.args[0], getattr(func.args[1], "value", None)
             guard = guard or ("getattr default" if len(func.args) > 2 else "")
-        role, canon = self.value(recv, f) if recv is not None and isinstance(method, str) else (None, "")
+        role, canon = self.role(recv, f) if recv is not None and isinstance(method, str) else (None, "")
         if role in (MODEL, LOOSE) or role == DRAFT and canon.endswith("." + MODEL_ATTR):
-            if not guard and any((canon, method) in c[2] for c in f.conds):
+            if not guard and any((canon, method) in c.guards for c in f.conds):
                 guard = "hasattr"
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             keywords = tuple(k.arg for k in node.keywords if k.arg)
-            site = CallSite(f.path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
+            path = self.tree.modules[f.module]
+            site = CallSite(path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
             self.sites.append((site, f.conds, f.on_path, role))
         slots = [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]
-        passed = [(slot, self.value(a, f)) for slot, a in slots]
+        passed = [(slot, self.role(a, f)) for slot, a in slots]
         passed = [(slot, v) for slot, v in passed if v[0] in (MODEL, RUNNER, WORKER)]
         if passed and f.depth < MAX_DEPTH:
             self.follow(node, slots, passed, f)
 
     def follow(self, node: ast.Call, slots: list, passed: list, f: Frame) -> None:
         """Walk the function or method the target is passed to, its parameter bound to it."""
-        func, found, cls = node.func, None, None
-        if isinstance(func, ast.Name):
-            origin = f.imports.get(func.id, "")
-            found = self.tree.resolve(*origin.rsplit(".", 1)) if "." in origin else self.tree.resolve(f.module, func.id)
-        elif isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "self" and f.cls is not None:
-            found, cls = (f.module, Cls(f.cls.name, f.module, f.path, f.cls).body(func.attr)), f.cls
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # module.function(...)
-            module = f.imports.get(func.value.id) or self.tree.resolve(f.module, func.value.id)
-            found = self.tree.resolve(module, func.attr) if isinstance(module, str) else None
+        chain, cls = chain_of(node.func) or [], None
+        if len(chain) == 2 and chain[0] == "self" and f.cls is not None:
+            found, cls = (f.module, member(f.cls, chain[1])), f.cls
+        else:
+            found = self.lookup(node.func, f)
         if not isinstance(found, tuple):
             return
         module, fn = found
         if isinstance(fn, ast.ClassDef):
-            cls, fn = fn, Cls(fn.name, module, self.tree.modules[module], fn).body("__init__")
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            cls, fn = fn, member(fn, "__init__")
+        if not isinstance(fn, FUNCTIONS):
             return
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1 if cls is not None else 0 :]
         names = set(params) | {a.arg for a in fn.args.kwonlyargs}
@@ -586,34 +586,25 @@ class Scan:
             return params[slot] if isinstance(slot, int) and slot < len(params) else slot if slot in names else None
 
         binding = {param(slot): v for slot, v in passed if param(slot)}
-        key = (id(fn), tuple(sorted(binding.items())), tuple(id(c[0]) for c in f.conds), f.on_path, f.guard)
+        key = (id(fn), tuple(sorted(binding.items())), tuple(id(c.test) for c in f.conds), f.on_path, f.guard)
         if binding and key not in self._followed:
             self._followed.add(key)
             # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
             arguments = {param(slot): a for slot, a in slots if param(slot)}
-            runner = cls is not None and cls.name in self.runner_names
-            inner = Frame(module, self.tree.modules[module], module.startswith(SPEC_PACKAGE), fn, cls, runner,
-                          binding, {}, f.conds, arguments, f.on_path, f.guard, f.depth + 1)  # fmt: skip
-            self.block(fn.body, inner)
+            inner = replace(f, module=module, scope=fn, cls=cls, aliases=binding, imports={}, arguments=arguments)
+            self.block(fn.body, replace(inner, depth=f.depth + 1))
 
     # after the walk ----------------------------------------------------------------------------
 
-    def flags(self) -> set[str]:
-        """Attributes set True under a condition that tests the algorithm and can hold under EAGLE3."""
-        out = set()
-        for name, conds in self.flag_sets:
-            judged = [(self.spec.judge(t), p) for t, p, *_ in conds]
-            if all(value & (YES if p else NO) for (value, _), p in judged) and any(algo for (_, algo), _ in judged):
-                out.add(name)
-        return out
+    def possible(self, conds: tuple) -> bool:
+        return all(self.spec.can(c.test, c.truth) for c in conds)
 
     def where(self, conds: tuple, on_path: bool) -> str:
         """Is the call "on" the EAGLE-3 path, "off" it (it runs, but not for speculation), or "never" run?"""
-        for test, polarity, _, via in conds:
-            if not self.spec.judge(test)[0] & (YES if polarity else NO):
-                return "never"
-            on_path = on_path or self.spec.mentions(test) or any(map(self.spec.mentions, via))
-        return "on" if on_path else "off"
+        if not self.possible(conds):
+            return "never"
+        mentioned = (self.spec.mentions(c.test) or any(map(self.spec.mentions, c.via)) for c in conds)
+        return "on" if on_path or any(mentioned) else "off"
 
 
 # --- The EAGLE-3 path -----------------------------------------------------------------------------
@@ -633,20 +624,30 @@ class Calls:
 def calls(tree: Tree) -> Calls:
     """Every call on a model that the EAGLE-3 path makes. Raises ``UserError`` on a layout it does not know."""
     spec = Spec(tree)
-    workers = spec.workers()
     runner = tree.cls(RUNNER_MODULE, RUNNER_CLASS) if RUNNER_MODULE in tree.modules else None
     if runner is None:
         raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; {LAYOUT}")
     runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
+    scan = Scan(tree, spec, {c.name for c in runners})
+    # The EAGLE-3 workers are the classes the factory returns on a path EAGLE3 can take.
+    scan.block(spec.factory.body, Frame(SPEC_MODULE, spec.factory, spec.node))
+    workers = []
+    for value, f in scan.returns:
+        c = tree.as_cls(scan.lookup(value, f)) if isinstance(value, ast.Name) and scan.possible(f.conds) else None
+        if c is not None and c not in workers:
+            workers.append(c)
+    if not workers:
+        raise UserError(f"{spec.where}: {spec.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
+                        f"{EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
     # The workers' modules are on the EAGLE-3 path, and so are the speculative-package classes that
     # their classes inherit from (the draft worker's base).
     on_path = {c.module for c in workers}
-    on_classes = {
+    scan.on_classes = {
         (b.module, b.name)
         for m in on_path
         for node in tree.parse(m).body
         if isinstance(node, ast.ClassDef)
-        for b in tree.mro(tree.cls(m, node.name))
+        for b in tree.mro(tree.as_cls((m, node)))
         if isinstance(b, Cls) and b.module.startswith(SPEC_PACKAGE)
     }
     # The target model is `<runner>.model`, and every runner is rooted at `model_runner`, `target_worker`
@@ -654,10 +655,9 @@ def calls(tree: Tree) -> Calls:
     # it. Others are reached by following the target into the calls it is passed to.
     roots = {m for m, rel in tree.modules.items() if RUNNER_ATTR in tree.text(rel) or TARGET_ATTR in tree.text(rel)}
     roots = {m for m in roots if DOT_MODEL.search(tree.text(tree.modules[m]))}
-    scan = Scan(tree, spec, {c.name for c in runners}, on_classes)
-    for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in on_classes}):
+    for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in scan.on_classes}):
         scan.module(module, module in on_path)
-    spec.flags = scan.flags()
+    spec.flags = {name for name, conds in scan.flag_sets if scan.possible(conds) and any(spec.tests(c.test) for c in conds)}
 
     records: dict = {}  # (role, path, line, method) -> [(where, site)]: a site reached in several contexts
     for site, conds, base, role in scan.sites:
