@@ -34,9 +34,10 @@ NOT_SPEC = {"find_spec"}  # importlib.util.find_spec: SGLang probes optional pac
 SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the algorithm itself
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
-# Roles: what an expression holds. A runner's `.model` is a model; a worker's `.model_runner` a
-# runner. A "loose" runner is one whose owner, target or draft, the names do not tell.
-MODEL, RUNNER, WORKER, DRAFT, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "draft", "loose", "loose runner"
+# Roles: what an expression holds. There is one target model, so a receiver is known by its role.
+# A loose runner is one whose owner, target or draft, its name does not tell.
+MODEL, RUNNER, WORKER, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "loose model", "loose runner"
+DRAFT, DRAFT_MODEL = "draft", "draft model"
 STEPS = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
 
 
@@ -111,12 +112,17 @@ class Tree:
         return self._imports[module]
 
     def find(self, module: str, name: str, depth: int = 0):
-        """What ``name`` (dotted: ``mod.f``) is in ``module``: a module name, a (module, def or class), or None."""
+        """What the dotted ``name`` is in ``module``: a module's name, a Cls, a (module, def), or None."""
         head, _, rest = name.partition(".")
         if module not in self.modules or depth > 8:
             return None
-        defs = (n for n in self.parse(module).body if isinstance(n, (*FUNCTIONS, ast.ClassDef)) and n.name == head)
-        found = next(((module, n) for n in defs), None) or self.at(self.imports(module).get(head, ""), depth + 1)
+        found = next((n for n in self.parse(module).body if getattr(n, "name", None) == head), None)
+        if isinstance(found, ast.ClassDef):
+            found = self._classes.setdefault(id(found), Cls(found.name, module, self.modules[module], found))
+        elif isinstance(found, FUNCTIONS):
+            found = module, found
+        else:
+            found = self.at(self.imports(module).get(head, ""), depth + 1)
         if rest:
             return self.find(found, rest, depth + 1) if isinstance(found, str) else None
         return found
@@ -128,23 +134,17 @@ class Tree:
         return self.find(*origin.rsplit(".", 1), depth) if "." in origin else None
 
     def cls(self, module: str, name: str) -> Cls | None:
-        return self.as_cls(self.find(module, name))
-
-    def as_cls(self, found) -> Cls | None:
-        """The one Cls of a found class node, however it was reached."""
-        if not (isinstance(found, tuple) and isinstance(found[1], ast.ClassDef)):
-            return None
-        module, node = found
-        return self._classes.setdefault(id(node), Cls(node.name, module, self.modules[module], node))
+        found = self.find(module, name)
+        return found if isinstance(found, Cls) else None
 
     def base(self, module: str, node: ast.expr):
-        """A base class: the in-tree Cls, or the dotted name it stands for (``nn.Module``: torch.nn.Module)."""
+        """A base class: its Cls, or the dotted name it stands for outside the tree (``nn.Module``: torch.nn.Module)."""
         chain = chain_of(node.value if isinstance(node, ast.Subscript) else node) or [ast.unparse(node)]
-        found = self.as_cls(self.find(module, ".".join(chain))) if len(chain) <= 2 else None
-        return found or ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
+        found = self.find(module, ".".join(chain)) if len(chain) <= 2 else None
+        return found if isinstance(found, Cls) else ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
 
     def mro(self, c) -> list:
-        """The MRO of ``c`` as Python computes it (C3), over stand-in classes; a base outside the tree is a leaf."""
+        """The MRO of ``c``, as Python computes it (C3) over stand-in classes; a base outside the tree is a leaf."""
         return [t.origin for t in self.standin(c).__mro__[:-1]]
 
     def standin(self, c, seen: tuple = ()) -> type:
@@ -170,6 +170,16 @@ def import_names(stmt: ast.stmt, module: str, package: bool = False) -> dict[str
     return {}
 
 
+def member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
+    """The last statement of a class body that binds ``name``: a def, or an assignment."""
+    found = None
+    for stmt in cls.body:
+        targets = getattr(stmt, "targets", [getattr(stmt, "target", None)]) if getattr(stmt, "value", None) else []
+        if isinstance(stmt, FUNCTIONS) and stmt.name == name or name in [getattr(t, "id", "") for t in targets]:
+            found = stmt
+    return found
+
+
 def chain_of(node: ast.AST) -> list[str] | None:
     """``self.a.b`` -> ["self", "a", "b"]; None if not a plain dotted name."""
     out: list[str] = []
@@ -179,9 +189,11 @@ def chain_of(node: ast.AST) -> list[str] | None:
     return [node.id, *out[::-1]] if isinstance(node, ast.Name) else None
 
 
-def words(node: ast.AST) -> list[str]:
-    """Every name and attribute in an expression."""
-    return [getattr(n, "id", None) or n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))]
+def words(node: ast.AST, outer: bool = False) -> list[str]:
+    """Every name and attribute in an expression; ``outer``: only those not read through (``b``, not ``a``, of ``a.b``)."""
+    inner = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)} if outer else ()
+    named = [n for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
+    return [getattr(n, "id", None) or n.attr for n in named]
 
 
 def speculative(word: str) -> bool:
@@ -196,10 +208,6 @@ def exits(body: list) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
-def raises(body: list) -> bool:
-    return bool(body) and isinstance(body[-1], ast.Raise)
-
-
 def stored(body: list) -> set[str]:
     return {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
@@ -208,7 +216,7 @@ def stored(body: list) -> set[str]:
 
 
 class Spec:
-    """The speculative-algorithm enum, its one-line predicates, and the flags set under them."""
+    """The speculative-algorithm enum: its members, one-line predicates and worker factory."""
 
     def __init__(self, tree: Tree):
         if SPEC_MODULE not in tree.modules:
@@ -257,6 +265,11 @@ class Spec:
             return self.tests(node.operand)
         return self.test(node) is not None
 
+    def mentions(self, test: ast.expr) -> bool:
+        """Does the condition test the algorithm, or read a flag (``spec``/``eagle`` in it, or a set one)?
+        A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
+        return self.tests(test) or any(speculative(w) or w in self.flags for w in words(test, outer=True))
+
     def test(self, node: ast.expr) -> set | None:
         """The values a predicate call or a comparison of the algorithm can take under EAGLE3; None if not one."""
         mine = id(node) in self.inside
@@ -294,27 +307,6 @@ class Spec:
             return {str(node.value).upper()}
         return None
 
-    def mentions(self, test: ast.expr) -> bool:
-        """Does the condition test the algorithm, or read a flag (``spec``/``eagle`` in it, or a set one)?
-        A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
-        inner = {id(n.value) for n in ast.walk(test) if isinstance(n, ast.Attribute)}
-        read = [n for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
-        return self.tests(test) or any(speculative(w) or w in self.flags for w in map(name_of, read))
-
-
-def name_of(node: ast.AST) -> str:
-    return getattr(node, "id", None) or node.attr
-
-
-def member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
-    """The last statement of a class body that binds ``name``: a def, or an assignment."""
-    found = None
-    for stmt in cls.body:
-        targets = getattr(stmt, "targets", [getattr(stmt, "target", None)]) if getattr(stmt, "value", None) else []
-        if isinstance(stmt, FUNCTIONS) and stmt.name == name or name in [getattr(t, "id", "") for t in targets]:
-            found = stmt
-    return found
-
 
 # --- Calls on models, with their path conditions -------------------------------------------------
 
@@ -324,8 +316,8 @@ class Cond(NamedTuple):
 
     test: ast.expr
     truth: bool
-    guards: frozenset = frozenset()  # (receiver, method) pairs it proves present
-    via: tuple = ()  # the caller's arguments that the test's names stand for
+    guards: frozenset  # (role, method): the methods it proves present on what holds that role
+    via: tuple  # the caller's arguments that the test's names stand for
 
 
 @dataclass
@@ -335,7 +327,7 @@ class Frame:
     module: str
     scope: ast.AST  # the function (or module) walked
     cls: ast.ClassDef | None = None
-    aliases: dict = field(default_factory=dict)  # name -> (role, canonical receiver)
+    aliases: dict = field(default_factory=dict)  # name -> role
     imports: dict = field(default_factory=dict)  # imports inside the function
     conds: tuple = ()
     arguments: dict = field(default_factory=dict)  # parameter -> the caller's argument expression
@@ -343,13 +335,16 @@ class Frame:
     guard: str = ""  # an enclosing `except AttributeError`
     depth: int = 0
 
+    def under(self, cond: Cond) -> Frame:
+        return replace(self, conds=self.conds + (cond,))
+
 
 class Scan:
     """Walks modules, and the functions the target is passed to; records every call on a model."""
 
     def __init__(self, tree: Tree, spec: Spec, runners: set):
         self.tree, self.spec, self.runners = tree, spec, runners  # runners: ModelRunner and its in-tree bases, by name
-        self.on_classes: set = set()  # (module, name) of the classes on the EAGLE-3 path
+        self.on_classes: set = set()  # (module, name) of the speculative classes the workers inherit from
         self.sites: list = []  # (CallSite, conds, on_path, role)
         self.flag_sets: list = []  # (attribute set True, conds)
         self.returns: list = []  # (value, frame) of each `return` in the worker factory
@@ -358,7 +353,7 @@ class Scan:
 
     def module(self, module: str, on_path: bool) -> None:
         tree = self.tree.parse(module)
-        self.block(tree.body, Frame(module, tree, on_path=on_path))
+        self.visit(tree.body, Frame(module, tree, on_path=on_path))
 
     def lookup(self, node: ast.expr, f: Frame):
         """What a dotted name is where the walk is, as ``Tree.find`` answers."""
@@ -366,38 +361,39 @@ class Scan:
         local = f.imports.get(chain[0])
         return self.tree.at(".".join([local, *chain[1:]])) if local else self.tree.find(f.module, ".".join(chain))
 
-    # values ----------------------------------------------------------------------------------
+    # roles -----------------------------------------------------------------------------------
 
-    def role(self, node: ast.AST, f: Frame) -> tuple[str | None, str]:
-        """(role, canonical text) of an expression: the model, runner or worker it holds, or None."""
+    def role(self, node: ast.AST, f: Frame) -> str | None:
+        """What an expression holds: the target's model, runner or worker, a draft's, or None."""
         if isinstance(node, ast.Name):
             if node.id == "self":
-                runner = f.cls is not None and f.cls.name in self.runners
-                return (RUNNER if runner else None), f"self@{f.cls.name if f.cls else ''}"
-            return f.aliases.get(node.id) or (self.named(node.id, f, False), node.id)
+                return RUNNER if f.cls is not None and f.cls.name in self.runners else None
+            return f.aliases.get(node.id) or self.named(node.id, f.module, False)
         if isinstance(node, (ast.Subscript, ast.Call)):  # self.mtp_model_runner(i), self.draft_runners[i]
-            role, canon = self.role(node.value if isinstance(node, ast.Subscript) else node.func, f)
-            return (DRAFT if role == DRAFT else None), canon + "()"
+            inner = self.role(node.value if isinstance(node, ast.Subscript) else node.func, f)
+            return DRAFT if inner in (DRAFT, DRAFT_MODEL) else None
         if not isinstance(node, ast.Attribute):
-            return None, ast.unparse(node)
-        (role, base), attr = self.role(node.value, f), node.attr
-        if role == DRAFT or any(m in attr.lower() for m in DRAFT_MARKERS):
-            return DRAFT, f"{base}.{attr}"
-        if role:
-            return STEPS.get((role, attr)), f"{base}.{attr}"
+            return None
+        inner, attr = self.role(node.value, f), node.attr
+        if inner in (DRAFT, DRAFT_MODEL):
+            return DRAFT_MODEL if attr == MODEL_ATTR else DRAFT
+        if any(m in attr.lower() for m in DRAFT_MARKERS):
+            return DRAFT
+        if inner:
+            return STEPS.get((inner, attr))
         if is_self(node.value) and f.cls is not None and attr in self.members(f):
             return self.members(f)[attr]
-        return self.named(attr, f, is_self(node.value)), f"{base}.{attr}"
+        return self.named(attr, f.module, is_self(node.value))
 
     @staticmethod
-    def named(name: str, f: Frame, of_self: bool) -> str | None:
+    def named(name: str, module: str, of_self: bool) -> str | None:
         """The role a name gives: ``target_worker``, ``model_runner``, ``draft*``; any other ``*runner`` is loose."""
         if any(m in name.lower() for m in DRAFT_MARKERS):
             return DRAFT
         if name == TARGET_ATTR:
             return WORKER
         if name == RUNNER_ATTR:  # a speculative worker's own runner holds the draft model
-            return RUNNER if not f.module.startswith(SPEC_PACKAGE) else DRAFT if of_self else LOOSE_RUNNER
+            return RUNNER if not module.startswith(SPEC_PACKAGE) else DRAFT if of_self else LOOSE_RUNNER
         return LOOSE_RUNNER if name.lower().endswith("runner") else None
 
     def members(self, f: Frame) -> dict:
@@ -407,25 +403,23 @@ class Scan:
             plain = replace(f, aliases={})
             for node in ast.walk(f.cls):
                 target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-                if isinstance(target, ast.Attribute) and is_self(target.value):
-                    role = self.role(node.value, plain)
-                    if role[0]:
-                        table[target.attr] = role
+                if isinstance(target, ast.Attribute) and is_self(target.value) and self.role(node.value, plain):
+                    table[target.attr] = self.role(node.value, plain)
         return self._members[id(f.cls)]
 
     # conditions and guards ---------------------------------------------------------------------
 
-    def cond(self, test: ast.expr, truth: bool, f: Frame, proves=True) -> Cond:
-        """A path condition. ``proves`` False: a check that raises proves nothing; (taken, skipped, stmt):
-        nor does one whose other branch leaves unset a name that is read after ``stmt``."""
+    def cond(self, test: ast.expr, truth: bool, f: Frame, taken=(), skipped=(), node=None) -> Cond:
+        """A path condition. A check whose other branch, ``skipped``, raises proves nothing (the server
+        still fails), nor does one after which a name bound only in ``taken`` is read (it fails later)."""
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
-        guards = self.guards(test, truth, f) if proves else set()
-        if guards and isinstance(proves, tuple) and self.unset(*proves, f):
+        guards = self.guards(test, truth, f)
+        if guards and (skipped and isinstance(skipped[-1], ast.Raise) or self.unset(taken, skipped, node, f)):
             guards = set()
         return Cond(test, truth, frozenset(guards), via)
 
     def guards(self, test: ast.expr, truth: bool, f: Frame) -> set:
-        """(receiver, method) pairs that ``test`` being ``truth`` proves present."""
+        """(role, method) pairs that ``test`` being ``truth`` proves present."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self.guards(test.operand, not truth, f)
         if isinstance(test, ast.BoolOp):
@@ -443,10 +437,10 @@ class Scan:
         if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(
             getattr(args[1], "value", 0), str
         ):
-            return {(self.role(args[0], f)[1], args[1].value)}
+            return {(self.role(args[0], f), args[1].value)}
         return set()
 
-    def unset(self, taken: list, skipped: list, after: ast.stmt, f: Frame) -> bool:
+    def unset(self, taken, skipped, after: ast.AST, f: Frame) -> bool:
         """Would running ``skipped`` instead of ``taken`` leave a name unset that the code after ``after`` reads?"""
         bound = set() if exits(skipped) else stored(taken) - stored(skipped)
         return bool(bound) and any(
@@ -464,52 +458,51 @@ class Scan:
                     return "except AttributeError"
         return ""
 
-    # statements ------------------------------------------------------------------------------
+    # the walk --------------------------------------------------------------------------------
 
-    def block(self, stmts: list, f: Frame) -> None:
-        for stmt in stmts:
-            self.stmt(stmt, f)
-            if isinstance(stmt, ast.If) and exits(stmt.body) != exits(stmt.orelse):
-                # `if not ok: return` guards the rest of the block; an exit by `raise` does too,
-                # but then a missing method still fails the server.
-                leaving = stmt.body if exits(stmt.body) else stmt.orelse
-                f = replace(f, conds=f.conds + (self.cond(stmt.test, leaving is stmt.orelse, f, not raises(leaving)),))
-
-    def stmt(self, stmt: ast.stmt, f: Frame) -> None:
-        if isinstance(stmt, FUNCTIONS):
-            params = {a.arg for a in ast.walk(stmt.args) if isinstance(a, ast.arg)}
+    def visit(self, node: ast.AST | list, f: Frame) -> None:
+        """Walk a node, or a block of statements, where ``f`` says."""
+        if isinstance(node, list):
+            for stmt in node:
+                self.visit(stmt, f)
+                if isinstance(stmt, ast.If) and exits(stmt.body) != exits(stmt.orelse):
+                    # `if not ok: return` guards the rest of the block (an exit by `raise` proves nothing)
+                    leaving = stmt.body if exits(stmt.body) else stmt.orelse
+                    f = f.under(self.cond(stmt.test, leaving is stmt.orelse, f, [], leaving, stmt))
+        elif isinstance(node, FUNCTIONS):
+            params = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
             aliases = {k: v for k, v in f.aliases.items() if k not in params}
-            self.block(stmt.body, replace(f, aliases=aliases, imports=dict(f.imports), scope=stmt))
-        elif isinstance(stmt, ast.ClassDef):
-            if {(chain_of(b) or [""])[-1] for b in stmt.bases} & self.runners:
-                self.runners.add(stmt.name)
-            on_path = f.on_path or (f.module, stmt.name) in self.on_classes
-            self.block(stmt.body, replace(f, cls=stmt, aliases={}, on_path=on_path))
-        elif isinstance(stmt, (ast.If, ast.While)):
-            self.expr(stmt.test, f)
-            proves = not raises(stmt.orelse) and (stmt.body, stmt.orelse, stmt)
-            self.block(stmt.body, replace(f, conds=f.conds + (self.cond(stmt.test, True, f, proves),)))
-            proves = not raises(stmt.body) and (stmt.orelse, stmt.body, stmt)
-            otherwise = f.conds + (self.cond(stmt.test, False, f, proves),) if isinstance(stmt, ast.If) else f.conds
-            self.block(stmt.orelse, replace(f, conds=otherwise))
-        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            self.block(stmt.body, replace(f, guard=self.try_guard(stmt, f) or f.guard))
-            for part in [h.body for h in stmt.handlers] + [stmt.orelse, stmt.finalbody]:
-                self.block(part, f)
-        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            f.imports.update(import_names(stmt, f.module))
+            self.visit(node.body, replace(f, scope=node, aliases=aliases, imports=dict(f.imports)))
+        elif isinstance(node, ast.ClassDef):
+            if {(chain_of(b) or [""])[-1] for b in node.bases} & self.runners:
+                self.runners.add(node.name)
+            on_path = f.on_path or (f.module, node.name) in self.on_classes
+            self.visit(node.body, replace(f, cls=node, aliases={}, on_path=on_path))
+        elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            self.visit(node.test, f)
+            body, orelse = ([node.body], [node.orelse]) if isinstance(node, ast.IfExp) else (node.body, node.orelse)
+            self.visit(node.body, f.under(self.cond(node.test, True, f, body, orelse, node)))
+            otherwise = f if isinstance(node, ast.While) else f.under(self.cond(node.test, False, f, orelse, body, node))
+            self.visit(node.orelse, otherwise)
+        elif isinstance(node, ast.BoolOp):  # `a and b`: b runs where a is true
+            for value in node.values:
+                self.visit(value, f)
+                f = f.under(self.cond(value, isinstance(node.op, ast.And), f))
+        elif isinstance(node, (ast.Try, ast.TryStar)):
+            self.visit(node.body, replace(f, guard=self.try_guard(node, f) or f.guard))
+            for part in [h.body for h in node.handlers] + [node.orelse, node.finalbody]:
+                self.visit(part, f)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            f.imports.update(import_names(node, f.module))
         else:
-            if isinstance(stmt, ast.Return) and f.scope is self.spec.factory:
-                self.returns.append((stmt.value, f))
-            for child in ast.iter_child_nodes(stmt):
-                if isinstance(child, ast.stmt):
-                    self.block([child], f)
-                elif type(child).__name__ == "match_case":
-                    self.block(child.body, f)
-                else:
-                    self.expr(child, f)
-            if isinstance(stmt, ast.Assign):
-                self.assign(stmt, f)
+            if isinstance(node, ast.Call):
+                self.call(node, f)
+            if isinstance(node, ast.Return) and f.scope is self.spec.factory:
+                self.returns.append((node.value, f))
+            for child in ast.iter_child_nodes(node):
+                self.visit(child, f)
+            if isinstance(node, ast.Assign):
+                self.assign(node, f)
 
     def assign(self, stmt: ast.Assign, f: Frame) -> None:
         for t in stmt.targets:
@@ -519,28 +512,9 @@ class Scan:
                 continue
             for name in [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]:
                 f.aliases.pop(name, None)
-            got = self.role(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else (None, "")
-            if got[0]:
-                f.aliases[t.id] = got  # `model = self.model_runner.model`
-
-    # expressions -----------------------------------------------------------------------------
-
-    def expr(self, node: ast.AST, f: Frame) -> None:
-        if isinstance(node, ast.BoolOp):
-            conds = f.conds
-            for value in node.values:
-                self.expr(value, replace(f, conds=conds))
-                conds += (self.cond(value, isinstance(node.op, ast.And), f),)
-            return
-        if isinstance(node, ast.IfExp):
-            self.expr(node.test, f)
-            self.expr(node.body, replace(f, conds=f.conds + (self.cond(node.test, True, f),)))
-            self.expr(node.orelse, replace(f, conds=f.conds + (self.cond(node.test, False, f),)))
-            return
-        if isinstance(node, ast.Call):
-            self.call(node, f)
-        for child in ast.iter_child_nodes(node):
-            self.expr(child, f)
+            role = self.role(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else None
+            if role:
+                f.aliases[t.id] = role  # `model = self.model_runner.model`
 
     def call(self, node: ast.Call, f: Frame) -> None:
         func, guard, recv, method = node.func, f.guard, None, ""
@@ -550,9 +524,9 @@ class Scan:
             # getattr(model, "m")(...) needs m; with a default it is optional
             recv, method = func.args[0], getattr(func.args[1], "value", None)
             guard = guard or ("getattr default" if len(func.args) > 2 else "")
-        role, canon = self.role(recv, f) if recv is not None and isinstance(method, str) else (None, "")
-        if role in (MODEL, LOOSE) or role == DRAFT and canon.endswith("." + MODEL_ATTR):
-            if not guard and any((canon, method) in c.guards for c in f.conds):
+        role = self.role(recv, f) if recv is not None and isinstance(method, str) else None
+        if role in (MODEL, LOOSE, DRAFT_MODEL):
+            if not guard and any((role, method) in c.guards for c in f.conds):
                 guard = "hasattr"
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             keywords = tuple(k.arg for k in node.keywords if k.arg)
@@ -561,38 +535,36 @@ class Scan:
             self.sites.append((site, f.conds, f.on_path, role))
         slots = [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]
         passed = [(slot, self.role(a, f)) for slot, a in slots]
-        passed = [(slot, v) for slot, v in passed if v[0] in (MODEL, RUNNER, WORKER)]
+        passed = [(slot, role) for slot, role in passed if role in (MODEL, RUNNER, WORKER)]
         if passed and f.depth < MAX_DEPTH:
             self.follow(node, slots, passed, f)
 
     def follow(self, node: ast.Call, slots: list, passed: list, f: Frame) -> None:
         """Walk the function or method the target is passed to, its parameter bound to it."""
-        chain, cls = chain_of(node.func) or [], None
-        if len(chain) == 2 and chain[0] == "self" and f.cls is not None:
+        chain, cls = chain_of(node.func) or [""], None
+        if chain[0] == "self" and len(chain) == 2 and f.cls is not None:  # self.method(...)
             found, cls = (f.module, member(f.cls, chain[1])), f.cls
         else:
             found = self.lookup(node.func, f)
-        if not isinstance(found, tuple):
+        if isinstance(found, Cls):  # a constructor
+            found, cls = (found.module, member(found.node, "__init__")), found.node
+        if not (isinstance(found, tuple) and isinstance(found[1], FUNCTIONS)):
             return
         module, fn = found
-        if isinstance(fn, ast.ClassDef):
-            cls, fn = fn, member(fn, "__init__")
-        if not isinstance(fn, FUNCTIONS):
-            return
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1 if cls is not None else 0 :]
         names = set(params) | {a.arg for a in fn.args.kwonlyargs}
 
         def param(slot):
             return params[slot] if isinstance(slot, int) and slot < len(params) else slot if slot in names else None
 
-        binding = {param(slot): v for slot, v in passed if param(slot)}
+        binding = {param(slot): role for slot, role in passed if param(slot)}
         key = (id(fn), tuple(sorted(binding.items())), tuple(id(c.test) for c in f.conds), f.on_path, f.guard)
         if binding and key not in self._followed:
             self._followed.add(key)
             # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
             arguments = {param(slot): a for slot, a in slots if param(slot)}
             inner = replace(f, module=module, scope=fn, cls=cls, aliases=binding, imports={}, arguments=arguments)
-            self.block(fn.body, replace(inner, depth=f.depth + 1))
+            self.visit(fn.body, replace(inner, depth=f.depth + 1))
 
     # after the walk ----------------------------------------------------------------------------
 
@@ -630,26 +602,18 @@ def calls(tree: Tree) -> Calls:
     runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
     scan = Scan(tree, spec, {c.name for c in runners})
     # The EAGLE-3 workers are the classes the factory returns on a path EAGLE3 can take.
-    scan.block(spec.factory.body, Frame(SPEC_MODULE, spec.factory, spec.node))
-    workers = []
-    for value, f in scan.returns:
-        c = tree.as_cls(scan.lookup(value, f)) if isinstance(value, ast.Name) and scan.possible(f.conds) else None
-        if c is not None and c not in workers:
-            workers.append(c)
+    scan.visit(spec.factory.body, Frame(SPEC_MODULE, spec.factory, spec.node))
+    returned = [scan.lookup(v, f) for v, f in scan.returns if isinstance(v, ast.Name) and scan.possible(f.conds)]
+    workers = list(dict.fromkeys(c for c in returned if isinstance(c, Cls)))
     if not workers:
         raise UserError(f"{spec.where}: {spec.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
                         f"{EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
     # The workers' modules are on the EAGLE-3 path, and so are the speculative-package classes that
     # their classes inherit from (the draft worker's base).
     on_path = {c.module for c in workers}
-    scan.on_classes = {
-        (b.module, b.name)
-        for m in on_path
-        for node in tree.parse(m).body
-        if isinstance(node, ast.ClassDef)
-        for b in tree.mro(tree.as_cls((m, node)))
-        if isinstance(b, Cls) and b.module.startswith(SPEC_PACKAGE)
-    }
+    classes = [tree.find(m, node.name) for m in on_path for node in tree.parse(m).body if isinstance(node, ast.ClassDef)]
+    bases = [b for c in classes for b in tree.mro(c) if isinstance(b, Cls)]
+    scan.on_classes = {(b.module, b.name) for b in bases if b.module.startswith(SPEC_PACKAGE)}
     # The target model is `<runner>.model`, and every runner is rooted at `model_runner`, `target_worker`
     # or a ModelRunner's `self`: a module that names no root, or never reads `.model`, holds no call on
     # it. Others are reached by following the target into the calls it is passed to.
@@ -659,20 +623,20 @@ def calls(tree: Tree) -> Calls:
         scan.module(module, module in on_path)
     spec.flags = {name for name, conds in scan.flag_sets if scan.possible(conds) and any(spec.tests(c.test) for c in conds)}
 
-    records: dict = {}  # (role, path, line, method) -> [(where, site)]: a site reached in several contexts
-    for site, conds, base, role in scan.sites:
-        where = scan.where(conds, base)
+    best: dict = {}  # (path, line, method, role) -> (on the path, unguarded there), site: the best context
+    for site, conds, on_path, role in scan.sites:
+        where = scan.where(conds, on_path)
         if role == LOOSE and where == "on":
             raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
                             f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "
                             f"(the target is reached through {TARGET_ATTR}); {LAYOUT}")  # fmt: skip
-        if where != "never" and role in (MODEL, DRAFT):
-            records.setdefault((role, site.path, site.line, site.method), []).append((where, site))
+        key, rank = (site.path, site.line, site.method, role), (where == "on", where == "on" and not site.guard)
+        if where != "never" and role != LOOSE and (key not in best or rank > best[key][0]):
+            best[key] = rank, site
     on, outside, draft = {}, {}, {}
-    for (role, *_), found in sorted(records.items(), key=lambda kv: kv[0][1:]):
-        hits = sorted((s for w, s in found if w == "on"), key=lambda s: bool(s.guard))  # unguarded first
-        group = (draft if role == DRAFT else on) if hits else outside if role == MODEL else {}
-        group.setdefault(found[0][1].method, []).append((hits or [found[0][1]])[0])
+    for (*_, method, role), ((on_path, _), site) in sorted(best.items()):
+        group = (draft if role == DRAFT_MODEL else on) if on_path else outside if role == MODEL else {}
+        group.setdefault(method, []).append(site)
     if not on:
         raise UserError(f"{tree.src}: found no call on the target model on the EAGLE-3 path, so the audit cannot "
                         f"pass it; {LAYOUT}")  # fmt: skip
