@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.errors import UserError, run_main
-from sglang_stack.patching.callsites import FUNCTIONS, CallSite, Cls, Tree, calls, chain_of, is_self, member
+from sglang_stack.patching.callsites import FUNCTIONS, CallSite, Cls, Tree, calls, chain_of, is_self, member, signature_of
 from sglang_stack.patching.patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
@@ -112,7 +112,7 @@ class Report:
             for title, group in groups.items():
                 for method, sites in sorted(group.items()):
                     where = ", ".join(f"{s}{' [' + s.guard + ']' if s.guard else ''}" for s in sites)
-                    source = self.providers.get(method) if group in (self.required, self.optional) else None
+                    source = self.providers.get(method) if title in ("required", "optional (guarded)") else None
                     out.append(f"{title}: {method} at {where}{' -> ' + source if source else ''}")
             out += [f"confirmed: {c}" for c in self.confirmed]
             out.append(f"read {self.files_read} files in {self.seconds:.2f} s")
@@ -140,8 +140,8 @@ def find_arch(tree: Tree, arch: str) -> Cls:
         for node in tree.parse(module).body if arch in text and REGISTRY_NAME in text else ():
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == REGISTRY_NAME for t in node.targets):
                 for entry in getattr(node.value, "elts", [node.value]):
-                    c = tree.cls(module, entry.id) if isinstance(entry, ast.Name) else None
-                    if c is not None and c.name == arch:
+                    c = tree.find(module, entry.id) if isinstance(entry, ast.Name) else None
+                    if isinstance(c, Cls) and c.name == arch:
                         return c
     entries = rf"^{REGISTRY_NAME}\s*=\s*(\[[^\]]*\]|\S+)"
     lines = [line for m in models for line in re.findall(entries, tree.text(tree.modules[m]), re.M)]
@@ -153,40 +153,23 @@ def find_arch(tree: Tree, arch: str) -> Cls:
 
 @dataclass
 class Provider:
-    """Where a class gets a method: ``kind`` is "found" (a call binds if it binds ``signature``, where
-    one is known), "not a method", "absent" or "undecided"; ``where`` says where, or why."""
+    """Where a class gets a method, or why it has none: ``kind`` is "found", "not a method", "absent" or
+    "undecided". Each call site must bind the ``signature`` of a found method, where it is known."""
 
     kind: str
     where: str = ""
     signature: inspect.Signature | None = None  # self included, unless ``static``
     static: bool = False
 
-    def problem(self, site: CallSite) -> str:
-        """Why ``site`` fails against this provider; "" if it binds."""
-        if self.kind == "not a method":
-            return self.where
-        why = binds(self.signature, site, self.static) if self.signature else ""
-        return why and f"{self.where}: {why}"
 
-
-def signature_of(args: ast.arguments) -> inspect.Signature:
-    """The signature a def's parameters make; defaults stand in as None."""
-    P = inspect.Parameter
-    pos = [(a, P.POSITIONAL_ONLY) for a in args.posonlyargs] + [(a, P.POSITIONAL_OR_KEYWORD) for a in args.args]
-    defaults = [P.empty] * (len(pos) - len(args.defaults)) + [None] * len(args.defaults)
-    params = [P(a.arg, kind, default=d) for (a, kind), d in zip(pos, defaults)]
-    params += [P(args.vararg.arg, P.VAR_POSITIONAL)] if args.vararg else []
-    keyword = zip(args.kwonlyargs, args.kw_defaults)
-    params += [P(a.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None) for a, d in keyword]
-    return inspect.Signature(params + ([P(args.kwarg.arg, P.VAR_KEYWORD)] if args.kwarg else []))
-
-
-def binds(sig: inspect.Signature, site: CallSite, static: bool = False) -> str:
-    """Why ``site``'s arguments (and self, for a method) do not bind to ``sig``; "" if they do."""
+def binds(p: Provider, site: CallSite) -> str:
+    """Why ``site``'s arguments (and self, for a method) do not bind to ``p``'s signature; "" if they do."""
+    if site.star or p.signature is None:  # *args or **kwargs at the call: any arity binds
+        return ""
     try:
-        site.star or sig.bind(*([] if static else [object()]), *[None] * site.args, **dict.fromkeys(site.keywords))
+        p.signature.bind(*([] if p.static else [object()]), *[None] * site.args, **dict.fromkeys(site.keywords))
     except TypeError as err:
-        return str(err)
+        return f"{p.where}: {err}"
     return ""
 
 
@@ -237,9 +220,10 @@ def settle(report: Report, method: str, sites: tuple, p: Provider) -> None:
             group = report.missing if p.kind == "absent" else report.undecided
             group.append(Missing(method, report.required[method], p.where))
         return
-    bad = [(s, p.problem(s)) for s in sites if p.problem(s)]
+    problems = {s: p.where if p.kind == "not a method" else binds(p, s) for s in sites}
+    bad = [s for s in sites if problems[s]]
     if bad:
-        report.missing.append(Missing(method, tuple(s for s, _ in bad), bad[0][1]))
+        report.missing.append(Missing(method, tuple(bad), problems[bad[0]]))
     else:
         report.providers[method] = p.where
 

@@ -10,6 +10,7 @@ against these calls; docs/patches.md ("The EAGLE-3 audit") states the rules and 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -133,10 +134,6 @@ class Tree:
             return origin
         return self.find(*origin.rsplit(".", 1), depth) if "." in origin else None
 
-    def cls(self, module: str, name: str) -> Cls | None:
-        found = self.find(module, name)
-        return found if isinstance(found, Cls) else None
-
     def base(self, module: str, node: ast.expr):
         """A base class: its Cls, or the dotted name it stands for outside the tree (``nn.Module``: torch.nn.Module)."""
         chain = chain_of(node.value if isinstance(node, ast.Subscript) else node) or [ast.unparse(node)]
@@ -147,14 +144,14 @@ class Tree:
         """The MRO of ``c``, as Python computes it (C3) over stand-in classes; a base outside the tree is a leaf."""
         return [t.origin for t in self.standin(c).__mro__[:-1]]
 
-    def standin(self, c, seen: tuple = ()) -> type:
+    def standin(self, c) -> type:
         if c not in self._standins:
-            bases = [self.base(c.module, b) for b in c.node.bases] if isinstance(c, Cls) and c not in seen else []
-            parents = tuple(dict.fromkeys(self.standin(b, seen + (c,)) for b in bases))
+            self._standins[c] = type("standin", (), {"origin": c})  # a leaf until its bases are made: cycles end here
+            bases = [self.base(c.module, b) for b in c.node.bases] if isinstance(c, Cls) else []
             try:
-                self._standins[c] = type("standin", parents, {"origin": c})
+                self._standins[c] = type("standin", tuple(dict.fromkeys(map(self.standin, bases))), {"origin": c})
             except TypeError:  # bases Python cannot order: it would refuse the class itself
-                self._standins[c] = type("standin", (), {"origin": c})
+                pass
         return self._standins[c]
 
 
@@ -178,6 +175,18 @@ def member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
         if isinstance(stmt, FUNCTIONS) and stmt.name == name or name in [getattr(t, "id", "") for t in targets]:
             found = stmt
     return found
+
+
+def signature_of(args: ast.arguments) -> inspect.Signature:
+    """The signature a def's parameters make; defaults stand in as None."""
+    P = inspect.Parameter
+    pos = [(a, P.POSITIONAL_ONLY) for a in args.posonlyargs] + [(a, P.POSITIONAL_OR_KEYWORD) for a in args.args]
+    defaults = [P.empty] * (len(pos) - len(args.defaults)) + [None] * len(args.defaults)
+    params = [P(a.arg, kind, default=d) for (a, kind), d in zip(pos, defaults)]
+    params += [P(args.vararg.arg, P.VAR_POSITIONAL)] if args.vararg else []
+    keyword = zip(args.kwonlyargs, args.kw_defaults)
+    params += [P(a.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None) for a, d in keyword]
+    return inspect.Signature(params + ([P(args.kwarg.arg, P.VAR_KEYWORD)] if args.kwarg else []))
 
 
 def chain_of(node: ast.AST) -> list[str] | None:
@@ -243,32 +252,28 @@ class Spec:
         self.flags: set[str] = set()  # attributes set True under a condition that tests the algorithm
         self._predicates: dict[str, set] = {}
 
-    def can(self, node: ast.expr, truth: bool = True) -> bool:
-        """Can the condition be ``truth`` when the algorithm is EAGLE3?"""
+    def can(self, node: ast.expr, truth: bool = True, known: dict | None = None) -> bool:
+        """Can the condition be ``truth`` when the algorithm is EAGLE3 (and ``known``: id of a node -> its values)?"""
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return self.can(node.operand, not truth)
+            return self.can(node.operand, not truth, known)
         if isinstance(node, ast.BoolOp):
-            parts = [self.can(v, truth) for v in node.values]
+            parts = [self.can(v, truth, known) for v in node.values]
             return all(parts) if isinstance(node.op, ast.And) == truth else any(parts)
-        values = self.test(node)
+        values = (known or {}).get(id(node)) or self.test(node)
         if values is None and (getattr(node, "attr", None) or getattr(node, "id", "")).startswith("is_draft"):
             values = {False}  # ModelRunner.is_draft_worker: the target's runner is not the draft's
         if values is None and isinstance(node, ast.Constant):
             values = {bool(node.value)}
         return values is None or truth in values
 
-    def tests(self, node: ast.expr) -> bool:
-        """Does the condition test the algorithm (through ``and``, ``or``, ``not``)?"""
-        if isinstance(node, ast.BoolOp):
-            return any(self.tests(v) for v in node.values)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return self.tests(node.operand)
-        return self.test(node) is not None
-
     def mentions(self, test: ast.expr) -> bool:
         """Does the condition test the algorithm, or read a flag (``spec``/``eagle`` in it, or a set one)?
         A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
         return self.tests(test) or any(speculative(w) or w in self.flags for w in words(test, outer=True))
+
+    def tests(self, node: ast.expr) -> bool:
+        """Does the condition hold a predicate call or a comparison of the algorithm?"""
+        return any(self.test(n) is not None for n in ast.walk(node))
 
     def test(self, node: ast.expr) -> set | None:
         """The values a predicate call or a comparison of the algorithm can take under EAGLE3; None if not one."""
@@ -316,7 +321,7 @@ class Cond(NamedTuple):
 
     test: ast.expr
     truth: bool
-    guards: frozenset  # (role, method): the methods it proves present on what holds that role
+    checks: dict  # id of a node in the test -> the (role, method) without which it is false
     via: tuple  # the caller's arguments that the test's names stand for
 
 
@@ -346,14 +351,9 @@ class Scan:
         self.tree, self.spec, self.runners = tree, spec, runners  # runners: ModelRunner and its in-tree bases, by name
         self.on_classes: set = set()  # (module, name) of the speculative classes the workers inherit from
         self.sites: list = []  # (CallSite, conds, on_path, role)
-        self.flag_sets: list = []  # (attribute set True, conds)
         self.returns: list = []  # (value, frame) of each `return` in the worker factory
         self._members: dict = {}
         self._followed: set = set()
-
-    def module(self, module: str, on_path: bool) -> None:
-        tree = self.tree.parse(module)
-        self.visit(tree.body, Frame(module, tree, on_path=on_path))
 
     def lookup(self, node: ast.expr, f: Frame):
         """What a dotted name is where the walk is, as ``Tree.find`` answers."""
@@ -410,35 +410,28 @@ class Scan:
     # conditions and guards ---------------------------------------------------------------------
 
     def cond(self, test: ast.expr, truth: bool, f: Frame, taken=(), skipped=(), node=None) -> Cond:
-        """A path condition. A check whose other branch, ``skipped``, raises proves nothing (the server
-        still fails), nor does one after which a name bound only in ``taken`` is read (it fails later)."""
+        """A path condition. Its checks that a method exists count unless the branch they skip raises (the
+        server still fails) or leaves unset a name, bound in ``taken``, that is read after ``node``."""
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
-        guards = self.guards(test, truth, f)
-        if guards and (skipped and isinstance(skipped[-1], ast.Raise) or self.unset(taken, skipped, node, f)):
-            guards = set()
-        return Cond(test, truth, frozenset(guards), via)
+        checks = {id(n): check for n in ast.walk(test) if (check := self.check(n, f))}
+        if checks and (skipped and isinstance(skipped[-1], ast.Raise) or self.unset(taken, skipped, node, f)):
+            checks = {}
+        return Cond(test, truth, checks, via)
 
-    def guards(self, test: ast.expr, truth: bool, f: Frame) -> set:
-        """(role, method) pairs that ``test`` being ``truth`` proves present."""
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self.guards(test.operand, not truth, f)
-        if isinstance(test, ast.BoolOp):
-            parts = [self.guards(v, truth, f) for v in test.values]
-            return set().union(*parts) if isinstance(test.op, ast.And) == truth else set.intersection(*parts)
-        if isinstance(test, ast.Compare) and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
-            if getattr(test.comparators[0], "value", 0) is None:  # getattr(m, "x", None) is not None
-                return self.guards(test.left, truth, f)
-        if not truth or not isinstance(test, ast.Call):
-            return set()
-        name, args = getattr(test.func, "id", ""), test.args
+    def check(self, node: ast.expr, f: Frame) -> tuple | None:
+        """The (role, method) without which ``node`` is false: ``hasattr(m, "x")``, ``getattr(m, "x", None)``,
+        and ``callable(...)`` or ``... is not None`` of one."""
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.IsNot, ast.NotEq)):
+            return self.check(node.left, f) if getattr(node.comparators[0], "value", 0) is None else None
+        name, args = getattr(getattr(node, "func", None), "id", ""), getattr(node, "args", [])
         if name == "callable" and len(args) == 1:
-            return self.guards(args[0], True, f)
+            return self.check(args[0], f)
         defaulted = len(args) == 3 and isinstance(args[2], ast.Constant) and not args[2].value
         if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(
             getattr(args[1], "value", 0), str
         ):
-            return {(self.role(args[0], f), args[1].value)}
-        return set()
+            return self.role(args[0], f), args[1].value
+        return None
 
     def unset(self, taken, skipped, after: ast.AST, f: Frame) -> bool:
         """Would running ``skipped`` instead of ``taken`` leave a name unset that the code after ``after`` reads?"""
@@ -506,9 +499,10 @@ class Scan:
 
     def assign(self, stmt: ast.Assign, f: Frame) -> None:
         for t in stmt.targets:
-            if isinstance(t, ast.Attribute):
-                if getattr(stmt.value, "value", None) is True:
-                    self.flag_sets.append((t.attr, f.conds))
+            if isinstance(t, ast.Attribute):  # a flag: set True under a condition that tests the algorithm
+                tested = any(self.spec.tests(c.test) for c in f.conds)
+                if getattr(stmt.value, "value", None) is True and tested and self.possible(f.conds):
+                    self.spec.flags.add(t.attr)
                 continue
             for name in [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]:
                 f.aliases.pop(name, None)
@@ -526,20 +520,16 @@ class Scan:
             guard = guard or ("getattr default" if len(func.args) > 2 else "")
         role = self.role(recv, f) if recv is not None and isinstance(method, str) else None
         if role in (MODEL, LOOSE, DRAFT_MODEL):
-            if not guard and any((role, method) in c.guards for c in f.conds):
-                guard = "hasattr"
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             keywords = tuple(k.arg for k in node.keywords if k.arg)
             path = self.tree.modules[f.module]
             site = CallSite(path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
             self.sites.append((site, f.conds, f.on_path, role))
-        slots = [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]
-        passed = [(slot, self.role(a, f)) for slot, a in slots]
-        passed = [(slot, role) for slot, role in passed if role in (MODEL, RUNNER, WORKER)]
-        if passed and f.depth < MAX_DEPTH:
-            self.follow(node, slots, passed, f)
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if f.depth < MAX_DEPTH and any(self.role(a, f) in (MODEL, RUNNER, WORKER) for a in arguments):
+            self.follow(node, f)
 
-    def follow(self, node: ast.Call, slots: list, passed: list, f: Frame) -> None:
+    def follow(self, node: ast.Call, f: Frame) -> None:
         """Walk the function or method the target is passed to, its parameter bound to it."""
         chain, cls = chain_of(node.func) or [""], None
         if chain[0] == "self" and len(chain) == 2 and f.cls is not None:  # self.method(...)
@@ -551,25 +541,28 @@ class Scan:
         if not (isinstance(found, tuple) and isinstance(found[1], FUNCTIONS)):
             return
         module, fn = found
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1 if cls is not None else 0 :]
-        names = set(params) | {a.arg for a in fn.args.kwonlyargs}
-
-        def param(slot):
-            return params[slot] if isinstance(slot, int) and slot < len(params) else slot if slot in names else None
-
-        binding = {param(slot): role for slot, role in passed if param(slot)}
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        try:  # the arguments by parameter, as Python binds them (a method's self aside)
+            bound = signature_of(fn.args).bind_partial(*[None] * (cls is not None), *node.args, **keywords)
+        except TypeError:
+            return
+        # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
+        arguments = {p: a for p, a in bound.arguments.items() if isinstance(a, ast.expr)}
+        binding = {p: self.role(a, f) for p, a in arguments.items() if self.role(a, f) in (MODEL, RUNNER, WORKER)}
         key = (id(fn), tuple(sorted(binding.items())), tuple(id(c.test) for c in f.conds), f.on_path, f.guard)
         if binding and key not in self._followed:
             self._followed.add(key)
-            # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
-            arguments = {param(slot): a for slot, a in slots if param(slot)}
             inner = replace(f, module=module, scope=fn, cls=cls, aliases=binding, imports={}, arguments=arguments)
             self.visit(fn.body, replace(inner, depth=f.depth + 1))
 
     # after the walk ----------------------------------------------------------------------------
 
-    def possible(self, conds: tuple) -> bool:
-        return all(self.spec.can(c.test, c.truth) for c in conds)
+    def possible(self, conds: tuple, lacking: tuple | None = None) -> bool:
+        """Can every condition hold under EAGLE3, and if ``lacking`` is a (role, method), without that method?"""
+        for c in conds:
+            if not self.spec.can(c.test, c.truth, {i: {False} for i, check in c.checks.items() if check == lacking}):
+                return False
+        return True
 
     def where(self, conds: tuple, on_path: bool) -> str:
         """Is the call "on" the EAGLE-3 path, "off" it (it runs, but not for speculation), or "never" run?"""
@@ -596,8 +589,8 @@ class Calls:
 def calls(tree: Tree) -> Calls:
     """Every call on a model that the EAGLE-3 path makes. Raises ``UserError`` on a layout it does not know."""
     spec = Spec(tree)
-    runner = tree.cls(RUNNER_MODULE, RUNNER_CLASS) if RUNNER_MODULE in tree.modules else None
-    if runner is None:
+    runner = tree.find(RUNNER_MODULE, RUNNER_CLASS)
+    if not isinstance(runner, Cls):
         raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; {LAYOUT}")
     runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
     scan = Scan(tree, spec, {c.name for c in runners})
@@ -620,8 +613,7 @@ def calls(tree: Tree) -> Calls:
     roots = {m for m, rel in tree.modules.items() if RUNNER_ATTR in tree.text(rel) or TARGET_ATTR in tree.text(rel)}
     roots = {m for m in roots if DOT_MODEL.search(tree.text(tree.modules[m]))}
     for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in scan.on_classes}):
-        scan.module(module, module in on_path)
-    spec.flags = {name for name, conds in scan.flag_sets if scan.possible(conds) and any(spec.tests(c.test) for c in conds)}
+        scan.visit(tree.parse(module).body, Frame(module, tree.parse(module), on_path=module in on_path))
 
     best: dict = {}  # (path, line, method, role) -> (on the path, unguarded there), site: the best context
     for site, conds, on_path, role in scan.sites:
@@ -630,6 +622,8 @@ def calls(tree: Tree) -> Calls:
             raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
                             f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "
                             f"(the target is reached through {TARGET_ATTR}); {LAYOUT}")  # fmt: skip
+        if where != "never" and not site.guard and not scan.possible(conds, (role, site.method)):
+            site = replace(site, guard="hasattr")  # a condition on its path cannot hold without the method
         key, rank = (site.path, site.line, site.method, role), (where == "on", where == "on" and not site.guard)
         if where != "never" and role != LOOSE and (key not in best or rank > best[key][0]):
             best[key] = rank, site
