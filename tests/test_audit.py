@@ -700,3 +700,45 @@ def test_dynamic_confirmation_of_a_class_that_does_not_import_is_one_line(tmp_pa
     proc = run_cli("--sglang-src", str(tree), "--arch", "Broken", "--dynamic")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "cannot import for --dynamic" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# One evaluator for path conditions and guards; the MRO as Python computes it
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "runner, method, where",
+    [
+        # Under EAGLE3 is_standalone() is false, so the call runs only where the method exists.
+        ("if self.spec_algorithm.is_standalone() or hasattr(self.model, 'or_guarded'):\n    self.model.or_guarded()", "or_guarded", "optional"),
+        ("if self.spec_algorithm.is_eagle3() or hasattr(self.model, 'or_eagle3'):\n    self.model.or_eagle3()", "or_eagle3", "required"),
+        # A test of the algorithm anywhere in the condition puts the call on the path.
+        ("if should_capture(self.spec_algorithm.is_none()):\n    self.model.nested_test()", "nested_test", "required"),
+        ("if should_capture(self.server_args.enable_lora):\n    self.model.nested_lora()", "nested_lora", "outside"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
+)
+def test_rule_guards_and_path_share_one_evaluator(tmp_path, runner, method, where):
+    report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
+    assert placed(report, method) == [where], f"{method}: expected in {where}, found in {placed(report, method)}"
+
+
+def test_rule_providers_follow_the_real_mro_across_modules(tmp_path):
+    """The same base reached through two modules, once under another name, is one class in the MRO."""
+    extra = {
+        "sglang/srt/models/base_two.py": "class Base:\n    def get_embed_and_head(self, wrong):\n        pass\n",
+        "sglang/srt/models/left.py": "from sglang.srt.models.base_two import Base\n\n\nclass Left(Base):\n    pass\n",
+        "sglang/srt/models/right.py": (
+            "from sglang.srt.models.base_two import Base as SharedBase\n\n\nclass Right(SharedBase):\n"
+            "    def get_embed_and_head(self):\n        return None, None\n\n"
+            "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n"
+        ),
+        "sglang/srt/models/edited.py": (
+            "from sglang.srt.models.left import Left\nfrom sglang.srt.models.right import Right\n\n\n"
+            "class Edited(Left, Right):\n    pass\n\n\nEntryClass = [Edited]\n"
+        ),
+    }
+    report = audit.audit(synthetic(tmp_path, extra=extra), "Edited")
+    assert report.passed, f"Python finds Right's method before Base's: {report.lines()}"
+    assert report.providers["get_embed_and_head"].startswith("Right.get_embed_and_head(self)"), report.providers
