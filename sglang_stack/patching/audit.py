@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import gc
 import inspect
 import json
 import re
@@ -237,11 +238,16 @@ def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
     ``sglang_src`` is the directory that contains ``sglang/``. Raises ``UserError`` for a tree or an
     architecture the audit cannot read, or a tree it no longer understands.
     """
-    started = time.perf_counter()
-    tree = Tree(Path(sglang_src))
-    found = calls(tree)
+    started, collecting = time.perf_counter(), gc.isenabled()
+    gc.disable()  # parsing makes millions of objects and no cycles: the collector's passes cost more than it
+    try:
+        tree = Tree(Path(sglang_src))
+        found = calls(tree)
+        info = find_arch(tree, arch)
+    finally:
+        if collecting:
+            gc.enable()
     required = {m: tuple(s for s in ss if not s.guard) for m, ss in found.on.items() if any(not s.guard for s in ss)}
-    info = find_arch(tree, arch)
     report = Report(
         arch=arch,
         arch_site=f"{info.path}:{info.node.lineno}",

@@ -34,6 +34,8 @@ SPEC_WORD = re.compile(r"(?:^|_)(?:spec(?:_|$)|specul|eagle)")  # spec_info, spe
 NOT_SPEC = {"find_spec"}  # importlib.util.find_spec: SGLang probes optional packages with it
 SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the algorithm itself
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# What the walk treats apart: blocks, scopes, branches, guards, imports.
+SPECIAL = (list, *FUNCTIONS, ast.ClassDef, ast.If, ast.While, ast.IfExp, ast.BoolOp, ast.Try, ast.TryStar, ast.Import, ast.ImportFrom)
 
 # Roles: what an expression holds. There is one target model, so a receiver is known by its role.
 # A loose runner is one whose owner, target or draft, its name does not tell.
@@ -189,6 +191,25 @@ def signature_of(args: ast.arguments) -> inspect.Signature:
     return inspect.Signature(params + ([P(args.kwarg.arg, P.VAR_KEYWORD)] if args.kwarg else []))
 
 
+def operands(test: ast.expr):
+    """What ``and``, ``or`` and ``not`` combine in a condition."""
+    if isinstance(test, ast.BoolOp):
+        for value in test.values:
+            yield from operands(value)
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from operands(test.operand)
+    else:
+        yield test
+
+
+def statements(body: list):
+    """Every statement of a block, nested ones too, but not those of a nested class."""
+    for stmt in body:
+        yield stmt
+        for name in ("body", "orelse", "finalbody", "handlers") if not isinstance(stmt, ast.ClassDef) else ():
+            yield from statements(getattr(stmt, name, []))
+
+
 def chain_of(node: ast.AST) -> list[str] | None:
     """``self.a.b`` -> ["self", "a", "b"]; None if not a plain dotted name."""
     out: list[str] = []
@@ -272,8 +293,8 @@ class Spec:
         return self.tests(test) or any(speculative(w) or w in self.flags for w in words(test, outer=True))
 
     def tests(self, node: ast.expr) -> bool:
-        """Does the condition hold a predicate call or a comparison of the algorithm?"""
-        return any(self.test(n) is not None for n in ast.walk(node))
+        """Does the condition test the algorithm: a predicate call or a comparison, through and/or/not?"""
+        return any(self.test(n) is not None for n in operands(node))
 
     def test(self, node: ast.expr) -> set | None:
         """The values a predicate call or a comparison of the algorithm can take under EAGLE3; None if not one."""
@@ -401,7 +422,7 @@ class Scan:
         if id(f.cls) not in self._members:
             table = self._members[id(f.cls)] = {}
             plain = replace(f, aliases={})
-            for node in ast.walk(f.cls):
+            for node in statements(f.cls.body):
                 target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
                 if isinstance(target, ast.Attribute) and is_self(target.value) and self.role(node.value, plain):
                     table[target.attr] = self.role(node.value, plain)
@@ -413,7 +434,7 @@ class Scan:
         """A path condition. Its checks that a method exists count unless the branch they skip raises (the
         server still fails) or leaves unset a name, bound in ``taken``, that is read after ``node``."""
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
-        checks = {id(n): check for n in ast.walk(test) if (check := self.check(n, f))}
+        checks = {id(n): check for n in operands(test) if (check := self.check(n, f))}
         if checks and (skipped and isinstance(skipped[-1], ast.Raise) or self.unset(taken, skipped, node, f)):
             checks = {}
         return Cond(test, truth, checks, via)
@@ -455,7 +476,16 @@ class Scan:
 
     def visit(self, node: ast.AST | list, f: Frame) -> None:
         """Walk a node, or a block of statements, where ``f`` says."""
-        if isinstance(node, list):
+        if not isinstance(node, SPECIAL):  # most nodes: a call, a return, an assignment, or none
+            if isinstance(node, ast.Call):
+                self.call(node, f)
+            if isinstance(node, ast.Return) and f.scope is self.spec.factory:
+                self.returns.append((node.value, f))
+            for child in ast.iter_child_nodes(node):
+                self.visit(child, f)
+            if isinstance(node, ast.Assign):
+                self.assign(node, f)
+        elif isinstance(node, list):
             for stmt in node:
                 self.visit(stmt, f)
                 if isinstance(stmt, ast.If) and exits(stmt.body) != exits(stmt.orelse):
@@ -487,15 +517,6 @@ class Scan:
                 self.visit(part, f)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             f.imports.update(import_names(node, f.module))
-        else:
-            if isinstance(node, ast.Call):
-                self.call(node, f)
-            if isinstance(node, ast.Return) and f.scope is self.spec.factory:
-                self.returns.append((node.value, f))
-            for child in ast.iter_child_nodes(node):
-                self.visit(child, f)
-            if isinstance(node, ast.Assign):
-                self.assign(node, f)
 
     def assign(self, stmt: ast.Assign, f: Frame) -> None:
         for t in stmt.targets:
