@@ -741,3 +741,12 @@ def test_rule_providers_follow_the_real_mro_across_modules(tmp_path):
     report = audit.audit(synthetic(tmp_path, extra=extra), "Edited")
     assert report.passed, f"Python finds Right's method before Base's: {report.lines()}"
     assert report.providers["get_embed_and_head"].startswith("Right.get_embed_and_head(self)"), report.providers
+
+
+@pytest.mark.parametrize("imported", ["from sglang.srt.speculative import spec_utils", "import sglang.srt.speculative.spec_utils as spec_utils"])
+def test_rule_the_target_is_followed_into_a_function_of_an_imported_module(tmp_path, imported):
+    tree = synthetic(tmp_path, worker="spec_utils.helper(self.target_worker.model_runner.model)")
+    worker = tree / "sglang/srt/speculative/eagle_worker.py"
+    worker.write_text(f"{imported}\n" + worker.read_text())
+    report = audit.audit(tree, "Wrapped")
+    assert placed(report, "reached_two_calls_deep") == ["required"], f"not followed through {imported!r}: {sites(report.required)}"

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.errors import UserError, run_main
-from sglang_stack.patching.callsites import FUNCTIONS, CallSite, Cls, Tree, calls, chain_of, is_self, member, signature_of
+from sglang_stack.patching.callsites import (
+    FUNCTIONS, CallSite, Cls, Tree, calls, chain_of, is_self, member, signature_of, statements
+)
 from sglang_stack.patching.patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
@@ -141,7 +143,7 @@ def find_arch(tree: Tree, arch: str) -> Cls:
         for node in tree.parse(module).body if arch in text and REGISTRY_NAME in text else ():
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == REGISTRY_NAME for t in node.targets):
                 for entry in getattr(node.value, "elts", [node.value]):
-                    c = tree.find(module, entry.id) if isinstance(entry, ast.Name) else None
+                    c = tree.resolve(f"{module}.{entry.id}") if isinstance(entry, ast.Name) else None
                     if isinstance(c, Cls) and c.name == arch:
                         return c
     entries = rf"^{REGISTRY_NAME}\s*=\s*(\[[^\]]*\]|\S+)"
@@ -179,7 +181,7 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
     order = tree.mro(arch)
     for c in order:
         init = member(c.node, "__init__") if isinstance(c, Cls) else None
-        for node in ast.walk(init) if isinstance(init, ast.FunctionDef) else ():
+        for node in statements(init.body) if isinstance(init, ast.FunctionDef) else ():
             targets = node.targets if isinstance(node, ast.Assign) else []
             if any(getattr(t, "attr", "") == method and is_self(t.value) for t in targets):
                 where = f"{c.name}.__init__ ({c.path}:{node.lineno})"
@@ -194,9 +196,10 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
         stmt = member(c.node, method) if isinstance(c, Cls) else None
         if stmt is None:
             continue
-        where, fn = f"{c.name}.{method} ({c.path}:{stmt.lineno})", stmt if isinstance(stmt, FUNCTIONS) else stmt.value
+        where = f"{c.name}.{method} ({c.path}:{stmt.lineno})"
+        fn = stmt if isinstance(stmt, FUNCTIONS) else stmt.value
         if isinstance(fn, ast.Name):  # get_embed_and_head = _shared
-            found = member(c.node, fn.id) or tree.find(c.module, fn.id)
+            found = member(c.node, fn.id) or tree.resolve(f"{c.module}.{fn.id}")
             fn = found[1] if isinstance(found, tuple) else found
         if isinstance(fn, (*FUNCTIONS, ast.Lambda)):  # a function assigned becomes a method
             decorated = [d.func if isinstance(d, ast.Call) else d for d in getattr(fn, "decorator_list", [])]

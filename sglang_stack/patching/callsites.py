@@ -114,32 +114,27 @@ class Tree:
             self._imports[module] = out
         return self._imports[module]
 
-    def find(self, module: str, name: str, depth: int = 0):
-        """What the dotted ``name`` is in ``module``: a module's name, a Cls, a (module, def), or None."""
-        head, _, rest = name.partition(".")
-        if module not in self.modules or depth > 8:
+    def resolve(self, dotted: str, depth: int = 0):
+        """What a dotted name (``sglang.srt.x.f``) is: a module's name, a Cls, a (module, def), or None.
+        A module's own defs come first, then what its imports bind, followed as far as the tree goes."""
+        if dotted in self.modules or depth > 8:  # deeper: an import cycle
+            return dotted if dotted in self.modules else None
+        module, _, name = dotted.rpartition(".")
+        module = self.resolve(module, depth + 1) if module else None  # `utils` in `utils.f`: the module it names
+        if not isinstance(module, str):
             return None
-        found = next((n for n in self.parse(module).body if getattr(n, "name", None) == head), None)
+        found = next((n for n in self.parse(module).body if getattr(n, "name", None) == name), None)
         if isinstance(found, ast.ClassDef):
-            found = self._classes.setdefault(id(found), Cls(found.name, module, self.modules[module], found))
-        elif isinstance(found, FUNCTIONS):
-            found = module, found
-        else:
-            found = self.at(self.imports(module).get(head, ""), depth + 1)
-        if rest:
-            return self.find(found, rest, depth + 1) if isinstance(found, str) else None
-        return found
-
-    def at(self, origin: str, depth: int = 0):
-        """What a dotted origin (``sglang.srt.x.Name``) is, as ``find`` answers."""
-        if origin in self.modules:
-            return origin
-        return self.find(*origin.rsplit(".", 1), depth) if "." in origin else None
+            return self._classes.setdefault(id(found), Cls(found.name, module, self.modules[module], found))
+        if isinstance(found, FUNCTIONS):
+            return module, found
+        origin = self.imports(module).get(name)
+        return self.resolve(origin, depth + 1) if origin else None
 
     def base(self, module: str, node: ast.expr):
         """A base class: its Cls, or the dotted name it stands for outside the tree (``nn.Module``: torch.nn.Module)."""
         chain = chain_of(node.value if isinstance(node, ast.Subscript) else node) or [ast.unparse(node)]
-        found = self.find(module, ".".join(chain)) if len(chain) <= 2 else None
+        found = self.resolve(".".join([module, *chain])) if len(chain) <= 2 else None
         return found if isinstance(found, Cls) else ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
 
     def mro(self, c) -> list:
@@ -206,8 +201,9 @@ def statements(body: list):
     """Every statement of a block, nested ones too, but not those of a nested class."""
     for stmt in body:
         yield stmt
-        for name in ("body", "orelse", "finalbody", "handlers") if not isinstance(stmt, ast.ClassDef) else ():
-            yield from statements(getattr(stmt, name, []))
+        if not isinstance(stmt, ast.ClassDef):
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                yield from statements(getattr(stmt, name, []))
 
 
 def chain_of(node: ast.AST) -> list[str] | None:
@@ -377,10 +373,10 @@ class Scan:
         self._followed: set = set()
 
     def lookup(self, node: ast.expr, f: Frame):
-        """What a dotted name is where the walk is, as ``Tree.find`` answers."""
+        """What a dotted name is where the walk is, as ``Tree.resolve`` answers."""
         chain = chain_of(node) or [""]
         local = f.imports.get(chain[0])
-        return self.tree.at(".".join([local, *chain[1:]])) if local else self.tree.find(f.module, ".".join(chain))
+        return self.tree.resolve(".".join([local] + chain[1:] if local else [f.module] + chain))
 
     # roles -----------------------------------------------------------------------------------
 
@@ -610,7 +606,7 @@ class Calls:
 def calls(tree: Tree) -> Calls:
     """Every call on a model that the EAGLE-3 path makes. Raises ``UserError`` on a layout it does not know."""
     spec = Spec(tree)
-    runner = tree.find(RUNNER_MODULE, RUNNER_CLASS)
+    runner = tree.resolve(f"{RUNNER_MODULE}.{RUNNER_CLASS}")
     if not isinstance(runner, Cls):
         raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; {LAYOUT}")
     runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
@@ -625,7 +621,7 @@ def calls(tree: Tree) -> Calls:
     # The workers' modules are on the EAGLE-3 path, and so are the speculative-package classes that
     # their classes inherit from (the draft worker's base).
     on_path = {c.module for c in workers}
-    classes = [tree.find(m, node.name) for m in on_path for node in tree.parse(m).body if isinstance(node, ast.ClassDef)]
+    classes = [tree.resolve(f"{m}.{n.name}") for m in on_path for n in tree.parse(m).body if isinstance(n, ast.ClassDef)]
     bases = [b for c in classes for b in tree.mro(c) if isinstance(b, Cls)]
     scan.on_classes = {(b.module, b.name) for b in bases if b.module.startswith(SPEC_PACKAGE)}
     # The target model is `<runner>.model`, and every runner is rooted at `model_runner`, `target_worker`
