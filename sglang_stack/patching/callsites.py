@@ -630,19 +630,22 @@ def calls(tree: Tree) -> Calls:
     roots = {m for m, rel in tree.modules.items() if RUNNER_ATTR in tree.text(rel) or TARGET_ATTR in tree.text(rel)}
     roots = {m for m in roots if DOT_MODEL.search(tree.text(tree.modules[m]))}
     for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in scan.on_classes}):
-        scan.visit(tree.parse(module).body, Frame(module, tree.parse(module), on_path=module in on_path))
+        parsed = tree.parse(module)
+        scan.visit(parsed.body, Frame(module, parsed, on_path=module in on_path))
 
-    best: dict = {}  # (path, line, method, role) -> (on the path, unguarded there), site: the best context
+    best: dict = {}  # (path, line, method, role) -> ((on the path, unguarded), site): its best context
     for site, conds, on_path, role in scan.sites:
         where = scan.where(conds, on_path)
         if role == LOOSE and where == "on":
             raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
                             f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "
                             f"(the target is reached through {TARGET_ATTR}); {LAYOUT}")  # fmt: skip
-        if where != "never" and not site.guard and not scan.possible(conds, (role, site.method)):
+        if where == "never" or role == LOOSE:
+            continue
+        if not site.guard and not scan.possible(conds, (role, site.method)):
             site = replace(site, guard="hasattr")  # a condition on its path cannot hold without the method
         key, rank = (site.path, site.line, site.method, role), (where == "on", where == "on" and not site.guard)
-        if where != "never" and role != LOOSE and (key not in best or rank > best[key][0]):
+        if key not in best or rank > best[key][0]:
             best[key] = rank, site
     on, outside, draft = {}, {}, {}
     for (*_, method, role), ((on_path, _), site) in sorted(best.items()):
