@@ -247,14 +247,14 @@ class Spec:
     def __init__(self, tree: Tree):
         if SPEC_MODULE not in tree.modules:
             raise UserError(f"{tree.src}: no {SPEC_MODULE} (the speculative-algorithm enum); {LAYOUT}")
-        self.where = tree.src / tree.modules[SPEC_MODULE]
+        self.file = tree.src / tree.modules[SPEC_MODULE]
         for node in tree.parse(SPEC_MODULE).body:
             assigned = [t for s in getattr(node, "body", []) if isinstance(s, ast.Assign) for t in s.targets]
             members = {t.id for t in assigned if isinstance(t, ast.Name)}
             if isinstance(node, ast.ClassDef) and {EAGLE3, NO_SPEC} <= members:
                 break
         else:
-            raise UserError(f"{self.where}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
+            raise UserError(f"{self.file}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
         self.name, self.node, self.members = node.name, node, members
         self.inside = {id(n) for n in ast.walk(node)}  # in the enum, `self` is the algorithm
         self.bodies = {}  # the one-line predicates: is_eagle3 -> the expression it returns
@@ -265,7 +265,7 @@ class Spec:
                     self.bodies[fn.name] = body[0].value
         self.factory = next((f for f in node.body if getattr(f, "name", "") == WORKER_FACTORY), None)
         if self.factory is None:
-            raise UserError(f"{self.where}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
+            raise UserError(f"{self.file}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
         self.flags: set[str] = set()  # attributes set True under a condition that tests the algorithm
         self._predicates: dict[str, set] = {}
 
@@ -616,7 +616,7 @@ def calls(tree: Tree) -> Calls:
     returned = [scan.lookup(v, f) for v, f in scan.returns if isinstance(v, ast.Name) and scan.possible(f.conds)]
     workers = list(dict.fromkeys(c for c in returned if isinstance(c, Cls)))
     if not workers:
-        raise UserError(f"{spec.where}: {spec.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
+        raise UserError(f"{spec.file}: {spec.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
                         f"{EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
     # The workers' modules are on the EAGLE-3 path, and so are the speculative-package classes that
     # their classes inherit from (the draft worker's base).
