@@ -700,3 +700,53 @@ def test_dynamic_confirmation_of_a_class_that_does_not_import_is_one_line(tmp_pa
     proc = run_cli("--sglang-src", str(tree), "--arch", "Broken", "--dynamic")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "cannot import for --dynamic" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# Guards judged by the path's evaluator; the MRO as Python computes it
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "runner, method, where",
+    [
+        # Under EAGLE3 is_standalone() is false, so the call runs only where the method exists.
+        ("if self.spec_algorithm.is_standalone() or hasattr(self.model, 'or_guarded'):\n    self.model.or_guarded()", "or_guarded", "optional"),
+        ("if self.spec_algorithm.is_eagle3() or hasattr(self.model, 'or_eagle3'):\n    self.model.or_eagle3()", "or_eagle3", "required"),
+        # A guard on the draft model guards nothing on the target, whatever the algorithm.
+        ("if self.spec_algorithm.is_standalone() or hasattr(self.draft_model_runner.model, 'draft_or'):\n    self.model.draft_or()", "draft_or", "required"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
+)
+def test_rule_guards_are_judged_with_the_algorithm(tmp_path, runner, method, where):
+    report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
+    assert placed(report, method) == [where], f"{method}: expected in {where}, found in {placed(report, method)}"
+
+
+def test_rule_providers_follow_the_real_mro_across_modules(tmp_path):
+    """The same base reached through two modules, once under another name, is one class in the MRO."""
+    extra = {
+        "sglang/srt/models/base_two.py": "class Base:\n    def get_embed_and_head(self, wrong):\n        pass\n",
+        "sglang/srt/models/left.py": "from sglang.srt.models.base_two import Base\n\n\nclass Left(Base):\n    pass\n",
+        "sglang/srt/models/right.py": (
+            "from sglang.srt.models.base_two import Base as SharedBase\n\n\nclass Right(SharedBase):\n"
+            "    def get_embed_and_head(self):\n        return None, None\n\n"
+            "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n"
+        ),
+        "sglang/srt/models/edited.py": (
+            "from sglang.srt.models.left import Left\nfrom sglang.srt.models.right import Right\n\n\n"
+            "class Edited(Left, Right):\n    pass\n\n\nEntryClass = [Edited]\n"
+        ),
+    }
+    report = audit.audit(synthetic(tmp_path, extra=extra), "Edited")
+    assert report.passed, f"Python finds Right's method before Base's: {report.lines()}"
+    assert report.providers["get_embed_and_head"].startswith("Right.get_embed_and_head(self)"), report.providers
+
+
+@pytest.mark.parametrize("imported", ["from sglang.srt.speculative import spec_utils", "import sglang.srt.speculative.spec_utils as spec_utils"])
+def test_rule_the_target_is_followed_into_a_function_of_an_imported_module(tmp_path, imported):
+    tree = synthetic(tmp_path, worker="spec_utils.helper(self.target_worker.model_runner.model)")
+    worker = tree / "sglang/srt/speculative/eagle_worker.py"
+    worker.write_text(f"{imported}\n" + worker.read_text())
+    report = audit.audit(tree, "Wrapped")
+    assert placed(report, "reached_two_calls_deep") == ["required"], f"not followed through {imported!r}: {sites(report.required)}"

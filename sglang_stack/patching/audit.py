@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.errors import UserError, run_main
-from sglang_stack.patching.callsites import CallSite, Cls, Tree, calls, chain_of
+from sglang_stack.patching.callsites import (
+    FUNCTIONS, CallSite, Cls, Tree, calls, chain_of, is_self, member, signature_of, statements
+)
 from sglang_stack.patching.patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
@@ -41,7 +43,8 @@ register_forward_pre_hook register_full_backward_hook register_full_backward_pre
 register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module register_parameter
 register_state_dict_post_hook register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule
 share_memory state_dict to to_empty train type xpu zero_grad""".split())
-KNOWN_BASES = {"object", NN_MODULE, "torch.nn.modules.module.Module", "abc.ABC", "typing.Generic", "typing.Protocol"}
+NN_MODULES = {NN_MODULE, "torch.nn.modules.module.Module"}
+KNOWN_BASES = {"object", "abc.ABC", "typing.Generic", "typing.Protocol", *NN_MODULES}
 PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}
 
 
@@ -68,12 +71,12 @@ class Report:
     optional: dict  # method -> its guarded ones
     outside: dict  # target calls off the EAGLE-3 path (not checked)
     draft: dict  # calls on the draft model on the EAGLE-3 path (not checked)
-    providers: dict  # method -> where the class gets it
-    missing: list
-    undecided: list  # what the source cannot settle: __getattr__, a base outside the tree
-    flags: list  # attributes set True under a condition that tests the algorithm
-    workers: list  # EAGLE-3 worker classes
-    files_read: int
+    providers: dict = field(default_factory=dict)  # method -> where the class gets it
+    missing: list = field(default_factory=list)
+    undecided: list = field(default_factory=list)  # what the source cannot settle: __getattr__, a base outside the tree
+    flags: list = field(default_factory=list)  # attributes set True under a condition that tests the algorithm
+    workers: list = field(default_factory=list)  # EAGLE-3 worker classes
+    files_read: int = 0
     seconds: float = 0.0
     confirmed: list = field(default_factory=list)  # what --dynamic checked on the imported class
 
@@ -88,12 +91,11 @@ class Report:
             lacking = list(dict.fromkeys(m.method for m in self.missing))
             return f"audit failed: {self.arch} lacks {len(lacking)} of the {n} methods that {what}: " + ", ".join(lacking)
         sites = f"({', '.join(sorted(self.required))}; {sum(map(len, self.required.values()))} call sites)"
-        if self.undecided:
-            u = [m.method for m in self.undecided]
-            return f"audit passed: {self.arch} provides {n - len(u)} of the {n} methods that {what} {sites}; " + (
-                f"undecided: {', '.join(u)}"
-            )
-        return f"audit passed: {self.arch} provides all {n} methods that {what} {sites}"
+        if not self.undecided:
+            return f"audit passed: {self.arch} provides all {n} methods that {what} {sites}"
+        undecided = [m.method for m in self.undecided]
+        provided = f"provides {n - len(undecided)} of the {n} methods that {what} {sites}"
+        return f"audit passed: {self.arch} {provided}; undecided: {', '.join(undecided)}"
 
     def lines(self, verbose: bool = False) -> list[str]:
         """The command's output: one line per missing or undecided method, then the summary."""
@@ -104,14 +106,16 @@ class Report:
             for m in group
         ]
         if verbose:
-            out += [f"architecture: {self.arch} at {self.arch_site}", f"EAGLE-3 workers: {', '.join(self.workers)}",
-                    f"EAGLE-3 flags set under a condition: {', '.join(self.flags) or '-'}"]  # fmt: skip
-            for title, group in (("required", self.required), ("optional (guarded)", self.optional),
-                                 ("outside the EAGLE-3 path (not checked)", self.outside),
-                                 ("on the draft model (not checked)", self.draft)):  # fmt: skip
+            out.append(f"architecture: {self.arch} at {self.arch_site}")
+            out.append(f"EAGLE-3 workers: {', '.join(self.workers)}")
+            out.append(f"EAGLE-3 flags set under a condition: {', '.join(self.flags) or '-'}")
+            groups = {"required": self.required, "optional (guarded)": self.optional,
+                      "outside the EAGLE-3 path (not checked)": self.outside,
+                      "on the draft model (not checked)": self.draft}  # fmt: skip
+            for title, group in groups.items():
                 for method, sites in sorted(group.items()):
                     where = ", ".join(f"{s}{' [' + s.guard + ']' if s.guard else ''}" for s in sites)
-                    source = self.providers.get(method) if group is self.required or group is self.optional else None
+                    source = self.providers.get(method) if title in ("required", "optional (guarded)") else None
                     out.append(f"{title}: {method} at {where}{' -> ' + source if source else ''}")
             out += [f"confirmed: {c}" for c in self.confirmed]
             out.append(f"read {self.files_read} files in {self.seconds:.2f} s")
@@ -139,13 +143,12 @@ def find_arch(tree: Tree, arch: str) -> Cls:
         for node in tree.parse(module).body if arch in text and REGISTRY_NAME in text else ():
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == REGISTRY_NAME for t in node.targets):
                 for entry in getattr(node.value, "elts", [node.value]):
-                    c = tree.cls(module, entry.id) if isinstance(entry, ast.Name) else None
-                    if c is not None and c.name == arch:
+                    c = tree.resolve(f"{module}.{entry.id}") if isinstance(entry, ast.Name) else None
+                    if isinstance(c, Cls) and c.name == arch:
                         return c
     entries = rf"^{REGISTRY_NAME}\s*=\s*(\[[^\]]*\]|\S+)"
     lines = [line for m in models for line in re.findall(entries, tree.text(tree.modules[m]), re.M)]
-    served = {w for line in lines for w in re.findall(r"\w+", line)}
-    close = difflib.get_close_matches(arch, sorted(served), n=3)
+    close = difflib.get_close_matches(arch, sorted({w for line in lines for w in re.findall(r"\w+", line)}), n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     registry = f"the registry ({REGISTRY_NAME} in {MODELS_PACKAGE}) of {tree.src}"
     raise UserError(f"{arch}: no model class of that name in {registry}{hint}")
@@ -153,37 +156,23 @@ def find_arch(tree: Tree, arch: str) -> Cls:
 
 @dataclass
 class Provider:
-    kind: str  # "def", "attribute", "torch", "absent", "not a method", "undecided"
+    """Where a class gets a method, or why it has none: ``kind`` is "found", "not a method", "absent" or
+    "undecided". Each call site must bind the ``signature`` of a found method, where it is known."""
+
+    kind: str
     where: str = ""
-    signature: inspect.Signature | None = None  # of a def, self included
-    static: bool = False  # a staticmethod: no self to pass
-
-    def problem(self, site: CallSite) -> str:
-        """Why ``site`` fails against this provider; "" if it binds."""
-        if self.kind == "not a method" or not self.signature:
-            return self.where if self.kind == "not a method" else ""
-        why = binds(self.signature, site, self.static)
-        return why and f"{self.where}: {why}"
+    signature: inspect.Signature | None = None  # self included, unless ``static``
+    static: bool = False
 
 
-def signature_of(args: ast.arguments) -> inspect.Signature:
-    """The signature a def's parameters make; defaults stand in as None."""
-    P = inspect.Parameter
-    pos = [(a, P.POSITIONAL_ONLY) for a in args.posonlyargs] + [(a, P.POSITIONAL_OR_KEYWORD) for a in args.args]
-    defaults = [P.empty] * (len(pos) - len(args.defaults)) + [None] * len(args.defaults)
-    params = [P(a.arg, kind, default=d) for (a, kind), d in zip(pos, defaults)]
-    params += [P(args.vararg.arg, P.VAR_POSITIONAL)] if args.vararg else []
-    keyword = zip(args.kwonlyargs, args.kw_defaults)
-    params += [P(a.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None) for a, d in keyword]
-    return inspect.Signature(params + ([P(args.kwarg.arg, P.VAR_KEYWORD)] if args.kwarg else []))
-
-
-def binds(sig: inspect.Signature, site: CallSite, static: bool = False) -> str:
-    """Why ``site``'s arguments (and self, for a method) do not bind to ``sig``; "" if they do."""
+def binds(p: Provider, site: CallSite) -> str:
+    """Why ``site``'s arguments (and self, for a method) do not bind to ``p``'s signature; "" if they do."""
+    if site.star or p.signature is None:  # *args or **kwargs at the call: any arity binds
+        return ""
     try:
-        site.star or sig.bind(*([] if static else [object()]), *[None] * site.args, **dict.fromkeys(site.keywords))
+        p.signature.bind(*([] if p.static else [object()]), *[None] * site.args, **dict.fromkeys(site.keywords))
     except TypeError as err:
-        return str(err)
+        return f"{p.where}: {err}"
     return ""
 
 
@@ -191,40 +180,56 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
     """Where ``arch`` gets ``method``, by Python's lookup: attributes set in ``__init__``, then the MRO."""
     order = tree.mro(arch)
     for c in order:
-        init = c.body("__init__") if isinstance(c, Cls) else None
-        for node in ast.walk(init) if isinstance(init, ast.FunctionDef) else ():
+        init = member(c.node, "__init__") if isinstance(c, Cls) else None
+        for node in statements(init.body) if isinstance(init, ast.FunctionDef) else ():
             targets = node.targets if isinstance(node, ast.Assign) else []
-            if any(getattr(t, "attr", "") == method and getattr(t.value, "id", "") == "self" for t in targets):
+            if any(getattr(t, "attr", "") == method and is_self(t.value) for t in targets):
                 where = f"{c.name}.__init__ ({c.path}:{node.lineno})"
                 if isinstance(node.value, ast.Constant):
                     return Provider("not a method", f"{where} sets it to {node.value.value!r}")
-                return Provider("attribute", f"attribute set in {where}")
+                return Provider("found", f"attribute set in {where}")
     for c in order:
-        if c in (NN_MODULE, "torch.nn.modules.module.Module") and method in NN_MODULE_METHODS:
-            return Provider("torch", NN_MODULE)
+        if c in NN_MODULES and method in NN_MODULE_METHODS:
+            return Provider("found", NN_MODULE)
         if isinstance(c, str) and c not in KNOWN_BASES:  # it may define the method, ahead of any later base
             return Provider("undecided", f"its base {c} is outside the tree")
-        stmt = c.body(method) if isinstance(c, Cls) else None
+        stmt = member(c.node, method) if isinstance(c, Cls) else None
         if stmt is None:
             continue
-        where, value = f"{c.name}.{method} ({c.path}:{stmt.lineno})", getattr(stmt, "value", None)
-        fn = (c.body(value.id) or tree.resolve(c.module, value.id)) if isinstance(value, ast.Name) else value
-        fn = fn[1] if isinstance(fn, tuple) else stmt if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else fn
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):  # a function assigned becomes a method
+        where = f"{c.name}.{method} ({c.path}:{stmt.lineno})"
+        fn = stmt if isinstance(stmt, FUNCTIONS) else stmt.value
+        if isinstance(fn, ast.Name):  # get_embed_and_head = _shared
+            found = member(c.node, fn.id) or tree.resolve(f"{c.module}.{fn.id}")
+            fn = found[1] if isinstance(found, tuple) else found
+        if isinstance(fn, (*FUNCTIONS, ast.Lambda)):  # a function assigned becomes a method
             decorated = [d.func if isinstance(d, ast.Call) else d for d in getattr(fn, "decorator_list", [])]
             decorators = {(chain_of(d) or [""])[-1] for d in decorated}
             if decorators & PROPERTIES:
                 return Provider("not a method", f"{where} is a property, not a method")
             sig = signature_of(fn.args)
-            where = f"{c.name}.{method}{sig} ({c.path}:{stmt.lineno})"
-            return Provider("def", where, sig, "staticmethod" in decorators)
-        if isinstance(value, ast.Constant):
-            return Provider("not a method", f"{where} is {value.value!r}, not a method")
-        return Provider("undecided", f"{where} is assigned from {ast.unparse(value)}, which the audit cannot evaluate")
-    dynamic = [c for c in order if isinstance(c, Cls) and c.body("__getattr__") is not None]
+            return Provider("found", f"{c.name}.{method}{sig} ({c.path}:{stmt.lineno})", sig, "staticmethod" in decorators)
+        if isinstance(stmt.value, ast.Constant):
+            return Provider("not a method", f"{where} is {stmt.value.value!r}, not a method")
+        return Provider("undecided", f"{where} is assigned from {ast.unparse(stmt.value)}, which the audit cannot evaluate")
+    dynamic = [c for c in order if isinstance(c, Cls) and member(c.node, "__getattr__") is not None]
     if dynamic:
         return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it")
     return Provider("absent")
+
+
+def settle(report: Report, method: str, sites: tuple, p: Provider) -> None:
+    """File ``method`` under missing, undecided or providers, by what ``p`` says of it and of ``sites``."""
+    if p.kind in ("absent", "undecided"):  # only an unguarded call needs the method to exist
+        if method in report.required:
+            group = report.missing if p.kind == "absent" else report.undecided
+            group.append(Missing(method, report.required[method], p.where))
+        return
+    problems = {s: p.where if p.kind == "not a method" else binds(p, s) for s in sites}
+    bad = [s for s in sites if problems[s]]
+    if bad:
+        report.missing.append(Missing(method, tuple(bad), problems[bad[0]]))
+    else:
+        report.providers[method] = p.where
 
 
 # --- The audit -----------------------------------------------------------------------------------
@@ -236,35 +241,17 @@ def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
     ``sglang_src`` is the directory that contains ``sglang/``. Raises ``UserError`` for a tree or an
     architecture the audit cannot read, or a tree it no longer understands.
     """
-    # Parsing makes millions of objects and no garbage cycles: the collector's passes cost more than the parse.
-    collecting = gc.isenabled()
-    gc.disable()
+    started, collecting = time.perf_counter(), gc.isenabled()
+    gc.disable()  # parsing makes millions of objects and no cycles: the collector's passes cost more than it
     try:
-        return _audit(Path(sglang_src), arch)
+        tree = Tree(Path(sglang_src))
+        found = calls(tree)
+        info = find_arch(tree, arch)
     finally:
         if collecting:
             gc.enable()
-
-
-def _audit(sglang_src: Path, arch: str) -> Report:
-    started = time.perf_counter()
-    tree = Tree(sglang_src)
-    found = calls(tree)
     required = {m: tuple(s for s in ss if not s.guard) for m, ss in found.on.items() if any(not s.guard for s in ss)}
-    info = find_arch(tree, arch)
-    providers, missing, undecided = {}, [], []
-    for method, sites in found.on.items():
-        p = provider(tree, info, method)
-        if p.kind in ("absent", "undecided"):  # only an unguarded call needs the method to exist
-            if method in required:
-                (missing if p.kind == "absent" else undecided).append(Missing(method, required[method], p.where))
-            continue
-        bad = [(s, p.problem(s)) for s in sites if p.problem(s)]
-        if bad:
-            missing.append(Missing(method, tuple(s for s, _ in bad), bad[0][1]))
-        else:
-            providers[method] = p.where
-    return Report(
+    report = Report(
         arch=arch,
         arch_site=f"{info.path}:{info.node.lineno}",
         sglang_version=tree_version(tree.src),
@@ -272,14 +259,14 @@ def _audit(sglang_src: Path, arch: str) -> Report:
         optional={m: ss for m, ss in found.on.items() if m not in required},
         outside=found.outside,
         draft=found.draft,
-        providers=providers,
-        missing=sorted(missing, key=lambda m: (m.sites[0].path, m.sites[0].line)),
-        undecided=undecided,
         flags=found.flags,
         workers=found.workers,
-        files_read=len(tree._ast),
-        seconds=time.perf_counter() - started,
     )
+    for method, sites in found.on.items():
+        settle(report, method, sites, provider(tree, info, method))
+    report.missing.sort(key=lambda m: (m.sites[0].path, m.sites[0].line))
+    report.files_read, report.seconds = len(tree._ast), time.perf_counter() - started
+    return report
 
 
 def confirm(report: Report, sglang_src: Path) -> Report:
@@ -301,33 +288,34 @@ def confirm(report: Report, sglang_src: Path) -> Report:
         cls = getattr(importlib.import_module(module), report.arch)
     except Exception as err:  # whatever the import raises is the answer: say which and why
         raise UserError(f"{module}.{report.arch}: cannot import for --dynamic: {type(err).__name__}: {err}") from None
-    missing, settled = [], set()
     for method in sorted(set(report.required) | set(report.optional)):
-        calls = report.required.get(method, ()) + report.optional.get(method, ())
-        static = inspect.getattr_static(cls, method, None)
-        if static is None:
-            forwarded = any(m.method == method and "__getattr__" in m.reason for m in report.undecided)
-            if method in report.required and not forwarded:
-                if "attribute set in" not in report.providers.get(method, ""):
-                    missing.append(Missing(method, report.required[method], "not on the imported class"))
-                    settled.add(method)
+        sites = report.required.get(method, ()) + report.optional.get(method, ())
+        p = imported(cls, method, report)
+        if p is None:  # the class alone cannot settle it: the static verdict stands
             continue
-        settled.add(method)
-        if isinstance(static, property) or not callable(getattr(cls, method)):
-            missing.append(Missing(method, calls, f"a {type(static).__name__} on the imported class, not a method"))
-            continue
-        sig = inspect.signature(getattr(cls, method))  # bound already for a classmethod
-        bad = [(s, binds(sig, s, isinstance(static, (staticmethod, classmethod)))) for s in calls]
-        bad = [(s, why) for s, why in bad if why]
-        if bad:
-            reason = f"{cls.__name__}.{method}{sig} (imported): {bad[0][1]}"
-            missing.append(Missing(method, tuple(s for s, _ in bad), reason))
-        else:
-            report.confirmed.append(f"{method}{sig} binds all {len(calls)} call sites")
-    kept = [m for m in report.missing if m.method not in settled]
-    report.missing = sorted(kept + missing, key=lambda m: (m.sites[0].path, m.sites[0].line))
-    report.undecided = [m for m in report.undecided if m.method not in settled]
+        report.missing = [m for m in report.missing if m.method != method]
+        report.undecided = [m for m in report.undecided if m.method != method]
+        report.providers.pop(method, None)
+        settle(report, method, sites, p)
+        if p.kind == "found" and method in report.providers:
+            report.confirmed.append(f"{method}{p.signature} binds all {len(sites)} call sites")
+    report.missing.sort(key=lambda m: (m.sites[0].path, m.sites[0].line))
     return report
+
+
+def imported(cls: type, method: str, report: Report) -> Provider | None:
+    """What the imported class says of ``method``; None where only an instance could tell."""
+    static = inspect.getattr_static(cls, method, None)
+    if static is None:
+        forwarded = any(m.method == method and "__getattr__" in m.reason for m in report.undecided)
+        attribute = "attribute set in" in report.providers.get(method, "")
+        needed = method in report.required and not forwarded and not attribute
+        return Provider("absent", "not on the imported class") if needed else None
+    if isinstance(static, property) or not callable(getattr(cls, method)):
+        return Provider("not a method", f"a {type(static).__name__} on the imported class, not a method")
+    sig = inspect.signature(getattr(cls, method))  # bound already for a classmethod
+    where = f"{cls.__name__}.{method}{sig} (imported)"
+    return Provider("found", where, sig, isinstance(static, (staticmethod, classmethod)))
 
 
 def arch_from_config(path: Path) -> str:

@@ -10,9 +10,11 @@ against these calls; docs/patches.md ("The EAGLE-3 audit") states the rules and 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from sglang_stack.errors import UserError
 
@@ -31,11 +33,15 @@ DOT_MODEL = re.compile(rf"\.{MODEL_ATTR}\b")
 SPEC_WORD = re.compile(r"(?:^|_)(?:spec(?:_|$)|specul|eagle)")  # spec_info, speculative_*, eagle_*
 NOT_SPEC = {"find_spec"}  # importlib.util.find_spec: SGLang probes optional packages with it
 SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the algorithm itself
-YES, NO, EITHER = 1, 2, 3  # what a condition can be under EAGLE3
-MODEL, RUNNER, WORKER, DRAFT, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "draft", "loose", "loose runner"
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# What the walk treats apart: blocks, scopes, branches, guards, imports.
+SPECIAL = (list, *FUNCTIONS, ast.ClassDef, ast.If, ast.While, ast.IfExp, ast.BoolOp, ast.Try, ast.TryStar, ast.Import, ast.ImportFrom)
 
-
-# --- The tree: modules, imports, classes ---------------------------------------------------------
+# Roles: what an expression holds. There is one target model, so a receiver is known by its role.
+# A loose runner is one whose owner, target or draft, its name does not tell.
+MODEL, RUNNER, WORKER, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "loose model", "loose runner"
+DRAFT, DRAFT_MODEL = "draft", "draft model"
+STEPS = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
 
 
 @dataclass(frozen=True)
@@ -61,18 +67,9 @@ class Cls:
     module: str
     path: str
     node: ast.ClassDef
-    bases: list | None = None  # Cls in the tree, or a dotted name outside it; filled by Tree.mro
 
-    def body(self, name: str) -> ast.stmt | None:
-        """The last statement of the class body that binds ``name``: a def, or an assignment."""
-        found = None
-        for stmt in self.node.body:
-            targets = getattr(stmt, "targets", [getattr(stmt, "target", None)]) if getattr(stmt, "value", None) else []
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                found = stmt
-            elif any(getattr(t, "id", "") == name for t in targets):
-                found = stmt
-        return found
+
+# --- The tree: modules, names, classes ------------------------------------------------------------
 
 
 class Tree:
@@ -86,12 +83,12 @@ class Tree:
         self.modules: dict[str, str] = {}  # dotted name -> path relative to src
         for p in (self.src / "sglang" / "srt").rglob("*.py"):
             parts = p.relative_to(self.src).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            self.modules[name] = p.relative_to(self.src).as_posix()
+            self.modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p.relative_to(self.src).as_posix()
         self._text: dict[str, str] = {}
         self._ast: dict[str, ast.Module] = {}
         self._imports: dict[str, dict] = {}
-        self._classes: dict[tuple, Cls | None] = {}
+        self._classes: dict[int, Cls] = {}
+        self._standins: dict = {}
 
     def text(self, rel: str) -> str:
         if rel not in self._text:
@@ -117,46 +114,42 @@ class Tree:
             self._imports[module] = out
         return self._imports[module]
 
-    def resolve(self, module: str, name: str, depth: int = 0):
-        """What ``name`` is in ``module``: a module name (str), a (module, def or class node), or None."""
-        if module not in self.modules or depth > 8:
+    def resolve(self, dotted: str, depth: int = 0):
+        """What a dotted name (``sglang.srt.x.f``) is: a module's name, a Cls, a (module, def), or None.
+        A module's own defs come first, then what its imports bind, followed as far as the tree goes."""
+        if dotted in self.modules or depth > 8:  # deeper: an import cycle
+            return dotted if dotted in self.modules else None
+        module, _, name = dotted.rpartition(".")
+        module = self.resolve(module, depth + 1) if module else None  # `utils` in `utils.f`: the module it names
+        if not isinstance(module, str):
             return None
-        for node in self.parse(module).body:
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                return module, node
-        origin = self.imports(module).get(name, "")
-        if origin in self.modules:
-            return origin
-        return self.resolve(*origin.rsplit(".", 1), depth + 1) if "." in origin else None
-
-    def cls(self, module: str, name: str) -> Cls | None:
-        if (module, name) not in self._classes:
-            found = self.resolve(module, name)
-            ok = isinstance(found, tuple) and isinstance(found[1], ast.ClassDef)
-            self._classes[module, name] = Cls(name, found[0], self.modules[found[0]], found[1]) if ok else None
-        return self._classes[module, name]
+        found = next((n for n in self.parse(module).body if getattr(n, "name", None) == name), None)
+        if isinstance(found, ast.ClassDef):
+            return self._classes.setdefault(id(found), Cls(found.name, module, self.modules[module], found))
+        if isinstance(found, FUNCTIONS):
+            return module, found
+        origin = self.imports(module).get(name)
+        return self.resolve(origin, depth + 1) if origin else None
 
     def base(self, module: str, node: ast.expr):
-        """A base class: the in-tree Cls, or the dotted name it stands for (``nn.Module``: torch.nn.Module)."""
+        """A base class: its Cls, or the dotted name it stands for outside the tree (``nn.Module``: torch.nn.Module)."""
         chain = chain_of(node.value if isinstance(node, ast.Subscript) else node) or [ast.unparse(node)]
-        inner = self.resolve(module, chain[0]) if len(chain) == 2 else None  # module.Class
-        found = self.cls(module, chain[0]) if len(chain) == 1 else None
-        found = found or (self.cls(inner, chain[1]) if isinstance(inner, str) else None)
-        return found or ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
+        found = self.resolve(".".join([module, *chain])) if len(chain) <= 2 else None
+        return found if isinstance(found, Cls) else ".".join([self.imports(module).get(chain[0], chain[0])] + chain[1:])
 
-    def mro(self, c, seen: tuple = ()) -> list:
-        """Python's C3 linearisation over in-tree classes; a base outside the tree is a leaf."""
-        if not isinstance(c, Cls) or c in seen:
-            return [c]
-        if c.bases is None:
-            c.bases = [self.base(c.module, b) for b in c.node.bases]
-        seqs, out = [self.mro(b, seen + (c,)) for b in c.bases] + [list(c.bases)], [c]
-        while any(seqs):
-            heads = [s[0] for s in seqs if s]  # an order Python would refuse falls back to the first head
-            head = next((h for h in heads if not any(h in s[1:] for s in seqs)), heads[0])
-            out.append(head)
-            seqs = [s[1:] if s and s[0] == head else s for s in seqs]
-        return out
+    def mro(self, c) -> list:
+        """The MRO of ``c``, as Python computes it (C3) over stand-in classes; a base outside the tree is a leaf."""
+        return [t.origin for t in self.standin(c).__mro__[:-1]]
+
+    def standin(self, c) -> type:
+        if c not in self._standins:
+            self._standins[c] = type("standin", (), {"origin": c})  # a leaf until its bases are made: cycles end here
+            bases = [self.base(c.module, b) for b in c.node.bases] if isinstance(c, Cls) else []
+            try:
+                self._standins[c] = type("standin", tuple(dict.fromkeys(map(self.standin, bases))), {"origin": c})
+            except TypeError:  # bases Python cannot order: it would refuse the class itself
+                pass
+        return self._standins[c]
 
 
 def import_names(stmt: ast.stmt, module: str, package: bool = False) -> dict[str, str]:
@@ -171,6 +164,48 @@ def import_names(stmt: ast.stmt, module: str, package: bool = False) -> dict[str
     return {}
 
 
+def member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
+    """The last statement of a class body that binds ``name``: a def, or an assignment."""
+    found = None
+    for stmt in cls.body:
+        targets = getattr(stmt, "targets", [getattr(stmt, "target", None)]) if getattr(stmt, "value", None) else []
+        if isinstance(stmt, FUNCTIONS) and stmt.name == name or name in [getattr(t, "id", "") for t in targets]:
+            found = stmt
+    return found
+
+
+def signature_of(args: ast.arguments) -> inspect.Signature:
+    """The signature a def's parameters make; defaults stand in as None."""
+    P = inspect.Parameter
+    pos = [(a, P.POSITIONAL_ONLY) for a in args.posonlyargs] + [(a, P.POSITIONAL_OR_KEYWORD) for a in args.args]
+    defaults = [P.empty] * (len(pos) - len(args.defaults)) + [None] * len(args.defaults)
+    params = [P(a.arg, kind, default=d) for (a, kind), d in zip(pos, defaults)]
+    params += [P(args.vararg.arg, P.VAR_POSITIONAL)] if args.vararg else []
+    keyword = zip(args.kwonlyargs, args.kw_defaults)
+    params += [P(a.arg, P.KEYWORD_ONLY, default=P.empty if d is None else None) for a, d in keyword]
+    return inspect.Signature(params + ([P(args.kwarg.arg, P.VAR_KEYWORD)] if args.kwarg else []))
+
+
+def operands(test: ast.expr):
+    """What ``and``, ``or`` and ``not`` combine in a condition."""
+    if isinstance(test, ast.BoolOp):
+        for value in test.values:
+            yield from operands(value)
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from operands(test.operand)
+    else:
+        yield test
+
+
+def statements(body: list):
+    """Every statement of a block, nested ones too, but not those of a nested class."""
+    for stmt in body:
+        yield stmt
+        if not isinstance(stmt, ast.ClassDef):
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                yield from statements(getattr(stmt, name, []))
+
+
 def chain_of(node: ast.AST) -> list[str] | None:
     """``self.a.b`` -> ["self", "a", "b"]; None if not a plain dotted name."""
     out: list[str] = []
@@ -180,58 +215,107 @@ def chain_of(node: ast.AST) -> list[str] | None:
     return [node.id, *out[::-1]] if isinstance(node, ast.Name) else None
 
 
-def words(node: ast.AST) -> list[str]:
-    """Every name and attribute in an expression."""
-    return [getattr(n, "id", None) or n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))]
+def words(node: ast.AST, outer: bool = False) -> list[str]:
+    """Every name and attribute in an expression; ``outer``: only those not read through (``b``, not ``a``, of ``a.b``)."""
+    inner = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)} if outer else ()
+    named = [n for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
+    return [getattr(n, "id", None) or n.attr for n in named]
 
 
 def speculative(word: str) -> bool:
     return word not in NOT_SPEC and SPEC_WORD.search(word.lower()) is not None
 
 
+def is_self(node: ast.AST) -> bool:
+    return getattr(node, "id", "") == "self"
+
+
 def exits(body: list) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
-
-
-def raises(body: list) -> bool:
-    return bool(body) and isinstance(body[-1], ast.Raise)
 
 
 def stored(body: list) -> set[str]:
     return {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-# --- The algorithm: what a condition can be under EAGLE3; the EAGLE-3 workers --------------------
+# --- The algorithm: what a condition can be under EAGLE3 --------------------------------------------
 
 
 class Spec:
+    """The speculative-algorithm enum: its members, one-line predicates and worker factory."""
+
     def __init__(self, tree: Tree):
         if SPEC_MODULE not in tree.modules:
             raise UserError(f"{tree.src}: no {SPEC_MODULE} (the speculative-algorithm enum); {LAYOUT}")
-        self.tree, self.path = tree, tree.modules[SPEC_MODULE]
+        self.file = tree.src / tree.modules[SPEC_MODULE]
         for node in tree.parse(SPEC_MODULE).body:
             assigned = [t for s in getattr(node, "body", []) if isinstance(s, ast.Assign) for t in s.targets]
             members = {t.id for t in assigned if isinstance(t, ast.Name)}
             if isinstance(node, ast.ClassDef) and {EAGLE3, NO_SPEC} <= members:
-                self.name, self.node, self.members = node.name, node, members
                 break
         else:
-            raise UserError(f"{tree.src / self.path}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
+            raise UserError(f"{self.file}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
+        self.name, self.node, self.members = node.name, node, members
+        self.inside = {id(n) for n in ast.walk(node)}  # in the enum, `self` is the algorithm
         self.bodies = {}  # the one-line predicates: is_eagle3 -> the expression it returns
-        for fn in self.node.body:
+        for fn in node.body:
             body = [s for s in getattr(fn, "body", []) if not isinstance(getattr(s, "value", None), ast.Constant)]
             if isinstance(fn, ast.FunctionDef) and len(fn.args.args) == 1 and len(body) == 1:
                 if isinstance(body[0], ast.Return) and body[0].value is not None:
                     self.bodies[fn.name] = body[0].value
-        self.flags: set[str] = set()
-        self.touched = False  # value() met a predicate call or a comparison of the algorithm
-        self._predicates: dict[str, int] = {}
-        self._memo: dict[int, tuple[int, bool]] = {}
+        self.factory = next((f for f in node.body if getattr(f, "name", "") == WORKER_FACTORY), None)
+        if self.factory is None:
+            raise UserError(f"{self.file}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
+        self.flags: set[str] = set()  # attributes set True under a condition that tests the algorithm
+        self._predicates: dict[str, set] = {}
 
-    def predicate(self, name: str) -> int:
+    def can(self, node: ast.expr, truth: bool = True, known: dict | None = None) -> bool:
+        """Can the condition be ``truth`` when the algorithm is EAGLE3 (and ``known``: id of a node -> its values)?"""
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self.can(node.operand, not truth, known)
+        if isinstance(node, ast.BoolOp):
+            parts = [self.can(v, truth, known) for v in node.values]
+            return all(parts) if isinstance(node.op, ast.And) == truth else any(parts)
+        values = (known or {}).get(id(node)) or self.test(node)
+        if values is None and (getattr(node, "attr", None) or getattr(node, "id", "")).startswith("is_draft"):
+            values = {False}  # ModelRunner.is_draft_worker: the target's runner is not the draft's
+        if values is None and isinstance(node, ast.Constant):
+            values = {bool(node.value)}
+        return values is None or truth in values
+
+    def mentions(self, test: ast.expr) -> bool:
+        """Does the condition test the algorithm, or read a flag (``spec``/``eagle`` in it, or a set one)?
+        A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
+        return self.tests(test) or any(speculative(w) or w in self.flags for w in words(test, outer=True))
+
+    def tests(self, node: ast.expr) -> bool:
+        """Does the condition test the algorithm: a predicate call or a comparison, through and/or/not?"""
+        return any(self.test(n) is not None for n in operands(node))
+
+    def test(self, node: ast.expr) -> set | None:
+        """The values a predicate call or a comparison of the algorithm can take under EAGLE3; None if not one."""
+        mine = id(node) in self.inside
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
+            # is_none() is on other enums too (the MoE all-to-all backend): the receiver must be the algorithm
+            recv = node.func.value
+            if mine and is_self(recv) or any(speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)):
+                return self.predicate(node.func.attr)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+                named, member = self.refs(other), any(isinstance(n, ast.Attribute) for n in ast.walk(other))
+                about = mine and is_self(subject) or member  # an enum member is unambiguous
+                if named is not None and (about or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
+                    if isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)):
+                        return {EAGLE3 in named}
+                    if isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn)):
+                        return {EAGLE3 not in named}
+                    return {True, False}
+        return None
+
+    def predicate(self, name: str) -> set:
         if name not in self._predicates:
-            self._predicates[name] = EITHER  # a cycle stays unknown
-            self._predicates[name] = self.value(self.bodies[name], in_enum=True)
+            self._predicates[name] = {True, False}  # a cycle stays unknown
+            self._predicates[name] = {t for t in (True, False) if self.can(self.bodies[name], t)}
         return self._predicates[name]
 
     def refs(self, node: ast.expr) -> set[str] | None:
@@ -245,83 +329,17 @@ class Spec:
             return {str(node.value).upper()}
         return None
 
-    def value(self, node: ast.expr, in_enum: bool = False) -> int:
-        """YES, NO or EITHER: what the condition can be when the algorithm is EAGLE3."""
-        if isinstance(node, ast.BoolOp):
-            vals = [self.value(v, in_enum) for v in node.values]
-            t, f = (all, any) if isinstance(node.op, ast.And) else (any, all)
-            return (YES if t(v & YES for v in vals) else 0) | (NO if f(v & NO for v in vals) else 0)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            v = self.value(node.operand, in_enum)
-            return ((v & YES) << 1) | ((v & NO) >> 1)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
-            # is_none() is on other enums too (the MoE all-to-all backend): the receiver must be the algorithm
-            recv = node.func.value
-            if in_enum and getattr(recv, "id", "") == "self" or any(
-                speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)
-            ):
-                self.touched = True
-                return self.predicate(node.func.attr)
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
-                named, member = self.refs(other), any(isinstance(n, ast.Attribute) for n in ast.walk(other))
-                about = in_enum and getattr(subject, "id", "") == "self" or member  # an enum member is unambiguous
-                if named is not None and (about or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
-                    self.touched, negated = True, isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn))
-                    if not negated and not isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)):
-                        return EITHER
-                    return YES if (EAGLE3 in named) != negated else NO
-        if (getattr(node, "attr", None) or getattr(node, "id", "")).startswith("is_draft"):
-            return NO  # ModelRunner.is_draft_worker: the target's runner is not the draft's
-        return (YES if node.value else NO) if isinstance(node, ast.Constant) else EITHER
-
-    def judge(self, test: ast.expr) -> tuple[int, bool]:
-        """(value under EAGLE3, does it test the algorithm), per condition node."""
-        if id(test) not in self._memo:
-            self.touched = False
-            self._memo[id(test)] = (self.value(test), self.touched)
-        return self._memo[id(test)]
-
-    def mentions(self, test: ast.expr) -> bool:
-        """Does the condition test the algorithm, or name a flag (``spec``/``eagle`` in it, or a set one)?
-        A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
-        inner = {id(n.value) for n in ast.walk(test) if isinstance(n, ast.Attribute)}
-        read = [getattr(n, "id", None) or n.attr for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
-        return self.judge(test)[1] or any(speculative(w) or w in self.flags for w in read)
-
-    def workers(self) -> list[Cls]:
-        """The classes ``create_worker`` can return under EAGLE3."""
-        factory = next((f for f in self.node.body if getattr(f, "name", "") == WORKER_FACTORY), None)
-        if factory is None:
-            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
-        found: list[Cls] = []
-
-        def block(stmts, local: dict) -> bool:  # True: every path through it returned
-            for stmt in stmts:
-                local.update(import_names(stmt, SPEC_MODULE))
-                if isinstance(stmt, ast.If):
-                    v = self.value(stmt.test, in_enum=True)
-                    if (not v & YES or block(stmt.body, local)) and (not v & NO or block(stmt.orelse, local)):
-                        return True
-                elif isinstance(stmt, (ast.With, ast.Try)) and block(stmt.body, local):
-                    return True
-                elif isinstance(stmt, (ast.Return, ast.Raise)):
-                    name = getattr(getattr(stmt, "value", None), "id", "")
-                    origin = local.get(name) or self.tree.imports(SPEC_MODULE).get(name) or ""
-                    c = self.tree.cls(*origin.rsplit(".", 1)) if "." in origin else None
-                    if c is not None and c not in found:
-                        found.append(c)
-                    return True
-            return False
-
-        block(factory.body, {})
-        if not found:
-            raise UserError(f"{self.tree.src / self.path}: {self.name}.{WORKER_FACTORY}() returns no in-tree worker "
-                            f"class for {EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
-        return found
-
 
 # --- Calls on models, with their path conditions -------------------------------------------------
+
+
+class Cond(NamedTuple):
+    """A condition on the walk's path: ``test`` is ``truth`` there."""
+
+    test: ast.expr
+    truth: bool
+    checks: dict  # id of a node in the test -> the (role, method) without which it is false
+    via: tuple  # the caller's arguments that the test's names stand for
 
 
 @dataclass
@@ -329,120 +347,110 @@ class Frame:
     """Where the walk is: the scope, what its names hold, and the conditions that lead there."""
 
     module: str
-    path: str
-    spec_pkg: bool  # inside the speculative package, where a class's own runner is the draft's
     scope: ast.AST  # the function (or module) walked
     cls: ast.ClassDef | None = None
-    runner: bool = False  # `self` is a ModelRunner
-    aliases: dict = field(default_factory=dict)  # name -> (role, canonical receiver)
+    aliases: dict = field(default_factory=dict)  # name -> role
     imports: dict = field(default_factory=dict)  # imports inside the function
-    conds: tuple = ()  # (test, polarity, {(receiver, method)} it proves present, arguments its names stand for)
+    conds: tuple = ()
     arguments: dict = field(default_factory=dict)  # parameter -> the caller's argument expression
     on_path: bool = False  # in an EAGLE-3 worker's module or class, or reached from the EAGLE-3 path
     guard: str = ""  # an enclosing `except AttributeError`
     depth: int = 0
 
+    def under(self, cond: Cond) -> Frame:
+        return replace(self, conds=self.conds + (cond,))
+
 
 class Scan:
     """Walks modules, and the functions the target is passed to; records every call on a model."""
 
-    def __init__(self, tree: Tree, spec: Spec, runner_names: set, on_classes: set):
-        self.tree, self.spec, self.runner_names, self.on_classes = tree, spec, runner_names, on_classes
+    def __init__(self, tree: Tree, spec: Spec, runners: set):
+        self.tree, self.spec, self.runners = tree, spec, runners  # runners: ModelRunner and its in-tree bases, by name
+        self.on_classes: set = set()  # (module, name) of the speculative classes the workers inherit from
         self.sites: list = []  # (CallSite, conds, on_path, role)
-        self.flag_sets: list = []  # (attribute set True, conds)
-        self._class_aliases: dict = {}
+        self.returns: list = []  # (value, frame) of each `return` in the worker factory
+        self._members: dict = {}
         self._followed: set = set()
 
-    def module(self, module: str, on_path: bool) -> None:
-        tree = self.tree.parse(module)
-        f = Frame(module, self.tree.modules[module], module.startswith(SPEC_PACKAGE), tree, on_path=on_path)
-        self.block(tree.body, f)
+    def lookup(self, node: ast.expr, f: Frame):
+        """What a dotted name is where the walk is, as ``Tree.resolve`` answers."""
+        chain = chain_of(node) or [""]
+        local = f.imports.get(chain[0])
+        return self.tree.resolve(".".join([local] + chain[1:] if local else [f.module] + chain))
 
-    # values ----------------------------------------------------------------------------------
+    # roles -----------------------------------------------------------------------------------
 
-    def value(self, node: ast.AST, f: Frame) -> tuple[str | None, str]:
-        """(role, canonical text) of an expression; the role of the model, runner or worker it holds, or None."""
+    def role(self, node: ast.AST, f: Frame) -> str | None:
+        """What an expression holds: the target's model, runner or worker, a draft's, or None."""
         if isinstance(node, ast.Name):
             if node.id == "self":
-                return (RUNNER if f.runner else None), f"self@{f.cls.name if f.cls else ''}"
-            return f.aliases.get(node.id) or (self.named(node.id, f, False), node.id)
+                return RUNNER if f.cls is not None and f.cls.name in self.runners else None
+            return f.aliases.get(node.id) or self.named(node.id, f.module, False)
         if isinstance(node, (ast.Subscript, ast.Call)):  # self.mtp_model_runner(i), self.draft_runners[i]
-            role, canon = self.value(node.value if isinstance(node, ast.Subscript) else node.func, f)
-            return (DRAFT if role == DRAFT else None), canon + "()"
+            inner = self.role(node.value if isinstance(node, ast.Subscript) else node.func, f)
+            return DRAFT if inner in (DRAFT, DRAFT_MODEL) else None
         if not isinstance(node, ast.Attribute):
-            return None, ast.unparse(node)
-        (role, base), attr = self.value(node.value, f), node.attr
-        if role == DRAFT or any(m in attr.lower() for m in DRAFT_MARKERS):
-            return DRAFT, f"{base}.{attr}"
-        if role:
-            step = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
-            return step.get((role, attr)), f"{base}.{attr}"
-        is_self = getattr(node.value, "id", "") == "self"
-        if is_self and f.cls is not None and attr in self.class_aliases(f):
-            return self.class_aliases(f)[attr]
-        return self.named(attr, f, is_self), f"{base}.{attr}"
+            return None
+        inner, attr = self.role(node.value, f), node.attr
+        if inner in (DRAFT, DRAFT_MODEL):
+            return DRAFT_MODEL if attr == MODEL_ATTR else DRAFT
+        if any(m in attr.lower() for m in DRAFT_MARKERS):
+            return DRAFT
+        if inner:
+            return STEPS.get((inner, attr))
+        if is_self(node.value) and f.cls is not None and attr in self.members(f):
+            return self.members(f)[attr]
+        return self.named(attr, f.module, is_self(node.value))
 
     @staticmethod
-    def named(name: str, f: Frame, is_self: bool) -> str | None:
+    def named(name: str, module: str, of_self: bool) -> str | None:
         """The role a name gives: ``target_worker``, ``model_runner``, ``draft*``; any other ``*runner`` is loose."""
         if any(m in name.lower() for m in DRAFT_MARKERS):
             return DRAFT
         if name == TARGET_ATTR:
             return WORKER
         if name == RUNNER_ATTR:  # a speculative worker's own runner holds the draft model
-            return RUNNER if not f.spec_pkg else DRAFT if is_self else LOOSE_RUNNER
+            return RUNNER if not module.startswith(SPEC_PACKAGE) else DRAFT if of_self else LOOSE_RUNNER
         return LOOSE_RUNNER if name.lower().endswith("runner") else None
 
-    def class_aliases(self, f: Frame) -> dict:
+    def members(self, f: Frame) -> dict:
         """``self.x = <model, runner or worker>`` anywhere in the class makes ``self.x`` one in every method."""
-        if id(f.cls) not in self._class_aliases:
-            table = self._class_aliases[id(f.cls)] = {}
-            todo, inner = list(f.cls.body), replace(f, aliases={})
-            while todo:
-                stmt = todo.pop(0)
-                target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
-                if isinstance(target, ast.Attribute) and getattr(target.value, "id", "") == "self":
-                    role, canon = self.value(stmt.value, inner)
-                    if role:
-                        table[target.attr] = role, canon
-                for name in ("body", "orelse", "finalbody", "handlers"):
-                    todo.extend(s for s in getattr(stmt, name, ()) if not isinstance(s, ast.ClassDef))
-        return self._class_aliases[id(f.cls)]
+        if id(f.cls) not in self._members:
+            table = self._members[id(f.cls)] = {}
+            plain = replace(f, aliases={})
+            for node in statements(f.cls.body):
+                target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+                if isinstance(target, ast.Attribute) and is_self(target.value) and self.role(node.value, plain):
+                    table[target.attr] = self.role(node.value, plain)
+        return self._members[id(f.cls)]
 
     # conditions and guards ---------------------------------------------------------------------
 
-    def cond(self, test: ast.expr, polarity: bool, f: Frame, proves=True) -> tuple:
-        """A path condition. ``proves`` False: a check that raises proves nothing; (taken, skipped, stmt):
-        nor does one whose other branch leaves unset a name that is read after ``stmt``."""
+    def cond(self, test: ast.expr, truth: bool, f: Frame, taken=(), skipped=(), node=None) -> Cond:
+        """A path condition. Its checks that a method exists count unless the branch they skip raises (the
+        server still fails) or leaves unset a name, bound in ``taken``, that is read after ``node``."""
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
-        guards = self.guards(test, polarity, f) if proves else ()
-        if guards and isinstance(proves, tuple) and self.unset(*proves, f):
-            guards = ()
-        return test, polarity, frozenset(guards), via
+        checks = {id(n): check for n in operands(test) if (check := self.check(n, f))}
+        if checks and (skipped and isinstance(skipped[-1], ast.Raise) or self.unset(taken, skipped, node, f)):
+            checks = {}
+        return Cond(test, truth, checks, via)
 
-    def guards(self, test: ast.expr, polarity: bool, f: Frame) -> set:
-        """(receiver, method) pairs that ``test`` being ``polarity`` proves present."""
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self.guards(test.operand, not polarity, f)
-        if isinstance(test, ast.BoolOp):
-            parts = [self.guards(v, polarity, f) for v in test.values]
-            return set().union(*parts) if isinstance(test.op, ast.And) == polarity else set.intersection(*parts)
-        if isinstance(test, ast.Compare) and isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
-            if getattr(test.comparators[0], "value", 0) is None:  # getattr(m, "x", None) is not None
-                return self.guards(test.left, polarity, f)
-        if not polarity or not isinstance(test, ast.Call):
-            return set()
-        name, args = getattr(test.func, "id", ""), test.args
+    def check(self, node: ast.expr, f: Frame) -> tuple | None:
+        """The (role, method) without which ``node`` is false: ``hasattr(m, "x")``, ``getattr(m, "x", None)``,
+        and ``callable(...)`` or ``... is not None`` of one."""
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.IsNot, ast.NotEq)):
+            return self.check(node.left, f) if getattr(node.comparators[0], "value", 0) is None else None
+        name, args = getattr(getattr(node, "func", None), "id", ""), getattr(node, "args", [])
         if name == "callable" and len(args) == 1:
-            return self.guards(args[0], True, f)
+            return self.check(args[0], f)
         defaulted = len(args) == 3 and isinstance(args[2], ast.Constant) and not args[2].value
         if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(
             getattr(args[1], "value", 0), str
         ):
-            return {(self.value(args[0], f)[1], args[1].value)}
-        return set()
+            return self.role(args[0], f), args[1].value
+        return None
 
-    def unset(self, taken: list, skipped: list, after: ast.stmt, f: Frame) -> bool:
+    def unset(self, taken, skipped, after: ast.AST, f: Frame) -> bool:
         """Would running ``skipped`` instead of ``taken`` leave a name unset that the code after ``after`` reads?"""
         bound = set() if exits(skipped) else stored(taken) - stored(skipped)
         return bool(bound) and any(
@@ -460,84 +468,64 @@ class Scan:
                     return "except AttributeError"
         return ""
 
-    # statements ------------------------------------------------------------------------------
+    # the walk --------------------------------------------------------------------------------
 
-    def block(self, stmts: list, f: Frame) -> None:
-        for stmt in stmts:
-            self.stmt(stmt, f)
-            if isinstance(stmt, ast.If) and exits(stmt.body) != exits(stmt.orelse):
-                # `if not ok: return` guards the rest of the block; an exit by `raise` does too,
-                # but then a missing method still fails the server.
-                leaving = stmt.body if exits(stmt.body) else stmt.orelse
-                proves = not raises(leaving)
-                f = replace(f, conds=f.conds + (self.cond(stmt.test, leaving is stmt.orelse, f, proves),))
-
-    def stmt(self, stmt: ast.stmt, f: Frame) -> None:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = {a.arg for a in ast.walk(stmt.args) if isinstance(a, ast.arg)}
+    def visit(self, node: ast.AST | list, f: Frame) -> None:
+        """Walk a node, or a block of statements, where ``f`` says."""
+        if not isinstance(node, SPECIAL):  # most nodes: a call, a return, an assignment, or none
+            if isinstance(node, ast.Call):
+                self.call(node, f)
+            if isinstance(node, ast.Return) and f.scope is self.spec.factory:
+                self.returns.append((node.value, f))
+            for child in ast.iter_child_nodes(node):
+                self.visit(child, f)
+            if isinstance(node, ast.Assign):
+                self.assign(node, f)
+        elif isinstance(node, list):
+            for stmt in node:
+                self.visit(stmt, f)
+                if isinstance(stmt, ast.If) and exits(stmt.body) != exits(stmt.orelse):
+                    # `if not ok: return` guards the rest of the block (an exit by `raise` proves nothing)
+                    leaving = stmt.body if exits(stmt.body) else stmt.orelse
+                    f = f.under(self.cond(stmt.test, leaving is stmt.orelse, f, [], leaving, stmt))
+        elif isinstance(node, FUNCTIONS):
+            params = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
             aliases = {k: v for k, v in f.aliases.items() if k not in params}
-            self.block(stmt.body, replace(f, aliases=aliases, imports=dict(f.imports), scope=stmt))
-        elif isinstance(stmt, ast.ClassDef):
-            bases = {(chain_of(b) or [""])[-1] for b in stmt.bases}
-            runner = stmt.name in self.runner_names or bool(bases & self.runner_names)
-            if runner:
-                self.runner_names.add(stmt.name)
-            on_path = f.on_path or (f.module, stmt.name) in self.on_classes
-            self.block(stmt.body, replace(f, cls=stmt, runner=runner, aliases={}, on_path=on_path))
-        elif isinstance(stmt, (ast.If, ast.While)):
-            self.expr(stmt.test, f)
-            proves = not raises(stmt.orelse) and (stmt.body, stmt.orelse, stmt)
-            self.block(stmt.body, replace(f, conds=f.conds + (self.cond(stmt.test, True, f, proves),)))
-            proves = not raises(stmt.body) and (stmt.orelse, stmt.body, stmt)
-            otherwise = f.conds + (self.cond(stmt.test, False, f, proves),) if isinstance(stmt, ast.If) else f.conds
-            self.block(stmt.orelse, replace(f, conds=otherwise))
-        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            self.block(stmt.body, replace(f, guard=self.try_guard(stmt, f) or f.guard))
-            for part in [h.body for h in stmt.handlers] + [stmt.orelse, stmt.finalbody]:
-                self.block(part, f)
-        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            f.imports.update(import_names(stmt, f.module))
-        else:
-            for child in ast.iter_child_nodes(stmt):
-                if isinstance(child, ast.stmt):
-                    self.block([child], f)
-                elif type(child).__name__ == "match_case":
-                    self.block(child.body, f)
-                else:
-                    self.expr(child, f)
-            if isinstance(stmt, ast.Assign):
-                self.assign(stmt, f)
+            self.visit(node.body, replace(f, scope=node, aliases=aliases, imports=dict(f.imports)))
+        elif isinstance(node, ast.ClassDef):
+            if {(chain_of(b) or [""])[-1] for b in node.bases} & self.runners:
+                self.runners.add(node.name)
+            on_path = f.on_path or (f.module, node.name) in self.on_classes
+            self.visit(node.body, replace(f, cls=node, aliases={}, on_path=on_path))
+        elif isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            self.visit(node.test, f)
+            body, orelse = ([node.body], [node.orelse]) if isinstance(node, ast.IfExp) else (node.body, node.orelse)
+            self.visit(node.body, f.under(self.cond(node.test, True, f, body, orelse, node)))
+            otherwise = f if isinstance(node, ast.While) else f.under(self.cond(node.test, False, f, orelse, body, node))
+            self.visit(node.orelse, otherwise)
+        elif isinstance(node, ast.BoolOp):  # `a and b`: b runs where a is true
+            for value in node.values:
+                self.visit(value, f)
+                f = f.under(self.cond(value, isinstance(node.op, ast.And), f))
+        elif isinstance(node, (ast.Try, ast.TryStar)):
+            self.visit(node.body, replace(f, guard=self.try_guard(node, f) or f.guard))
+            for part in [h.body for h in node.handlers] + [node.orelse, node.finalbody]:
+                self.visit(part, f)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            f.imports.update(import_names(node, f.module))
 
     def assign(self, stmt: ast.Assign, f: Frame) -> None:
         for t in stmt.targets:
-            if isinstance(t, ast.Attribute):
-                if getattr(stmt.value, "value", None) is True:
-                    self.flag_sets.append((t.attr, f.conds))
+            if isinstance(t, ast.Attribute):  # a flag: set True under a condition that tests the algorithm
+                tested = any(self.spec.tests(c.test) for c in f.conds)
+                if getattr(stmt.value, "value", None) is True and tested and self.possible(f.conds):
+                    self.spec.flags.add(t.attr)
                 continue
             for name in [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]:
                 f.aliases.pop(name, None)
-            got = self.value(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else (None, "")
-            if got[0]:
-                f.aliases[t.id] = got  # `model = self.model_runner.model`
-
-    # expressions -----------------------------------------------------------------------------
-
-    def expr(self, node: ast.AST, f: Frame) -> None:
-        if isinstance(node, ast.BoolOp):
-            conds = f.conds
-            for value in node.values:
-                self.expr(value, replace(f, conds=conds))
-                conds += (self.cond(value, isinstance(node.op, ast.And), f),)
-            return
-        if isinstance(node, ast.IfExp):
-            self.expr(node.test, f)
-            self.expr(node.body, replace(f, conds=f.conds + (self.cond(node.test, True, f),)))
-            self.expr(node.orelse, replace(f, conds=f.conds + (self.cond(node.test, False, f),)))
-            return
-        if isinstance(node, ast.Call):
-            self.call(node, f)
-        for child in ast.iter_child_nodes(node):
-            self.expr(child, f)
+            role = self.role(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else None
+            if role:
+                f.aliases[t.id] = role  # `model = self.model_runner.model`
 
     def call(self, node: ast.Call, f: Frame) -> None:
         func, guard, recv, method = node.func, f.guard, None, ""
@@ -547,73 +535,58 @@ class Scan:
             # getattr(model, "m")(...) needs m; with a default it is optional
             recv, method = func.args[0], getattr(func.args[1], "value", None)
             guard = guard or ("getattr default" if len(func.args) > 2 else "")
-        role, canon = self.value(recv, f) if recv is not None and isinstance(method, str) else (None, "")
-        if role in (MODEL, LOOSE) or role == DRAFT and canon.endswith("." + MODEL_ATTR):
-            if not guard and any((canon, method) in c[2] for c in f.conds):
-                guard = "hasattr"
+        role = self.role(recv, f) if recv is not None and isinstance(method, str) else None
+        if role in (MODEL, LOOSE, DRAFT_MODEL):
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             keywords = tuple(k.arg for k in node.keywords if k.arg)
-            site = CallSite(f.path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
+            path = self.tree.modules[f.module]
+            site = CallSite(path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
             self.sites.append((site, f.conds, f.on_path, role))
-        slots = [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]
-        passed = [(slot, self.value(a, f)) for slot, a in slots]
-        passed = [(slot, v) for slot, v in passed if v[0] in (MODEL, RUNNER, WORKER)]
-        if passed and f.depth < MAX_DEPTH:
-            self.follow(node, slots, passed, f)
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if f.depth < MAX_DEPTH and any(self.role(a, f) in (MODEL, RUNNER, WORKER) for a in arguments):
+            self.follow(node, f)
 
-    def follow(self, node: ast.Call, slots: list, passed: list, f: Frame) -> None:
+    def follow(self, node: ast.Call, f: Frame) -> None:
         """Walk the function or method the target is passed to, its parameter bound to it."""
-        func, found, cls = node.func, None, None
-        if isinstance(func, ast.Name):
-            origin = f.imports.get(func.id, "")
-            found = self.tree.resolve(*origin.rsplit(".", 1)) if "." in origin else self.tree.resolve(f.module, func.id)
-        elif isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "self" and f.cls is not None:
-            found, cls = (f.module, Cls(f.cls.name, f.module, f.path, f.cls).body(func.attr)), f.cls
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # module.function(...)
-            module = f.imports.get(func.value.id) or self.tree.resolve(f.module, func.value.id)
-            found = self.tree.resolve(module, func.attr) if isinstance(module, str) else None
-        if not isinstance(found, tuple):
+        chain, cls = chain_of(node.func) or [""], None
+        if chain[0] == "self" and len(chain) == 2 and f.cls is not None:  # self.method(...)
+            found, cls = (f.module, member(f.cls, chain[1])), f.cls
+        else:
+            found = self.lookup(node.func, f)
+        if isinstance(found, Cls):  # a constructor
+            found, cls = (found.module, member(found.node, "__init__")), found.node
+        if not (isinstance(found, tuple) and isinstance(found[1], FUNCTIONS)):
             return
         module, fn = found
-        if isinstance(fn, ast.ClassDef):
-            cls, fn = fn, Cls(fn.name, module, self.tree.modules[module], fn).body("__init__")
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        try:  # the arguments by parameter, as Python binds them (a method's self aside)
+            bound = signature_of(fn.args).bind_partial(*[None] * (cls is not None), *node.args, **keywords)
+        except TypeError:
             return
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1 if cls is not None else 0 :]
-        names = set(params) | {a.arg for a in fn.args.kwonlyargs}
-
-        def param(slot):
-            return params[slot] if isinstance(slot, int) and slot < len(params) else slot if slot in names else None
-
-        binding = {param(slot): v for slot, v in passed if param(slot)}
-        key = (id(fn), tuple(sorted(binding.items())), tuple(id(c[0]) for c in f.conds), f.on_path, f.guard)
+        # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
+        arguments = {p: a for p, a in bound.arguments.items() if isinstance(a, ast.expr)}
+        binding = {p: self.role(a, f) for p, a in arguments.items() if self.role(a, f) in (MODEL, RUNNER, WORKER)}
+        key = (id(fn), tuple(sorted(binding.items())), tuple(id(c.test) for c in f.conds), f.on_path, f.guard)
         if binding and key not in self._followed:
             self._followed.add(key)
-            # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
-            arguments = {param(slot): a for slot, a in slots if param(slot)}
-            runner = cls is not None and cls.name in self.runner_names
-            inner = Frame(module, self.tree.modules[module], module.startswith(SPEC_PACKAGE), fn, cls, runner,
-                          binding, {}, f.conds, arguments, f.on_path, f.guard, f.depth + 1)  # fmt: skip
-            self.block(fn.body, inner)
+            inner = replace(f, module=module, scope=fn, cls=cls, aliases=binding, imports={}, arguments=arguments)
+            self.visit(fn.body, replace(inner, depth=f.depth + 1))
 
     # after the walk ----------------------------------------------------------------------------
 
-    def flags(self) -> set[str]:
-        """Attributes set True under a condition that tests the algorithm and can hold under EAGLE3."""
-        out = set()
-        for name, conds in self.flag_sets:
-            judged = [(self.spec.judge(t), p) for t, p, *_ in conds]
-            if all(value & (YES if p else NO) for (value, _), p in judged) and any(algo for (_, algo), _ in judged):
-                out.add(name)
-        return out
+    def possible(self, conds: tuple, lacking: tuple | None = None) -> bool:
+        """Can every condition hold under EAGLE3, and if ``lacking`` is a (role, method), without that method?"""
+        for c in conds:
+            if not self.spec.can(c.test, c.truth, {i: {False} for i, check in c.checks.items() if check == lacking}):
+                return False
+        return True
 
     def where(self, conds: tuple, on_path: bool) -> str:
         """Is the call "on" the EAGLE-3 path, "off" it (it runs, but not for speculation), or "never" run?"""
-        for test, polarity, _, via in conds:
-            if not self.spec.judge(test)[0] & (YES if polarity else NO):
-                return "never"
-            on_path = on_path or self.spec.mentions(test) or any(map(self.spec.mentions, via))
-        return "on" if on_path else "off"
+        if not self.possible(conds):
+            return "never"
+        mentioned = (self.spec.mentions(c.test) or any(map(self.spec.mentions, c.via)) for c in conds)
+        return "on" if on_path or any(mentioned) else "off"
 
 
 # --- The EAGLE-3 path -----------------------------------------------------------------------------
@@ -633,46 +606,51 @@ class Calls:
 def calls(tree: Tree) -> Calls:
     """Every call on a model that the EAGLE-3 path makes. Raises ``UserError`` on a layout it does not know."""
     spec = Spec(tree)
-    workers = spec.workers()
-    runner = tree.cls(RUNNER_MODULE, RUNNER_CLASS) if RUNNER_MODULE in tree.modules else None
-    if runner is None:
+    runner = tree.resolve(f"{RUNNER_MODULE}.{RUNNER_CLASS}")
+    if not isinstance(runner, Cls):
         raise UserError(f"{tree.src}: class {RUNNER_CLASS} not found in {RUNNER_MODULE}; {LAYOUT}")
     runners = [c for c in tree.mro(runner) if isinstance(c, Cls)]
+    scan = Scan(tree, spec, {c.name for c in runners})
+    # The EAGLE-3 workers are the classes the factory returns on a path EAGLE3 can take.
+    scan.visit(spec.factory.body, Frame(SPEC_MODULE, spec.factory, spec.node))
+    returned = [scan.lookup(v, f) for v, f in scan.returns if isinstance(v, ast.Name) and scan.possible(f.conds)]
+    workers = list(dict.fromkeys(c for c in returned if isinstance(c, Cls)))
+    if not workers:
+        raise UserError(f"{spec.file}: {spec.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
+                        f"{EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
     # The workers' modules are on the EAGLE-3 path, and so are the speculative-package classes that
     # their classes inherit from (the draft worker's base).
     on_path = {c.module for c in workers}
-    on_classes = {
-        (b.module, b.name)
-        for m in on_path
-        for node in tree.parse(m).body
-        if isinstance(node, ast.ClassDef)
-        for b in tree.mro(tree.cls(m, node.name))
-        if isinstance(b, Cls) and b.module.startswith(SPEC_PACKAGE)
-    }
+    classes = [tree.resolve(f"{m}.{n.name}") for m in on_path for n in tree.parse(m).body if isinstance(n, ast.ClassDef)]
+    bases = [b for c in classes for b in tree.mro(c) if isinstance(b, Cls)]
+    scan.on_classes = {(b.module, b.name) for b in bases if b.module.startswith(SPEC_PACKAGE)}
     # The target model is `<runner>.model`, and every runner is rooted at `model_runner`, `target_worker`
     # or a ModelRunner's `self`: a module that names no root, or never reads `.model`, holds no call on
     # it. Others are reached by following the target into the calls it is passed to.
     roots = {m for m, rel in tree.modules.items() if RUNNER_ATTR in tree.text(rel) or TARGET_ATTR in tree.text(rel)}
     roots = {m for m in roots if DOT_MODEL.search(tree.text(tree.modules[m]))}
-    scan = Scan(tree, spec, {c.name for c in runners}, on_classes)
-    for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in on_classes}):
-        scan.module(module, module in on_path)
-    spec.flags = scan.flags()
+    for module in sorted(on_path | roots | {c.module for c in runners} | {m for m, _ in scan.on_classes}):
+        parsed = tree.parse(module)
+        scan.visit(parsed.body, Frame(module, parsed, on_path=module in on_path))
 
-    records: dict = {}  # (role, path, line, method) -> [(where, site)]: a site reached in several contexts
-    for site, conds, base, role in scan.sites:
-        where = scan.where(conds, base)
+    best: dict = {}  # (path, line, method, role) -> ((on the path, unguarded), site): its best context
+    for site, conds, on_path, role in scan.sites:
+        where = scan.where(conds, on_path)
         if role == LOOSE and where == "on":
             raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
                             f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "
                             f"(the target is reached through {TARGET_ATTR}); {LAYOUT}")  # fmt: skip
-        if where != "never" and role in (MODEL, DRAFT):
-            records.setdefault((role, site.path, site.line, site.method), []).append((where, site))
+        if where == "never" or role == LOOSE:
+            continue
+        if not site.guard and not scan.possible(conds, (role, site.method)):
+            site = replace(site, guard="hasattr")  # a condition on its path cannot hold without the method
+        key, rank = (site.path, site.line, site.method, role), (where == "on", where == "on" and not site.guard)
+        if key not in best or rank > best[key][0]:
+            best[key] = rank, site
     on, outside, draft = {}, {}, {}
-    for (role, *_), found in sorted(records.items(), key=lambda kv: kv[0][1:]):
-        hits = sorted((s for w, s in found if w == "on"), key=lambda s: bool(s.guard))  # unguarded first
-        group = (draft if role == DRAFT else on) if hits else outside if role == MODEL else {}
-        group.setdefault(found[0][1].method, []).append((hits or [found[0][1]])[0])
+    for (*_, method, role), ((on_path, _), site) in sorted(best.items()):
+        group = (draft if role == DRAFT_MODEL else on) if on_path else outside if role == MODEL else {}
+        group.setdefault(method, []).append(site)
     if not on:
         raise UserError(f"{tree.src}: found no call on the target model on the EAGLE-3 path, so the audit cannot "
                         f"pass it; {LAYOUT}")  # fmt: skip
