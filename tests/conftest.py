@@ -101,24 +101,29 @@ def docker_base(request, docker_engine, run_id, keep_images) -> str:
         yield leased
 
 
-@pytest.fixture(scope="session")
-def sglang_stage(docker_base, run_id, keep_images):
-    """The Dockerfile's ``sglang`` stage built by the user's own command, ``invoke build --engine docker``.
+def _invoke_build(target: str, base: str, run_id: str, keep: bool):
+    """``invoke build --engine docker --target TARGET --base-image BASE``, the user's own command.
 
-    Returns (tag, completed process, seconds); the tests of the build read its output.
+    Yields (tag, completed process, seconds); the tag is removed afterwards unless ``keep``.
     """
     import engine
     from sglang_stack.image import store
 
-    tag = f"sglang-stack-test-{run_id}:sglang"
-    argv = [*engine.INVOKE, "build", "--engine", "docker", "--target", "sglang", "--base-image", docker_base, "--tag", tag]
+    tag = f"sglang-stack-test-{run_id}:{target}"
+    argv = [*engine.INVOKE, "build", "--engine", "docker", "--target", target, "--base-image", base, "--tag", tag]
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     seconds = time.monotonic() - start
-    assert proc.returncode == 0, f"invoke build --engine docker --target sglang failed:\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, f"invoke build --engine docker --target {target} failed:\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}"
     yield tag, proc, seconds
-    if not keep_images:
+    if not keep:
         store.remove("docker", tag)
+
+
+@pytest.fixture(scope="session")
+def sglang_stage(docker_base, run_id, keep_images):
+    """The Dockerfile's ``sglang`` stage on the Debian base: (tag, completed process, seconds)."""
+    yield from _invoke_build("sglang", docker_base, run_id, keep_images)
 
 
 @pytest.fixture(scope="session")
@@ -135,23 +140,8 @@ def standin_image(sglang_stage, run_id, keep_images, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def router_image(docker_base, run_id, keep_images):
-    """The Dockerfile's ``router`` stage on the Debian base, by the user's command
-    ``invoke build --engine docker --target router --base-image BASE``.
-
-    Returns (tag, completed process, seconds), as ``sglang_stage`` does.
-    """
-    import engine
-    from sglang_stack.image import store
-
-    tag = f"sglang-stack-test-{run_id}:router"
-    argv = [*engine.INVOKE, "build", "--engine", "docker", "--target", "router", "--base-image", docker_base, "--tag", tag]
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    seconds = time.monotonic() - start
-    assert proc.returncode == 0, f"invoke build --engine docker --target router failed:\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}"
-    yield tag, proc, seconds
-    if not keep_images:
-        store.remove("docker", tag)
+    """The Dockerfile's ``router`` stage on the Debian base: (tag, completed process, seconds)."""
+    yield from _invoke_build("router", docker_base, run_id, keep_images)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from sglang_stack import ROOT, shell
+from sglang_stack import ROOT, shell, yaml_file
 from sglang_stack.errors import UserError
 from sglang_stack.services.variables import Environment, environment, interpolate_tree
 
@@ -45,16 +45,7 @@ CONTAINER_PORT = 30000
 
 def load_raw(path: Path = COMPOSE_FILE) -> dict:
     """compose.yaml as YAML, anchors and merge keys resolved, nothing interpolated."""
-    import yaml  # host-side only
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f":{mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{at}: invalid YAML: {getattr(err, 'problem', err)}") from None
+    data = yaml_file.load(path)
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise UserError(f"{path}: no 'services' mapping")
     return data

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import jinja2
 
-from sglang_stack import ROOT
+from sglang_stack import ROOT, yaml_file
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
 from sglang_stack.image.lock import Lock
@@ -75,15 +75,7 @@ class Context:
 
 
 def load_values(path: Path = VALUES) -> dict:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise UserError(f"{path}{':' + str(mark.line + 1) if mark else ''}: invalid YAML: {getattr(err, 'problem', err)}") from None
+    data = yaml_file.load(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of values")
     return data
