@@ -140,7 +140,10 @@ def test_a_server_that_is_not_sglang_is_said_to_be_one():
     assert str(failed.value) == "HTTP 404 from /generate: not an SGLang server (wrong port or URL?)", failed.value
     with plain_server("/health") as url:  # a healthy service of another kind
         why = client.probe(Endpoint("x", url), None, 1.0)
-    assert why == "answers /health, but is not an SGLang server: HTTP 404 from /server_info (wrong port or URL?)", why
+    assert why == "answers /health, but is not an SGLang server: HTTP 404 from /server_info and /get_server_info (wrong port or URL?)", why
+    with plain_server("/health", "/get_server_info") as url:  # SGLang's router answers only the older name
+        why = client.probe(Endpoint("x", url), None, 1.0)
+    assert why is None, f"an SGLang-compatible router must pass: {why}"
 
 
 def test_wait_ready_gives_up_with_the_reason():

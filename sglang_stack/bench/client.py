@@ -145,13 +145,18 @@ def http_post(url: str, path: str, api_key: str | None, timeout: float, body: di
     return _request("POST", url, path, api_key, timeout, body or {})
 
 
+# SGLang serves both; its router (sglang-router 0.3) only the older /get_server_info.
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
 def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str | None:
     """``None`` when the endpoint is an SGLang server that can generate, else why not, in a few words.
 
     The words continue "ENDPOINT at URL ...". SGLang's ``/health`` answers 503 while the
     model loads, then runs a one-token generation, so a 200 means the server can
     generate (and ``/health`` needs no key). A server that answers but has no
-    ``/health`` (404, 405), or no ``/server_info`` behind a healthy ``/health``, is some
+    ``/health`` (404, 405), or no server information (``/server_info``, ``/get_server_info``)
+    behind a healthy ``/health``, is some
     other HTTP server: that is said as such, not as "not reachable".
     """
     try:
@@ -164,13 +169,14 @@ def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str
         return "is not ready: HTTP 503 from /health (still loading, or unhealthy)"
     if status != 200:
         return f"is not healthy: HTTP {status} from /health"
-    try:
-        status, _ = http_get(endpoint.url, "/server_info", api_key, timeout)
-    except RequestFailed as err:
-        return f"is not reachable: {err} (on /server_info)"
-    if status in (404, 405):
-        return f"answers /health, but is not an SGLang server: HTTP {status} from /server_info (wrong port or URL?)"
-    return None  # 200, or 401 without the right key: SGLang guards /server_info with --api-key
+    for path in SERVER_INFO_PATHS:
+        try:
+            status, _ = http_get(endpoint.url, path, api_key, timeout)
+        except RequestFailed as err:
+            return f"is not reachable: {err} (on {path})"
+        if status not in (404, 405):
+            return None  # 200, or 401 without the right key: SGLang guards it with --api-key
+    return f"answers /health, but is not an SGLang server: HTTP {status} from {' and '.join(SERVER_INFO_PATHS)} (wrong port or URL?)"
 
 
 def wait_ready(endpoint: Endpoint, api_key: str | None, timeout: float, interval: float = 5.0) -> None:
@@ -186,12 +192,16 @@ def wait_ready(endpoint: Endpoint, api_key: str | None, timeout: float, interval
 
 
 def server_info(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> dict:
-    """The recorded subset of ``/server_info``, or ``{}`` if the server does not say."""
-    try:
-        status, body = http_get(endpoint.url, "/server_info", api_key, timeout)
-        info = json.loads(body) if status == 200 else {}
-    except (RequestFailed, ValueError):
-        return {}
+    """The recorded subset of ``/server_info`` (or ``/get_server_info``), or ``{}`` if the server does not say."""
+    info: object = {}
+    for path in SERVER_INFO_PATHS:
+        try:
+            status, body = http_get(endpoint.url, path, api_key, timeout)
+            info = json.loads(body) if status == 200 else {}
+        except (RequestFailed, ValueError):
+            return {}
+        if status not in (404, 405):
+            break
     if not isinstance(info, dict):
         return {}
     return {key: info[key] for key in SERVER_INFO_KEYS if key in info}
