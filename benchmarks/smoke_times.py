@@ -33,6 +33,7 @@ def main() -> None:
     run_id = store.run_id()
     base = f"localhost/sglang-stack-bench-{run_id}-base:bookworm"
     tag = f"localhost/sglang-stack-bench-{run_id}:sglang"
+    edited = f"localhost/sglang-stack-bench-{run_id}:sglang-edited"
     with tempfile.TemporaryDirectory(prefix="sglang-stack-bench-") as tmp:
         workdir = Path(tmp)
         ca, _, _, _ = smoke.smoke_secrets(workdir)
@@ -49,10 +50,11 @@ def main() -> None:
             text = patch.read_text()
             patch.write_text(re.sub(r"^(Description: .*)$", r"\1 (edited)", text, count=1, flags=re.M))
             start = time.monotonic()
-            smoke.build_sglang_stage(base, tag, ca=ca, token=None, context=context, capture=True)
+            # Under a name of its own: a rebuild under the same name would leave the first image nameless.
+            smoke.build_sglang_stage(base, edited, ca=ca, token=None, context=context, capture=True)
             warm_s = time.monotonic() - start
         finally:
-            store.remove("buildah", tag, *([] if args.keep_base else [base]))
+            store.remove("buildah", tag, edited, *([] if args.keep_base else [base]))
 
     print(f"cold smoke: {cold_s:.1f} s (base image {base_s:.1f} s, sglang stage {cold_s - base_s:.1f} s)")
     print(f"rebuild after editing {patch.name}: {warm_s:.1f} s (no layer cache in a smoke build)")
