@@ -15,7 +15,6 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,14 +28,6 @@ import engine  # noqa: E402  (tests/engine.py: the stand-in image and compose pr
 from sglang_stack import ROOT  # noqa: E402
 from sglang_stack.image import build, smoke, store  # noqa: E402
 from sglang_stack.patching import patches  # noqa: E402
-
-
-def timed(argv: list[str]) -> float:
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
-    return time.monotonic() - start
 
 
 def main() -> None:
@@ -53,8 +44,8 @@ def main() -> None:
         start = time.monotonic()
         store.make_debian_base("docker", base)
         base_s = time.monotonic() - start
-        cold_s = timed(invoke + ["--no-cache"])
-        warm_s = timed(invoke)
+        cold_s = engine.timed(invoke + ["--no-cache"])
+        warm_s = engine.timed(invoke)
         with tempfile.TemporaryDirectory(prefix="sglang-stack-bench-") as tmp:
             context = smoke.copy_context(Path(tmp) / "context")
             patch = patches.read_series(context / "patches")[-1].path

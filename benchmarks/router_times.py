@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,14 +34,6 @@ from sglang_stack.image import store  # noqa: E402
 
 FAST_ARGS = "--health-check-interval-secs 1 --health-check-timeout-secs 2 --health-failure-threshold 2"
 WORKER_A = "http://worker-a:30000"
-
-
-def timed(argv: list[str]) -> float:
-    start = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
-    return time.monotonic() - start
 
 
 def round_trip(name: str, env: dict[str, str]) -> tuple[float, float, int, int]:
@@ -96,10 +87,10 @@ def main() -> None:
     try:
         if not args.base_image:
             store.make_debian_base("docker", base)
-        cold_s = timed(build + ["--target", "router", "--tag", router, "--no-cache"])
-        warm_s = timed(build + ["--target", "router", "--tag", router])
+        cold_s = engine.timed(build + ["--target", "router", "--tag", router, "--no-cache"])
+        warm_s = engine.timed(build + ["--target", "router", "--tag", router])
         size = store.size("docker", router)
-        timed(build + ["--target", "sglang", "--tag", sglang])
+        engine.timed(build + ["--target", "sglang", "--tag", sglang])
         with tempfile.TemporaryDirectory(prefix="sglang-stack-bench-") as tmp:
             engine.build_standin(sglang, standin, Path(tmp))
         env = {"SGLANG_STACK_IMAGE": standin, "SGLANG_ROUTER_IMAGE": router, "ROUTER_WORKER_URLS": engine.WORKER_URLS}

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -60,6 +61,16 @@ def docker(*args: str, check: bool = True, timeout: float = 600, env: dict | Non
     if check:
         assert proc.returncode == 0, f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
     return proc
+
+
+def timed(argv: list[str]) -> float:
+    """Seconds ``argv`` takes from the repository root, shown first; a failure ends the run with its output."""
+    show(argv, ROOT)
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
+    return time.monotonic() - start
 
 
 def free_port() -> int:
