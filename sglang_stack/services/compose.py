@@ -557,10 +557,10 @@ def down(engine: str, volumes: bool = False) -> None:
 
 def logs(engine: str, name: str, follow: bool, tail: str) -> None:
     check_service_name(name)
-    require_engine(engine)
     tail = str(tail).strip()
     if tail != "all" and not tail.isdigit():
         raise UserError(f"--tail {tail!r}: a number of lines, or 'all'")
+    require_engine(engine)  # after the user's own input: a mistake there is named first
     args = ["logs", "--tail", str(tail)] + (["--follow"] if follow else []) + [name]
     shell.run(compose_argv(engine, *args, profiles=[name]), what="docker compose logs")
 
