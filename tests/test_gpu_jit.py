@@ -1,0 +1,44 @@
+"""On a GPU: the slim runtime's JIT path (benchmarks/jit_path.py) builds and runs every first-start kernel.
+
+The pieces of the image come in through environment variables, since a GPU host that runs this
+has them unpacked somewhere of its own choosing (docs/image.md, "The JIT path, proven"):
+  SGLANG_STACK_JIT_TOOLCHAIN  the pip nvidia/cu13 tree (nvcc, nvvm, crt, cccl, runtime, curand headers)
+  SGLANG_STACK_JIT_FLASHINFER flashinfer-python 0.6.4 and apache-tvm-ffi, unpacked
+  SGLANG_STACK_JIT_SGLANG     the sglang 0.5.9 wheel, unpacked
+  SGLANG_STACK_JIT_STUB       NVIDIA's full libcuda.so link stub
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sglang_stack import ROOT
+
+torch = pytest.importorskip("torch")
+VARS = ["SGLANG_STACK_JIT_TOOLCHAIN", "SGLANG_STACK_JIT_FLASHINFER", "SGLANG_STACK_JIT_SGLANG", "SGLANG_STACK_JIT_STUB"]
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(any(v not in os.environ for v in VARS), reason=f"needs {', '.join(VARS)}"),
+]
+
+
+def test_every_first_start_kernel_builds_and_matches_its_reference(tmp_path):
+    out = tmp_path / "jit_path.json"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "jit_path.py"),
+            "--toolchain", os.environ["SGLANG_STACK_JIT_TOOLCHAIN"], "--flashinfer-site", os.environ["SGLANG_STACK_JIT_FLASHINFER"],
+            "--sglang-site", os.environ["SGLANG_STACK_JIT_SGLANG"], "--stub", os.environ["SGLANG_STACK_JIT_STUB"], "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    assert out.exists(), f"no summary written:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    results = json.loads(out.read_text())["results"]
+    failed = [f"{r.get('phase')} {r.get('kernel')}: {r.get('error')}" for r in results if not r["ok"]]
+    assert not failed, "kernels failed:\n" + "\n".join(failed)
+    phases = {(r["phase"], r["kernel"]) for r in results}
+    assert ("aot", "flashinfer_sampling") in phases, "the ahead-of-time FlashInfer build was not exercised"
+    assert proc.returncode == 0, proc.stdout[-3000:]
