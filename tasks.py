@@ -100,14 +100,14 @@ def lock(c, check=False, verify=False):
     its hashes (PyPI's JSON API, one cached record per release: offline when warm).
     """
     from sglang_stack.image import lock as lockmod
-    from sglang_stack.image import releases
+    from sglang_stack.image import releases, resolve, verify as verifymod
 
     if check and verify:
         raise UserError("--check and --verify: choose one")
     if verify:
-        lockmod.print_lines(lockmod.verify())
+        lockmod.print_lines(verifymod.verify())
     elif not check:
-        for path in lockmod.resolve():
+        for path in resolve.resolve():
             print(f"wrote {path.name}")
     result, cross_checked = lockmod.check_all(download=True)
     print(lockmod.summary(result, cross_checked))

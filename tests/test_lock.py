@@ -12,6 +12,7 @@ import pytest
 
 from sglang_stack import ROOT
 from sglang_stack.image import lock as lockmod
+from sglang_stack.image import resolve as resolvemod
 
 LOCK = (ROOT / "versions.lock").read_text()
 REQUIREMENTS = (ROOT / "requirements.lock.txt").read_text()
@@ -266,7 +267,7 @@ def test_missing_requirements_file(tmp_path):
 
 def test_resolve_inputs_drop_url_wheels_and_apply_overrides():
     lock = lockmod.check()
-    requirements_in, overrides = lockmod.resolve_inputs(lock)
+    requirements_in, overrides = resolvemod.resolve_inputs(lock)
     assert requirements_in.splitlines()[0] == "sglang==0.5.9"
     assert "nvidia-cuda-runtime==13.0.48" in requirements_in, "torch's own requirements are resolved from PyPI"
     for name in ("torch", "torchvision", "sgl-kernel", "flashinfer-jit-cache", "torchaudio"):
@@ -320,7 +321,7 @@ def test_the_declared_resolver_is_the_one_requirements_dev_installs():
 def test_resolve_refuses_another_uv(tmp_path):
     path = write(tmp_path, replace_once(LOCK, 'resolver = "uv==0.13.9"', 'resolver = "uv==0.0.1"'))
     with pytest.raises(lockmod.UserError) as info:
-        lockmod.resolve(path, tmp_path / "out")
+        resolvemod.resolve(path, tmp_path / "out")
     message = str(info.value)
     assert message.startswith("versions.lock: resolve.resolver: 'uv==0.0.1', but "), message
     assert "requirements-dev.txt" in message and "\n" not in message, message
@@ -336,7 +337,7 @@ def test_relock_is_byte_identical(tmp_path, monkeypatch):
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
         path = write(tmp_path / name)
-        outputs.append([written.read_bytes() for written in lockmod.resolve(path)])
+        outputs.append([written.read_bytes() for written in resolvemod.resolve(path)])
     first, second = outputs
     assert first == second, "two resolutions of the same versions.lock differ"
     for data in first:

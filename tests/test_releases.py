@@ -11,6 +11,7 @@ import pytest
 
 from sglang_stack.errors import UserError
 from sglang_stack.image import lock as lockmod
+from sglang_stack.image import pins
 from sglang_stack.image import releases
 
 H = {name: name[0] * 64 for name in ("a", "b", "c", "d", "e", "f")}  # sha256-shaped, one letter each
@@ -73,7 +74,7 @@ class PyPI:
 
 
 def requirements(tmp_path: Path, jinja2: str = "3.1.6", hashes: tuple[str, ...] = (H["c"], H["d"])) -> Path:
-    lines = [lockmod.REQUIREMENTS_HEADER, "#"]
+    lines = [pins.REQUIREMENTS_HEADER, "#"]
     lines += ["filelock==3.24.3 \\", f"    --hash=sha256:{H['e']}", "    # via jinja2"]
     lines += [f"jinja2=={jinja2} \\"] + [f"    --hash=sha256:{h} \\" for h in hashes[:-1]] + [f"    --hash=sha256:{hashes[-1]}"]
     path = tmp_path / "requirements.lock.txt"

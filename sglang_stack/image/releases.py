@@ -22,7 +22,8 @@ from urllib.parse import urlparse
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.image.lock import REQUIREMENTS_PATH, LockProblems, Pin, read_pins
+from sglang_stack.image.lock import REQUIREMENTS_PATH, LockProblems
+from sglang_stack.image.pins import Pin, read_pins
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 FETCH_THREADS = 8  # a cold check asks for ~160 small records; PyPI's CDN serves them in parallel
