@@ -486,7 +486,7 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False):
     Exits 1 if any check fails. With --gpu, the same for the real image and services
     on a GPU host instead (see docs/smoke.md).
     """
-    from sglang_stack.image import smoke as smokemod
+    from sglang_stack import smoke as smokemod
 
     if gpu:
         result = smokemod.gpu_smoke(engine=c.stack.engine, keep=keep)

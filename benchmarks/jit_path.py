@@ -51,7 +51,8 @@ def import_jit_kernel(name: str):
     import importlib
     import importlib.util
 
-    spec = importlib.util.find_spec("sglang")  # noqa: F841 (fails early if --sglang-site is wrong)
+    if importlib.util.find_spec("sglang") is None:
+        raise SystemExit("error: sglang is not importable: check --sglang-site")
     site = next(Path(p) for p in sys.path if (Path(p) / "sglang" / "jit_kernel").is_dir())
     for pkg, path in (("sglang", site / "sglang"), ("sglang.srt", site / "sglang/srt"),
                       ("sglang.srt.utils", site / "sglang/srt/utils")):

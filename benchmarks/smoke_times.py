@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack.image import smoke, store  # noqa: E402
+from sglang_stack import smoke
+from sglang_stack.image import store  # noqa: E402
 from sglang_stack.patching import patches  # noqa: E402
 
 

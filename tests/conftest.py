@@ -67,7 +67,8 @@ def keep_images(request) -> bool:
 @pytest.fixture(scope="session")
 def smoke_base(request, run_id, keep_images) -> str:
     """A local Debian base in buildah's store, leased for the session: the tag to build FROM."""
-    from sglang_stack.image import smoke, store
+    from sglang_stack import smoke
+    from sglang_stack.image import store
 
     if not (shutil.which("buildah") and shutil.which("debootstrap") and shutil.which("podman")):
         need("container tests need buildah, podman and debootstrap (.ci/run installs them)")
@@ -92,7 +93,8 @@ def docker_engine() -> None:
 @pytest.fixture(scope="session")
 def docker_base(request, docker_engine, run_id, keep_images) -> str:
     """A local Debian bookworm base (python3, venv, pip, CA certificates) in the engine's store, leased."""
-    from sglang_stack.image import smoke, store
+    from sglang_stack import smoke
+    from sglang_stack.image import store
 
     if not shutil.which("debootstrap"):
         need("needs debootstrap to make the Debian base (.ci/run installs it)")

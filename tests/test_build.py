@@ -125,7 +125,8 @@ def test_unknown_engine_via_cli_is_one_line():
 
 @pytest.mark.container
 def test_buildah_builds_the_base_stage_for_real(smoke_base, run_id, keep_images):
-    from sglang_stack.image import smoke, store
+    from sglang_stack import smoke
+    from sglang_stack.image import store
 
     tag = f"localhost/sglang-stack-test-{run_id}:base"
     proc = subprocess.run(
