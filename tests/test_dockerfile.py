@@ -41,13 +41,39 @@ def lock():
 
 
 def test_stages_in_pipeline_order(stages):
-    assert list(stages) == ["router", "base", "deps", "sglang", "runtime"], list(stages)
+    assert list(stages) == ["router", "toolchain", "base", "deps", "sglang", "runtime"], list(stages)
     # The last stage is what a plain `docker build` without --target makes: the SGLang image.
 
 
 def test_stage_parents(stages):
     parents = {name: cmds[0].value[0] for name, cmds in stages.items()}
-    assert parents == {"router": "${ROUTER_BASE_IMAGE}", "base": "${BASE_IMAGE}", "deps": "base", "sglang": "base", "runtime": "deps"}, parents
+    assert parents == {"router": "${ROUTER_BASE_IMAGE}", "toolchain": "${DEVEL_IMAGE}", "base": "${BASE_IMAGE}",
+                       "deps": "base", "sglang": "base", "runtime": "deps"}, parents
+
+
+def test_the_runtime_chain_has_no_devel_image(stages, commands, lock):
+    """runtime -> deps -> base -> BASE_IMAGE: the devel image reaches the runtime only as the one copied stub."""
+    args = {c.value[0].split("=", 1)[0]: c.value[0].split("=", 1)[1] for c in commands if c.cmd == "ARG" and "=" in c.value[0]}
+    chain, stage = [], "runtime"
+    while stage in stages:
+        chain.append(stage)
+        stage = stages[stage][0].value[0]
+    base = args.get(stage.strip("${}"), stage)
+    assert chain == ["runtime", "deps", "base"] and base == lock.base_image, (chain, base)
+    assert "devel" not in base and "-base-" in base, f"the runtime's base is {base}"
+    copies = [(name, c) for name in chain for c in stages[name] if c.cmd == "COPY" and any(f == "--from=toolchain" for f in c.flags)]
+    assert [c.value for _, c in copies] == [("/out/libcuda.so", "/tmp/libcuda-stub.so")], [c.original for _, c in copies]
+    env = " ".join(c.original for name in chain for c in stages[name] if c.cmd == "ENV")
+    assert "LD_LIBRARY_PATH" not in env and "stubs" in env, "the link stub belongs on LIBRARY_PATH only"
+
+
+def test_deps_checks_dependencies_binaries_and_python(stages):
+    runs = " ".join(c.original for c in stages["deps"] if c.cmd == "RUN")
+    for step in ("sglang_stack.image.depcheck", "sglang_stack.image.binaries", "sglang_stack.image.toolchain",
+                 "sglang_stack.image.aot", 'import pkg_resources', 'versions.lock pins $PYTHON_VERSION'):
+        assert step in runs, f"deps does not run {step}"
+    runtime = " ".join(c.original for c in stages["runtime"] if c.cmd == "RUN")
+    assert "sglang_stack.image.depcheck" in runtime, "pip check must run again once sglang is on the path"
 
 
 def test_sglang_stage_needs_only_base(stages):
@@ -84,7 +110,7 @@ def test_sglang_wheel_is_pinned_by_hash(stages, lock):
 
 def test_every_pip_install_verifies_hashes_and_uses_a_cache_mount(commands):
     installs = [c for c in commands if c.cmd == "RUN" and "pip install" in c.value[0]]
-    assert len(installs) == 4, [c.original[:80] for c in installs]
+    assert len(installs) == 6, [c.original[:80] for c in installs]
     for cmd in installs:
         assert "--require-hashes" in cmd.value[0], cmd.original
         assert any(f.startswith("--mount=type=cache,target=/root/.cache/pip") for f in cmd.flags), cmd.original

@@ -64,8 +64,10 @@ def test_pins_from_the_target_stack():
         "torchvision": "0.24.1+cu130",
         "sgl-kernel": "0.3.21+cu130",
         "flashinfer-python": "0.6.4",
-        "flashinfer-cubin": "0.6.4",
-        "flashinfer-jit-cache": "0.6.4+cu130",
+        "flashinfer-jit-cache": "0.6.4+cu130",  # an option of the build, off by default
+        "nvidia-cuda-nvcc": "13.0.88",  # the JIT compiler: only 13.0.88 works from pip
+        "nvidia-nvvm": "13.0.88",
+        "setuptools": "81.0.0",  # 82 has no pkg_resources, which modelscope imports
         "sglang": "0.5.9",
         "cuda-python": "13.1.1",
         "nvidia-nccl-cu13": "2.28.3",
@@ -75,6 +77,8 @@ def test_pins_from_the_target_stack():
     for name, version in expected.items():
         assert pins.get(name) == version, f"{name}: pinned {pins.get(name)!r}, expected {version}"
     assert not any(n.endswith("-cu12") for n in pins), "a CUDA 12 library leaked into the CUDA 13 set"
+    assert "flashinfer-cubin" not in pins, "flashinfer-cubin holds only sm_100/sm_103 cubins: left out"
+    assert [w.name for w in lock.wheels if w.optional] == ["flashinfer-jit-cache"]
 
 
 @pytest.mark.parametrize(
@@ -137,10 +141,10 @@ def test_pins_from_the_target_stack():
             id="flashinfer-trio",
         ),
         pytest.param(
-            'digest = "sha256:8b2705ea',
-            'digest = "md5:8b2705ea',
+            'digest = "sha256:f8ef28f5',
+            'digest = "md5:f8ef28f5',
             "cuda.base.digest",
-            "'md5:8b2705ea",
+            "'md5:f8ef28f5",
             id="base-digest",
         ),
         pytest.param(

@@ -24,6 +24,7 @@ too. Exit 1 with one line per error; 0 when clean. Only the stdlib and pyelftool
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import re
 import sys
@@ -46,12 +47,6 @@ class Finding:
     file: str
     library: str
     kind: str  # "cuda-major" or "unresolved"
-
-    def describe(self, cuda_major: int) -> str:
-        if self.kind == "cuda-major":
-            major = CUDA_MAJOR_LIBS.match(self.library).group(2)
-            return f"{self.package}: {self.file} needs {self.library} (CUDA {major}; this stack is CUDA {cuda_major})"
-        return f"{self.package}: {self.file} needs {self.library}, which nothing in the image provides"
 
 
 @dataclass(frozen=True)
@@ -94,10 +89,9 @@ def owners(root: Path) -> dict[str, str]:
                 elif not line:
                     break
         label = f"{name or record.parent.name} {version or '?'}"
-        for row in record.read_text(encoding="utf-8", errors="replace").splitlines():
-            rel = row.split(",", 1)[0]
-            if rel:
-                owned[os.path.normpath(rel)] = label
+        for row in csv.reader(record.read_text(encoding="utf-8", errors="replace").splitlines()):
+            if row and row[0]:
+                owned[os.path.normpath(row[0])] = label
     return owned
 
 
@@ -197,10 +191,26 @@ def scan(root: Path, cuda_major: int, declared: list[Exception_]) -> Report:
 
 
 def lines(report: Report, cuda_major: int, lock_name: str = "versions.lock") -> list[str]:
-    out = [f"declared: {f.describe(cuda_major)} (breaks: {exc.breaks})" for f, exc in report.declared]
-    fix = {"cuda-major": f"use a CUDA {cuda_major} build", "unresolved": "install what provides it"}
-    out += [f"error: {f.describe(cuda_major)}: {fix[f.kind]}, or declare it in {lock_name} "
-            f"[[binary_exception]] with the features it breaks" for f in report.errors]
+    """One line per ELF file and kind of finding (declared ones first), then one per stale declaration."""
+    def grouped(findings):
+        groups: dict[tuple[str, str, str], list[str]] = {}
+        for f in findings:
+            groups.setdefault((f.package, f.file, f.kind), []).append(f.library)
+        return groups.items()
+
+    out = []
+    breaks = {f: exc.breaks for f, exc in report.declared}
+    for (package, file, kind), libs in grouped(f for f, _ in report.declared):
+        first = next(f for f in breaks if (f.package, f.file, f.kind) == (package, file, kind))
+        out.append(f"declared: {package}: {file} needs {', '.join(libs)} (breaks: {breaks[first]})")
+    for (package, file, kind), libs in grouped(report.errors):
+        if kind == "cuda-major":
+            majors = sorted({CUDA_MAJOR_LIBS.match(lib).group(2) for lib in libs})
+            what, fix = f"(CUDA {'/'.join(majors)}; this stack is CUDA {cuda_major})", f"use a CUDA {cuda_major} build"
+        else:
+            what, fix = "(nothing in the image provides it)", "install what provides it"
+        out.append(f"error: {package}: {file} needs {', '.join(libs)} {what}: {fix}, or declare it in "
+                   f"{lock_name} [[binary_exception]] with the features it breaks")
     out += [f"error: {lock_name} [[binary_exception]] {exc.package} ({', '.join(exc.needs)}) is stale: "
             "its package no longer needs that; remove the declaration" for exc in report.stale]
     return out

@@ -32,6 +32,15 @@ REFERENCE = re.compile(
 )
 
 
+def arch_list(text: str) -> str:
+    """A FLASHINFER_CUDA_ARCH_LIST value: space-separated CUDA architectures such as 9.0a 12.0a (empty: none)."""
+    archs = text.replace(",", " ").split()
+    bad = [a for a in archs if not re.fullmatch(r"\d+\.\d+[af]?", a)]
+    if bad:
+        raise UserError(f"--cuda-arch-list {text!r}: {bad[0]!r} is not a CUDA architecture (e.g. 9.0a for H200, 12.0a for RTX PRO 6000)")
+    return " ".join(archs)
+
+
 @dataclass
 class BuildRequest:
     """Everything one build needs; ``command()`` turns it into the engine's argv."""

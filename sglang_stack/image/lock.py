@@ -78,6 +78,7 @@ class Artifact:
     status: str
     requires: tuple[str, ...] = ()
     superseded: tuple[str, ...] = ()
+    optional: bool = False  # a [[wheel]] installed only on request (a build option)
 
     @property
     def filename(self) -> str:
@@ -112,6 +113,7 @@ class Lock:
     requirements: dict[str, str] = field(default_factory=dict)  # canonical name -> version
     router: Artifact | None = None
     router_requirements: dict[str, str] = field(default_factory=dict)  # requirements.router.lock.txt
+    build_tools: tuple[Artifact, ...] = ()
 
     @property
     def cuda(self) -> dict:
@@ -129,6 +131,29 @@ class Lock:
     def base_image(self) -> str:
         base = self.cuda["base"]
         return f"{base['image']}:{base['tag']}@{base['digest']}"
+
+    @property
+    def devel_image(self) -> str:
+        """The build-only devel image (NVIDIA's libcuda.so link stub comes from it)."""
+        devel = self.cuda["devel"]
+        return f"{devel['image']}:{devel['tag']}@{devel['digest']}"
+
+    @property
+    def default_wheels(self) -> tuple[Artifact, ...]:
+        """The [[wheel]]s every build installs (optional ones only on request)."""
+        return tuple(w for w in self.wheels if not w.optional)
+
+    @property
+    def jit(self) -> dict:
+        return self.data["jit"]
+
+    @property
+    def constraints(self) -> tuple[dict, ...]:
+        return tuple(self.data.get("constraint", []))
+
+    @property
+    def binary_exceptions(self) -> tuple[dict, ...]:
+        return tuple(self.data.get("binary_exception", []))
 
     @property
     def tag(self) -> str:
@@ -164,6 +189,8 @@ class Lock:
             keys.insert(0, "sglang")
         if self.cuda["base"]["status"] == "published":
             keys.insert(0, "cuda.base")
+        if self.cuda["devel"]["status"] == "published":
+            keys.insert(1, "cuda.devel")
         if self.router.status == "published":
             keys.append("router")
         if self.router_table["base"]["status"] == "published":
@@ -219,7 +246,8 @@ def check(
     router = _artifact(data["router"], data["router"]["name"])
     router_file = path.with_name(ROUTER_REQUIREMENTS_PATH.name)
     router_pinned = _read_requirements(router_file, problems) if with_requirements else {}
-    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned)
+    tools = tuple(_artifact(t, t["name"]) for t in data.get("build_tool", []))
+    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned, tools)
 
     _check_artifacts(lock, bad)
     if with_requirements and router_file.is_file():
@@ -232,6 +260,7 @@ def check(
         if sglang_requires is not None:
             sources["sglang"] = sglang_requires
         _check_overrides(lock, sources, bad)
+        _check_references(lock, bad)
     if problems:
         raise LockProblems(problems)
     return lock
@@ -246,15 +275,22 @@ def _check_structure(data: dict, bad) -> None:
 
     if data.get("schema") != 1:
         bad("schema", f"{data.get('schema')!r} is not a supported schema (expected 1)")
-    for table in ("image", "cuda", "python", "sglang", "resolve", "router"):
+    for key in sorted(set(data) - KNOWN_KEYS):
+        bad(key, f"unknown key (known: {', '.join(sorted(KNOWN_KEYS))})")
+    tables = ("image", "cuda", "python", "sglang", "resolve", "router", "jit")
+    for table in tables:
         need(data, table, dict, "")
-    if any(not isinstance(data.get(t), dict) for t in ("image", "cuda", "python", "sglang", "resolve", "router")):
+    if any(not isinstance(data.get(t), dict) for t in tables):
         return
     need(data["image"], "name", str, "image.")
     need(data["image"], "audit_arch", str, "image.")
     need(data["cuda"], "version", str, "cuda.")
     need(data["cuda"], "tag", str, "cuda.")
     need(data["cuda"], "base", dict, "cuda.")
+    need(data["cuda"], "devel", dict, "cuda.")
+    if isinstance(data["cuda"].get("devel"), dict):
+        need(data["cuda"]["devel"], "stub", str, "cuda.devel.")
+    _check_jit(data, need, bad)
     router = data["router"]
     for key in ("name", "version", "url", "sha256", "status", "python", "python_platform"):
         need(router, key, str, "router.")
@@ -267,7 +303,8 @@ def _check_structure(data: dict, bad) -> None:
             Requirement(req)
         except (InvalidRequirement, TypeError):
             bad("router.requires", f"{req!r} is not a valid requirement")
-    for prefix, base in (("cuda.base.", data["cuda"].get("base")), ("router.base.", router.get("base"))):
+    bases = (("cuda.base.", data["cuda"].get("base")), ("cuda.devel.", data["cuda"].get("devel")), ("router.base.", router.get("base")))
+    for prefix, base in bases:
         if not isinstance(base, dict):
             continue
         for key in ("image", "tag", "digest", "status"):
@@ -287,6 +324,9 @@ def _check_structure(data: dict, bad) -> None:
         bad("resolve.resolver", f"{data['resolve']['resolver']!r} is not uv==VERSION")
     for key in ("version", "url", "sha256", "status"):
         need(data["sglang"], key, str, "sglang.")
+    for i, tool in enumerate(data.get("build_tool", []) if isinstance(data.get("build_tool"), list) else []):
+        for key in ("name", "version", "url", "sha256", "status"):
+            need(tool, key, str, f"build_tool[{tool.get('name', i)}].")
     wheels = data.get("wheel", [])
     if not isinstance(wheels, list):
         bad("wheel", "should be an array of tables ([[wheel]])")
@@ -296,6 +336,8 @@ def _check_structure(data: dict, bad) -> None:
         for key in ("name", "version", "url", "sha256", "status"):
             need(wheel, key, str, prefix)
         need(wheel, "requires", list, prefix)
+        if "optional" in wheel and not isinstance(wheel["optional"], bool):
+            bad(f"{prefix}optional", f"{wheel['optional']!r} should be true or false")
         for req in wheel.get("requires", []) if isinstance(wheel.get("requires"), list) else []:
             try:
                 Requirement(req)
@@ -316,6 +358,54 @@ def _check_structure(data: dict, bad) -> None:
             bad(f"{prefix}reason", f"{override['reason']!r} does not explain the override")
 
 
+KNOWN_KEYS = {"schema", "image", "cuda", "python", "sglang", "resolve", "router", "jit", "wheel", "override",
+              "constraint", "binary_exception", "build_tool"}
+
+
+def _check_jit(data: dict, need, bad) -> None:
+    """[jit], [[constraint]] and [[binary_exception]]: their shape (what they refer to is checked later)."""
+    jit = data["jit"]
+    need(jit, "toolchain", list, "jit.")
+    need(jit, "flashinfer_aot", list, "jit.")
+    need(jit, "arch_list", str, "jit.")
+    for req in jit.get("toolchain", []) if isinstance(jit.get("toolchain"), list) else []:
+        try:
+            pinned = [s for s in Requirement(req).specifier if s.operator == "=="]
+        except (InvalidRequirement, TypeError):
+            bad("jit.toolchain", f"{req!r} is not a valid requirement")
+            continue
+        if len(pinned) != 1:
+            bad("jit.toolchain", f"{req!r} is not pinned with == (the compiler is part of the image's identity)")
+    if isinstance(jit.get("arch_list"), str):
+        for arch in jit["arch_list"].split() or [""]:
+            if not re.fullmatch(r"\d+\.\d+[af]?", arch):
+                bad("jit.arch_list", f"{arch!r} is not a CUDA architecture such as 9.0a or 12.0a")
+    for kind, keys in (("constraint", ("requirement", "reason")), ("binary_exception", ("package", "reason", "breaks"))):
+        entries = data.get(kind, [])
+        if not isinstance(entries, list):
+            bad(kind, f"should be an array of tables ([[{kind}]])")
+            continue
+        for i, entry in enumerate(entries):
+            prefix = f"{kind}[{entry.get(keys[0], i) if isinstance(entry, dict) else i}]."
+            if not isinstance(entry, dict):
+                bad(prefix[:-1], "should be a table")
+                continue
+            for key in keys:
+                need(entry, key, str, prefix)
+            if isinstance(entry.get("reason"), str) and len(entry["reason"].strip()) < 10:
+                bad(f"{prefix}reason", f"{entry['reason']!r} does not explain it")
+            if kind == "constraint" and isinstance(entry.get("requirement"), str):
+                try:
+                    Requirement(entry["requirement"])
+                except InvalidRequirement:
+                    bad(f"{prefix}requirement", f"{entry['requirement']!r} is not a valid requirement")
+            if kind == "binary_exception":
+                need(entry, "needs", list, prefix)
+                if isinstance(entry.get("needs"), list) and (not entry["needs"] or not all(
+                        isinstance(n, str) and re.fullmatch(r"lib[\w.+-]+\.so(\.\d+)*", n) for n in entry["needs"])):
+                    bad(f"{prefix}needs", f"{entry['needs']!r} is not a list of library sonames such as libcudart.so.12")
+
+
 def _artifact(table: dict, name: str) -> Artifact:
     return Artifact(
         name=name,
@@ -325,15 +415,18 @@ def _artifact(table: dict, name: str) -> Artifact:
         status=table["status"],
         requires=tuple(table.get("requires", ())),
         superseded=tuple(table.get("superseded", ())),
+        optional=bool(table.get("optional", False)),
     )
 
 
 def _key(lock: Lock, art: Artifact) -> str:
+    if art in lock.build_tools:
+        return f"build_tool[{art.name}]"
     return {id(lock.sglang): "sglang", id(lock.router): "router"}.get(id(art), f"wheel[{art.name}]")
 
 
 def _check_artifacts(lock: Lock, bad) -> None:
-    for art in (lock.sglang, *lock.wheels, lock.router):
+    for art in (lock.sglang, *lock.wheels, lock.router, *lock.build_tools):
         key = _key(lock, art)
         if not SHA256.match(art.sha256):
             bad(f"{key}.sha256", f"{art.sha256!r} is not 64 lowercase hex digits")
@@ -370,9 +463,10 @@ def _check_cuda_tags(lock: Lock, bad) -> None:
     expected = cuda_tag(lock.cuda["version"])
     if lock.cuda["tag"] != expected:
         bad("cuda.tag", f"{lock.cuda['tag']!r} does not match cuda.version {lock.cuda['version']} (expected {expected!r})")
-    base_tag = lock.cuda["base"]["tag"]
-    if not base_tag.startswith(lock.cuda["version"] + "-"):
-        bad("cuda.base.tag", f"{base_tag!r} is not an image of CUDA {lock.cuda['version']}")
+    for key in ("base", "devel"):
+        tag = lock.cuda[key]["tag"]
+        if not tag.startswith(lock.cuda["version"] + "-"):
+            bad(f"cuda.{key}.tag", f"{tag!r} is not an image of CUDA {lock.cuda['version']}")
     for wheel in lock.wheels:
         local = Version(wheel.version).local if _is_version(wheel.version) else None
         if local and local.startswith("cu") and local != expected:
@@ -391,19 +485,42 @@ def _is_version(text: str) -> bool:
 
 
 def _check_flashinfer_trio(lock: Lock, bad) -> None:
+    """flashinfer-python is pinned; flashinfer-cubin and -jit-cache, where pinned (or an option), carry its version.
+
+    FlashInfer refuses to start when an installed cubin or jit-cache differs from its own version;
+    either may be left out (versions.lock says why), and FlashInfer then builds what it needs.
+    """
     pins = lock.pins()
     for override in lock.overrides:
         if override.version:
             pins.setdefault(canonicalize_name(override.package), override.version)
-    trio = ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache")
-    found = {}
-    for name in trio:
-        if name not in pins:
-            bad(name, "not pinned: the flashinfer trio must be installed together")
-        elif _is_version(pins[name]):
-            found[name] = Version(pins[name]).public
+    if "flashinfer-python" not in pins:
+        bad("flashinfer-python", "not pinned")
+        return
+    found = {name: Version(pins[name]).public for name in ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache")
+             if name in pins and _is_version(pins[name])}
     if len(set(found.values())) > 1:
-        bad("flashinfer", "versions differ (" + ", ".join(f"{n} {v}" for n, v in found.items()) + "); flashinfer refuses to start unless all three match")
+        bad("flashinfer", "versions differ (" + ", ".join(f"{n} {v}" for n, v in found.items()) + "); flashinfer refuses to start unless they match")
+
+
+def _check_references(lock: Lock, bad) -> None:
+    """[[constraint]]s admit what is pinned; [[binary_exception]]s name a pinned package."""
+    pins = lock.pins()
+    for entry in lock.constraints:
+        req = Requirement(entry["requirement"])
+        pin = pins.get(canonicalize_name(req.name))
+        if pin is not None and not req.specifier.contains(Version(pin), prereleases=True):
+            bad(f"constraint[{entry['requirement']}]", f"{REQUIREMENTS_PATH.name} pins {req.name} {pin}, which it excludes (run `invoke lock`)")
+    for entry in lock.binary_exceptions:
+        if canonicalize_name(entry["package"]) not in pins:
+            bad(f"binary_exception[{entry['package']}]", "names a package the image does not install: remove the declaration")
+    for req in lock.jit["toolchain"]:
+        r = Requirement(req)
+        pin = pins.get(canonicalize_name(r.name))
+        if pin is not None and not r.specifier.contains(Version(pin), prereleases=True):
+            bad("jit.toolchain", f"{req} but {REQUIREMENTS_PATH.name} pins {r.name} {pin} (run `invoke lock`)")
+        elif pin is None:
+            bad("jit.toolchain", f"{req} is not in {REQUIREMENTS_PATH.name} (run `invoke lock`)")
 
 
 def _check_overrides(lock: Lock, sources: dict[str, list[str]], bad) -> None:

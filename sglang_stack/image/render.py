@@ -39,12 +39,19 @@ class Context:
     name: str
     version_tag: str
     base_image: str
+    devel_image: str
     audit_arch: str
     cuda: dict
     python: dict
     sglang: Artifact
     wheels: tuple[Artifact, ...]
+    default_wheels: tuple[Artifact, ...]
+    optional_wheels: tuple[Artifact, ...]
     wheel: dict[str, Artifact]
+    jit: dict
+    jit_compiler: str
+    cuda_home: str
+    build_tools: tuple[Artifact, ...]
     labels: tuple[tuple[str, str], ...]
     router: Artifact
     router_python: str
@@ -103,12 +110,20 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         name=lock.name,
         version_tag=lock.tag.split(":", 1)[1],
         base_image=lock.base_image,
+        devel_image=lock.devel_image,
         audit_arch=lock.data["image"]["audit_arch"],
         cuda=lock.cuda,
         python=lock.python,
         sglang=lock.sglang,
         wheels=lock.wheels,
+        default_wheels=lock.default_wheels,
+        optional_wheels=tuple(w for w in lock.wheels if w.optional),
         wheel={w.name: w for w in lock.wheels},
+        jit=lock.jit,
+        jit_compiler=next(r.split("==")[1] for r in lock.jit["toolchain"] if r.startswith("nvidia-cuda-nvcc==")),
+        # The venv's pip CUDA tree, where the nvidia-* wheels of CUDA 13 unpack.
+        cuda_home=f"/opt/venv/lib/python{lock.python['version']}/site-packages/nvidia/cu{lock.cuda['version'].split('.')[0]}",
+        build_tools=lock.build_tools,
         labels=labels(lock, patches_dir),
         router=lock.router,
         router_python=lock.router_table["python"],

@@ -20,6 +20,8 @@ def resolve_inputs(lock: Lock) -> tuple[str, str]:
     lines = [f"{lock.sglang.name}=={lock.sglang.version}"]
     for wheel in lock.wheels:
         lines += [f"{r}  # required by {wheel.name} {wheel.version}" for r in wheel.requires]
+    lines += [f"{r}  # jit.toolchain: the CUDA compiler the runtime JITs with" for r in lock.jit["toolchain"]]
+    lines += [f"{c['requirement']}  # constraint: see versions.lock" for c in lock.constraints]
     overrides = []
     for override in lock.overrides:
         if override.omit:
