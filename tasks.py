@@ -7,73 +7,16 @@ with ``INVOKE_STACK_*`` environment variables.
 
 from __future__ import annotations
 
-import functools
-import re
 import sys
 
-from invoke import Collection, Exit, ParseError, task
+from invoke import Collection, Exit, task
 
-from sglang_stack.errors import UserError, format_error
-
-
-def user_errors(body):
-    """Turn a ``UserError`` into one line on stderr and exit code 2 (no traceback)."""
-
-    @functools.wraps(body)
-    def wrapper(*args, **kwargs):
-        try:
-            return body(*args, **kwargs)
-        except UserError as err:
-            raise Exit(format_error(err), code=err.code) from None
-
-    return wrapper
-
-
-def parse_error_line(err: ParseError) -> str:
-    """Invoke's parse error in the project's words: which task, which flag, what to do."""
-    text = str(err)
-    task_name = getattr(getattr(err, "context", None), "name", None)
-    see = f" (see `invoke --help {task_name}`)" if task_name else " (see `invoke --list`)"
-    if m := re.fullmatch(r"Flag <Argument: ([\w-]+).*> needed value and was not given one!", text):
-        return f"--{m.group(1).replace('_', '-')}: needs a value{see}"
-    if m := re.fullmatch(r"'(.+)' did not receive required positional arguments: (.+)", text):
-        names = ", ".join("--" + n.strip(" '").replace("_", "-") for n in m.group(2).split(","))
-        return f"{m.group(1)}: missing {names}{see}"
-    if m := re.fullmatch(r"No idea what '(.*)' is!", text):
-        return f"{m.group(1)!r}: no such task or flag{see}"
-    return text + see
-
-
-def _shape_parse_errors(program) -> None:
-    """Make Invoke's parse errors one ``error:`` line with exit 2, like every other user mistake.
-
-    Invoke prints a parse error (unknown task or flag, a flag without its value, a
-    missing argument) bare and exits 1, inside ``Program.run``, and offers no hook for
-    it (pyinvoke/invoke#912). Invoke imports this file in ``Program.parse_collection``,
-    before ``parse_tasks`` reads the task flags and ``parse_cleanup`` handles --help, so
-    wrapping those two methods of the running program covers the task names and their
-    flags. What Invoke parses before it reads this file keeps Invoke's form: a core flag
-    without its value (`invoke --search-root`) or a collection that cannot be found
-    (`invoke -c nosuch`).
-    """
-
-    def shaped(step):
-        @functools.wraps(step)
-        def wrapper():
-            try:
-                return step()
-            except ParseError as err:
-                raise Exit(f"error: {parse_error_line(err)}", code=2) from None
-
-        return wrapper
-
-    for name in ("parse_tasks", "parse_cleanup"):
-        if not hasattr(getattr(program, name), "__wrapped__"):
-            setattr(program, name, shaped(getattr(program, name)))
+from sglang_stack.cli import shape_parse_errors, user_errors
+from sglang_stack.errors import UserError
 
 
 if "invoke.main" in sys.modules:  # run by the `invoke` command (or python -m invoke), not imported by a test
-    _shape_parse_errors(sys.modules["invoke.main"].program)
+    shape_parse_errors(sys.modules["invoke.main"].program)
 
 
 # --- lock, render, build -----------------------------------------------------
@@ -153,6 +96,10 @@ def render(c, check=False):
         "(default: $HF_TOKEN if set, through a private temporary file)",
         "build-arg": "extra KEY=VALUE build argument, repeatable (e.g. PREFETCH_MODELS=org/drafter)",
         "isolation": "podman/buildah isolation, e.g. chroot where there are no cgroups (default: stack.isolation)",
+        "flashinfer-jit-cache": "also install flashinfer-jit-cache (5-8 GB of prebuilt kernels for every GPU "
+        "generation) for hosts that must not compile anything at start (default: off)",
+        "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "
+        "\"9.0a 12.0a\" (H200, RTX PRO 6000); '' skips that build (default: versions.lock [jit] arch_list)",
     },
     iterable=["build_arg"],
     auto_shortflags=False,
@@ -169,6 +116,8 @@ def build(
     hf_token_file=None,
     build_arg=None,
     isolation=None,
+    flashinfer_jit_cache=False,
+    cuda_arch_list=None,
 ):
     """Validate the lock, render docker/Dockerfile, then build the image.
 
@@ -209,6 +158,10 @@ def build(
         build_args=buildmod.parse_build_args(build_arg or []),
         isolation=isolation,
     )
+    if flashinfer_jit_cache:
+        request.build_args["FLASHINFER_JIT_CACHE"] = "1"
+    if cuda_arch_list is not None:
+        request.build_args["FLASHINFER_CUDA_ARCH_LIST"] = buildmod.arch_list(cuda_arch_list)
     ref, image_id = buildmod.build(request)
     print(f"built {ref} ({image_id})")
 
