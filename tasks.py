@@ -165,6 +165,31 @@ def build(
     ref, image_id = buildmod.build(request)
     print(f"built {ref} ({image_id})")
 
+@task(
+    help={
+        "path": "an unpacked site-packages directory, e.g. a venv's or one copied out of an image (required)",
+        "lock": "versions.lock with [cuda] version and the [[binary_exception]]s (default: this checkout's)",
+    }
+)
+@user_errors
+def binaries(c, path, lock=None):
+    """Binary audit: every ELF object needs only this stack's CUDA and finds every library it needs.
+
+    The check the image build runs after installing the Python set. Reads each x86-64 ELF
+    file's dynamic section (pyelftools): a CUDA library of another major (libcudart.so.12 in a
+    CUDA 13 stack) or a library found nowhere is an error, unless versions.lock declares it in
+    a [[binary_exception]] with the features it breaks; a declaration that no longer matches is
+    stale. The driver's libcuda.so.1 is allowed to be absent. One line per finding; exit 1 on
+    any error, 0 when clean.
+    """
+    from sglang_stack.image import binaries as binmod
+
+    argv = ["--path", path] + (["--lock", lock] if lock else [])
+    code = binmod.main(argv)
+    if code:
+        raise Exit(code=code)
+
+
 # --- patches and audit --------------------------------------------------------
 
 
