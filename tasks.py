@@ -190,6 +190,47 @@ def binaries(c, path, lock=None):
         raise Exit(code=code)
 
 
+@task(
+    help={
+        "target": "runtime, sglang or router (default: runtime)",
+        "image": "after a build: compare the budget with this image, layer by layer (default: none)",
+        "engine": "docker or podman, to read --image's history (default: stack.engine)",
+        "margin": "how far a built layer may differ from its budget, as a fraction (default: 0.15)",
+        "flashinfer-jit-cache": "count the optional flashinfer-jit-cache (default: off, as the build)",
+        "top": "packages listed per layer, largest first (default: 12)",
+    }
+)
+@user_errors
+def size(c, target="runtime", image=None, engine=None, margin=0.15, flashinfer_jit_cache=False, top=12):
+    """The image's size from the lock, before any build: per stage, layer and package, on disk and compressed.
+
+    PyPI wheels are measured (PyPI's file size, and the unpacked size from each wheel's zip
+    directory, read with range requests and cached); the URL wheels through PyPI's build of
+    the same release; the base image and apt packages from figures versions.lock records, each
+    with its status. With --image, each budgeted layer is compared with the built image's
+    history and any layer off by more than --margin is named (exit 1). The last line is the total.
+    """
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.image import size as sizemod
+
+    if target not in ("runtime", "sglang", "router"):
+        raise UserError(f"--target {target!r}: choose runtime, sglang or router")
+    try:
+        margin = float(margin)
+    except ValueError:
+        raise UserError(f"--margin {margin!r}: not a number (e.g. 0.15)") from None
+    lock_ = lockmod.check()
+    layers = sizemod.budget(lock_, target, jit_cache=flashinfer_jit_cache)
+    print("\n".join(sizemod.report(layers, target, int(top))))
+    off = 0
+    if image:
+        lines, off = sizemod.compare(layers, sizemod.built_layers(engine or c.config.stack.engine, image), margin)
+        print("\n".join(lines))
+    print(sizemod.total_line(layers, target))
+    if off:
+        raise Exit(f"error: {off} layer(s) of {image} differ from the budget by more than {margin:.0%}", code=1)
+
+
 # --- patches and audit --------------------------------------------------------
 
 

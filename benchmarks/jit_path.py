@@ -237,6 +237,9 @@ def main() -> int:
     parser.add_argument("--stub", type=Path)
     parser.add_argument("--arch-list", default="9.0a 12.0a", help="the image's AOT architectures")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--aot-only", action="store_true", help="only the ahead-of-time build and its load")
+    parser.add_argument("--aot-without-gpu", action="store_true",
+                        help="hide every GPU from the ahead-of-time build (CUDA_VISIBLE_DEVICES=''), as on an image builder")
     args = parser.parse_args()
     if args.child:
         child(args.child)
@@ -261,7 +264,7 @@ def main() -> int:
     print(f"nvcc: {nvcc} ({version}); /usr/local/cuda present: {Path('/usr/local/cuda').exists()}")
     results = []
     caches = {}
-    for phase in ("cold", "warm"):
+    for phase in () if args.aot_only else ("cold", "warm"):
         for kernel in KERNELS:
             cache = work / kernel
             env_k = dict(env, FLASHINFER_WORKSPACE_BASE=str(cache), TVM_FFI_CACHE_DIR=str(cache / "tvm-ffi"),
@@ -280,9 +283,10 @@ def main() -> int:
     aot_site = work / "aot-site"
     shutil.copytree(args.flashinfer_site.resolve(), aot_site, symlinks=True)
     env_aot = dict(env, PYTHONPATH=os.pathsep.join([str(aot_site), str(args.sglang_site.resolve()), str(ROOT)]))
+    env_build = dict(env_aot, CUDA_VISIBLE_DEVICES="") if args.aot_without_gpu else env_aot
     start = time.monotonic()
     build = subprocess.run([sys.executable, "-m", "sglang_stack.image.aot", "--arch-list", args.arch_list],
-                           env=env_aot, capture_output=True, text=True, timeout=3600)
+                           env=env_build, capture_output=True, text=True, timeout=3600)
     aot_seconds = time.monotonic() - start
     print(build.stdout.strip() or build.stderr.strip()[-2000:])
     aot_so = list((aot_site / "flashinfer" / "data" / "aot").rglob("*.so"))
@@ -291,6 +295,7 @@ def main() -> int:
     r = spawn("flashinfer_sampling", dict(env_aot, FLASHINFER_WORKSPACE_BASE=str(empty), HOME=str(empty),
                                           FLASHINFER_DISABLE_JIT="1"))
     r.update(phase="aot", build_s=round(aot_seconds, 1), arch_list=args.arch_list, build_rc=build.returncode,
+             build_saw_gpu=not args.aot_without_gpu,
              aot_mb=round(sum(p.stat().st_size for p in aot_so) / 1e6, 1), jit_dir_after=directory_stats(empty))
     results.append(r)
     print(f"aot   flashinfer_sampling  {'ok' if r['ok'] else 'FAIL'}  built for {args.arch_list} in {aot_seconds:.1f} s "

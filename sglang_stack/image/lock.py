@@ -359,7 +359,7 @@ def _check_structure(data: dict, bad) -> None:
 
 
 KNOWN_KEYS = {"schema", "image", "cuda", "python", "sglang", "resolve", "router", "jit", "wheel", "override",
-              "constraint", "binary_exception", "build_tool"}
+              "constraint", "binary_exception", "build_tool", "size"}
 
 
 def _check_jit(data: dict, need, bad) -> None:
