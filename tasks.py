@@ -201,7 +201,7 @@ def binaries(c, path, lock=None):
     }
 )
 @user_errors
-def size(c, target="runtime", image=None, engine=None, margin=0.15, flashinfer_jit_cache=False, top=12):
+def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_jit_cache=False, top=None):
     """The image's size from the lock, before any build: per stage, layer and package, on disk and compressed.
 
     PyPI wheels are measured (PyPI's file size, and the unpacked size from each wheel's zip
@@ -213,15 +213,20 @@ def size(c, target="runtime", image=None, engine=None, margin=0.15, flashinfer_j
     from sglang_stack.image import lock as lockmod
     from sglang_stack.image import size as sizemod
 
+    from sglang_stack.flags import parse_count
+
     if target not in ("runtime", "sglang", "router"):
         raise UserError(f"--target {target!r}: choose runtime, sglang or router")
+    top = parse_count("--top", top, 0) if top is not None else 12
     try:
-        margin = float(margin)
+        margin = 0.15 if margin is None else float(str(margin).strip())
     except ValueError:
-        raise UserError(f"--margin {margin!r}: not a number (e.g. 0.15)") from None
+        raise UserError(f"--margin {margin!r}: not a number (a fraction, e.g. 0.15)") from None
+    if not 0 < margin < 10:
+        raise UserError(f"--margin {margin!r}: must be a fraction above 0 (e.g. 0.15 for 15%)")
     lock_ = lockmod.check()
     layers = sizemod.budget(lock_, target, jit_cache=flashinfer_jit_cache)
-    print("\n".join(sizemod.report(layers, target, int(top))))
+    print("\n".join(sizemod.report(layers, target, top)))
     off = 0
     if image:
         lines, off = sizemod.compare(layers, sizemod.built_layers(engine or c.config.stack.engine, image), margin)

@@ -11,6 +11,7 @@ so the workers themselves say who answered.
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import wait_until
+from sglang_stack import ROOT
 from sglang_stack.image import lock as lockmod
 from sglang_stack.image import store
 
@@ -91,6 +93,19 @@ def test_invoke_build_target_router_builds_the_router_stage(router_image, docker
     assert empty.returncode == 2, f"an empty worker list must stop the entrypoint: {empty.returncode} {empty.stderr}"
     assert empty.stderr.startswith("error: ROUTER_WORKER_URLS is empty") and empty.stderr.count("\n") == 1, empty.stderr
     print(f"invoke build --engine docker --target router: {seconds:.1f} s, image {store.size('docker', tag) / 1e6:.0f} MB")
+
+
+def test_invoke_size_budgets_the_router_stage_within_its_margin(router_image):
+    """The budget from the lock (PyPI wheels measured by their zip directories, plus .pyc) against the built layer."""
+    tag = router_image[0]
+    proc = subprocess.run([*engine.INVOKE, "size", "--target", "router", "--image", tag, "--engine", "docker"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    line = next((ln for ln in proc.stdout.splitlines() if "requirements.router.lock.txt: budget" in ln), None)
+    assert line and line.startswith("ok  "), f"the router's Python layer is off its budget: {line}\n{proc.stdout[-2000:]}"
+    assert "skip base" in proc.stdout, "the base is whatever --base-image gave; it must not be judged"
+    assert proc.stdout.strip().splitlines()[-1].startswith("router: "), proc.stdout[-500:]
+    print(line)
 
 
 # --- docker compose --profile router up -d --wait router --------------------------------------------
