@@ -138,6 +138,33 @@ def preflight(engine: str) -> None:
         require("buildah", "install buildah (Debian/Ubuntu: apt-get install buildah), or use --engine docker|podman")
 
 
+# The base images each target is built FROM (by the Dockerfile's ARG names).
+NEEDS = {"router": ("ROUTER_BASE_IMAGE",), "sglang": ("BASE_IMAGE",), "base": ("BASE_IMAGE",),
+         "deps": ("BASE_IMAGE", "DEVEL_IMAGE"), "runtime": ("BASE_IMAGE", "DEVEL_IMAGE")}
+
+
+def base_images(request: BuildRequest) -> dict[str, str]:
+    """ARG name -> the image reference this build starts from (the Dockerfile's defaults, or --base-image)."""
+    defaults = {}
+    for line in request.dockerfile.read_text().splitlines():
+        m = re.match(r"^ARG (\w+)=(\S+)$", line)
+        if m and m.group(1) in ("BASE_IMAGE", "DEVEL_IMAGE", "ROUTER_BASE_IMAGE"):
+            defaults.setdefault(m.group(1), m.group(2))
+    if request.base_image:
+        defaults[BASE_ARG.get(request.target, "BASE_IMAGE")] = request.base_image
+    return {arg: defaults[arg] for arg in NEEDS.get(request.target, ()) if arg in defaults}
+
+
+def missing_base_hint(request: BuildRequest) -> str:
+    """After a failed build: which base image is neither in the local store nor pulled, and what to do."""
+    missing = [ref for ref in base_images(request).values() if not store.exists(request.engine, ref)]
+    if not missing:
+        return ""
+    return (f"; {', '.join(missing)} is not in the {request.engine} image store: pull it where the registry is "
+            "reachable (`docker pull REF`, then `docker save`/`docker load` to carry it), mirror it and pass "
+            "--base-image YOUR.REGISTRY/IMAGE@sha256:..., or check the stack without CUDA with `invoke smoke`")
+
+
 def build(request: BuildRequest) -> tuple[str, str]:
     """Run the build; return (image reference, image ID)."""
     request.validate()
@@ -151,7 +178,10 @@ def build(request: BuildRequest) -> tuple[str, str]:
             token.touch(mode=0o600)
             token.write_text(os.environ["HF_TOKEN"])
             request.hf_token_file = token
-        run(request.command(), what=f"{request.engine} build")
+        try:
+            run(request.command(), what=f"{request.engine} build")
+        except UserError as err:
+            raise UserError(f"{err}{missing_base_hint(request)}", code=err.code) from None
         image_id = request.iidfile.read_text().strip() if request.iidfile.exists() else ""
     if not image_id:
         raise UserError(f"{request.engine} build finished but reported no image ID for {request.tag}")
