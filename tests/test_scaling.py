@@ -17,7 +17,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import lock as lockmod
-from sglang_stack.services import compose, doctor, router, variables
+from sglang_stack.services import compose, doctor, host, router, variables
 from sglang_stack.services.doctor import FAIL, NOTE, OK, WARN, Facts
 
 MULTI = {"NNODES": "2", "NODE_RANK": "1", "DIST_INIT_ADDR": "10.0.0.11:20000", "TP_SIZE": "16"}
@@ -157,11 +157,11 @@ def test_host_network_reads_sysfs(monkeypatch, tmp_path):
     (tmp_path / "dev-ib").mkdir()
     (tmp_path / "sys-ib" / "mlx5_0").mkdir(parents=True)
     (tmp_path / "net" / "eth0").mkdir(parents=True)
-    monkeypatch.setattr(doctor, "DEV_INFINIBAND", tmp_path / "dev-ib")
-    monkeypatch.setattr(doctor, "SYS_INFINIBAND", tmp_path / "sys-ib")
-    monkeypatch.setattr(doctor, "SYS_NET", tmp_path / "net")
+    monkeypatch.setattr(host, "DEV_INFINIBAND", tmp_path / "dev-ib")
+    monkeypatch.setattr(host, "SYS_INFINIBAND", tmp_path / "sys-ib")
+    monkeypatch.setattr(host, "SYS_NET", tmp_path / "net")
     assert doctor.host_network() == (["mlx5_0"], ["eth0"])
-    monkeypatch.setattr(doctor, "DEV_INFINIBAND", tmp_path / "missing")
+    monkeypatch.setattr(host, "DEV_INFINIBAND", tmp_path / "missing")
     assert doctor.host_network()[0] is None, "no /dev/infiniband: no RDMA devices to pass"
 
 
