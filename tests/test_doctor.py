@@ -289,7 +289,10 @@ def test_model_and_drafter(tmp_path):
         ("bad-json", FAIL, "not readable JSON"),
         ("missing-shard", FAIL, "1 of 3 shards missing"),
         ("no-weights", WARN, "no *.safetensors"),
-        ("private", WARN, "not world-readable"),
+        ("private", FAIL, "1 of 4 files are not readable by uid 10001, the image's user (first: {target}/config.json (mode 600"),
+        ("private-shard", FAIL, "1 of 5 files are not readable by uid 10001, the image's user (first: {target}/model-00002-of-00003.safetensors (mode 640, owner 0)"),
+        ("private-dir", FAIL, "5 of 5 files are not readable by uid 10001, the image's user (first: {target}/ (directory, mode 700"),
+        ("owned-by-10001", OK, "2 of 2 shards"),
     ],
 )
 def test_model_dir_problems(tmp_path, setup, status, text):
@@ -306,7 +309,19 @@ def test_model_dir_problems(tmp_path, setup, status, text):
     elif setup == "private":
         make_model(target, TARGET_ARCH)
         (target / "config.json").chmod(0o600)
+    elif setup == "private-shard":
+        make_model(target, TARGET_ARCH, shards=3)
+        (target / "model-00002-of-00003.safetensors").chmod(0o640)
+    elif setup == "private-dir":
+        make_model(target, TARGET_ARCH, shards=3)
+        target.chmod(0o700)
+    elif setup == "owned-by-10001":
+        make_model(target, TARGET_ARCH, shards=2)
+        for path in (target, *target.iterdir()):
+            os.chown(path, 10001, 10001) if os.geteuid() == 0 else pytest.skip("chown needs root")
+            path.chmod(0o700 if path.is_dir() else 0o600)  # private, but the image's user owns it
     model = doctor.check_models(svc_of("baseline", MODEL_DIR=str(target)))[0]
+    text = text.format(target=target)
     assert model.status == status and text in model.detail, f"{setup}: {model.line()}"
     if status == FAIL:
         assert model.fix, f"every FAIL needs a fix: {model.line()}"
@@ -401,7 +416,7 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.splitlines()
     names = [line.split()[1] for line in lines[1:-1]]
-    expected = ["config", "model", "drafter", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
+    expected = ["config", "model", "drafter", "api-key", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
                 "sm120", "sm120", "shm", "memlock", "disk", "image", "audit"]
     assert names == expected, f"checks printed: {names}\n{proc.stdout}"
     for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "image", "audit"):
@@ -481,3 +496,24 @@ def test_up_refuses_without_gpu_runtime(tmp_path):
     target = make_model(tmp_path / "k25", TARGET_ARCH)
     proc = invoke_up("baseline", clean_env(fake, MODEL_DIR=str(target)))
     assert_refused(proc, fake, "preflight gpu-runtime: no NVIDIA container runtime")
+
+
+@pytest.mark.parametrize(
+    "values, status, text",
+    [
+        ({"SGLANG_API_KEY": "two words"}, FAIL, "contains ' ', which compose would split or expand"),
+        ({"SGLANG_API_KEY": "key$HOME"}, FAIL, "contains '$'"),
+        ({"SGLANG_API_KEY": "back`tick`"}, FAIL, "contains '`'"),
+        ({"BIND_ADDRESS": "0.0.0.0"}, WARN, "BIND_ADDRESS=0.0.0.0 publishes the API beyond this host, and SGLANG_API_KEY is unset"),
+        ({"BIND_ADDRESS": "0.0.0.0", "SGLANG_API_KEY": "Zm9vYmFyYmF6-_.~+/="}, OK, "set (SGLANG_API_KEY (shell))"),
+        ({}, OK, "unset; the API listens on 127.0.0.1 only"),
+    ],
+)
+def test_api_key_reaches_sglang_as_one_argument_and_an_open_bind_is_named(values, status, text):
+    check = doctor.check_api_key(svc_of("eagle3", **values))
+    assert check.status == status and text in check.detail, check.line()
+    if status != OK:
+        assert check.fix, check.line()
+    secret = values.get("SGLANG_API_KEY")
+    if secret:
+        assert secret not in check.line(), "the doctor must not print the key"

@@ -17,6 +17,7 @@ functions, so the tests feed it recorded ``nvidia-smi`` output.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
 from dataclasses import dataclass
@@ -87,6 +88,47 @@ def _health_timeouts(svc: compose.Service) -> str:
     return ""
 
 
+def readable_by(st, uid: int, gid: int, directory: bool = False) -> bool:
+    """Whether ``uid``:``gid`` may read a file (or list and enter a directory) with this stat, by its mode bits."""
+    need = 0o5 if directory else 0o4
+    if st.st_uid == uid:
+        return (st.st_mode >> 6) & need == need
+    if st.st_gid == gid:
+        return (st.st_mode >> 3) & need == need
+    return st.st_mode & need == need
+
+
+def unreadable(directory: Path, uid: int = IMAGE_USER_UID, gid: int = IMAGE_USER_UID) -> tuple[int, int, str]:
+    """(files the container user cannot read, files in all, the first such path with its mode and owner).
+
+    Metadata only (one stat per entry), so a 600 GB model directory takes milliseconds. Dot
+    directories (a download's .cache) are not served and not walked; ACLs are not read.
+    """
+    bad, total, first = 0, 0, ""
+    for root, dirs, files in os.walk(directory):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        st = here.stat()
+        if not readable_by(st, uid, gid, directory=True):
+            count = sum(len(f) for _, _, f in os.walk(here))
+            bad, total = bad + count, total + count
+            first = first or f"{here}/ (directory, mode {st.st_mode & 0o777:o}, owner {st.st_uid})"
+            dirs[:] = []
+            continue
+        for name in files:
+            total += 1
+            try:
+                fst = (here / name).stat()
+            except OSError:
+                bad += 1
+                first = first or f"{here / name} (a broken link)"
+                continue
+            if not readable_by(fst, uid, gid):
+                bad += 1
+                first = first or f"{here / name} (mode {fst.st_mode & 0o777:o}, owner {fst.st_uid})"
+    return bad, total, first
+
+
 def _model_dir_check(name: str, var: str, directory: Path, env: variables.Environment, svc_name: str) -> tuple[Check, str]:
     shown = env.where(var) if var in env.values else f"{var} unset, default {directory}"
     what = "the model" if name == "model" else "the EAGLE-3 drafter"
@@ -118,14 +160,34 @@ def _model_dir_check(name: str, var: str, directory: Path, env: variables.Enviro
     else:
         return Check(name, WARN, f"{directory}: {arch}, but no *.safetensors", "finish the download"), arch
     detail = f"{directory}: {arch}, {weights}"
-    st = config.stat()
-    if not (st.st_mode & 0o004) and st.st_uid != IMAGE_USER_UID:
-        return Check(name, WARN, f"{detail}; config.json is not world-readable",
-                     f"the container runs as uid {IMAGE_USER_UID}: chmod -R a+rX {directory}"), arch
+    bad, total, first = unreadable(directory)
+    if bad:
+        return Check(name, FAIL, f"{detail}; {bad} of {total} files are not readable by uid {IMAGE_USER_UID}, the image's user "
+                     f"(first: {first})", f"chmod -R a+rX {directory}, or chown -R {IMAGE_USER_UID} {directory}"), arch
     if name == "drafter" and "eagle3" not in arch.lower():
         return Check(name, WARN, f"{detail}: does not look like an EAGLE-3 drafter",
                      "point DRAFT_MODEL_DIR at an EAGLE-3 drafter for Kimi-K2.5"), arch
     return Check(name, OK, detail), arch
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+SPLITS = set(" \t\n'\"\\$`")
+
+
+def check_api_key(svc: compose.Service) -> Check:
+    """The key must reach SGLang as one argument, and an API open beyond loopback should have one."""
+    key = svc.env.get("SGLANG_API_KEY") or ""
+    where = f"SGLANG_API_KEY ({svc.env.origin.get('SGLANG_API_KEY', 'shell')})"  # never the value
+    if key and (bad := sorted(SPLITS & set(key))):
+        shown = ", ".join(repr(c) for c in bad)
+        return Check("api-key", FAIL, f"{where}: contains {shown}, which compose would split or expand on the command line",
+                     "use a key of letters, digits and -_.~+/= (e.g. `openssl rand -base64 32`)")
+    if not key and svc.bind_address not in LOOPBACK:
+        return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and SGLANG_API_KEY is unset",
+                     "set SGLANG_API_KEY in .env, or BIND_ADDRESS=127.0.0.1")
+    if key:
+        return Check("api-key", OK, f"set ({where}); clients send it as a Bearer token")
+    return Check("api-key", OK, f"unset; the API listens on {svc.bind_address} only")
 
 
 def check_models(svc: compose.Service) -> list[Check]:
@@ -442,9 +504,10 @@ def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_erro
     checks = [check_config(svc, config_error, env)]
     if svc is not None:
         checks += check_models(svc)
+        checks.append(check_api_key(svc))
         checks.append(check_port(svc, facts.ps_rows))
     else:
-        checks += [Check(name, SKIP, "skipped: config invalid") for name in ("model", "drafter", "port")]
+        checks += [Check(name, SKIP, "skipped: config invalid") for name in ("model", "drafter", "api-key", "port")]
     checks.append(check_docker(facts, engine))
     gpu_free = svc is not None and not svc.gpus
     if gpu_free:
