@@ -27,3 +27,27 @@ def write(path: Path, data: str | bytes) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def prepare_dir(path: Path, flag: str = "--out") -> Path:
+    """Create ``path`` (and its parents) and prove it writable, before any work that will write there.
+
+    A long run must not learn at its end that its output cannot be written: a path under a
+    file, an unwritable parent or a read-only mount is one ``UserError`` naming the flag and
+    the path, at once.
+    """
+    from sglang_stack.errors import UserError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UserError(f"{flag} {path}: cannot write there ({err.strerror or err.__class__.__name__}"
+                        f"{': ' + err.filename if err.filename and str(err.filename) != str(path) else ''})") from None
+    return path
+

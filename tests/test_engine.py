@@ -63,8 +63,24 @@ def test_missing_base_image_is_one_line(docker_engine, run_id):
         "--tag", f"sglang-stack-test-{run_id}:never", check=False, timeout=300,
     )  # fmt: skip
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: docker build failed"), proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: docker build failed"), proc.stderr[-2000:]
+    assert f"sglang-stack-test-{run_id}:no-such-base is not in the docker image store" in last, last
+    for hint in ("docker pull", "--base-image", "invoke smoke"):
+        assert hint in last, f"the error does not say how to get a base ({hint!r}): {last}"
     assert not store.exists("docker", f"sglang-stack-test-{run_id}:never"), "a failed build must not leave its tag"
+
+
+def test_the_sweep_runs_the_preflight_first_and_never_builds(docker_engine, run_id, model_dirs, tmp_path):
+    """No GPU runtime here: the sweep stops at the preflight, in one line, before any compose run or results directory."""
+    out = tmp_path / "sweep-results"
+    project = engine.ComposeProject(f"sgs-test-{run_id}-sweep", [], {**model_dirs, "SGLANG_STACK_IMAGE": f"sglang-stack-test-{run_id}:absent"})
+    proc = project.invoke("bench", "--sweep", "--sweep-steps", "1,2", "--out", str(out), check=False, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert proc.stderr.strip().startswith("error: preflight ") and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "compose up" not in proc.stdout + proc.stderr, "no compose run may happen before the preflight passes"
+    assert not out.exists(), "a refused sweep leaves no results directory"
+    assert not store.exists("docker", f"sglang-stack-test-{run_id}:absent"), "the sweep must never build or pull the image"
 
 
 # --- docker compose up -d --wait, the mission's literal command --------------------------------

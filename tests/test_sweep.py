@@ -54,7 +54,7 @@ def test_compose_command_and_environment():
     argv = sweep.compose_argv("docker", "eagle3", 1800)
     assert argv == ["docker", "compose", "--project-directory", str(ROOT), "--file", str(ROOT / "compose.yaml"),
                     "--profile", "eagle3", "up", "--detach", "--wait", "--wait-timeout", "1800", "--force-recreate",
-                    "eagle3"], f"the restart must recreate eagle3 and wait for its healthcheck: {argv}"
+                    "--no-build", "eagle3"], f"the restart must recreate eagle3 and wait for its healthcheck: {argv}"
     env = sweep.compose_env(GridPoint(3, 1, 4), {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "9"})
     assert env == {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "3", "SGLANG_SPEC_EAGLE_TOPK": "1",
                    "SGLANG_SPEC_NUM_DRAFT_TOKENS": "4"}, f"grid point must override the environment: {env}"

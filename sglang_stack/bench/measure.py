@@ -40,6 +40,7 @@ from sglang_stack import ROOT
 from sglang_stack.services import compose, variables
 from sglang_stack.bench import report
 from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
+from sglang_stack import atomic
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count, parse_seconds
 
@@ -448,11 +449,9 @@ def timestamp() -> str:
 def results_dir(out: str | Path | None, root: Path = DEFAULT_RESULTS) -> Path:
     """``out`` or ``bench-results/<UTC timestamp>``; never one that already holds results."""
     path = Path(out) if out else root / timestamp()
-    if (path / report.JSON_NAME).exists():
+    if path.is_dir() and (path / report.JSON_NAME).exists():
         raise UserError(f"{path}: already holds {report.JSON_NAME}; pick another --out or move it away")
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {path}: exists and is not a directory")
-    return path
+    return atomic.prepare_dir(path, "--out")  # before any request: a long run must not fail at its first write
 
 
 def host_metadata() -> dict:
@@ -531,9 +530,11 @@ def run(
         clock=clock,
     )
     prompt_set = load_prompts(Path(prompts) if prompts else DEFAULT_PROMPTS)
-    out_dir = results_dir(out)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"--out {out}: exists and is not a directory")
     api_key = env.get("SGLANG_API_KEY") or None
     chosen = resolve_endpoints(endpoints, env, api_key)
+    out_dir = results_dir(out)  # created and proven writable before the first request
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")

@@ -111,10 +111,10 @@ def grid(steps: Sequence[int], topks: Sequence[int], draft_tokens: Sequence[int]
 
 
 def compose_argv(engine: str = "docker", service: str = SERVICE, wait_timeout: float = 1800) -> list[str]:
-    """The command that recreates ``service`` and waits until its healthcheck passes."""
+    """The command that recreates ``service`` and waits until its healthcheck passes; it never builds."""
     return compose.compose_argv(
-        engine, "up", "--detach", "--wait", "--wait-timeout", str(int(wait_timeout)), "--force-recreate", service,
-        profiles=[service],
+        engine, "up", "--detach", "--wait", "--wait-timeout", str(int(wait_timeout)), "--force-recreate", "--no-build",
+        service, profiles=[service],
     )
 
 
@@ -134,6 +134,20 @@ def compose_restart(
                   what=f"{engine} compose up {service} ({point.label(service)})")
 
     return restart
+
+
+def preflight(engine: str, service: str = SERVICE) -> None:
+    """The checks `invoke up` runs, once, before the first grid point; and the image must exist.
+
+    A host that cannot serve fails here, in one line, not after one compose run per grid point.
+    The sweep never builds or pulls an image (compose would, without `invoke build`'s lock checks).
+    """
+    from sglang_stack.services import doctor
+
+    checks = doctor.preflight(engine, service)
+    image = next((c for c in checks if c.name == "image"), None)
+    if image is not None and image.status != doctor.OK and "is not built" in image.detail:
+        raise UserError(f"--sweep: {image.detail}; the sweep never builds or pulls an image: run `invoke build` first")
 
 
 def mismatch(info: Mapping, point: GridPoint) -> str | None:
@@ -285,7 +299,9 @@ def run(
         endpoint = given[0]
     else:
         endpoint = Endpoint(service, compose.endpoint(service, env))
-    restart = restart or compose_restart(engine, service, ready)
+    if restart is None:
+        preflight(engine, service)
+        restart = compose_restart(engine, service, ready)
     out_dir = bench.results_dir(out)
     api_key = env.get("SGLANG_API_KEY") or None
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 import jinja2
 
 from sglang_stack import ROOT, yaml_file
-from sglang_stack.atomic import write as atomic_write
+from sglang_stack.atomic import prepare_dir, write as atomic_write
 from sglang_stack.errors import UserError
 from sglang_stack.image.lock import Lock
 from sglang_stack.image.render import environment
@@ -194,9 +194,7 @@ def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_d
 def write(lock: Lock, out_dir: Path, values_path: Path = VALUES) -> list[Path]:
     """Render every manifest into ``out_dir``, each file atomically."""
     texts = render_text(lock, load_values(values_path), values_path.name)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    prepare_dir(out_dir, "--out")
     written = []
     for name, text in texts.items():
         atomic_write(out_dir / name, text)
