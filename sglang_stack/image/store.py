@@ -125,6 +125,11 @@ class BaseLease:
     Makes the image (debootstrap) when missing and ``make`` is true; otherwise a
     missing ``ref`` is a one-line error. On exit removes the lease tag, and the
     shared name as well when this run made the image, unless ``keep``.
+
+    Making, leasing and releasing happen under one lock per store and name (``flock`` on a
+    file in the temporary directory), so concurrent cold runs make the base once: the
+    first debootstraps while the others wait, then each tags its own lease. No run can
+    untag the shared name between another's check and its tag, so no copy is left nameless.
     """
 
     def __init__(self, engine: str, ref: str, *, make: bool = True, keep: bool = False, run: str | None = None):
@@ -133,27 +138,44 @@ class BaseLease:
         self.lease = f"{name}:{tag_part}-lease-{run or run_id()}"
         self.created = False
 
+    def _lock(self):
+        import fcntl
+        import hashlib
+        from contextlib import contextmanager
+
+        key = hashlib.sha256(f"{_cli(self.engine)}:{self.ref}".encode()).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / f"sglang-stack-base-{key}.lock"
+
+        @contextmanager
+        def held():
+            with open(path, "a") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    print(f"waiting for another run to finish making or releasing {self.ref}", flush=True)
+                    fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+
+        return held()
+
     def __enter__(self) -> str:
-        if exists(self.engine, self.ref):
-            print(f"reusing base image {self.ref}", flush=True)
-        elif self.make:
-            make_debian_base(self.engine, self.ref)
-            self.created = True
-            print(f"created base image {self.ref}", flush=True)
-        else:
-            raise UserError(f"--base-image {self.ref}: no such image in the {self.engine} image store")
-        try:
-            tag(self.engine, self.ref, self.lease)
-        except UserError:
-            # Another run removed the shared name between our check and our tag: make it again.
-            if not self.make:
-                raise
-            make_debian_base(self.engine, self.ref)
-            self.created = True
+        with self._lock():
+            if exists(self.engine, self.ref):
+                print(f"reusing base image {self.ref}", flush=True)
+            elif self.make:
+                make_debian_base(self.engine, self.ref)
+                self.created = True
+                print(f"created base image {self.ref}", flush=True)
+            else:
+                raise UserError(f"--base-image {self.ref}: no such image in the {self.engine} image store")
             tag(self.engine, self.ref, self.lease)
         return self.lease
 
     def __exit__(self, *exc) -> None:
         if self.keep:
             return
-        remove(self.engine, self.lease, *([self.ref] if self.created else []))
+        with self._lock():
+            remove(self.engine, self.lease, *([self.ref] if self.created else []))
