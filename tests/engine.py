@@ -101,9 +101,11 @@ def standin_dockerfile(sglang_stage: str) -> str:
             break
         if command.cmd in keep and not any(f.startswith("--from=") for f in command.flags):
             lines.append(command.original)
+    # The image's own entrypoint (serve.py: the API key from the secret file) runs the stand-in.
     lines += [
         "COPY sglang_server.py /opt/standin/sglang_server.py",
-        'ENTRYPOINT ["python3", "/opt/standin/sglang_server.py"]',
+        "ENV SGLANG_STACK_SERVER=sglang_server PYTHONPATH=/opt/standin",
+        'ENTRYPOINT ["python3", "-m", "sglang_stack.services.serve"]',
         'CMD ["--help"]',
     ]
     return "\n".join(lines) + "\n"
@@ -112,7 +114,7 @@ def standin_dockerfile(sglang_stage: str) -> str:
 def build_standin(sglang_stage: str, tag: str, workdir: Path) -> str:
     """Build the stand-in image as ``tag`` with ``docker buildx build``; returns the tag."""
     context = workdir / "standin-context"
-    for rel in ("sglang_stack/services/__init__.py", "sglang_stack/services/health.py"):
+    for rel in ("sglang_stack/services/__init__.py", "sglang_stack/services/health.py", "sglang_stack/services/serve.py"):
         (context / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, context / rel)
     shutil.copy(TESTS / "sglang_server.py", context / "sglang_server.py")
@@ -186,6 +188,8 @@ class ComposeProject:
             "COMPOSE_PROJECT_NAME": name,
             "COMPOSE_FILE": os.pathsep.join(files),
             **{var: str(free_port()) for var in PORT_VARIABLES.values()},
+            # compose.yaml's secret is read from this variable; empty means no key (compose.up_env).
+            "SGLANG_API_KEY": "",
             **env,
         }
 

@@ -251,13 +251,27 @@ def test_eagle3_command_and_overrides():
     assert got == ["2", "4", "3", "4"], f"every EAGLE-3 number and TP_SIZE must come from .env: {tuned}"
 
 
-def test_api_key_and_extra_args():
-    for name in compose.SERVICES:
-        argv = command_of(resolved(SGLANG_API_KEY="k-123", SGLANG_EXTRA_ARGS="--mem-fraction-static 0.85"), name)
-        assert "--api-key=k-123" in argv, f"{name}: SGLANG_API_KEY must become --api-key: {argv}"
-        assert argv[-2:] == ["--mem-fraction-static", "0.85"], f"{name}: SGLANG_EXTRA_ARGS must be appended: {argv}"
-        empty = command_of(resolved(SGLANG_API_KEY=""), name)
-        assert not [a for a in empty if a.startswith("--api-key")], f"{name}: an empty key must not add --api-key: {empty}"
+def test_the_api_key_is_a_secret_file_never_a_flag_or_a_variable():
+    config = resolved(SGLANG_API_KEY="k-123", SGLANG_EXTRA_ARGS="--mem-fraction-static 0.85")
+    assert config["secrets"]["sglang_api_key"] == {"environment": "SGLANG_API_KEY"}, config.get("secrets")
+    for name in (*compose.SERVICES, "router"):
+        spec = config["services"][name]
+        argv = shlex.split(spec["command"])
+        assert not [a for a in argv if "k-123" in a or a.startswith("--api-key")], f"{name}: the key is on the command line: {argv}"
+        assert "SGLANG_API_KEY" not in (spec.get("environment") or {}), f"{name}: the key would show in docker inspect"
+        assert "sglang_api_key" in (spec.get("secrets") or []), f"{name}: the key does not reach the container"
+    argv = command_of(config, "eagle3")
+    assert argv[-2:] == ["--mem-fraction-static", "0.85"], f"SGLANG_EXTRA_ARGS must be appended: {argv}"
+
+
+def test_up_defines_an_unset_key_as_empty_and_keeps_one_that_is_set(tmp_path, monkeypatch):
+    from sglang_stack.services import variables
+
+    monkeypatch.setattr(variables, "ENV_FILE", tmp_path / ".env")
+    assert compose.up_env({"PATH": "/bin"})["SGLANG_API_KEY"] == "", "compose refuses a secret from an unset variable"
+    assert compose.up_env({"SGLANG_API_KEY": "k"})["SGLANG_API_KEY"] == "k"
+    (tmp_path / ".env").write_text("SGLANG_API_KEY=from-dotenv\n")
+    assert "SGLANG_API_KEY" not in compose.up_env({"PATH": "/bin"}), "a key in .env must not be shadowed by an empty one"
 
 
 def test_ports_bind_loopback_by_default():
@@ -283,13 +297,11 @@ def test_no_secret_values_in_the_files():
     raw = compose.load_raw(COMPOSE_YAML)
     text = COMPOSE_YAML.read_text()
     for name, spec in raw["services"].items():
-        env = spec["environment"]
+        env = spec.get("environment") or {}
         for secret in ("HF_TOKEN", "SGLANG_API_KEY"):
-            if secret not in env and name == "router":
-                continue  # the router has no use for a Hugging Face token
             assert env.get(secret) is None, f"{name}: {secret} must be passed through, never given a value in compose.yaml"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), "compose.yaml contains something that looks like a Hugging Face token"
-    assert re.search(r"--api-key=\$\{SGLANG_API_KEY", text), "the API key must come from a variable"
+    assert raw["secrets"]["sglang_api_key"] == {"environment": "SGLANG_API_KEY"}, "the API key must come from the variable, as a secret"
     for line in ENV_EXAMPLE.read_text().splitlines():
         match = re.match(r"\s*(HF_TOKEN|SGLANG_API_KEY)\s*=\s*(.*)", line)
         assert not match or not match.group(2).strip(), f".env.example gives a secret a value: {line!r}"
@@ -302,7 +314,8 @@ def _compose_variables() -> set[str]:
     names = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
     raw = compose.load_raw(COMPOSE_YAML)
     for spec in raw["services"].values():
-        names |= {k for k, v in spec["environment"].items() if v is None}
+        names |= {k for k, v in (spec.get("environment") or {}).items() if v is None}
+    names |= {s["environment"] for s in raw.get("secrets", {}).values() if "environment" in s}
     return names
 
 

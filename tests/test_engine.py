@@ -250,3 +250,40 @@ def test_unreachable_engine_is_one_line(docker_engine, compose_project, model_di
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         last = proc.stderr.strip().splitlines()[-1]
         assert last.startswith("error: no Docker engine reachable") and "start Docker" in last, f"invoke {task[0]}: {last}"
+
+
+# --- the API key stays in its secret -------------------------------------------------------------
+
+
+def test_the_api_key_reaches_the_server_and_nothing_else(standin_image, compose_project, model_dirs):
+    """A key set in the shell: the server demands it, and inspect, compose config, ps and the log never show it."""
+    import secrets
+    import urllib.error
+
+    key = "sk-" + secrets.token_hex(16)
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs, "SGLANG_API_KEY": key})
+    project.compose("up", "-d", "--wait", "eagle3", timeout=300)
+    url = project.url("eagle3")
+    request = urllib.request.Request(f"{url}/v1/models")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 401, "without the key the server must refuse: the key did not reach it"
+    request.add_header("Authorization", f"Bearer {key}")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200, "with the key the server must answer"
+
+    (container,) = [c["ID"] for c in project.containers() if "eagle3" in c["Names"]]
+    places = {
+        "docker inspect": engine.docker("inspect", container).stdout,
+        "docker compose config": project.compose("config").stdout,
+        "docker compose logs": project.logs("eagle3"),
+        "the process list (every /proc/PID/cmdline)": engine.docker(
+            "exec", container, "sh", "-c", "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done").stdout,
+        "the processes' environments": engine.docker(
+            "exec", container, "sh", "-c", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'").stdout,
+    }
+    assert "sglang_stack.services.serve" in places["the process list (every /proc/PID/cmdline)"], "not the image's entrypoint"
+    leaks = [where for where, text in places.items() if key in text]
+    assert not leaks, f"the API key shows in: {', '.join(leaks)}"
+    secret = engine.docker("exec", container, "cat", "/run/secrets/sglang_api_key").stdout.strip()
+    assert secret == key, "the secret file is where the key lives"

@@ -127,9 +127,16 @@ def test_pod_spec_gpus_shm_probes_and_secrets(lock):
         assert container[probe]["httpGet"]["path"] == "/health", f"{probe} must use SGLang's real /health"
         assert container[probe]["timeoutSeconds"] > 20, f"{probe} must outwait SGLang's 20 s health generation"
     env = {e["name"]: e for e in container["env"]}
-    assert env["SGLANG_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "sglang-stack", env["SGLANG_API_KEY"]
+    assert "SGLANG_API_KEY" not in env, "the key must not be an environment variable: the pod spec and inspect show those"
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True, env["HF_TOKEN"]
-    assert "--api-key=$(SGLANG_API_KEY)" in container["args"], "the key reaches SGLang from the Secret, not the manifest"
+    assert not [a for a in container["args"] if "api-key" in a or "API_KEY" in a], f"the key is on the command line: {container['args']}"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "api-key")
+    assert mount == {"name": "api-key", "mountPath": "/run/secrets/sglang_api_key", "subPath": "sglang_api_key", "readOnly": True}, mount
+    volume = next(v for v in pod["volumes"] if v["name"] == "api-key")
+    assert volume["secret"]["secretName"] == "sglang-stack" and volume["secret"]["items"] == [{"key": "SGLANG_API_KEY", "path": "sglang_api_key"}], volume
+    router = next(d for d in documents(lock)["router.yaml"] if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert not [a for a in router["containers"][0]["args"] if "api-key" in a], router["containers"][0]["args"]
+    assert any(m["mountPath"] == "/run/secrets/sglang_api_key" for m in router["containers"][0]["volumeMounts"]), "the router needs the key too"
     text = "".join(k8s.render_text(lock, k8s.load_values()).values())
     assert "kind: Secret" not in text and "hf_" not in text, "no secret object or value is rendered"
 

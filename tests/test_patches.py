@@ -26,7 +26,8 @@ SIZES = "sglang/srt/distributed/device_communicators/all_reduce_utils.py"
 SYMM = "sglang/srt/distributed/device_communicators/torch_symm_mem.py"
 MODEL_RUNNER = "sglang/srt/model_executor/model_runner.py"
 GRAPH_RUNNER = "sglang/srt/model_executor/cuda_graph_runner.py"
-SERIES_FILES = (KIMI, DEEPSEEK, SIZES, SYMM, GRAPH_RUNNER, MODEL_RUNNER)
+SERVER_ARGS = "sglang/srt/server_args.py"
+SERIES_FILES = (KIMI, DEEPSEEK, SIZES, SYMM, GRAPH_RUNNER, MODEL_RUNNER, SERVER_ARGS)
 
 
 def snapshot(tree: Path) -> dict[str, str]:
@@ -74,6 +75,7 @@ def test_touched_files_names_every_file_of_each_patch():
         "0002-deepseek-v2-eagle3-embedding-capture.patch": [DEEPSEEK],
         "0003-sm120-torch-symm-mem.patch": [SIZES, SYMM],
         "0004-eagle3-aux-layers-before-graph-capture.patch": [GRAPH_RUNNER, MODEL_RUNNER],
+        "0005-server-args-redact-api-keys.patch": [SERVER_ARGS],
     }, f"touched_files: {got}"
 
 
@@ -214,7 +216,7 @@ def test_an_already_applied_series_is_reported_not_skipped(sglang_tree):
     before = snapshot(sglang_tree)
     with pytest.raises(UserError) as err:
         patches.apply_series(sglang_tree, PATCHES, quiet=True)
-    assert "already applied" in str(err.value) and "all 4 patches" in str(err.value), f"error: {err.value}"
+    assert "already applied" in str(err.value) and "all 5 patches" in str(err.value), f"error: {err.value}"
     assert snapshot(sglang_tree) == before, "re-applying changed the tree"
 
 
@@ -618,7 +620,7 @@ def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_invoke_patch_applies_then_reports_an_applied_series(sglang_tree):
     first = invoke("patch", "--sglang-src", str(sglang_tree))
     assert first.returncode == 0, f"{first.stdout}{first.stderr}"
-    assert "applied 4 patches to sglang 0.5.9" in first.stdout, first.stdout
+    assert "applied 5 patches to sglang 0.5.9" in first.stdout, first.stdout
     again = invoke("patch", "--sglang-src", str(sglang_tree))
     assert again.returncode == 1, f"re-applying must fail: {again.returncode}"
     assert again.stderr.strip().startswith("error:") and "already applied" in again.stderr, again.stderr
@@ -633,7 +635,7 @@ def test_invoke_patch_unpack_then_refresh_round_trip(sglang_pristine, tmp_path):
     pdir = copy_patches(tmp_path)
     proc = invoke("patch", "--sglang-src", str(site), "--refresh", "--pristine", str(sglang_pristine), "--patches-dir", str(pdir))
     assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}"
-    assert proc.stdout.count("unchanged") == 4, f"refresh of an unchanged edit rewrote patches: {proc.stdout}"
+    assert proc.stdout.count("unchanged") == 5, f"refresh of an unchanged edit rewrote patches: {proc.stdout}"
     refused = invoke("patch", "--sglang-src", str(site), "--refresh", "--dry-run")
     assert refused.returncode == 2 and "--refresh" in refused.stderr, refused.stderr
 

@@ -17,7 +17,6 @@ spread in mind.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +129,7 @@ def compose_restart(
     shell.require(engine, f"the sweep restarts {service} with {engine} compose; install it with its compose plugin")
 
     def restart(point: GridPoint) -> None:
-        shell.run(compose_argv(engine, service, wait_timeout), env=compose_env(point, os.environ),
+        shell.run(compose_argv(engine, service, wait_timeout), env=compose_env(point, compose.up_env()),
                   what=f"{engine} compose up {service} ({point.label(service)})")
 
     return restart

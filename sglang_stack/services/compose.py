@@ -22,7 +22,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from sglang_stack import ROOT, shell, yaml_file
 from sglang_stack.errors import UserError
@@ -378,6 +378,18 @@ def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] 
     return argv + list(args)
 
 
+def up_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for ``docker compose up``: ``SGLANG_API_KEY`` defined, empty when neither the shell nor .env sets it.
+
+    compose.yaml passes the key as a secret read from that variable, and Compose refuses
+    to create a secret from a variable that is not set at all; an empty one means no key.
+    """
+    env = dict(os.environ if base is None else base)
+    if "SGLANG_API_KEY" not in env and environment(shell_env=env).get("SGLANG_API_KEY") is None:
+        env["SGLANG_API_KEY"] = ""
+    return env
+
+
 def require_engine(engine: str) -> None:
     """One line naming the fix when the engine does not answer or has no compose plugin."""
     if engine == "docker":
@@ -428,7 +440,7 @@ def up(
         f"progress every {interval:g}s, full log: invoke logs {name}")
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(argv)
+        proc = subprocess.Popen(argv, env=up_env())
     except FileNotFoundError:
         raise UserError(f"{engine}: not found on PATH: install Docker Engine with the compose plugin") from None
     last_key: tuple | None = None

@@ -415,7 +415,7 @@ def check_image(facts: Facts, svc: compose.Service | None) -> Check:
     created = str(facts.image.get("Created", "?"))[:10]
     detail = f"{name}: {size:.1f} GB, created {created}"
     entry = config.get("Entrypoint") or []
-    if entry[-1:] != ["sglang.launch_server"]:
+    if entry[-1:] not in (["sglang_stack.services.serve"], ["sglang.launch_server"]):
         return Check("image", WARN, f"{detail}; its entrypoint {entry} is not SGLang's launch_server",
                      "rebuild with invoke build, or set SGLANG_STACK_IMAGE to this stack's image")
     owner = facts.cache_owner.split(":")[0]

@@ -2,10 +2,9 @@
 
     python3 -m sglang_stack.services.router --worker-urls URL[,URL...] [sglang-router flags]
 
-This is not a balancer: it checks the worker list and then replaces itself
-(``exec``) with ``python3 -m sglang_router.launch_router`` and the same flags, so
-SGLang's Rust router does all routing, health checking and retrying. Two things
-happen first:
+This is not a balancer: it checks the worker list and then runs
+``sglang_router.launch_router`` in this process with the same flags, so SGLang's Rust
+router does all routing, health checking and retrying. Three things happen first:
 
 - ``--worker-urls`` takes the comma-separated list that ``ROUTER_WORKER_URLS``
   holds in ``.env`` (one word, like every other value there) and hands the router
@@ -13,6 +12,10 @@ happen first:
 - Every URL must be ``http(s)://host:port``; an empty list or a malformed URL is
   one line naming ``ROUTER_WORKER_URLS`` and exit 2, instead of a router that
   starts with no workers and answers 503 forever.
+- The API key comes from the secret file, as for the SGLang image
+  (``sglang_stack.services.serve``): it is added to the router's ``sys.argv`` in this
+  process, so no command line, ``docker inspect`` or process list ever shows it. A key
+  given as a flag is refused.
 
 The router renames its process ``sglang::router`` (setproctitle), so find it by
 PID, not by command line. Standard library only: this module runs inside the
@@ -84,10 +87,24 @@ def router_argv(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = router_argv(list(sys.argv[1:] if argv is None else argv))
-    print("+ " + " ".join(a if not a.startswith("--api-key=") else "--api-key=***" for a in argv[1:]), flush=True)
-    os.execv(argv[0], argv)
-    return 0  # not reached
+    import runpy
+
+    from sglang_stack.services import serve
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if flag := serve.key_on_command_line(args):
+        raise UserError(f"{flag} on the command line shows in docker inspect and every process list; "
+                        "set SGLANG_API_KEY in .env (compose passes it as the secret file /run/secrets/sglang_api_key)")
+    try:
+        key = serve.api_key()
+    except serve.KeyError_ as err:
+        raise UserError(str(err)) from None
+    os.environ.pop("SGLANG_API_KEY", None)
+    argv = router_argv(args)
+    print("+ " + " ".join(argv[1:]) + (" --api-key (from the secret file)" if key else ""), flush=True)
+    sys.argv = [argv[2], *argv[3:], *(["--api-key", key] if key else [])]
+    runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+    return 0
 
 
 if __name__ == "__main__":
