@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-import engine
 from pypi_wheels import locked_wheel
 from sglang_stack import ROOT
 from sglang_stack.image import store

@@ -19,14 +19,11 @@ marked incomplete.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import queue
 import re
 import socket
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,80 +38,15 @@ from sglang_stack.services import compose, variables
 from sglang_stack.bench import report
 from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
 from sglang_stack import atomic
+from sglang_stack.bench.display import Progress, say, tell  # noqa: F401 (what a run shows while it runs)
+from sglang_stack.bench.promptset import (  # noqa: F401 (callers read the prompt set through measure)
+    DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, load_prompts,
+)
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count, parse_seconds
 
-PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
-DEFAULT_PROMPTS = PROMPTS_DIR / "v1.jsonl"
 DEFAULT_LEVELS = (1, 4, 16)
 DEFAULT_RESULTS = ROOT / "bench-results"
-PROMPT_FIELDS = {"version": int, "id": str, "category": str, "output": str, "max_new_tokens": int, "prompt": str}
-
-
-# --- prompts -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prompt:
-    id: str
-    category: str
-    output: str
-    max_new_tokens: int
-    prompt: str
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    path: Path
-    version: int
-    prompts: tuple[Prompt, ...]
-    sha256: str
-
-
-def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
-    """Read a prompt set: JSON Lines, one prompt per line, all of one ``version``.
-
-    Each line holds ``version`` (int), ``id``, ``category`` (chat, code, math),
-    ``output`` (short, long), ``max_new_tokens`` (int > 0) and ``prompt``.
-    """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: prompt file not found (pass --prompts PATH to a JSON Lines file)") from None
-    except OSError as err:
-        raise UserError(f"{path}: cannot read the prompt file: {err.strerror}") from None
-    prompts: list[Prompt] = []
-    versions: set[int] = set()
-    seen: set[str] = set()
-    for lineno, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{where}: not a JSON object: {err.msg} (one prompt per line)") from None
-        if not isinstance(record, dict):
-            raise UserError(f"{where}: not a JSON object (one prompt per line)")
-        for key, kind in PROMPT_FIELDS.items():
-            value = record.get(key)
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise UserError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}")
-        if record["max_new_tokens"] < 1:
-            raise UserError(f"{where}: 'max_new_tokens' must be at least 1, got {record['max_new_tokens']}")
-        if not record["prompt"].strip():
-            raise UserError(f"{where}: 'prompt' is empty")
-        if record["id"] in seen:
-            raise UserError(f"{where}: duplicate id {record['id']!r}")
-        seen.add(record["id"])
-        versions.add(record["version"])
-        prompts.append(Prompt(*(record[k] for k in ("id", "category", "output", "max_new_tokens", "prompt"))))
-    if not prompts:
-        raise UserError(f"{path}: the prompt file holds no prompts (one JSON object per line)")
-    if len(versions) > 1:
-        raise UserError(f"{path}: mixed prompt-set versions {sorted(versions)}: one file is one version")
-    return PromptSet(path, versions.pop(), tuple(prompts), hashlib.sha256(raw).hexdigest())
 
 
 # --- endpoints ---------------------------------------------------------------
@@ -388,55 +320,6 @@ def run_rounds(
 
 def planned_rounds(options: Options, endpoints: int) -> int:
     return len(options.levels) * options.repeats * endpoints
-
-
-# --- progress ----------------------------------------------------------------
-
-
-class Progress:
-    """One short line per round on stdout, numbered against the rounds planned.
-
-    Plain lines, not a live bar: they read the same in a terminal, a log file and CI,
-    and stdout stays free of diagnostics (those go to stderr).
-    """
-
-    def __init__(self, rounds: int, enabled: bool = True, out: Callable[[str], None] | None = None):
-        self.total = rounds
-        self.done = 0
-        self.enabled = enabled
-        self._out = out or (lambda line: print(line, flush=True))
-
-    def line(self, text: str) -> None:
-        if self.enabled:
-            self._out(text)
-
-    def warmed_up(self, endpoint: str, count: int, seconds: float) -> None:
-        if count:
-            self.line(f"warm-up {endpoint}: {count} request{'s' if count != 1 else ''}, {seconds:.1f} s")
-
-    def round_done(self, record: dict, repeats: int) -> None:
-        self.done += 1
-        tps = record["aggregate_tps"]
-        rate = f"{tps:.1f} tok/s" if tps is not None else "failed"
-        self.line(
-            f"[{self.done}/{self.total}] {record['endpoint']} c={record['level']} "
-            f"repeat {record['repeat'] + 1}/{repeats}: {record['ok']}/{record['requests']} ok, "
-            f"{record['output_tokens']} tokens, {rate}, {record['wall_s']:.1f} s"
-        )
-
-    def drop(self, rounds: int) -> None:
-        """Rounds that will never run (a sweep point whose server did not come up)."""
-        self.total -= rounds
-
-
-def say(text: str) -> None:
-    """A diagnostic (a skipped endpoint, a warning, a failure): stderr."""
-    print(text, file=sys.stderr, flush=True)
-
-
-def tell(text: str) -> None:
-    """What the run does and what it found (the table, where the results are): stdout."""
-    print(text, flush=True)
 
 
 # --- the task ----------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image.pins import read_pins
+from sglang_stack.image.schema import KNOWN_KEYS, check_structure as _check_structure  # noqa: F401 (KNOWN_KEYS for callers)
 
 LOCK_PATH = ROOT / "versions.lock"
 REQUIREMENTS_PATH = ROOT / "requirements.lock.txt"
@@ -264,146 +265,6 @@ def check(
     if problems:
         raise LockProblems(problems)
     return lock
-
-
-def _check_structure(data: dict, bad) -> None:
-    def need(table: dict, key: str, kind: type, prefix: str) -> None:
-        if key not in table:
-            bad(f"{prefix}{key}", "missing")
-        elif not isinstance(table[key], kind):
-            bad(f"{prefix}{key}", f"{table[key]!r} should be a {kind.__name__}")
-
-    if data.get("schema") != 1:
-        bad("schema", f"{data.get('schema')!r} is not a supported schema (expected 1)")
-    for key in sorted(set(data) - KNOWN_KEYS):
-        bad(key, f"unknown key (known: {', '.join(sorted(KNOWN_KEYS))})")
-    tables = ("image", "cuda", "python", "sglang", "resolve", "router", "jit")
-    for table in tables:
-        need(data, table, dict, "")
-    if any(not isinstance(data.get(t), dict) for t in tables):
-        return
-    need(data["image"], "name", str, "image.")
-    need(data["image"], "audit_arch", str, "image.")
-    need(data["cuda"], "version", str, "cuda.")
-    need(data["cuda"], "tag", str, "cuda.")
-    need(data["cuda"], "base", dict, "cuda.")
-    need(data["cuda"], "devel", dict, "cuda.")
-    if isinstance(data["cuda"].get("devel"), dict):
-        need(data["cuda"]["devel"], "stub", str, "cuda.devel.")
-    _check_jit(data, need, bad)
-    router = data["router"]
-    for key in ("name", "version", "url", "sha256", "status", "python", "python_platform"):
-        need(router, key, str, "router.")
-    need(router, "requires", list, "router.")
-    need(router, "base", dict, "router.")
-    if isinstance(router.get("python"), str) and not re.fullmatch(r"3\.\d+", router["python"]):
-        bad("router.python", f"{router['python']!r} is not 3.MINOR")
-    for req in router.get("requires", []) if isinstance(router.get("requires"), list) else []:
-        try:
-            Requirement(req)
-        except (InvalidRequirement, TypeError):
-            bad("router.requires", f"{req!r} is not a valid requirement")
-    bases = (("cuda.base.", data["cuda"].get("base")), ("cuda.devel.", data["cuda"].get("devel")), ("router.base.", router.get("base")))
-    for prefix, base in bases:
-        if not isinstance(base, dict):
-            continue
-        for key in ("image", "tag", "digest", "status"):
-            need(base, key, str, prefix)
-        if isinstance(base.get("digest"), str) and not DIGEST.match(base["digest"]):
-            bad(f"{prefix}digest", f"{base['digest']!r} is not sha256:<64 hex>")
-        if isinstance(base.get("status"), str) and base["status"] not in STATUSES:
-            bad(f"{prefix}status", f"{base['status']!r} is not one of {', '.join(STATUSES)}")
-    if isinstance(data["cuda"].get("version"), str) and not re.fullmatch(r"\d+\.\d+\.\d+", data["cuda"]["version"]):
-        bad("cuda.version", f"{data['cuda']['version']!r} is not MAJOR.MINOR.PATCH")
-    need(data["python"], "version", str, "python.")
-    if isinstance(data["python"].get("version"), str) and not re.fullmatch(r"3\.\d+", data["python"]["version"]):
-        bad("python.version", f"{data['python']['version']!r} is not 3.MINOR")
-    for key in ("index", "python_platform", "exclude_newer", "resolver"):
-        need(data["resolve"], key, str, "resolve.")
-    if isinstance(data["resolve"].get("resolver"), str) and not re.fullmatch(r"uv==\d+(\.\d+)*", data["resolve"]["resolver"]):
-        bad("resolve.resolver", f"{data['resolve']['resolver']!r} is not uv==VERSION")
-    for key in ("version", "url", "sha256", "status"):
-        need(data["sglang"], key, str, "sglang.")
-    for i, tool in enumerate(data.get("build_tool", []) if isinstance(data.get("build_tool"), list) else []):
-        for key in ("name", "version", "url", "sha256", "status"):
-            need(tool, key, str, f"build_tool[{tool.get('name', i)}].")
-    wheels = data.get("wheel", [])
-    if not isinstance(wheels, list):
-        bad("wheel", "should be an array of tables ([[wheel]])")
-        wheels = []
-    for i, wheel in enumerate(wheels):
-        prefix = f"wheel[{wheel.get('name', i)}]."
-        for key in ("name", "version", "url", "sha256", "status"):
-            need(wheel, key, str, prefix)
-        need(wheel, "requires", list, prefix)
-        if "optional" in wheel and not isinstance(wheel["optional"], bool):
-            bad(f"{prefix}optional", f"{wheel['optional']!r} should be true or false")
-        for req in wheel.get("requires", []) if isinstance(wheel.get("requires"), list) else []:
-            try:
-                Requirement(req)
-            except (InvalidRequirement, TypeError):
-                bad(f"{prefix}requires", f"{req!r} is not a valid requirement")
-    for i, override in enumerate(data.get("override", [])):
-        prefix = f"override[{override.get('package', i)}]."
-        for key in ("package", "of", "declared", "reason"):
-            need(override, key, str, prefix)
-        if bool(override.get("omit")) == ("version" in override):
-            bad(f"{prefix}version", "give exactly one of version = \"X\" or omit = true")
-        if isinstance(override.get("declared"), str):
-            try:
-                SpecifierSet(override["declared"])
-            except Exception:
-                bad(f"{prefix}declared", f"{override['declared']!r} is not a version specifier")
-        if isinstance(override.get("reason"), str) and len(override["reason"].strip()) < 10:
-            bad(f"{prefix}reason", f"{override['reason']!r} does not explain the override")
-
-
-KNOWN_KEYS = {"schema", "image", "cuda", "python", "sglang", "resolve", "router", "jit", "wheel", "override",
-              "constraint", "binary_exception", "build_tool", "size"}
-
-
-def _check_jit(data: dict, need, bad) -> None:
-    """[jit], [[constraint]] and [[binary_exception]]: their shape (what they refer to is checked later)."""
-    jit = data["jit"]
-    need(jit, "toolchain", list, "jit.")
-    need(jit, "flashinfer_aot", list, "jit.")
-    need(jit, "arch_list", str, "jit.")
-    for req in jit.get("toolchain", []) if isinstance(jit.get("toolchain"), list) else []:
-        try:
-            pinned = [s for s in Requirement(req).specifier if s.operator == "=="]
-        except (InvalidRequirement, TypeError):
-            bad("jit.toolchain", f"{req!r} is not a valid requirement")
-            continue
-        if len(pinned) != 1:
-            bad("jit.toolchain", f"{req!r} is not pinned with == (the compiler is part of the image's identity)")
-    if isinstance(jit.get("arch_list"), str):
-        for arch in jit["arch_list"].split() or [""]:
-            if not re.fullmatch(r"\d+\.\d+[af]?", arch):
-                bad("jit.arch_list", f"{arch!r} is not a CUDA architecture such as 9.0a or 12.0a")
-    for kind, keys in (("constraint", ("requirement", "reason")), ("binary_exception", ("package", "reason", "breaks"))):
-        entries = data.get(kind, [])
-        if not isinstance(entries, list):
-            bad(kind, f"should be an array of tables ([[{kind}]])")
-            continue
-        for i, entry in enumerate(entries):
-            prefix = f"{kind}[{entry.get(keys[0], i) if isinstance(entry, dict) else i}]."
-            if not isinstance(entry, dict):
-                bad(prefix[:-1], "should be a table")
-                continue
-            for key in keys:
-                need(entry, key, str, prefix)
-            if isinstance(entry.get("reason"), str) and len(entry["reason"].strip()) < 10:
-                bad(f"{prefix}reason", f"{entry['reason']!r} does not explain it")
-            if kind == "constraint" and isinstance(entry.get("requirement"), str):
-                try:
-                    Requirement(entry["requirement"])
-                except InvalidRequirement:
-                    bad(f"{prefix}requirement", f"{entry['requirement']!r} is not a valid requirement")
-            if kind == "binary_exception":
-                need(entry, "needs", list, prefix)
-                if isinstance(entry.get("needs"), list) and (not entry["needs"] or not all(
-                        isinstance(n, str) and re.fullmatch(r"lib[\w.+-]+\.so(\.\d+)*", n) for n in entry["needs"])):
-                    bad(f"{prefix}needs", f"{entry['needs']!r} is not a list of library sonames such as libcudart.so.12")
 
 
 def _artifact(table: dict, name: str) -> Artifact:

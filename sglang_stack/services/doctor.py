@@ -16,43 +16,29 @@ functions, so the tests feed it recorded ``nvidia-smi`` output.
 
 from __future__ import annotations
 
-import json
-import os
 import resource
 import socket
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from sglang_stack.services import compose, variables
 from sglang_stack.errors import UserError
+from sglang_stack.services.inputs import (  # noqa: F401 (the checks of what the server is handed)
+    LOOPBACK, check_api_key, check_models, readable_by, unreadable,
+)
+from sglang_stack.services.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check  # noqa: F401
 from sglang_stack.services.host import (  # noqa: F401 (the facts the checks judge; tests reach them through doctor)
     CACHE_DIR, DEFAULT_IMAGE, Facts, Gpu, gather, gather_engine, host_network, last_line, model_architecture,
     parse_cuda_version, parse_query_csv, version_tuple,
 )
 
-OK, WARN, FAIL, SKIP, NOTE = "ok", "warn", "FAIL", "skip", "note"
-
 CUDA_NEEDED = (13, 0)  # the image's CUDA 13.0.1; minor-version compatibility needs driver >= 580
 DRIVER_BRANCH_FOR_CUDA13 = 580
 SHM_FAIL_GIB, SHM_WARN_GIB = 2, 32
-# Free space the Docker root needs: to build the image (an estimate: a ~25 GB CUDA 13
-# devel image with torch, plus build cache) or, once built, for container layers and logs.
+# Free space the Docker root needs: to build the image (an estimate: the ~10 GB runtime, the
+# 7.5 GB devel image its build-only stage copies one file from, and build cache) or, once
+# built, for container layers and logs.
 DISK_BUILD_GIB, DISK_RUN_GIB = 60, 10
-IMAGE_USER_UID = 10001
 GIB = 1 << 30
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        fix = f" -- fix: {self.fix}" if self.fix and self.status in (FAIL, WARN) else ""
-        return f"{self.status:<5} {self.name:<12} {self.detail}{fix}"
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -86,117 +72,6 @@ def _health_timeouts(svc: compose.Service) -> str:
         return (f"healthcheck timeout {hc.get('timeout')} must exceed the probe's {inner + 10:g}s "
                 f"(SGLANG_HEALTH_CHECK_TIMEOUT {inner:g}s + 10s), or Docker kills every probe")
     return ""
-
-
-def readable_by(st, uid: int, gid: int, directory: bool = False) -> bool:
-    """Whether ``uid``:``gid`` may read a file (or list and enter a directory) with this stat, by its mode bits."""
-    need = 0o5 if directory else 0o4
-    if st.st_uid == uid:
-        return (st.st_mode >> 6) & need == need
-    if st.st_gid == gid:
-        return (st.st_mode >> 3) & need == need
-    return st.st_mode & need == need
-
-
-def unreadable(directory: Path, uid: int = IMAGE_USER_UID, gid: int = IMAGE_USER_UID) -> tuple[int, int, str]:
-    """(files the container user cannot read, files in all, the first such path with its mode and owner).
-
-    Metadata only (one stat per entry), so a 600 GB model directory takes milliseconds. Dot
-    directories (a download's .cache) are not served and not walked; ACLs are not read.
-    """
-    bad, total, first = 0, 0, ""
-    for root, dirs, files in os.walk(directory):
-        here = Path(root)
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        st = here.stat()
-        if not readable_by(st, uid, gid, directory=True):
-            count = sum(len(f) for _, _, f in os.walk(here))
-            bad, total = bad + count, total + count
-            first = first or f"{here}/ (directory, mode {st.st_mode & 0o777:o}, owner {st.st_uid})"
-            dirs[:] = []
-            continue
-        for name in files:
-            total += 1
-            try:
-                fst = (here / name).stat()
-            except OSError:
-                bad += 1
-                first = first or f"{here / name} (a broken link)"
-                continue
-            if not readable_by(fst, uid, gid):
-                bad += 1
-                first = first or f"{here / name} (mode {fst.st_mode & 0o777:o}, owner {fst.st_uid})"
-    return bad, total, first
-
-
-def _model_dir_check(name: str, var: str, directory: Path, env: variables.Environment, svc_name: str) -> tuple[Check, str]:
-    shown = env.where(var) if var in env.values else f"{var} unset, default {directory}"
-    what = "the model" if name == "model" else "the EAGLE-3 drafter"
-    fix = f"set {var} in .env to the directory that holds {what}'s config.json"
-    if not directory.is_dir():
-        return Check(name, FAIL, f"{shown}: no such directory", fix), ""
-    config = directory / "config.json"
-    if not config.is_file():
-        return Check(name, FAIL, f"{shown}: no config.json in {directory}", fix), ""
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError) as err:
-        return Check(name, FAIL, f"{config}: not readable JSON ({err.__class__.__name__})", "download the model again"), ""
-    arch = str((data.get("architectures") or ["?"])[0]) if isinstance(data, dict) else "?"
-    index = directory / "model.safetensors.index.json"
-    shards = sorted(p.name for p in directory.glob("*.safetensors"))
-    if index.is_file():
-        try:
-            wanted = set(json.loads(index.read_text()).get("weight_map", {}).values())
-        except (OSError, ValueError):
-            wanted = set()
-        missing = sorted(wanted - set(shards))
-        if missing:
-            return Check(name, FAIL, f"{directory}: {arch}, {len(missing)} of {len(wanted)} shards missing (first: {missing[0]})",
-                         "finish the download (huggingface-cli download resumes)"), arch
-        weights = f"{len(wanted)} of {len(wanted)} shards"
-    elif shards:
-        weights = f"{len(shards)} *.safetensors"
-    else:
-        return Check(name, WARN, f"{directory}: {arch}, but no *.safetensors", "finish the download"), arch
-    detail = f"{directory}: {arch}, {weights}"
-    bad, total, first = unreadable(directory)
-    if bad:
-        return Check(name, FAIL, f"{detail}; {bad} of {total} files are not readable by uid {IMAGE_USER_UID}, the image's user "
-                     f"(first: {first})", f"chmod -R a+rX {directory}, or chown -R {IMAGE_USER_UID} {directory}"), arch
-    if name == "drafter" and "eagle3" not in arch.lower():
-        return Check(name, WARN, f"{detail}: does not look like an EAGLE-3 drafter",
-                     "point DRAFT_MODEL_DIR at an EAGLE-3 drafter for Kimi-K2.5"), arch
-    return Check(name, OK, detail), arch
-
-
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
-SPLITS = set(" \t\n'\"\\$`")
-
-
-def check_api_key(svc: compose.Service) -> Check:
-    """The key must reach SGLang as one argument, and an API open beyond loopback should have one."""
-    key = svc.env.get("SGLANG_API_KEY") or ""
-    where = f"SGLANG_API_KEY ({svc.env.origin.get('SGLANG_API_KEY', 'shell')})"  # never the value
-    if key and (bad := sorted(SPLITS & set(key))):
-        shown = ", ".join(repr(c) for c in bad)
-        return Check("api-key", FAIL, f"{where}: contains {shown}, which compose would split or expand on the command line",
-                     "use a key of letters, digits and -_.~+/= (e.g. `openssl rand -base64 32`)")
-    if not key and svc.bind_address not in LOOPBACK:
-        return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and SGLANG_API_KEY is unset",
-                     "set SGLANG_API_KEY in .env, or BIND_ADDRESS=127.0.0.1")
-    if key:
-        return Check("api-key", OK, f"set ({where}); clients send it as a Bearer token")
-    return Check("api-key", OK, f"unset; the API listens on {svc.bind_address} only")
-
-
-def check_models(svc: compose.Service) -> list[Check]:
-    model, _ = _model_dir_check("model", "MODEL_DIR", svc.model_dir, svc.env, svc.name)
-    if svc.draft_dir is None:
-        drafter = Check("drafter", SKIP, f"{svc.name} uses no drafter")
-    else:
-        drafter, _ = _model_dir_check("drafter", "DRAFT_MODEL_DIR", svc.draft_dir, svc.env, svc.name)
-    return [model, drafter]
 
 
 def _own_container(rows: list | None, name: str) -> dict | None:
