@@ -165,6 +165,7 @@ def build(
     ref, image_id = buildmod.build(request)
     print(f"built {ref} ({image_id})")
 
+
 @task(
     help={
         "path": "an unpacked site-packages directory, e.g. a venv's or one copied out of an image (required)",
