@@ -19,25 +19,14 @@ def locked_wheel(name: str) -> Path:
     import requests
 
     from sglang_stack.fetch import fetch
+    from sglang_stack.image.size import image_tags, pick, release_files
 
     problems: list[str] = []
     pin = next(p for p in read_pins(lockmod.REQUIREMENTS_PATH, problems) if p.name == name)
-    # The release's own document, or (where the index answers 404 for it) the project's.
-    url = f"https://pypi.org/pypi/{name}/{pin.version}/json"
-    resp = requests.get(url, timeout=30)
-    if resp.status_code == 200:
-        entries = resp.json()["urls"]
-    else:
-        url = f"https://pypi.org/pypi/{name}/json"
-        entries = requests.get(url, timeout=30).json()["releases"][pin.version]
-    for entry in entries:
-        filename, sha = entry["filename"], entry["digests"]["sha256"]
-        if not filename.endswith(".whl") or sha not in pin.hashes:
-            continue
-        glibc_x86 = "manylinux" in filename and "x86_64" in filename  # the image is glibc (Ubuntu), not musl
-        if (glibc_x86 or filename.endswith("-none-any.whl")) and ("cp312" in filename or "abi3" in filename or "py3-none" in filename):
-            return fetch(urljoin(url, entry["url"]), sha)  # a mirror may answer with relative URLs
-    raise AssertionError(f"no x86-64 wheel of {name} {pin.version} among the lock's hashes")
+    url, entries = release_files(requests.Session(), "https://pypi.org/simple", name, pin.version)
+    entry = pick([e for e in entries if e["digests"]["sha256"] in pin.hashes], image_tags("3.12"))
+    assert entry is not None, f"no wheel of {name} {pin.version} for the image's platform among the lock's hashes"
+    return fetch(urljoin(url, entry["url"]), entry["digests"]["sha256"])  # a mirror may answer with relative URLs
 
 
 def unpack(wheel: Path, site: Path) -> Path:

@@ -22,12 +22,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+from sglang_stack.image.binaries import normalize as canonical  # one name normalizer for both checks
+
 CONFLICT = re.compile(r"^(?P<of>\S+) (?P<ver>\S+) has requirement (?P<req>.+), but you have (?P<pkg>\S+) (?P<have>\S+)\.$")
 MISSING = re.compile(r"^(?P<of>\S+) (?P<ver>\S+) requires (?P<req>.+), which is not installed\.$")
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirement_name(req: str) -> str:
