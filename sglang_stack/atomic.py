@@ -29,6 +29,27 @@ def write(path: Path, data: str | bytes) -> None:
             os.unlink(tmp)
 
 
+def check_creatable(path: Path, flag: str = "--out") -> None:
+    """Refuse, creating nothing, a directory ``path`` that could not be made or written: a file in its way, no permission.
+
+    ``prepare_dir`` creates it later, once the run is sure to start, so a run
+    refused for another reason leaves no empty directory behind.
+    """
+    from sglang_stack.errors import UserError
+
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "exists" if probe == path else f"is under {probe}, which"
+        raise UserError(f"{flag} {path}: {where} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: cannot write there ({probe}: permission denied)")
+
+
 def prepare_dir(path: Path, flag: str = "--out") -> Path:
     """Create ``path`` (and its parents) and prove it writable, before any work that will write there.
 

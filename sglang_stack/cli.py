@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
+from pathlib import Path
 
 from invoke import Exit, ParseError
 
-from sglang_stack.errors import UserError, format_error
+from sglang_stack.errors import UserError, format_error, read_text
 
 
 def user_errors(body):
@@ -23,11 +25,29 @@ def user_errors(body):
     return wrapper
 
 
-def parse_error_line(err: ParseError) -> str:
+def repeated_flag(argv: list[str]) -> str | None:
+    """The first ``--flag`` given twice in ``argv``, if any.
+
+    Invoke takes a repeated flag's second value as a task name and reports
+    "No idea what '2' is!", which sends the user looking for a typo.
+    """
+    seen = set()
+    for token in argv:
+        if token.startswith("--") and len(token) > 2:
+            flag = token.split("=", 1)[0]
+            if flag in seen:
+                return flag
+            seen.add(flag)
+    return None
+
+
+def parse_error_line(err: ParseError, argv: list[str] | None = None) -> str:
     """Invoke's parse error in the project's words: which task, which flag, what to do."""
     text = str(err)
     task_name = getattr(getattr(err, "context", None), "name", None)
     see = f" (see `invoke --help {task_name}`)" if task_name else " (see `invoke --list`)"
+    if text.startswith("No idea what") and (flag := repeated_flag(argv or [])):
+        return f"{flag}: given more than once; give it once{see}"
     if m := re.fullmatch(r"Flag <Argument: ([\w-]+).*> needed value and was not given one!", text):
         return f"--{m.group(1).replace('_', '-')}: needs a value{see}"
     if m := re.fullmatch(r"'(.+)' did not receive required positional arguments: (.+)", text):
@@ -57,10 +77,47 @@ def shape_parse_errors(program) -> None:
             try:
                 return step()
             except ParseError as err:
-                raise Exit(f"error: {parse_error_line(err)}", code=2) from None
+                raise Exit(f"error: {parse_error_line(err, sys.argv[1:])}", code=2) from None
 
         return wrapper
 
     for name in ("parse_tasks", "parse_cleanup"):
         if not hasattr(getattr(program, name), "__wrapped__"):
             setattr(program, name, shaped(getattr(program, name)))
+
+
+def check_project_config(root: Path) -> None:
+    """Refuse a broken ``invoke.yaml`` (or ``.yml``/``.json``) next to tasks.py with one line, not Invoke's traceback.
+
+    Invoke reads the project's config file right after it imports tasks.py and
+    lets the parser's exception escape. Reading it here first, with the same
+    parsers, turns a syntax error or a non-mapping document into one ``error:``
+    line and exit 2.
+    """
+    import json
+
+    from invoke.vendor import yaml  # the YAML parser Invoke itself uses for invoke.yaml
+
+    for name in ("invoke.yaml", "invoke.yml", "invoke.json"):
+        path = root / name
+        if not path.exists():
+            continue
+        try:
+            text = read_text(path)
+            if name.endswith(".json"):
+                try:
+                    doc = json.loads(text)
+                except ValueError as err:
+                    raise UserError(f"{path}: invalid JSON: {err}") from None
+            else:
+                try:
+                    doc = yaml.safe_load(text)
+                except yaml.YAMLError as err:
+                    mark = getattr(err, "problem_mark", None)
+                    at = f":{mark.line + 1}" if mark else ""
+                    raise UserError(f"{path}{at}: invalid YAML: {getattr(err, 'problem', err)}") from None
+            if doc is not None and not isinstance(doc, dict):
+                raise UserError(f"{path}: must be a mapping of settings, got {type(doc).__name__}")
+        except UserError as err:
+            print(format_error(err), file=sys.stderr)
+            raise SystemExit(err.code) from None

@@ -5,6 +5,7 @@ non-zero; everything else is a bug and keeps its traceback.
 """
 
 import sys
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -16,6 +17,31 @@ class UserError(Exception):
     def __init__(self, message: str, code: int = 2):
         super().__init__(message)
         self.code = code
+
+
+def read_text(path: Path, hint: str = "") -> str:
+    """The UTF-8 text of a file the user provides or edits; anything wrong with it is one line naming it.
+
+    Covers what a hand-edited tree meets: the file missing, a directory in its
+    place, no permission, and bytes that are not UTF-8 (a Latin-1 editor, a
+    stray binary paste). ``hint`` is appended to the "not found" line.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found{hint}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a file") from None
+    except PermissionError:
+        raise UserError(f"{path}: cannot read: permission denied") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise UserError(f"{path}:{line}: not UTF-8 (byte {data[err.start]:#04x}): save it as UTF-8") from None
 
 
 def format_error(err: UserError) -> str:

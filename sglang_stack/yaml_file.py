@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_stack.errors import UserError
+from sglang_stack.errors import UserError, read_text
 
 
 def load(path: Path):
@@ -12,9 +12,7 @@ def load(path: Path):
     import yaml  # host-side only: the in-image modules never read YAML
 
     try:
-        return yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found") from None
+        return yaml.safe_load(read_text(path))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f":{mark.line + 1}" if mark else ""

@@ -162,6 +162,8 @@ def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str
     try:
         status, _ = http_get(endpoint.url, "/health", api_key, timeout)
     except RequestFailed as err:
+        if "timed out" in str(err):
+            return f"is not reachable: no answer to /health within {timeout:g} s"
         return f"is not reachable: {err}"
     if status in (404, 405):
         return f"answers, but is not an SGLang server: HTTP {status} from /health (wrong port or URL?)"

@@ -413,10 +413,10 @@ def run(
         clock=clock,
     )
     prompt_set = load_prompts(Path(prompts) if prompts else DEFAULT_PROMPTS)
-    if out and Path(out).exists() and not Path(out).is_dir():
-        raise UserError(f"--out {out}: exists and is not a directory")
+    if out:
+        atomic.check_creatable(Path(out), "--out")  # before the probes: nothing is created for a run that cannot start
     api_key = env.get("SGLANG_API_KEY") or None
-    chosen = resolve_endpoints(endpoints, env, api_key)
+    chosen = resolve_endpoints(endpoints, env, api_key, min(timeout, 30.0))
     out_dir = results_dir(out)  # created and proven writable before the first request
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
@@ -505,9 +505,9 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
     The runs were not interleaved, so their ratio carries the machine's drift
     between them; the combined metadata says so (``interleaved: false``).
     """
+    docs = [report.load_results(Path(p)) for p in paths]  # each named file first: a typo is named as such
     if len(paths) < 2:
         raise UserError("bench-compare needs at least two results (--results DIR, repeated)")
-    docs = [report.load_results(Path(p)) for p in paths]
     names: dict[str, str] = {}
     for path, doc in zip(paths, docs):
         for endpoint in doc["metadata"]["endpoints"]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from sglang_stack import atomic
-from sglang_stack.errors import UserError
+from sglang_stack.errors import UserError, read_text
 
 JSON_NAME = "bench.json"
 MARKDOWN_NAME = "bench.md"
@@ -307,9 +307,7 @@ def load_results(path: Path) -> dict:
     """A ``bench.json`` (or the directory holding it), checked for the fields ``summarize`` reads."""
     file = path / JSON_NAME if path.is_dir() else path
     try:
-        doc = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{file}: not found (pass a results directory written by invoke bench)") from None
+        doc = json.loads(read_text(file, " (pass a results directory written by invoke bench)"))
     except ValueError as err:
         raise UserError(f"{file}: not valid JSON: {err}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:

@@ -25,7 +25,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from sglang_stack import ROOT
-from sglang_stack.errors import UserError
+from sglang_stack.errors import UserError, read_text
 from sglang_stack.image.pins import read_pins
 from sglang_stack.image.schema import KNOWN_KEYS, check_structure as _check_structure  # noqa: F401 (KNOWN_KEYS for callers)
 
@@ -58,9 +58,7 @@ class LockProblems(UserError):
 def load(path: Path = LOCK_PATH) -> dict:
     """Parse versions.lock; a syntax error is one line naming the file and line."""
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found") from None
+        return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"{path}: invalid TOML: {err}") from None
 

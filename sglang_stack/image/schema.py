@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 STATUSES = ("checked", "published")
@@ -104,6 +106,31 @@ def check_structure(data: dict, bad) -> None:
                 bad(f"{prefix}declared", f"{override['declared']!r} is not a version specifier")
         if isinstance(override.get("reason"), str) and len(override["reason"].strip()) < 10:
             bad(f"{prefix}reason", f"{override['reason']!r} does not explain the override")
+    _check_formats(data, bad)
+
+
+def _check_formats(data: dict, bad) -> None:
+    """Values whose type is right but whose text a later step would choke on: versions and the resolver's cutoff."""
+    def version(prefix: str, value) -> None:
+        if isinstance(value, str):
+            try:
+                Version(value)
+            except InvalidVersion:
+                bad(prefix, f"{value!r} is not a version (PEP 440), such as 0.5.9 or 2.9.1+cu130")
+
+    version("sglang.version", data["sglang"].get("version"))
+    version("router.version", data["router"].get("version"))
+    for kind, name in (("wheel", "name"), ("build_tool", "name"), ("override", "package")):
+        entries = data.get(kind)
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(entry, dict) and "version" in entry:
+                version(f"{kind}[{entry.get(name, i)}].version", entry["version"])
+    cutoff = data["resolve"].get("exclude_newer")
+    if isinstance(cutoff, str):
+        try:
+            datetime.fromisoformat(cutoff.replace("Z", "+00:00"))
+        except ValueError:
+            bad("resolve.exclude_newer", f"{cutoff!r} is not a date or RFC 3339 time, such as 2026-02-24T00:00:00Z")
 
 
 KNOWN_KEYS = {"schema", "image", "cuda", "python", "sglang", "resolve", "router", "jit", "wheel", "override",

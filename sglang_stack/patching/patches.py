@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack import ROOT, atomic
-from sglang_stack.errors import UserError, run_main
+from sglang_stack.errors import UserError, read_text, run_main
 
 DEFAULT_PATCHES_DIR = ROOT / "patches"
 CONTEXT_LINES = 3  # lines of context `--refresh` writes around each change, as diff -u does
@@ -64,7 +64,7 @@ def read_series(patches_dir: Path) -> list[Patch]:
     if not series.is_file():
         raise UserError(f"{series}: missing (the ordered list of patches)")
     out = []
-    for lineno, raw in enumerate(series.read_text().splitlines(), 1):
+    for lineno, raw in enumerate(read_text(series).splitlines(), 1):
         name = raw.split("#", 1)[0].strip()
         if not name:
             continue

@@ -95,11 +95,16 @@ def merged_config(files: list[Path], env: Environment) -> dict:
         argv += ["--file", str(f)]
     for profile in ALL_SERVICES:
         argv += ["--profile", profile]
+    for f in files:  # a YAML syntax error is named with its file here; Compose's own message says only "yaml: line 3"
+        yaml_file.load(f)
     variables = {"PATH": os.environ.get("PATH", "")} | dict(env.values)
     proc = shell.run([*argv, "config", "--format", "json"], env=variables, capture=True, check=False, quiet=True, timeout=60)
     if proc.returncode != 0:
         said = (proc.stderr or "").strip().splitlines()
-        raise UserError(f"docker compose config ({', '.join(str(f) for f in files)}): {said[-1] if said else f'exit {proc.returncode}'}")
+        last = said[-1] if said else f"exit {proc.returncode}"
+        if m := re.match(r"validating (\S+): (.*)", last):  # lead with the file Compose found at fault
+            raise UserError(f"{m.group(1)}: {m.group(2)}")
+        raise UserError(f"docker compose config ({', '.join(str(f) for f in files)}): {last}")
     return json.loads(proc.stdout)
 
 
@@ -493,12 +498,25 @@ def down(engine: str, volumes: bool = False) -> None:
     shell.run(compose_argv(engine, "down", *(["--volumes"] if volumes else [])), what="docker compose down")
 
 
+def check_services(names: tuple[str, ...] | list[str]) -> None:
+    """Resolve each service's settings, so a bad .env value is named before Compose trips on it."""
+    env = environment()
+    for name in names:
+        if name == ROUTER:
+            router_service(env, need_workers=False)
+        else:
+            service(name, env)
+
+
 def logs(engine: str, name: str, follow: bool, tail: str) -> None:
     check_service_name(name)
     tail = str(tail).strip()
     if tail != "all" and not tail.isdigit():
         raise UserError(f"--tail {tail!r}: a number of lines, or 'all'")
+    check_services(ALL_SERVICES)  # compose interpolates every service, so any bad value stops it
     require_engine(engine)  # after the user's own input: a mistake there is named first
+    if not any(row.get("Service") == name for row in ps(engine, [name], quiet=True)):
+        raise UserError(f"{name}: no container (never started, or removed by `invoke down`): invoke up {name}", code=1)
     args = ["logs", "--tail", str(tail)] + (["--follow"] if follow else []) + [name]
     shell.run(compose_argv(engine, *args, profiles=[name]), what="docker compose logs")
 
@@ -509,6 +527,7 @@ def status(engine: str, out: Callable[[str], None] = print) -> list[dict]:
     A router that is not running says it is down in so many words: clients of its
     address get connection refused even while every worker is healthy.
     """
+    check_services(ALL_SERVICES)
     require_engine(engine)
     rows = ps(engine)
     seen = {row.get("Service") for row in rows}

@@ -46,32 +46,49 @@ GIB = 1 << 30
 
 def check_config(svc: compose.Service | None, error: str, env: variables.Environment | None) -> Check:
     if svc is None:
-        return Check("config", FAIL, error, "correct that value in .env (see .env.example)")
+        return Check("config", FAIL, error, _config_fix(error))
     source = f".env {env.env_file}" if env and env.env_file else "no .env (compose.yaml defaults; cp .env.example .env)"
     status = OK if env and env.env_file else WARN
     detail = f"{source}; {svc.name} on {svc.url}, TP {svc.tp_size}, GPUs {svc.gpu_ids}"
-    timeouts = _health_timeouts(svc)
+    timeouts, fix = _health_timeouts(svc)
     if timeouts:
-        return Check("config", FAIL, f"{detail}; {timeouts}", "raise HEALTH_TIMEOUT in .env above SGLANG_HEALTH_CHECK_TIMEOUT + 10 s")
+        return Check("config", FAIL, f"{detail}; {timeouts}", fix)
     return Check("config", status, detail, "cp .env.example .env and set MODEL_DIR" if status == WARN else "")
 
 
-def _health_timeouts(svc: compose.Service) -> str:
-    """A non-empty complaint when Docker would kill the probe before SGLang answers it."""
+def _config_fix(error: str) -> str:
+    """The fix for a config error, pointed at the file it names first: an override, compose.yaml or .env."""
+    head = error.split(":", 1)[0].split(" (")[0]
+    name = head.rsplit("/", 1)[-1]
+    if name == "compose.yaml":
+        return "restore compose.yaml (git checkout compose.yaml), or correct the line it names"
+    if name.endswith((".yaml", ".yml")):
+        return f"correct {name}, or move it aside to run without it"
+    return "correct that value in .env (see .env.example)"
+
+
+_HEALTH_VARS = {"interval": "HEALTH_INTERVAL", "timeout": "HEALTH_TIMEOUT", "start_period": "HEALTH_START_PERIOD"}
+
+
+def _health_timeouts(svc: compose.Service) -> tuple[str, str]:
+    """A complaint and its fix when the healthcheck is malformed, or Docker would kill the probe before SGLang answers."""
     hc = svc.healthcheck
     timeout = compose.parse_duration(hc.get("timeout", ""))
-    for key in ("interval", "timeout", "start_period"):
+    for key, var in _HEALTH_VARS.items():
         if compose.parse_duration(hc.get(key, "")) is None:
-            return f"healthcheck {key}={hc.get(key)!r} is not a duration such as 15s or 30m"
+            return (f"healthcheck {key}={hc.get(key)!r} is not a duration such as 15s or 30m",
+                    f"set {var} in .env to a duration such as 15s, 40s or 30m (or remove it for the default)")
     inner_raw = str(svc.environment.get("SGLANG_HEALTH_CHECK_TIMEOUT") or "20")
     try:
         inner = max(float(inner_raw), 20.0)
     except ValueError:
-        return f"SGLANG_HEALTH_CHECK_TIMEOUT={inner_raw!r} is not a number of seconds"
+        return (f"SGLANG_HEALTH_CHECK_TIMEOUT={inner_raw!r} is not a number of seconds",
+                "set SGLANG_HEALTH_CHECK_TIMEOUT in .env to a number of seconds, such as 20")
     if timeout <= inner + 10:
         return (f"healthcheck timeout {hc.get('timeout')} must exceed the probe's {inner + 10:g}s "
-                f"(SGLANG_HEALTH_CHECK_TIMEOUT {inner:g}s + 10s), or Docker kills every probe")
-    return ""
+                f"(SGLANG_HEALTH_CHECK_TIMEOUT {inner:g}s + 10s), or Docker kills every probe",
+                "raise HEALTH_TIMEOUT in .env above SGLANG_HEALTH_CHECK_TIMEOUT + 10 s")
+    return "", ""
 
 
 def _own_container(rows: list | None, name: str) -> dict | None:

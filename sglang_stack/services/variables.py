@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from sglang_stack import ROOT
-from sglang_stack.errors import UserError
+from sglang_stack.errors import UserError, read_text
 
 ENV_FILE = ROOT / ".env"
 
@@ -58,10 +58,7 @@ def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[
     lookup = dict(lookup if lookup is not None else os.environ)
     values: dict[str, str] = {}
     origin: dict[str, str] = {}
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"{path}: cannot read: {err.strerror}") from None
+    text = read_text(path)
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -126,7 +123,7 @@ def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | Non
     values: dict[str, str] = {}
     origin: dict[str, str] = {}
     used = None
-    if env_file.is_file():
+    if env_file.exists() or env_file.is_symlink():  # a directory or a dangling link is named, not skipped
         values, origin = read_env_file(env_file, shell_env)
         used = env_file
     for key, value in shell_env.items():
