@@ -190,6 +190,7 @@ class ComposeProject:
             **{var: str(free_port()) for var in PORT_VARIABLES.values()},
             # compose.yaml's secret is read from this variable; empty means no key (compose.up_env).
             "SGLANG_API_KEY": "",
+            "HF_TOKEN": "",
             **env,
         }
 

@@ -260,6 +260,12 @@ def test_the_api_key_is_a_secret_file_never_a_flag_or_a_variable():
         assert not [a for a in argv if "k-123" in a or a.startswith("--api-key")], f"{name}: the key is on the command line: {argv}"
         assert "SGLANG_API_KEY" not in (spec.get("environment") or {}), f"{name}: the key would show in docker inspect"
         assert "sglang_api_key" in (spec.get("secrets") or []), f"{name}: the key does not reach the container"
+    assert config["secrets"]["hf_token"] == {"environment": "HF_TOKEN"}, config.get("secrets")
+    for name in compose.SERVICES:
+        spec = config["services"][name]
+        assert "HF_TOKEN" not in (spec.get("environment") or {}), f"{name}: the Hub token would show in docker inspect"
+        assert "hf_token" in (spec.get("secrets") or []), f"{name}: the Hub token does not reach the container"
+        assert spec["environment"]["HF_TOKEN_PATH"] == "/run/secrets/hf_token", f"{name}: huggingface_hub would not find it"
     argv = command_of(config, "eagle3")
     assert argv[-2:] == ["--mem-fraction-static", "0.85"], f"SGLANG_EXTRA_ARGS must be appended: {argv}"
 
@@ -272,6 +278,8 @@ def test_up_defines_an_unset_key_as_empty_and_keeps_one_that_is_set(tmp_path, mo
     assert compose.up_env({"SGLANG_API_KEY": "k"})["SGLANG_API_KEY"] == "k"
     (tmp_path / ".env").write_text("SGLANG_API_KEY=from-dotenv\n")
     assert "SGLANG_API_KEY" not in compose.up_env({"PATH": "/bin"}), "a key in .env must not be shadowed by an empty one"
+    assert compose.up_env({"PATH": "/bin"})["HF_TOKEN"] == "", "the Hub token's secret needs its variable defined too"
+    assert compose.up_env({"HF_TOKEN": "hf_x"})["HF_TOKEN"] == "hf_x"
 
 
 def test_ports_bind_loopback_by_default():

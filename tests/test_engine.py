@@ -256,12 +256,15 @@ def test_unreachable_engine_is_one_line(docker_engine, compose_project, model_di
 
 
 def test_the_api_key_reaches_the_server_and_nothing_else(standin_image, compose_project, model_dirs):
-    """A key set in the shell: the server demands it, and inspect, compose config, ps and the log never show it."""
+    """A key and a Hub token set in the shell: the server demands the key, and inspect, compose config, ps, the
+    processes' environments and the log never show either."""
     import secrets
     import urllib.error
 
     key = "sk-" + secrets.token_hex(16)
-    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs, "SGLANG_API_KEY": key})
+    token = "hf_" + secrets.token_hex(16)
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs, "SGLANG_API_KEY": key,
+                                             "HF_TOKEN": token})
     project.compose("up", "-d", "--wait", "eagle3", timeout=300)
     url = project.url("eagle3")
     request = urllib.request.Request(f"{url}/v1/models")
@@ -285,5 +288,9 @@ def test_the_api_key_reaches_the_server_and_nothing_else(standin_image, compose_
     assert "sglang_stack.services.serve" in places["the process list (every /proc/PID/cmdline)"], "not the image's entrypoint"
     leaks = [where for where, text in places.items() if key in text]
     assert not leaks, f"the API key shows in: {', '.join(leaks)}"
+    leaks = [where for where, text in places.items() if token in text]
+    assert not leaks, f"the Hub token shows in: {', '.join(leaks)}"
     secret = engine.docker("exec", container, "cat", "/run/secrets/sglang_api_key").stdout.strip()
     assert secret == key, "the secret file is where the key lives"
+    hub = engine.docker("exec", container, "sh", "-c", 'cat "$HF_TOKEN_PATH"').stdout.strip()
+    assert hub == token, "HF_TOKEN_PATH must name the file that holds the Hub token"

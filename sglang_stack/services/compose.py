@@ -383,15 +383,21 @@ def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] 
     return argv + list(args)
 
 
-def up_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for ``docker compose up``: ``SGLANG_API_KEY`` defined, empty when neither the shell nor .env sets it.
+SECRET_VARIABLES = ("SGLANG_API_KEY", "HF_TOKEN")
+"""The variables compose.yaml's secrets are read from."""
 
-    compose.yaml passes the key as a secret read from that variable, and Compose refuses
-    to create a secret from a variable that is not set at all; an empty one means no key.
+
+def up_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for ``docker compose up``: each secret's variable defined, empty when neither the shell nor .env sets it.
+
+    compose.yaml passes the API key and the Hub token as secrets read from variables, and
+    Compose refuses to create a secret from a variable that is not set at all; empty means none.
     """
     env = dict(os.environ if base is None else base)
-    if "SGLANG_API_KEY" not in env and environment(shell_env=env).get("SGLANG_API_KEY") is None:
-        env["SGLANG_API_KEY"] = ""
+    known = environment(shell_env=env)
+    for var in SECRET_VARIABLES:
+        if var not in env and known.get(var) is None:
+            env[var] = ""
     return env
 
 
