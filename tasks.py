@@ -474,10 +474,12 @@ def doctor(c, service="eagle3"):
 def k8s(c, out, values=None):
     """Render Kubernetes manifests from versions.lock and a values file (offline).
 
-    Writes OUT/sglang.yaml (a StatefulSet of single-node servers, or a LeaderWorkerSet when
-    nnodes > 1) and OUT/router.yaml (SGLang's router: Deployment and Service). GPU limits,
-    a memory-backed /dev/shm, probes on SGLang's real /health with a 30-minute startup
-    budget; the API key and HF token are Secret references. See docs/scaling.md.
+    Writes OUT/namespace.yaml (PodSecurity level), OUT/sglang.yaml (a StatefulSet of
+    single-node servers, or a LeaderWorkerSet with RDMA when nnodes > 1; a PDB) and
+    OUT/router.yaml (SGLang's router, finding the servers through the Kubernetes API), plus
+    OUT/monitoring.yaml with metrics.pod_monitor. QoS Guaranteed pods, cheap liveness and
+    generating readiness, drains on shutdown; the API key and HF token are Secret files.
+    See docs/kubernetes.md.
     """
     from pathlib import Path
 

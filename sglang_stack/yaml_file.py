@@ -7,12 +7,35 @@ from pathlib import Path
 from sglang_stack.errors import UserError, read_text
 
 
-def load(path: Path):
-    """The document in ``path``, anchors and merge keys resolved; a missing file or bad YAML is a ``UserError``."""
+def _loader():
+    """PyYAML's safe loader, plus Compose's merge tags (``!reset``, ``!override``), read as their plain values.
+
+    An override file may carry them (compose.multinode.yaml does); Compose itself applies
+    them when it merges, so for a syntax check and a single file their value is enough.
+    """
     import yaml  # host-side only: the in-image modules never read YAML
 
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def plain(loader, node):
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        return loader.construct_scalar(node)
+
+    for tag in ("!reset", "!override"):
+        Loader.add_constructor(tag, plain)
+    return Loader
+
+
+def load(path: Path):
+    """The document in ``path``, anchors and merge keys resolved; a missing file or bad YAML is a ``UserError``."""
+    import yaml
+
     try:
-        return yaml.safe_load(read_text(path))
+        return yaml.load(read_text(path), Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f":{mark.line + 1}" if mark else ""

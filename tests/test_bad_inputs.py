@@ -185,6 +185,7 @@ CASES = [
     Case("env-port-word", ["logs", "eagle3"], [env_file("BASELINE_PORT=http\n")], ["BASELINE_PORT"]),
     Case("env-tp-size", ["status"], [env_file("TP_SIZE=eight\n")], ["TP_SIZE"]),
     Case("env-router-policy", ["status"], [env_file("ROUTER_POLICY=fastest\n")], ["ROUTER_POLICY"]),
+    Case("env-router-startup", ["status"], [env_file("ROUTER_WORKER_STARTUP_TIMEOUT=1w\n")], ["ROUTER_WORKER_STARTUP_TIMEOUT"]),
     Case("env-compose-file", ["status"], [env_file("COMPOSE_FILE=nosuch.yaml\n")], ["COMPOSE_FILE", "nosuch.yaml"]),
     Case("env-unterminated-quote", ["status"], [env_file('SGLANG_EXTRA_ARGS="--foo\n')], [".env:1"]),
     Case("env-health-interval", ["doctor"], [env_file("HEALTH_INTERVAL=abc\n")], ["HEALTH_INTERVAL"], code=1, check="config"),

@@ -28,9 +28,10 @@ from sglang_stack.services import k8s
 
 LWS_CRD = Path(__file__).parent / "fixtures" / "k8s" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 LWS_CRD_SHA256 = "ea523e42ff3d4e45a75371c7984bbe8ad5226c26ffa3ade8d28eb67c7cc228b6"
-# The oldest and the newest Kubernetes release kubernetes-validate 1.37.0 bundles schemas for.
-K8S_VERSIONS = ("1.25.0", "1.37.0")
-MULTINODE = {"nnodes": 2, "tp_size": 16, "replicas": 3}
+# The oldest release the render supports (PDB unhealthyPodEvictionPolicy is GA in 1.31, beta and on from
+# 1.27) and the newest kubernetes-validate 1.37.0 bundles schemas for.
+K8S_VERSIONS = ("1.30.0", "1.37.0")
+MULTINODE = {"nnodes": 2, "tp_size": 16, "replicas": 3, "rdma": {"enabled": True}}
 
 
 @pytest.fixture(scope="module")
@@ -88,20 +89,63 @@ def lws_check(doc: dict, schema: Path, tmp_path: Path) -> subprocess.CompletedPr
     return subprocess.run([str(exe), "--schemafile", str(schema), str(instance)], capture_output=True, text=True, timeout=120)
 
 
-# --- one node per replica: StatefulSet, Services, router -------------------------------------
+def kind(docs: dict[str, list[dict]], name: str, file: str | None = None) -> dict:
+    """The one object of kind ``name`` (in ``file`` when given)."""
+    found = [d for f, ds in docs.items() if file in (None, f) for d in ds if d["kind"] == name]
+    assert len(found) == 1, f"{len(found)} objects of kind {name}"
+    return found[0]
 
 
-def test_single_node_manifests_pass_the_kubernetes_schemas(lock):
-    docs = documents(lock)
-    assert kinds(docs) == ["apps/v1/Deployment", "apps/v1/StatefulSet", "v1/Service", "v1/Service"], kinds(docs)
+def server_pod(docs) -> dict:
+    """The server pod template's spec, from the StatefulSet or the LeaderWorkerSet."""
+    for d in docs["sglang.yaml"]:
+        if d["kind"] == "StatefulSet":
+            return d["spec"]["template"]["spec"]
+        if d["kind"] == "LeaderWorkerSet":
+            return d["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    raise AssertionError("no server workload")
+
+
+# --- every object passes the schemas ---------------------------------------------------------------
+
+
+VARIANTS = {
+    "default": {},
+    "static-router": {"router": {"discovery": False, "replicas": 2, "policy": "round_robin"}},
+    "external-scale": {"replicas": "external"},
+    "no-cache-no-secret": {"lifecycle": {"cache_size": "0"}, "secret": "", "create_namespace": False},
+    "placement": {"placement": {"node_selector": {"nvidia.com/gpu.product": "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"},
+                                "priority_class": "gpu-serving", "min_gpu_memory_mib": 0,
+                                "topology_spread": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                                     "whenUnsatisfiable": "ScheduleAnyway",
+                                                     "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "sglang-eagle3"}}}]}},
+    "rdma-secondary-network": {"rdma": {"enabled": True, "network": "rdma-net", "resource": "rdma/roce_gdr"},
+                               "nccl": {"NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "net1", "GLOO_SOCKET_IFNAME": "net1"}},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=list(VARIANTS))
+def test_single_node_objects_pass_the_kubernetes_schemas(lock, variant):
+    docs = documents(lock, **VARIANTS[variant])
     for name, ds in docs.items():
         for doc in ds:
+            if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+                continue  # a CRD of the Prometheus Operator: checked below by shape
             errors = k8s_errors(doc)
-            assert not errors, f"{name} {doc['kind']} fails the Kubernetes schema: {errors}"
+            assert not errors, f"{variant}: {name} {doc['kind']} fails the Kubernetes schema: {errors}"
+
+
+def test_default_objects(lock):
+    docs = documents(lock)
+    assert {f: sorted(d["kind"] for d in ds) for f, ds in docs.items()} == {
+        "namespace.yaml": ["Namespace"],
+        "sglang.yaml": ["PodDisruptionBudget", "Service", "StatefulSet"],
+        "router.yaml": ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"],
+    }
 
 
 def test_the_validator_can_fail(lock):
-    sts = next(d for d in documents(lock)["sglang.yaml"] if d["kind"] == "StatefulSet")
+    sts = kind(documents(lock), "StatefulSet")
     broken = copy.deepcopy(sts)
     broken["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["failureTreshold"] = 120
     assert k8s_errors(broken), "a misspelled probe field must fail strict validation"
@@ -110,54 +154,12 @@ def test_the_validator_can_fail(lock):
     assert k8s_errors(broken), "a string where an integer belongs must fail"
 
 
-def test_pod_spec_gpus_shm_probes_and_secrets(lock):
-    docs = documents(lock)
-    sts = next(d for d in docs["sglang.yaml"] if d["kind"] == "StatefulSet")
-    pod = sts["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    assert container["image"] == lock.tag, f"default image is the lock's tag: {container['image']}"
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8, container["resources"]
-    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
-    assert shm["emptyDir"]["medium"] == "Memory", f"/dev/shm must be memory-backed: {shm}"
-    assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"], container["volumeMounts"]
-    startup = container["startupProbe"]
-    assert startup["httpGet"]["path"] == "/health", startup
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60, f"startup budget under 30 min: {startup}"
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"]["path"] == "/health", f"{probe} must use SGLang's real /health"
-        assert container[probe]["timeoutSeconds"] > 20, f"{probe} must outwait SGLang's 20 s health generation"
-    env = {e["name"]: e for e in container["env"]}
-    assert "SGLANG_API_KEY" not in env, "the key must not be an environment variable: the pod spec and inspect show those"
-    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True, env["HF_TOKEN"]
-    assert not [a for a in container["args"] if "api-key" in a or "API_KEY" in a], f"the key is on the command line: {container['args']}"
-    mount = next(m for m in container["volumeMounts"] if m["name"] == "api-key")
-    assert mount == {"name": "api-key", "mountPath": "/run/secrets/sglang_api_key", "subPath": "sglang_api_key", "readOnly": True}, mount
-    volume = next(v for v in pod["volumes"] if v["name"] == "api-key")
-    assert volume["secret"]["secretName"] == "sglang-stack" and volume["secret"]["items"] == [{"key": "SGLANG_API_KEY", "path": "sglang_api_key"}], volume
-    router = next(d for d in documents(lock)["router.yaml"] if d["kind"] == "Deployment")["spec"]["template"]["spec"]
-    assert not [a for a in router["containers"][0]["args"] if "api-key" in a], router["containers"][0]["args"]
-    assert any(m["mountPath"] == "/run/secrets/sglang_api_key" for m in router["containers"][0]["volumeMounts"]), "the router needs the key too"
-    text = "".join(k8s.render_text(lock, k8s.load_values()).values())
-    assert "kind: Secret" not in text and "hf_" not in text, "no secret object or value is rendered"
-
-
-def test_router_lists_every_replica(lock):
-    docs = documents(lock, replicas=3)
-    router = next(d for d in docs["router.yaml"] if d["kind"] == "Deployment")
-    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
-    urls = args[args.index("--worker-urls") + 1].split(",")
-    assert urls == [f"http://sglang-eagle3-{i}.sglang-eagle3.sglang.svc.cluster.local:30000" for i in range(3)], urls
-    assert args[args.index("--policy") + 1] == "cache_aware", args
-    assert router["spec"]["template"]["spec"]["containers"][0]["image"] == lock.router_tag
-
-
-# --- several nodes per replica: LeaderWorkerSet -----------------------------------------------
-
-
-def test_multinode_is_a_leaderworkerset_that_passes_the_crd_schema(lock, lws_schema, tmp_path):
-    docs = documents(lock, **MULTINODE)
-    assert kinds(docs) == ["apps/v1/Deployment", "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet", "v1/Service"], kinds(docs)
-    lws = next(d for d in docs["sglang.yaml"] if d["kind"] == "LeaderWorkerSet")
+@pytest.mark.parametrize("extra", [{}, {"placement": {"exclusive_topology": "topology.kubernetes.io/zone"}},
+                                   {"rdma": {"enabled": True, "network": "rdma-net"}}], ids=["host-network", "exclusive", "multus"])
+def test_multinode_is_a_leaderworkerset_that_passes_the_crd_schema(lock, lws_schema, tmp_path, extra):
+    docs = documents(lock, **{**MULTINODE, **extra})
+    assert sorted(d["kind"] for d in docs["sglang.yaml"]) == ["LeaderWorkerSet", "PodDisruptionBudget"]
+    lws = kind(docs, "LeaderWorkerSet")
     result = lws_check(lws, lws_schema, tmp_path)
     assert result.returncode == 0, f"the LeaderWorkerSet fails the LWS v1 CRD schema:\n{result.stdout}{result.stderr}"
     template = lws["spec"]["leaderWorkerTemplate"]
@@ -170,17 +172,34 @@ def test_multinode_is_a_leaderworkerset_that_passes_the_crd_schema(lock, lws_sch
     assert "--dist-init-addr=$(LWS_LEADER_ADDRESS):20000" in args, args
     assert args[args.index("--tp") + 1] == "16", args
     assert template["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
-    for d in docs["router.yaml"]:
-        assert not k8s_errors(d), f"router.yaml {d['kind']}: {k8s_errors(d)}"
+    for name in ("router.yaml", "namespace.yaml"):
+        for d in docs[name]:
+            assert not k8s_errors(d), f"{name} {d['kind']}: {k8s_errors(d)}"
+    assert not k8s_errors(kind(docs, "PodDisruptionBudget"))
 
 
 def test_the_lws_check_can_fail(lock, lws_schema, tmp_path):
-    lws = next(d for d in documents(lock, **MULTINODE)["sglang.yaml"] if d["kind"] == "LeaderWorkerSet")
+    lws = kind(documents(lock, **MULTINODE), "LeaderWorkerSet")
     lws["spec"]["leaderWorkerTemplate"]["groupSize"] = lws["spec"]["leaderWorkerTemplate"].pop("size")
     assert lws_check(lws, lws_schema, tmp_path).returncode != 0, "an unknown LWS field must fail"
-    lws = next(d for d in documents(lock, **MULTINODE)["sglang.yaml"] if d["kind"] == "LeaderWorkerSet")
+    lws = kind(documents(lock, **MULTINODE), "LeaderWorkerSet")
     lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resource"] = {}
     assert lws_check(lws, lws_schema, tmp_path).returncode != 0, "a misspelled field in the embedded pod spec must fail"
+
+
+def test_pod_monitors_select_what_serves_metrics(lock):
+    docs = documents(lock, metrics={"pod_monitor": True})
+    monitors = {d["metadata"]["name"]: d for d in docs["monitoring.yaml"]}
+    assert set(monitors) == {"sglang-eagle3", "sglang-eagle3-router"}
+    server, router = monitors["sglang-eagle3"], monitors["sglang-eagle3-router"]
+    sts, deploy = kind(docs, "StatefulSet"), kind(docs, "Deployment")
+    assert server["spec"]["selector"]["matchLabels"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    assert router["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    ports = {p["name"] for c in sts["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+    assert server["spec"]["podMetricsEndpoints"][0]["port"] in ports, "the monitor must name a declared port"
+    ports = {p["name"]: p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ports[router["spec"]["podMetricsEndpoints"][0]["port"]] == 29000
+    assert "monitoring.yaml" not in documents(lock), "off by default: not every cluster runs the Prometheus Operator"
 
 
 # --- values and the task ------------------------------------------------------------------------
@@ -194,9 +213,23 @@ def test_the_lws_check_can_fail(lock, lws_schema, tmp_path):
         ({"namespace": "Bad_NS"}, "namespace: 'Bad_NS' is not a Kubernetes name"),
         ({"image": "no spaces allowed"}, "image: 'no spaces allowed' is not an image reference"),
         ({"replicas": 0}, "replicas: 0 must be 1 or more"),
+        ({"replicas": "auto"}, "replicas: 'auto' should be a number, or \"external\""),
         ({"router": {"policy": "fastest"}}, "router.policy: 'fastest'"),
+        ({"router": {"polcy": "random"}}, "router.polcy: not a known value"),
         ({"model_subpath": "../etc"}, "model_subpath: '../etc' is not a relative path"),
         ({"replica": 2}, "replica: not a known value"),
+        ({"resources": {"memory": "64Gi"}}, "resources.memory: 64Gi does not cover shm_size 64Gi"),
+        ({"resources": {"cpu": "lots"}}, "resources.cpu: 'lots' is not a quantity"),
+        ({"placement": {"min_gpu_memory_mib": "96GB"}}, "placement.min_gpu_memory_mib: '96GB' should be a number"),
+        ({"placement": {"node_selector": {"gpu": 8}}}, "placement.node_selector: 'gpu': 8 is not a node label"),
+        ({"placement": {"tolerations": ["nvidia.com/gpu"]}}, "placement.tolerations: 'nvidia.com/gpu': each item"),
+        ({"lifecycle": {"startup_minutes": 0}}, "lifecycle.startup_minutes: 0 must be 1 or more"),
+        ({"nnodes": 2, "tp_size": 16}, "rdma.enabled: nnodes 2 without RDMA"),
+        ({"rdma": {"enabled": "yes"}}, "rdma.enabled: 'yes' should be true or false"),
+        ({"rdma": {"enabled": True, "resource": "infiniband"}}, "rdma.resource: 'infiniband' is not an extended resource"),
+        ({"nccl": {"NCCL_ALGO_FAST": "1"}}, "nccl.NCCL_ALGO_FAST: not one of the variables compose.yaml passes"),
+        ({"nccl": {"NCCL_IB_HCA": ["mlx5_0"]}}, "nccl.NCCL_IB_HCA: ['mlx5_0'] should be a string"),
+        ({"replicas": "external", "router": {"discovery": False}}, "router.discovery: false needs a fixed replicas count"),
     ],
 )
 def test_bad_values_are_one_line_errors(lock, values, message):
@@ -206,19 +239,31 @@ def test_bad_values_are_one_line_errors(lock, values, message):
     assert "\n" not in str(err.value), f"one line: {err.value!r}"
 
 
+def test_a_trimmed_values_file_takes_the_defaults(lock):
+    docs = {n: [d for d in yaml.safe_load_all(t) if d] for n, t in k8s.render_text(lock, {"model_claim": "models"}).items()}
+    assert kind(docs, "StatefulSet")["spec"]["replicas"] == 1
+    assert server_pod(docs)["containers"][0]["resources"]["limits"]["memory"] == "768Gi"
+
+
 def test_image_by_digest(lock):
     digest = "registry.example.com/sglang-stack@sha256:" + "a" * 64
-    docs = documents(lock, image=digest)
-    sts = next(d for d in docs["sglang.yaml"] if d["kind"] == "StatefulSet")
-    assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == digest
+    assert server_pod(documents(lock, image=digest))["containers"][0]["image"] == digest
 
 
-def test_invoke_k8s_writes_the_files(tmp_path):
+def test_invoke_k8s_writes_the_files_and_drops_stale_ones(tmp_path):
     out = tmp_path / "manifests"
     proc = subprocess.run([sys.executable, "-m", "invoke", "k8s", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["router.yaml", "sglang.yaml"], list(out.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == ["namespace.yaml", "router.yaml", "sglang.yaml"], list(out.iterdir())
     assert (out / "sglang.yaml").read_text().startswith("# GENERATED FILE"), "generated-file header"
+    (out / "mine.yaml").write_text("kind: ConfigMap\n")
+    values = tmp_path / "values.yaml"
+    values.write_text(k8s.VALUES.read_text().replace("create_namespace: true", "create_namespace: false"))
+    proc = subprocess.run([sys.executable, "-m", "invoke", "k8s", "--out", str(out), "--values", str(values)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["mine.yaml", "router.yaml", "sglang.yaml"], \
+        "an earlier render's namespace.yaml must go (kubectl apply -f DIR would apply it); the user's own file stays"
     bad = tmp_path / "bad.yaml"
     bad.write_text("nnodes: 0\n")
     proc = subprocess.run([sys.executable, "-m", "invoke", "k8s", "--out", str(out), "--values", str(bad)],

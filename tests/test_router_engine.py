@@ -186,6 +186,40 @@ def test_a_dead_worker_leaves_rotation_and_requests_keep_succeeding(router_proje
           + (f" ({lost[0]})" if lost else "") + "; 32 of 32 after it succeeded")
 
 
+# --- a worker that comes up after the router ----------------------------------------------------------
+
+
+def _late_worker(project) -> tuple[dict[str, int], dict]:
+    """The router restarted while worker-b is down, worker-b started 8 s later: what each worker then serves."""
+    project.compose(*UP, timeout=300)
+    url = project.url("router")
+    project.compose("stop", "worker-b")
+    project.compose("restart", "router")
+    assert wait_until(lambda: project.health("router") == "healthy", timeout=120, interval=0.5), "the router came back"
+    assert not failures(generate_many(url, range(8))), "worker-a serves while worker-b is down"
+    time.sleep(8)  # past a 5 s --worker-startup-timeout-secs
+    project.compose("start", "worker-b")
+    assert wait_until(lambda: project.health("worker-b") == "healthy", timeout=120, interval=0.5)
+    time.sleep(3 * (FAST_CHECKS["interval"] + FAST_CHECKS["timeout"]))  # a few of the router's health checks
+    before = served(project)
+    assert not failures(generate_many(url, range(200, 232))), "requests succeed either way"
+    after = served(project)
+    return {w: after[w] - before[w] for w in engine.WORKERS}, get_json(f"{url}/readiness")
+
+
+def test_a_short_startup_timeout_loses_a_late_worker_for_good(router_project):
+    """sglang-router 0.3.2's own behaviour, kept as a fact: why compose.yaml waits a week, not 30 minutes."""
+    counts, ready = _late_worker(router_project(ROUTER_EXTRA_ARGS=FAST_ARGS, ROUTER_WORKER_STARTUP_TIMEOUT="5"))
+    print(f"startup timeout 5 s, worker-b up after 8 s: {counts}, /readiness {ready}")
+    assert counts["worker-b"] == 0 and counts["worker-a"] == 32, f"worker-b was expected to be dropped: {counts}"
+
+
+def test_the_project_setting_serves_a_worker_that_comes_up_late(router_project):
+    counts, ready = _late_worker(router_project(ROUTER_EXTRA_ARGS=FAST_ARGS))
+    print(f"compose.yaml's startup timeout, worker-b up after 8 s: {counts}, /readiness {ready}")
+    assert counts["worker-b"] > 0 and counts["worker-a"] > 0, f"both workers must serve once worker-b is up: {counts}"
+
+
 # --- the router itself down ---------------------------------------------------------------------------
 
 

@@ -300,6 +300,8 @@ def router_service(env: Environment | None = None, path: Path | None = None, *, 
     if need_workers:
         # As compose.yaml passes it: ROUTER_WORKER_URLS verbatim after --worker-urls.
         workers = routermod.parse_worker_urls(env.get(routermod.VARIABLE) or "", env.where(routermod.VARIABLE))
+    if "--worker-startup-timeout-secs" in argv:
+        _positive_int(_flag(argv, "--worker-startup-timeout-secs") or "", "ROUTER_WORKER_STARTUP_TIMEOUT", env)
     policy = _flag(argv, "--policy") or ""
     if policy not in routermod.POLICIES:
         raise UserError(f"{env.where('ROUTER_POLICY')}: choose one of {', '.join(routermod.POLICIES)}")

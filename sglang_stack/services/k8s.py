@@ -2,18 +2,24 @@
 
     invoke k8s --out DIR [--values deploy/k8s/values.yaml]
 
-Writes ``DIR/sglang.yaml`` (a StatefulSet and its headless Service, or a
-LeaderWorkerSet when ``nnodes`` > 1) and ``DIR/router.yaml`` (SGLang's router:
-a Deployment and its Service). Pure and offline, like ``invoke render``: the
-templates in ``deploy/k8s/`` go through the same Jinja environment as the
-Dockerfile (StrictUndefined: a missing value fails the render), with one
-context object, ``k8s``. Nothing secret is rendered: the API key and the
-Hugging Face token are Secret references.
+Writes, into ``DIR``:
+
+- ``namespace.yaml``: the Namespace, labelled with the PodSecurity level the pods need
+  (unless ``create_namespace: false``);
+- ``sglang.yaml``: the servers: a StatefulSet and its headless Service, or a LeaderWorkerSet
+  when ``nnodes`` > 1; a PodDisruptionBudget;
+- ``router.yaml``: SGLang's router: its ServiceAccount, Role and RoleBinding (to watch the
+  server pods), Deployment, Service, and a PodDisruptionBudget when it has several replicas;
+- ``monitoring.yaml``: PodMonitors, with ``metrics.pod_monitor``.
+
+Pure and offline, like ``invoke render``: the templates in ``deploy/k8s/`` go through the
+same Jinja environment as the Dockerfile (StrictUndefined: a missing value fails the
+render), with one context object, ``k8s``. Nothing secret is rendered: the API key and the
+Hugging Face token are Secret keys mounted as files. docs/kubernetes.md explains each choice.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,53 +30,57 @@ from sglang_stack.atomic import prepare_dir, write as atomic_write
 from sglang_stack.errors import UserError
 from sglang_stack.image.lock import Lock
 from sglang_stack.image.render import environment
-from sglang_stack.services.router import POLICIES
+from sglang_stack.services import k8s_values
 
 TEMPLATE_DIR = ROOT / "deploy" / "k8s"
 VALUES = TEMPLATE_DIR / "values.yaml"
-OUTPUTS = {"sglang.yaml": "sglang.yaml.j2", "router.yaml": "router.yaml.j2"}
-DIST_PORT = 20000  # torch.distributed's rendezvous on the leader, beside SGLang's 30000
-STARTUP_BUDGET_S = 30 * 60  # the same 30 minutes as compose.yaml's HEALTH_START_PERIOD
+OUTPUTS = {"namespace.yaml": "namespace.yaml.j2", "sglang.yaml": "sglang.yaml.j2", "router.yaml": "router.yaml.j2",
+           "monitoring.yaml": "monitoring.yaml.j2"}
+SGLANG_PORT, DIST_PORT, ROUTER_PORT, ROUTER_METRICS_PORT = 30000, 20000, 30080, 29000
 PROBE_PERIOD_S = 15
+PRE_STOP_S = 15  # before SIGTERM: time for the router and the EndpointSlices to drop a terminating pod
+LWS_LEADER_LABEL = ("leaderworkerset.sigs.k8s.io/worker-index", "0")
+LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU Feature Discovery, in MiB
 
 HEADER = """\
 # GENERATED FILE: do not edit. Rendered by `invoke k8s` from deploy/k8s/*.j2, versions.lock
 # and a values file (deploy/k8s/values.yaml unless --values names another)."""
 
-# A DNS-1123 label: names, namespaces, claims and Secrets.
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-# [registry/]repository[:tag][@sha256:digest]
-_IMAGE = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-_SUBPATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
-
 
 @dataclass(frozen=True)
 class Context:
-    """What the templates see as ``k8s``."""
+    """What the templates see as ``k8s``: the checked values (``v``) and what follows from them."""
 
+    v: dict
     name: str
-    namespace: str
-    service: str
-    replicas: int
-    nnodes: int
-    tp_size: int
-    gpus_per_pod: int
     image: str
     router_image: str
-    model_claim: str
-    model_subpath: str
-    draft_subpath: str
-    shm_size: str
-    secret: str
+    gpus_per_pod: int
     args: tuple[str, ...]
-    extra_args: tuple[str, ...]
     router_args: tuple[str, ...]
-    router_replicas: int
+    env: tuple[dict, ...]
+    resources: dict
+    server_labels: dict
+    server_selector: dict
+    """The pods the router sends requests to and the servers' PDB counts: for a LeaderWorkerSet, its leaders."""
+    affinity: dict
+    pod_security: str
+    startup_failures: int
+    grace_seconds: int
+    router_grace_seconds: int
+    multinode: bool
+    rdma: bool
+    host_network: bool
     sglang_version: str
     router_version: str
+    sglang_port: int = SGLANG_PORT
     dist_port: int = DIST_PORT
-    startup_failures: int = STARTUP_BUDGET_S // PROBE_PERIOD_S
+    router_port: int = ROUTER_PORT
+    router_metrics_port: int = ROUTER_METRICS_PORT
+    probe_period: int = PROBE_PERIOD_S
+    pre_stop: int = PRE_STOP_S
+    lws_exclusive: str = LWS_EXCLUSIVE
     header: str = HEADER
 
 
@@ -81,122 +91,125 @@ def load_values(path: Path = VALUES) -> dict:
     return data
 
 
+def _server_args(v: dict) -> list[str]:
+    args = ["--model-path", "/models/target", "--served-model-name", v["served_model_name"], "--host", "0.0.0.0",
+            "--port", str(SGLANG_PORT), "--tp", str(v["tp_size"]), "--trust-remote-code", "--tool-call-parser", "kimi_k2",
+            "--reasoning-parser", "kimi_k2", "--enable-metrics"]
+    if v["service"] == "eagle3":
+        args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/draft",
+                 "--speculative-num-steps", str(v["spec_num_steps"]), "--speculative-eagle-topk", str(v["spec_eagle_topk"]),
+                 "--speculative-num-draft-tokens", str(v["spec_num_draft_tokens"])]
+    return args
+
+
+def _router_args(v: dict, name: str, selector: dict) -> list[str]:
+    # Health checks go to /health_generate, which runs a one-token generation: the servers'
+    # /health is the cheap liveness answer here (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false).
+    args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--policy", v["router_policy"],
+            "--health-check-endpoint", "/health_generate", "--health-check-interval-secs", "15",
+            "--health-check-timeout-secs", "30", "--health-failure-threshold", "3",
+            "--prometheus-port", str(ROUTER_METRICS_PORT), "--shutdown-grace-period-secs", str(v["router_drain_seconds"])]
+    if v["router_discovery"]:
+        # sglang-router's own Kubernetes discovery: Running and Ready pods that match are added,
+        # deleted ones removed, so a scale, a restart or a rescheduled pod is followed.
+        args += ["--service-discovery", "--selector", *(f"{k}={val}" for k, val in selector.items()),
+                 "--service-discovery-port", str(SGLANG_PORT), "--service-discovery-namespace", v["namespace"]]
+    else:
+        # Each replica's leader (or only pod) has a stable DNS name through the headless Service.
+        workers = ",".join(f"http://{name}-{i}.{name}.{v['namespace']}.svc.cluster.local:{SGLANG_PORT}"
+                           for i in range(v["replicas"]))
+        args += ["--worker-urls", workers]
+    return args + v["router_extra_args"]
+
+
+def _env(v: dict) -> list[dict]:
+    env = {
+        "SGLANG_PORT": str(SGLANG_PORT),
+        "SGLANG_HEALTH_CHECK_TIMEOUT": "20",
+        # /health answers without generating (still 503 while loading or draining), for the
+        # liveness probe; /health_generate generates, for readiness and the router.
+        "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": "/home/sglang/.cache/huggingface",
+        "TRITON_CACHE_DIR": "/home/sglang/.cache/triton",
+    }
+    if v["secret"]:
+        env["HF_TOKEN_PATH"] = "/run/secrets/hf/hf_token"
+    env.update(v["nccl"])
+    return [{"name": k, "value": val} for k, val in env.items()]
+
+
+def _affinity(v: dict) -> dict:
+    if not v["min_gpu_memory_mib"]:
+        return {}
+    term = {"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [str(v["min_gpu_memory_mib"] - 1)]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [term]}]}}}
+
+
 def context(lock: Lock, values: dict, where: str = "values.yaml") -> Context:
     """Check every value (one line naming the key) and derive the rest from the lock."""
-
-    def get(key: str, kind: type, default=None):
-        value = values.get(key, default)
-        if value is None or isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-            raise UserError(f"{where}: {key}: {value!r} should be a {'number' if kind is int else kind.__name__}")
-        return value
-
-    def positive(key: str, default=None) -> int:
-        value = get(key, int, default)
-        if value < 1:
-            raise UserError(f"{where}: {key}: {value} must be 1 or more")
-        return value
-
-    def name(key: str, default=None, empty: bool = False) -> str:
-        value = get(key, str, default)
-        if not (empty and value == "") and not _NAME.match(value):
-            raise UserError(f"{where}: {key}: {value!r} is not a Kubernetes name (lowercase letters, digits, '-')")
-        return value
-
-    known = {"namespace", "service", "replicas", "nnodes", "tp_size", "image", "router_image", "model_claim",
-             "model_subpath", "draft_subpath", "served_model_name", "spec_num_steps", "spec_eagle_topk",
-             "spec_num_draft_tokens", "shm_size", "extra_args", "secret", "router"}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise UserError(f"{where}: {unknown[0]}: not a known value (see deploy/k8s/values.yaml)")
-    service = get("service", str, "eagle3")
-    if service not in ("baseline", "eagle3"):
-        raise UserError(f"{where}: service: {service!r} should be baseline or eagle3")
-    nnodes, tp = positive("nnodes", 1), positive("tp_size", 8)
-    if tp % nnodes:
-        raise UserError(f"{where}: tp_size: {tp} does not divide by nnodes {nnodes} (SGLang refuses it)")
-    images = {}
-    for key, default in (("image", lock.tag), ("router_image", lock.router_tag)):
-        images[key] = get(key, str, "") or default
-        if not _IMAGE.match(images[key]):
-            raise UserError(f"{where}: {key}: {images[key]!r} is not an image reference (repository[:tag][@sha256:...])")
-    shm = str(values.get("shm_size", "64Gi"))
-    if not _QUANTITY.match(shm):
-        raise UserError(f"{where}: shm_size: {shm!r} is not a quantity such as 64Gi")
-    subpaths = {}
-    for key in ("model_subpath", "draft_subpath"):
-        subpaths[key] = get(key, str, "")
-        if not _SUBPATH.match(subpaths[key]) or ".." in subpaths[key].split("/"):
-            raise UserError(f"{where}: {key}: {subpaths[key]!r} is not a relative path inside the claim")
-    served = get("served_model_name", str, "kimi-k2.5")
-    extra = get("extra_args", list, [])
-    if not all(isinstance(a, str) for a in extra):
-        raise UserError(f"{where}: extra_args: every item must be a string, e.g. [\"--mem-fraction-static\", \"0.85\"]")
-    router = get("router", dict, {})
-    policy = router.get("policy", "cache_aware")
-    if policy not in POLICIES:
-        raise UserError(f"{where}: router.policy: {policy!r} should be one of {', '.join(POLICIES)}")
-    router_replicas = router.get("replicas", 1)
-    if not isinstance(router_replicas, int) or isinstance(router_replicas, bool) or router_replicas < 1:
-        raise UserError(f"{where}: router.replicas: {router_replicas!r} must be 1 or more")
-
-    args = ["--model-path", "/models/target", "--served-model-name", served, "--host", "0.0.0.0", "--port", "30000",
-            "--tp", str(tp), "--trust-remote-code", "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
-    if service == "eagle3":
-        args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/draft"]
-        for key, flag, default in (("spec_num_steps", "--speculative-num-steps", 3), ("spec_eagle_topk", "--speculative-eagle-topk", 1),
-                                   ("spec_num_draft_tokens", "--speculative-num-draft-tokens", 4)):
-            args += [flag, str(positive(key, default))]
-    replicas = positive("replicas", 1)
-    namespace, workload = name("namespace", "sglang"), f"sglang-{service}"
-    # Each replica set's leader (or only pod) has a stable DNS name through the headless Service.
-    workers = ",".join(f"http://{workload}-{i}.{workload}.{namespace}.svc.cluster.local:30000" for i in range(replicas))
-    router_args = ("--host", "0.0.0.0", "--port", "30080", "--worker-urls", workers, "--policy", policy,
-                   "--health-check-interval-secs", "15", "--health-check-timeout-secs", "30", "--health-failure-threshold", "3")
+    v = k8s_values.read(values, where)
+    name = f"sglang-{v['service']}"
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "server", "app.kubernetes.io/part-of": "sglang-stack"}
+    multinode = v["nnodes"] > 1
+    selector = {**labels, **dict([LWS_LEADER_LABEL])} if multinode else dict(labels)
+    rdma = v["rdma"]["enabled"]
     return Context(
-        name=workload,
-        namespace=namespace,
-        service=service,
-        replicas=replicas,
-        nnodes=nnodes,
-        tp_size=tp,
-        gpus_per_pod=tp // nnodes,
-        image=images["image"],
-        router_image=images["router_image"],
-        model_claim=name("model_claim"),
-        model_subpath=subpaths["model_subpath"],
-        draft_subpath=subpaths["draft_subpath"],
-        shm_size=shm,
-        secret=name("secret", "", empty=True),
-        args=tuple(args),
-        extra_args=tuple(extra),
-        router_args=router_args,
-        router_replicas=router_replicas,
+        v=v,
+        name=name,
+        image=v["image"] or lock.tag,
+        router_image=v["router_image"] or lock.router_tag,
+        gpus_per_pod=v["tp_size"] // v["nnodes"],
+        args=tuple(_server_args(v) + v["extra_args"]),
+        router_args=tuple(_router_args(v, name, selector)),
+        env=tuple(_env(v)),
+        # the RDMA device plugin's resource (it also puts /dev/infiniband into the pod)
+        resources={**v["resources"], "nvidia.com/gpu": v["tp_size"] // v["nnodes"],
+                   **({v["rdma"]["resource"]: v["rdma"]["count"]} if rdma else {})},
+        server_labels=labels,
+        server_selector=selector,
+        affinity=_affinity(v),
+        # IPC_LOCK and a host network are outside what PodSecurity baseline admits.
+        pod_security="privileged" if rdma else "restricted",
+        startup_failures=max(1, v["startup_minutes"] * 60 // PROBE_PERIOD_S),
+        grace_seconds=PRE_STOP_S + v["drain_seconds"] + 30,
+        router_grace_seconds=PRE_STOP_S + v["router_drain_seconds"] + 15,
+        multinode=multinode,
+        rdma=rdma,
+        host_network=rdma and v["rdma"]["network"] == "host",
         sglang_version=lock.sglang.version,
         router_version=lock.router.version,
     )
 
 
 def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
-    """File name -> manifest text."""
+    """File name -> manifest text; a file with no object in it (namespace, monitoring when off) is left out."""
     ctx = context(lock, values, where)
     env = environment(template_dir)
     out = {}
     for output, template in OUTPUTS.items():
         try:
-            out[output] = env.get_template(template).render(k8s=ctx)
+            text = env.get_template(template).render(k8s=ctx)
         except jinja2.UndefinedError as err:
             raise UserError(f"{template_dir / template}: {err.message}") from None
         except jinja2.TemplateSyntaxError as err:
             raise UserError(f"{err.filename or template_dir / template}:{err.lineno}: {err.message}") from None
+        if "\nkind: " in text:
+            out[output] = text
     return out
 
 
 def write(lock: Lock, out_dir: Path, values_path: Path = VALUES) -> list[Path]:
-    """Render every manifest into ``out_dir``, each file atomically."""
+    """Render every manifest into ``out_dir``, each file atomically; remove those this render no longer makes."""
     texts = render_text(lock, load_values(values_path), values_path.name)
     prepare_dir(out_dir, "--out")
     written = []
     for name, text in texts.items():
         atomic_write(out_dir / name, text)
         written.append(out_dir / name)
+    for name in set(OUTPUTS) - set(texts):
+        stale = out_dir / name
+        if stale.is_file() and stale.read_text().startswith(HEADER.splitlines()[0]):
+            stale.unlink()  # a file of an earlier render, which `kubectl apply -f DIR` would still apply
     return written

@@ -1,6 +1,7 @@
 """The router image's entrypoint: SGLang's own router in front of SGLang replicas.
 
     python3 -m sglang_stack.services.router --worker-urls URL[,URL...] [sglang-router flags]
+    python3 -m sglang_stack.services.router --service-discovery --selector K=V... [sglang-router flags]
 
 This is not a balancer: it checks the worker list and then runs
 ``sglang_router.launch_router`` in this process with the same flags, so SGLang's Rust
@@ -11,7 +12,9 @@ router does all routing, health checking and retrying. Three things happen first
   one URL per argument, which is what its argparse expects (``nargs="*"``).
 - Every URL must be ``http(s)://host:port``; an empty list or a malformed URL is
   one line naming ``ROUTER_WORKER_URLS`` and exit 2, instead of a router that
-  starts with no workers and answers 503 forever.
+  starts with no workers and answers 503 forever. Without a list, the router must be
+  told to find its workers itself: ``--service-discovery`` (Kubernetes: the pods that
+  match ``--selector``, followed as they come and go; what `invoke k8s` renders).
 - The API key comes from the secret file, as for the SGLang image
   (``sglang_stack.services.serve``): it is added to the router's ``sys.argv`` in this
   process, so no command line, ``docker inspect`` or process list ever shows it. A key
@@ -81,8 +84,8 @@ def router_argv(args: list[str]) -> list[str]:
             continue
         out.append(token)
         i += 1
-    if not seen and not any(a in ("-h", "--help") for a in args):
-        raise UserError(f"no --worker-urls: set {VARIABLE} in .env (compose.yaml passes it)")
+    if not seen and not any(a in ("-h", "--help", "--service-discovery") for a in args):
+        raise UserError(f"no --worker-urls and no --service-discovery: set {VARIABLE} in .env (compose.yaml passes it)")
     return [sys.executable, "-m", "sglang_router.launch_router", *out]
 
 
