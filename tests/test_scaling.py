@@ -205,6 +205,14 @@ def test_entrypoint_splits_the_worker_list_for_sglang_router():
         router.router_argv(["--worker-urls", "--policy", "cache_aware"])
 
 
+def test_entrypoint_takes_kubernetes_discovery_instead_of_a_list():
+    """What `invoke k8s` renders: no --worker-urls, the router watches the pods itself; neither is refused."""
+    args = ["--service-discovery", "--selector", "app=a", "c=d", "--service-discovery-port", "30000"]
+    assert router.router_argv(args)[3:] == args
+    with pytest.raises(UserError, match="no --worker-urls and no --service-discovery"):
+        router.router_argv(["--policy", "cache_aware"])
+
+
 def test_entrypoint_error_is_one_line_exit_2():
     proc = subprocess.run([sys.executable, "-m", "sglang_stack.services.router", "--worker-urls", "--policy", "x"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
