@@ -164,9 +164,16 @@ def _handler(server: SGLangServer):
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
             if server.behaviour.log_requests:
                 print(f"stand-in: /generate req-{index} text={body.get('text', '')[:60]!r}", flush=True)
+            self._counted = True
             try:
                 self._generate(body, index)
             finally:
+                self._leave()
+
+        def _leave(self) -> None:
+            """The request is over for the server: before its last bytes, which the client may act on at once."""
+            if getattr(self, "_counted", False):
+                self._counted = False
                 with server.lock:
                     server.in_flight -= 1
 
@@ -242,8 +249,10 @@ def _handler(server: SGLangServer):
                 if stream:
                     self._event(event)
                 elif last:
+                    self._leave()
                     self._json(200, event)
             if stream:
+                self._leave()
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
 

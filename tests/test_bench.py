@@ -14,7 +14,7 @@ import pytest
 
 from sglang_server import Behaviour, ReadingClock, SGLangServer
 from sglang_stack import ROOT
-from sglang_stack.bench import measure as bench, report
+from sglang_stack.bench import measure as bench, rounds, report
 from sglang_stack.errors import UserError
 
 # What is served. baseline: one token per step. eagle3: 2, 3, 2, 3 ... tokens per step.
@@ -178,8 +178,8 @@ def test_requests_use_sglang_native_streaming_api(pair_run):
     )
     assert body["text"].startswith("prompt number"), f"prompt text not sent raw: {body['text']!r}"
     assert base.headers[-1].get("Authorization") == "Bearer sk-test", "SGLANG_API_KEY not sent as a bearer token"
-    # 1 warm-up + 2 repeats x (2 prompts at c=1 + 2 at c=2)
-    assert len(base.bodies) == 1 + 2 * (2 + 2), f"baseline got {len(base.bodies)} requests"
+    # 1 warm-up + 2 repeats x (2 prompts at c=1 + 6 at c=2: the prompts cycled, 3 per worker)
+    assert len(base.bodies) == 1 + 2 * (2 + rounds.round_size(2, 2)) == 17, f"baseline got {len(base.bodies)} requests"
     assert base.flushes == 4, f"prefix cache flushed {base.flushes} times, wanted once per round (4)"
 
 
@@ -217,7 +217,7 @@ def test_markdown_table_agrees_with_json(pair_run):
     assert len(rows) == len(doc["summary"]["rows"]), f"table has {len(rows)} rows, JSON {len(doc['summary']['rows'])}"
     for md, js in zip(rows, doc["summary"]["rows"]):
         for heading, key, decimals in report.COLUMNS:
-            want = js[key]
+            want = report.value(js, key)
             cell = md[heading]
             if decimals is None:
                 assert cell == str(want), f"{heading}: table {cell!r}, JSON {want!r}"
@@ -393,16 +393,17 @@ def test_wrong_api_key_fails_with_the_status(tmp_path):
 # --- prompt files --------------------------------------------------------------------
 
 
-def test_packaged_prompt_set_covers_chat_code_math_short_and_long():
+def test_packaged_prompt_set_is_balanced_across_chat_code_math():
+    """v2: one output budget for every prompt, so a percentile never falls between two clusters of lengths."""
     prompt_set = bench.load_prompts()
-    assert prompt_set.version == 1, f"packaged prompt set version {prompt_set.version}"
-    cells = {(p.category, p.output) for p in prompt_set.prompts}
-    want = {(c, o) for c in ("chat", "code", "math") for o in ("short", "long")}
-    assert cells == want, f"prompt set misses {sorted(want - cells)}"
-    short = {p.max_new_tokens for p in prompt_set.prompts if p.output == "short"}
-    long = {p.max_new_tokens for p in prompt_set.prompts if p.output == "long"}
-    assert max(short) < min(long), f"short outputs ({short}) are not shorter than long ones ({long})"
+    assert prompt_set.version == 2, f"packaged prompt set version {prompt_set.version}"
+    categories = [p.category for p in prompt_set.prompts]
+    assert {c: categories.count(c) for c in set(categories)} == {"chat": 6, "code": 6, "math": 6}, categories
+    assert {p.max_new_tokens for p in prompt_set.prompts} == {256}, "one budget for all"
     assert len(prompt_set.prompts) >= max(bench.DEFAULT_LEVELS), "fewer prompts than the top concurrency level"
+    v1 = bench.load_prompts(bench.PROMPTS_DIR / "v1.jsonl")
+    assert v1.version == 1 and [p.prompt for p in v1.prompts] == [p.prompt for p in prompt_set.prompts], \
+        "v1 stays for comparing with earlier results; v2 asks the same questions"
 
 
 @pytest.mark.parametrize(
@@ -441,7 +442,7 @@ def test_mixed_versions_and_duplicate_ids_are_errors(tmp_path):
 
 
 def test_missing_prompt_file_is_an_error(tmp_path):
-    with pytest.raises(UserError, match=r"prompt file not found"):
+    with pytest.raises(UserError, match=r"nope.jsonl: not found \(pass --prompts"):
         bench.load_prompts(tmp_path / "nope.jsonl")
 
 
@@ -468,7 +469,7 @@ def test_prompt_template_wraps_each_prompt(tmp_path):
     with pytest.raises(UserError, match=r"must contain \{prompt\}"):
         bench.check_template("<user>no placeholder")
     prompt = bench.Prompt("a", "chat", "short", 4, "hello")
-    body = bench.request_body(prompt, ignore_eos=True, prompt_template="<u>{prompt}</u><a>")
+    body = bench.Target().body(prompt, ignore_eos=True, template="<u>{prompt}</u><a>")
     assert body["text"] == "<u>hello</u><a>", f"template not applied: {body['text']!r}"
     assert body["sampling_params"]["ignore_eos"] is True, "ignore_eos not passed on"
 
@@ -536,7 +537,7 @@ def test_task_runs_end_to_end(tmp_path):
     assert [r.split(":")[0] for r in rounds] == ["[1/2] baseline c=1 repeat 1/1", "[2/2] baseline c=2 repeat 1/1"], (
         f"one progress line per round on stdout: {proc.stdout}"
     )
-    assert all(re.search(r": 2/2 ok, 8 tokens, [0-9.]+ tok/s, [0-9.]+ s$", r) for r in rounds), rounds
+    assert all(re.search(r": [0-9]+/[0-9]+ ok, [0-9]+ tokens, [0-9.]+ tok/s, [0-9.]+ in flight, [0-9.]+ s$", r) for r in rounds), rounds
     assert proc.stdout.rstrip().endswith(f"bench: results in {tmp_path / 'r'}"), proc.stdout
     assert proc.stderr == "", f"a clean run writes no diagnostics: {proc.stderr!r}"
 

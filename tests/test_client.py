@@ -163,7 +163,7 @@ def test_server_info_keeps_only_the_listed_keys():
 
 def test_flush_cache_reports_whether_it_happened():
     with SGLangServer() as server:
-        assert client.flush_cache(Endpoint("x", server.url), None, 1.0) is True, "200 from /flush_cache"
+        assert client.flush_cache(Endpoint("x", server.url), None, 1.0) == (True, None), "200 from /flush_cache"
         assert server.flushes == 1, "the server was not asked to flush"
     with SGLangServer(Behaviour(flush_status=400)) as server:
-        assert client.flush_cache(Endpoint("x", server.url), None, 1.0) is False, "400: the server was busy"
+        assert client.flush_cache(Endpoint("x", server.url), None, 1.0) == (False, "answered HTTP 400 (requests still pending)")

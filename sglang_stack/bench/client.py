@@ -26,6 +26,14 @@ from sglang_stack.errors import UserError
 # keys included, so only these are kept.
 SERVER_INFO_KEYS = (
     "version",
+    "mem_fraction_static",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "context_length",
+    "kv_cache_dtype",
+    "enable_dp_attention",
+    "moe_runner_backend",
+    "enable_metrics",
     "model_path",
     "served_model_name",
     "tp_size",
@@ -63,8 +71,16 @@ class Timing:
     itl_s: list[float] = field(default_factory=list)
     chunks: int = 0
     finish_reason: object = None
+    token_source: str = "server"
+    """Where ``output_tokens`` came from: ``server`` (its own count), or ``chunks`` (one per streamed chunk, an estimate)."""
+    # Every speculative-decoding figure SGLang 0.5.9 puts in the final meta_info, as sent
+    # (tokenizer_manager.py, _calculate_spec_decoding_metrics).
     spec_accept_length: float | None = None
     spec_verify_ct: int | None = None
+    spec_accept_rate: float | None = None
+    spec_accept_token_num: int | None = None
+    spec_draft_token_num: int | None = None
+    spec_accept_histogram: list | None = None
 
     def time_events(self, events: list[tuple[float, int]]) -> None:
         """Fill TTFT, ITL and decode speed from ``(seconds since the request, completion_tokens)`` per event.
@@ -181,6 +197,21 @@ def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str
     return f"answers /health, but is not an SGLang server: HTTP {status} from {' and '.join(SERVER_INFO_PATHS)} (wrong port or URL?)"
 
 
+def probe_openai(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str | None:
+    """``None`` when the endpoint answers OpenAI's ``GET /v1/models``, else why not (``--api chat`` or ``completions``)."""
+    try:
+        status, _ = http_get(endpoint.url, "/v1/models", api_key, timeout)
+    except RequestFailed as err:
+        if "timed out" in str(err):
+            return f"is not reachable: no answer to /v1/models within {timeout:g} s"
+        return f"is not reachable: {err}"
+    if status == 401:
+        return "refuses the API key: HTTP 401 from /v1/models (set SGLANG_API_KEY)"
+    if status != 200:
+        return f"is not an OpenAI-compatible server: HTTP {status} from /v1/models (wrong port or URL?)"
+    return None
+
+
 def wait_ready(endpoint: Endpoint, api_key: str | None, timeout: float, interval: float = 5.0) -> None:
     """Poll ``/health`` until it answers 200; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -209,17 +240,22 @@ def server_info(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) 
     return {key: info[key] for key in SERVER_INFO_KEYS if key in info}
 
 
-def flush_cache(endpoint: Endpoint, api_key: str | None, timeout: float) -> bool:
-    """Empty the server's prefix cache, so every round prefills its prompts again.
+def flush_cache(endpoint: Endpoint, api_key: str | None, timeout: float) -> tuple[bool, str | None]:
+    """Empty the server's prefix cache, so every round prefills its prompts again: (flushed, why not).
 
     Without it, repeats hit SGLang's radix cache and time to first token measures
-    a cache hit. ``/flush_cache`` answers 200 only when the server is idle.
+    a cache hit. ``/flush_cache`` answers 200 only when the server is idle (400 while
+    requests are pending); a proxy in front (the router, a gateway) may not have it (404).
     """
     try:
         status, _ = http_post(endpoint.url, "/flush_cache", api_key, timeout)
-    except RequestFailed:
-        return False
-    return status == 200
+    except RequestFailed as err:
+        return False, f"failed: {err}"
+    if status == 200:
+        return True, None
+    if status == 404:
+        return False, "answered 404 (not SGLang itself: a router or proxy in front?)"
+    return False, f"answered HTTP {status}" + (" (requests still pending)" if status == 400 else "")
 
 
 def stream_generate(
@@ -286,8 +322,37 @@ def stream_generate(
     if final is None:
         raise RequestFailed(f"stream ended after {sample.chunks} events without a finish_reason")
     sample.output_tokens = final["completion_tokens"]
-    if "spec_accept_length" in final:
-        sample.spec_accept_length = float(final["spec_accept_length"])
-        sample.spec_verify_ct = final.get("spec_verify_ct")
+    keep_spec(sample, final)
+    sample.ok = True
+    return sample
+
+
+SPEC_FIELDS = ("spec_accept_length", "spec_verify_ct", "spec_accept_rate", "spec_accept_token_num",
+               "spec_draft_token_num", "spec_accept_histogram")
+
+
+def keep_spec(sample: Timing, meta: dict) -> None:
+    """Copy every ``spec_*`` figure of a final ``meta_info`` into ``sample``, unchanged."""
+    for key in SPEC_FIELDS:
+        if meta.get(key) is not None:
+            setattr(sample, key, meta[key])
+
+
+def generate_once(url: str, body: dict, api_key: str | None, timeout: float, sample: Timing, clock=time.perf_counter) -> Timing:
+    """A non-streaming ``/generate``: one JSON answer; latency is its arrival, TTFT is not observable."""
+    start = clock()
+    status, raw = http_post(url, "/generate", api_key, timeout, {**body, "stream": False})
+    sample.latency_s = clock() - start
+    if status != 200:
+        raise RequestFailed(f"HTTP {status} from /generate: {raw[:300].decode('utf-8', 'replace')}")
+    try:
+        answer = json.loads(raw)
+        meta = (answer[0] if isinstance(answer, list) else answer)["meta_info"]
+        sample.output_tokens = int(meta["completion_tokens"])
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise RequestFailed("the answer has no meta_info.completion_tokens: is this SGLang's /generate?") from None
+    sample.finish_reason = meta.get("finish_reason")
+    sample.chunks = 1
+    keep_spec(sample, meta)
     sample.ok = True
     return sample

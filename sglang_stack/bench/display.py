@@ -12,11 +12,32 @@ class Progress:
     and stdout stays free of diagnostics (those go to stderr).
     """
 
-    def __init__(self, rounds: int, enabled: bool = True, out: Callable[[str], None] | None = None):
+    def __init__(self, rounds: int, enabled: bool = True, out: Callable[[str], None] | None = None,
+                 live: bool | None = None):
         self.total = rounds
         self.done = 0
         self.enabled = enabled
         self._out = out or (lambda line: print(line, flush=True))
+        # A live line (requests done, tokens per second) only on a terminal; a log gets the round lines.
+        self.live = sys.stdout.isatty() if live is None else live
+        self._last = 0.0
+        self._width = 0
+
+    def request_done(self, endpoint: str, done: int, total: int, tokens: int, seconds: float) -> None:
+        """Rewrite the live line after a request, at most ten times a second."""
+        if not (self.enabled and self.live) or (done < total and seconds - self._last < 0.1):
+            return
+        self._last = seconds
+        rate = tokens / seconds if seconds > 0 else 0.0
+        text = f"[{self.done + 1}/{self.total}] {endpoint}: {done}/{total} requests, {rate:.0f} tok/s, {seconds:.0f} s"
+        sys.stdout.write("\r" + text.ljust(self._width))
+        sys.stdout.flush()
+        self._width = len(text)
+
+    def _end_live(self) -> None:
+        if self.enabled and self.live and self._width:
+            sys.stdout.write("\r" + " " * self._width + "\r")
+            self._width = 0
 
     def line(self, text: str) -> None:
         if self.enabled:
@@ -27,13 +48,18 @@ class Progress:
             self.line(f"warm-up {endpoint}: {count} request{'s' if count != 1 else ''}, {seconds:.1f} s")
 
     def round_done(self, record: dict, repeats: int) -> None:
+        self._end_live()
         self.done += 1
         tps = record["aggregate_tps"]
         rate = f"{tps:.1f} tok/s" if tps is not None else "failed"
+        where = (f"c={record['level']}" if record.get("mode", "closed") == "closed"
+                 else f"{record.get('offered_rate'):g} req/s" + (f" cap {record['level']}" if record["level"] else ""))
+        load = f", {record['mean_in_flight']:.1f} in flight" if record.get("mean_in_flight") is not None else ""
         self.line(
-            f"[{self.done}/{self.total}] {record['endpoint']} c={record['level']} "
+            f"[{self.done}/{self.total}] {record['endpoint']} {where} "
             f"repeat {record['repeat'] + 1}/{repeats}: {record['ok']}/{record['requests']} ok, "
-            f"{record['output_tokens']} tokens, {rate}, {record['wall_s']:.1f} s"
+            f"{record['output_tokens']} tokens, {rate}{load}, {record['wall_s']:.1f} s"
+            + ("" if record.get("cache_flushed") is not False else ", cache NOT flushed")
         )
 
     def drop(self, rounds: int) -> None:

@@ -1,33 +1,27 @@
-"""``invoke bench``: decode speed, latency and acceptance length of running SGLang servers.
+"""``invoke bench``: decode speed, latency and acceptance of running SGLang (or OpenAI-compatible) servers.
 
-Requests go through SGLang's native streaming API (``POST /generate`` with
-``"stream": true``). The server answers with Server-Sent Events: one
-``data: {json}`` line per step, then ``data: [DONE]``. Each JSON object holds
-the text so far and a ``meta_info`` whose ``completion_tokens`` counts the
-output tokens so far. The last one carries ``finish_reason`` and, when
-speculative decoding is on, ``spec_verify_ct`` and ``spec_accept_length``
-(``completion_tokens / spec_verify_ct``; sglang/srt/managers/tokenizer_manager.py,
-``_calculate_spec_decoding_metrics``). Token counts and acceptance length are
-taken from that metadata, never estimated from text.
+By default requests go through SGLang's native streaming API (``POST /generate`` with
+``"stream": true``): one ``data: {json}`` event per step, each ``meta_info`` counting the
+output tokens so far, the last carrying ``finish_reason`` and, with speculative decoding,
+every ``spec_*`` figure (sglang/srt/managers/tokenizer_manager.py,
+``_calculate_spec_decoding_metrics``). Token counts and acceptance are taken from that
+metadata, never estimated from text. ``--api chat`` or ``completions`` measures any
+OpenAI-compatible server instead (targets.py).
 
-When several endpoints are measured, their rounds alternate (A B, then B A)
-per concurrency level and repeat, so that a slow minute on a noisy machine
-hits both sides and the ratio stays meaningful. Results are rewritten after
-every round, so a failure leaves the rounds already measured on disk,
-marked incomplete.
+The load is closed-loop at each ``--levels`` concurrency, or open-loop arrivals at
+``--request-rate`` (rounds.py). When several endpoints are measured, their rounds alternate
+(A B, then B A) per level and repeat, so a slow minute on a noisy machine hits both sides
+and the ratio stays meaningful. Results are rewritten after every round, so a failure
+leaves the rounds already measured on disk, marked incomplete.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import queue
 import re
 import socket
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -36,11 +30,23 @@ from urllib.parse import urlsplit
 from sglang_stack import ROOT
 from sglang_stack.services import compose, variables
 from sglang_stack.bench import report
-from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache, probe, server_info, stream_generate
+from sglang_stack.bench import provenance, stats
+from sglang_stack.bench.client import Endpoint, RequestFailed, probe, probe_openai, server_info
+from sglang_stack.bench.rounds import (  # noqa: F401 (the rounds, as callers and tests reach them through measure)
+    Options,
+    Results,
+    Sample,
+    planned_rounds,
+    round_order,
+    run_round,
+    run_rounds,
+    warm_up,
+)
+from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
 from sglang_stack.bench.display import Progress, say, tell  # noqa: F401 (what a run shows while it runs)
 from sglang_stack.bench.promptset import (  # noqa: F401 (callers read the prompt set through measure)
-    DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, load_prompts,
+    DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, load_prompts, random_prompts,
 )
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count, parse_seconds
@@ -107,221 +113,6 @@ def parse_levels(text: str | Sequence[int]) -> list[int]:
     return levels
 
 
-# --- one request -------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class Sample(Timing):
-    """One measured request: where it ran, and its ``Timing``. ``started_s`` counts from the start of the run."""
-
-    endpoint: str
-    level: int
-    repeat: int
-    round: int
-    prompt_id: str
-    error: str | None = None
-    started_s: float = 0.0
-
-
-def request_body(prompt: Prompt, ignore_eos: bool, prompt_template: str | None) -> dict:
-    text = prompt_template.replace("{prompt}", prompt.prompt) if prompt_template else prompt.prompt
-    return {
-        "text": text,
-        # Greedy: reproducible, and the setting speculative acceptance is usually quoted for.
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": prompt.max_new_tokens, "ignore_eos": ignore_eos},
-        "stream": True,
-    }
-
-# --- rounds ------------------------------------------------------------------
-
-
-@dataclass
-class Options:
-    levels: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS))
-    repeats: int = 3
-    warmup: int = 2
-    timeout: float = 600.0
-    ignore_eos: bool = False
-    prompt_template: str | None = None
-    flush_cache: bool = True
-    reference: str | None = None
-    clock: Callable[[], float] = time.perf_counter  # stamps each streamed event; tests inject their own
-
-
-class Results:
-    """Everything ``bench.json`` holds, rewritten to disk after each round."""
-
-    def __init__(self, out_dir: Path, metadata: dict):
-        self.out_dir = out_dir
-        self.metadata = metadata
-        self.samples: list[Sample] = []
-        self.rounds: list[dict] = []
-        self.sweep: dict | None = None
-        self.complete = False
-        self.error: str | None = None
-        self._t0 = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self._t0
-
-    def document(self) -> dict:
-        samples = [asdict(s) for s in self.samples]
-        for s in samples:
-            s["itl_s"] = [round(x, 6) for x in s["itl_s"]]
-        doc = {
-            "schema": 1,
-            "complete": self.complete,
-            "error": self.error,
-            "metadata": self.metadata,
-            "rounds": self.rounds,
-            "samples": samples,
-        }
-        doc["summary"] = report.summarize(doc)
-        if self.sweep is not None:
-            doc["sweep"] = self.sweep
-        return doc
-
-    def write(self, plot: bool = False) -> dict:
-        doc = self.document()
-        report.write_results(self.out_dir, doc, plot=plot)
-        return doc
-
-
-def _round_requests(prompts: Sequence[Prompt], level: int) -> list[Prompt]:
-    """The prompt set once; cycled when the level is larger, so every slot is busy."""
-    count = max(len(prompts), level)
-    return [prompts[i % len(prompts)] for i in range(count)]
-
-
-def run_round(
-    endpoint: Endpoint,
-    prompts: Sequence[Prompt],
-    level: int,
-    repeat: int,
-    options: Options,
-    api_key: str | None,
-    results: Results,
-) -> dict:
-    """One round: the prompt set through ``level`` parallel streams (closed loop).
-
-    On the first failed request no new request starts; those in flight finish.
-    The round's samples, failed ones included, are added to ``results``; the
-    first failure is raised as ``RequestFailed``.
-    """
-    index = len(results.rounds)
-    flushed = flush_cache(endpoint, api_key, min(options.timeout, 30.0)) if options.flush_cache else False
-    work: queue.SimpleQueue = queue.SimpleQueue()
-    for prompt in _round_requests(prompts, level):
-        work.put(prompt)
-    stop = threading.Event()
-    lock = threading.Lock()
-    done: list[Sample] = []
-
-    def worker() -> None:
-        while not stop.is_set():
-            try:
-                prompt = work.get_nowait()
-            except queue.Empty:
-                return
-            sample = Sample(endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id,
-                            started_s=results.elapsed())
-            try:
-                stream_generate(
-                    endpoint.url, request_body(prompt, options.ignore_eos, options.prompt_template),
-                    api_key, options.timeout, sample, clock=options.clock,
-                )
-            except RequestFailed as err:
-                sample.error = str(err)
-                stop.set()
-            with lock:
-                done.append(sample)
-
-    started = results.elapsed()
-    with ThreadPoolExecutor(max_workers=level, thread_name_prefix=f"bench-{endpoint.name}") as pool:
-        workers = [pool.submit(worker) for _ in range(level)]
-        try:
-            for future in workers:
-                future.result()  # a bug in a worker surfaces here, with its traceback
-        except BaseException:
-            stop.set()  # Ctrl-C or a bug: start nothing new; requests in flight run out
-            raise
-    wall = results.elapsed() - started
-    done.sort(key=lambda s: s.started_s)
-    results.samples.extend(done)
-    ok = [s for s in done if s.ok]
-    tokens = sum(s.output_tokens for s in ok)
-    record = {
-        "index": index,
-        "endpoint": endpoint.name,
-        "level": level,
-        "repeat": repeat,
-        "started_s": round(started, 6),
-        "wall_s": round(wall, 6),
-        "requests": len(done),
-        "ok": len(ok),
-        "output_tokens": tokens,
-        "aggregate_tps": tokens / wall if wall > 0 and len(ok) == len(done) else None,
-        "cache_flushed": flushed,
-    }
-    results.rounds.append(record)
-    failed = next((s for s in done if not s.ok), None)
-    if failed is not None:
-        raise RequestFailed(
-            f"{endpoint.name} ({endpoint.url}) failed at concurrency {level}, repeat {repeat + 1}, "
-            f"prompt {failed.prompt_id}: {failed.error}"
-        )
-    return record
-
-
-def warm_up(endpoint: Endpoint, prompts: Sequence[Prompt], count: int, options: Options, api_key: str | None) -> None:
-    """Unmeasured requests first: the first ones pay for JIT compiles and cold caches."""
-    shortest = sorted(prompts, key=lambda p: p.max_new_tokens)
-    for i in range(count):
-        prompt = shortest[i % len(shortest)]
-        try:
-            stream_generate(endpoint.url, request_body(prompt, options.ignore_eos, options.prompt_template),
-                            api_key, options.timeout, clock=options.clock)
-        except RequestFailed as err:
-            raise RequestFailed(
-                f"{endpoint.name} ({endpoint.url}) failed during warm-up, prompt {prompt.id}: {err}"
-            ) from None
-
-
-def round_order(endpoints: Sequence[Endpoint], repeat: int) -> list[Endpoint]:
-    """A B on even repeats, B A on odd ones: neither side always runs first."""
-    return list(endpoints) if repeat % 2 == 0 else list(reversed(endpoints))
-
-
-def run_rounds(
-    endpoints: Sequence[Endpoint],
-    prompt_set: PromptSet,
-    options: Options,
-    api_key: str | None,
-    results: Results,
-    progress: "Progress | None" = None,
-) -> None:
-    """Warm up every endpoint, then for each level and repeat, one round per endpoint, interleaved."""
-    progress = progress or Progress(0, enabled=False)
-    for endpoint in endpoints:
-        started = time.perf_counter()
-        warm_up(endpoint, prompt_set.prompts, options.warmup, options, api_key)
-        progress.warmed_up(endpoint.name, options.warmup, time.perf_counter() - started)
-    for level in options.levels:
-        for repeat in range(options.repeats):
-            for endpoint in round_order(endpoints, repeat):
-                before = len(results.rounds)
-                try:
-                    run_round(endpoint, prompt_set.prompts, level, repeat, options, api_key, results)
-                finally:
-                    results.write()
-                    if len(results.rounds) > before:
-                        progress.round_done(results.rounds[-1], options.repeats)
-
-
-def planned_rounds(options: Options, endpoints: int) -> int:
-    return len(options.levels) * options.repeats * endpoints
-
-
 # --- the task ----------------------------------------------------------------
 
 
@@ -347,7 +138,8 @@ def host_metadata() -> dict:
 
 
 def resolve_endpoints(
-    specs: Sequence[str], env: variables.Environment, api_key: str | None, probe_timeout: float = 30.0
+    specs: Sequence[str], env: variables.Environment, api_key: str | None, probe_timeout: float = 30.0,
+    target: Target | None = None,
 ) -> list[Endpoint]:
     """The endpoints to measure, each checked with ``/health``.
 
@@ -358,7 +150,7 @@ def resolve_endpoints(
     if specs:
         endpoints = parse_endpoints(specs)
         for endpoint in endpoints:
-            why = probe(endpoint, api_key, probe_timeout)
+            why = (probe if target is None or target.api == "native" else probe_openai)(endpoint, api_key, probe_timeout)
             if why:
                 raise UserError(f"endpoint {endpoint.name} at {endpoint.url} {why}")
         return endpoints
@@ -394,6 +186,21 @@ def run(
     env_file: Path | None = None,
     progress: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    api: str = "native",
+    stream: bool = True,
+    model: str | None = None,
+    request_rate: float | str | None = None,
+    burstiness: float | str = 1.0,
+    max_concurrency: int | str | None = None,
+    num_requests: int | str | None = None,
+    seed: int | str = 0,
+    percentiles: str | Sequence[float] | None = None,
+    slo: str | None = None,
+    dataset: str | None = None,
+    random_input_len: int | str = 512,
+    random_output_len: int | str = 256,
+    random_range_ratio: float | str = 0.0,
+    engine: str | None = None,
 ) -> Path:
     """Measure the endpoints and write the results directory; return its path.
 
@@ -401,8 +208,11 @@ def run(
     time source that stamps each streamed event (tests).
     """
     env = stack_env(environ, env_file)
+    target = Target(parse_api(api), stream=bool(stream), model=model or None)
+    rate = parse_rate(request_rate)
     options = Options(
-        levels=parse_levels(levels),
+        levels=[parse_count("--max-concurrency", max_concurrency, 0) if max_concurrency not in (None, "") else 0]
+        if rate is not None else parse_levels(levels),
         repeats=parse_count("--repeats", repeats, 1),
         warmup=parse_count("--warmup", warmup, 0),
         timeout=parse_seconds("--timeout", timeout),
@@ -410,22 +220,85 @@ def run(
         prompt_template=check_template(prompt_template),
         flush_cache=bool(flush),
         reference=reference or None,
+        target=target,
+        request_rate=rate,
+        burstiness=parse_positive("--burstiness", burstiness),
+        seed=parse_count("--seed", seed, 0),
+        num_requests=parse_count("--num-requests", num_requests, 1) if num_requests not in (None, "") else None,
+        percentiles=parse_percentiles(percentiles),
+        slo=stats.parse_slo(slo),
         clock=clock,
     )
-    prompt_set = load_prompts(Path(prompts) if prompts else DEFAULT_PROMPTS)
+    prompt_set = choose_prompts(prompts, dataset, options, random_input_len, random_output_len, random_range_ratio)
     if out:
         atomic.check_creatable(Path(out), "--out")  # before the probes: nothing is created for a run that cannot start
     api_key = env.get("SGLANG_API_KEY") or None
-    chosen = resolve_endpoints(endpoints, env, api_key, min(timeout, 30.0))
+    chosen = resolve_endpoints(endpoints, env, api_key, min(options.timeout, 30.0), target)
+    if target.api != "native" and target.model is None:
+        options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     out_dir = results_dir(out)  # created and proven writable before the first request
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
-    results = Results(out_dir, metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1))
+    meta = metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1)
+    meta["provenance"] = provenance.collect(chosen, env, engine)
+    results = Results(out_dir, meta)
     bar = Progress(planned_rounds(options, len(chosen)), enabled=progress)
     bar.line(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}")
     execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
     return out_dir
+
+
+def parse_rate(value) -> float | None:
+    if value in (None, "", "inf"):
+        return None
+    return parse_positive("--request-rate", value)
+
+
+def parse_positive(flag: str, value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag} {value!r}: not a number") from None
+    if not number > 0 or number == float("inf"):
+        raise UserError(f"{flag} {value!r}: must be a number above 0")
+    return number
+
+
+def parse_percentiles(value) -> tuple[float, ...]:
+    if value in (None, ""):
+        return stats.DEFAULT_PERCENTILES
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = []
+    for item in items:
+        try:
+            q = float(item)
+        except (TypeError, ValueError):
+            raise UserError(f"--percentiles {value!r}: {item!r} is not a number") from None
+        if not 0 < q < 100:
+            raise UserError(f"--percentiles {value!r}: {item!r} is not between 0 and 100")
+        out.append(q)
+    return tuple(sorted(set(out)))
+
+
+def choose_prompts(prompts, dataset, options: Options, input_len, output_len, range_ratio) -> PromptSet:
+    """The prompt set: --prompts (our JSONL or a ShareGPT file), or --dataset random."""
+    kind = (dataset or "prompts").strip()
+    if kind == "random":
+        if prompts:
+            raise UserError("--prompts and --dataset random: choose one")
+        return random_prompts(options.num_requests or 64, parse_count("--random-input-len", input_len, 1),
+                              parse_count("--random-output-len", output_len, 1), parse_fraction(range_ratio), options.seed)
+    if kind != "prompts":
+        raise UserError(f"--dataset {dataset!r}: choose prompts (--prompts, the default set or a ShareGPT file) or random")
+    return load_prompts(Path(prompts) if prompts else DEFAULT_PROMPTS)
+
+
+def parse_fraction(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--random-range-ratio {value!r}: not a number") from None
 
 
 def check_template(template: str | None) -> str | None:
@@ -449,10 +322,23 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         "interleaved": interleaved,
         "prompt_set": {
             "path": str(prompt_set.path),
+            "kind": prompt_set.kind,
             "version": prompt_set.version,
             "sha256": prompt_set.sha256,
             "prompts": len(prompt_set.prompts),
         },
+        "target": {"api": options.target.api, "stream": options.target.stream, "model": options.target.model},
+        "load": {
+            "mode": "closed" if options.request_rate is None else "open",
+            "request_rate": options.request_rate,
+            "burstiness": options.burstiness if options.request_rate is not None else None,
+            "seed": options.seed,
+            "num_requests": options.num_requests,
+            "window": "closed loop: from the round's start until the first worker finds nothing left to send; "
+                      "open loop: the whole round",
+        },
+        "percentiles": list(options.percentiles),
+        "slo_s": options.slo,
         "levels": options.levels,
         "repeats": options.repeats,
         "warmup": options.warmup,

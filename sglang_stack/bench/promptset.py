@@ -1,16 +1,28 @@
-"""The prompt set a bench run sends: the packaged JSONL (or the user's), validated line by line."""
+"""The prompts a bench run sends: the packaged JSONL (or the user's), a ShareGPT file, or random lengths.
+
+- JSON Lines in our format (``v2.jsonl``, the default): validated line by line.
+- ShareGPT-format JSON (a list of ``{"conversations": [{"from": "human", "value": ...}, ...]}``),
+  read from a local file, never downloaded: the first human turn of each conversation is a
+  prompt, and ``output_len`` its ``max_new_tokens`` (no tokenizer runs here to count the
+  original answer). ``num_prompts`` and ``seed`` pick a reproducible subset.
+- ``random``: ``num_prompts`` prompts of random token ids (``input_len`` each) and
+  ``output_len`` tokens to generate, both varied by ``range_ratio``, from ``seed``. The native
+  API and completions send the ids themselves, so the input length is exact; chat sends
+  words, one per id.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_stack.errors import UserError
+from sglang_stack.errors import UserError, read_text
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
-DEFAULT_PROMPTS = PROMPTS_DIR / "v1.jsonl"
+DEFAULT_PROMPTS = PROMPTS_DIR / "v2.jsonl"
 PROMPT_FIELDS = {"version": int, "id": str, "category": str, "output": str, "max_new_tokens": int, "prompt": str}
 
 
@@ -24,14 +36,17 @@ class Prompt:
     output: str
     max_new_tokens: int
     prompt: str
+    input_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
 class PromptSet:
-    path: Path
+    path: Path | str
     version: int
     prompts: tuple[Prompt, ...]
     sha256: str
+    kind: str = "jsonl"
+    """jsonl, sharegpt or random: how the set was made (the report says so)."""
 
 
 def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
@@ -41,12 +56,9 @@ def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
     ``output`` (short, long), ``max_new_tokens`` (int > 0) and ``prompt``.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: prompt file not found (pass --prompts PATH to a JSON Lines file)") from None
-    except OSError as err:
-        raise UserError(f"{path}: cannot read the prompt file: {err.strerror}") from None
+    raw = read_text(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)").encode()
+    if raw.lstrip().startswith(b"[") and _is_sharegpt(raw):
+        return load_sharegpt(path, raw)
     prompts: list[Prompt] = []
     versions: set[int] = set()
     seen: set[str] = set()
@@ -78,3 +90,55 @@ def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
     if len(versions) > 1:
         raise UserError(f"{path}: mixed prompt-set versions {sorted(versions)}: one file is one version")
     return PromptSet(path, versions.pop(), tuple(prompts), hashlib.sha256(raw).hexdigest())
+
+
+def _is_sharegpt(raw: bytes) -> bool:
+    """A whole-file JSON array of objects: ShareGPT's layout (a JSON Lines file is one object per line)."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(doc, list) and bool(doc) and all(isinstance(r, dict) for r in doc)
+
+
+def load_sharegpt(path: Path, raw: bytes, num_prompts: int | None = None, output_len: int = 256, seed: int = 0) -> PromptSet:
+    """A ShareGPT-format file: the first human turn of each conversation, ``output_len`` tokens each."""
+    try:
+        records = json.loads(raw)
+    except ValueError as err:
+        raise UserError(f"{path}: not valid JSON: {err}") from None
+    prompts = []
+    for i, record in enumerate(records if isinstance(records, list) else []):
+        turns = record.get("conversations") if isinstance(record, dict) else None
+        first = next((t.get("value") for t in turns or [] if isinstance(t, dict) and t.get("from") in ("human", "user")), None)
+        if isinstance(first, str) and first.strip():
+            ident = str(record.get("id") or i)
+            prompts.append(Prompt(f"sharegpt-{ident}-{i}", "sharegpt", "sharegpt", output_len, first))
+    if not prompts:
+        raise UserError(f"{path}: no conversation with a human turn (expected ShareGPT's "
+                        '[{"conversations": [{"from": "human", "value": ...}]}])')
+    if num_prompts:
+        prompts = random.Random(seed).sample(prompts, min(num_prompts, len(prompts)))
+    return PromptSet(path, 0, tuple(prompts), hashlib.sha256(raw).hexdigest(), kind="sharegpt")
+
+
+def random_prompts(num_prompts: int, input_len: int, output_len: int, range_ratio: float = 0.0, seed: int = 0) -> PromptSet:
+    """``num_prompts`` prompts of random ids, lengths uniform in ``[len * (1 - r), len * (1 + r)]``."""
+    if not 0.0 <= range_ratio < 1.0:
+        raise UserError(f"--random-range-ratio {range_ratio}: must be at least 0 and below 1")
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(num_prompts):
+        n_in = max(1, round(input_len * rng.uniform(1 - range_ratio, 1 + range_ratio)))
+        n_out = max(1, round(output_len * rng.uniform(1 - range_ratio, 1 + range_ratio)))
+        # Ids well inside any large vocabulary and clear of the special tokens at its ends.
+        ids = tuple(rng.randrange(1000, 30000) for _ in range(n_in))
+        words = " ".join(_WORDS[t % len(_WORDS)] for t in ids)
+        prompts.append(Prompt(f"random-{i}", "random", "random", n_out, words, ids))
+    spec = f"random:n={num_prompts},in={input_len},out={output_len},ratio={range_ratio},seed={seed}"
+    return PromptSet(spec, 0, tuple(prompts), hashlib.sha256(spec.encode()).hexdigest(), kind="random")
+
+
+_WORDS = ("time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
+          "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
+          "company", "system", "program", "question", "work", "number", "night", "point", "home", "water", "room")

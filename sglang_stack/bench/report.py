@@ -14,69 +14,87 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from sglang_stack import atomic
+from sglang_stack.bench import stats
 from sglang_stack.errors import UserError, read_text
 
 JSON_NAME = "bench.json"
 MARKDOWN_NAME = "bench.md"
 PLOT_NAME = "bench.png"
-SCHEMA = 1
-
+SCHEMA = 2
+SCHEMAS = (1, 2)  # 1: before per-request windows, every spec_* field and provenance; still read
 
 # --- statistics ----------------------------------------------------------------
 
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0..100), interpolating between closest ranks."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+percentile, mean = stats.percentile, stats.mean  # noqa: F811 (the one implementation, re-exported)
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
-def summarize_group(samples: Sequence[dict], rounds: Sequence[dict]) -> dict:
-    """Figures for one endpoint at one concurrency level."""
-    ok = [s for s in samples if s["ok"]]
+def _spread(values: Sequence[float]) -> float | None:
+    return max(values) - min(values) if len(values) > 1 else None
+
+
+def summarize_group(samples: Sequence[dict], rounds: Sequence[dict], percentiles: Sequence[float] = stats.DEFAULT_PERCENTILES) -> dict:
+    """Figures for one endpoint at one level, from the requests inside each round's measured window."""
+    ok = [s for s in samples if s["ok"] and s.get("in_window", True)]
     itl = [x for s in ok for x in s["itl_s"]]
     ttft = [s["ttft_s"] for s in ok if s["ttft_s"] is not None]
     latency = [s["latency_s"] for s in ok if s["latency_s"] is not None]
     decode = [s["decode_tps"] for s in ok if s["decode_tps"] is not None]
+    tpots = [t for t in (stats.tpot(s) for s in ok) if t is not None]
     complete_rounds = [r for r in rounds if r.get("aggregate_tps") is not None]
     aggregate = [r["aggregate_tps"] for r in complete_rounds]
     spec = [s for s in ok if s.get("spec_verify_ct")]
     verify = sum(s["spec_verify_ct"] for s in spec)
-    return {
+    drafted = sum(s.get("spec_draft_token_num") or 0 for s in spec)
+    accepted = sum(s.get("spec_accept_token_num") or 0 for s in spec)
+    flushes = [r.get("cache_flushed") for r in rounds if r.get("cache_flushed") is not None]
+    loads = [r["mean_in_flight"] for r in complete_rounds if r.get("mean_in_flight") is not None]
+    full = [r["full_share"] for r in complete_rounds if r.get("full_share") is not None]
+    row = {
         "requests": len(ok),
-        "failed": len(samples) - len(ok),
+        "failed": sum(1 for s in samples if not s["ok"]),
+        "drain_requests": sum(1 for s in samples if s["ok"] and not s.get("in_window", True)),
         "rounds": len(complete_rounds),
         "output_tokens": sum(s["output_tokens"] for s in ok),
+        "token_source": sorted({s.get("token_source", "server") for s in ok}),
+        "mean_in_flight": mean(loads),
+        "full_share": mean(full),
         "decode_tps_mean": mean(decode),
         "decode_tps_p50": percentile(decode, 50),
         "aggregate_tps_mean": mean(aggregate),
         "aggregate_tps_min": min(aggregate) if aggregate else None,
         "aggregate_tps_max": max(aggregate) if aggregate else None,
+        "aggregate_tps_spread": _spread(aggregate),
         "ttft_ms_p50": _scaled(percentile(ttft, 50), 1e3),
         "ttft_ms_p99": _scaled(percentile(ttft, 99), 1e3),
         "itl_ms_p50": _scaled(percentile(itl, 50), 1e3),
         "itl_ms_p99": _scaled(percentile(itl, 99), 1e3),
         "latency_s_p50": percentile(latency, 50),
         "latency_s_p99": percentile(latency, 99),
+        # As the field reports them (vLLM, SGLang's bench_serving, AIPerf): mean, std, percentiles.
+        "ttft_ms": stats.distribution(ttft, percentiles, 1e3),
+        "tpot_ms": stats.distribution(tpots, percentiles, 1e3),
+        "itl_ms": stats.distribution(itl, percentiles, 1e3),
+        "e2e_s": stats.distribution(latency, percentiles),
+        "decode_tps": stats.distribution(decode, percentiles),
         # SGLang's own definition, pooled: all output tokens over all verify passes
         # (both from meta_info). The per-request mean weights short answers like long ones.
         "accept_length": sum(s["output_tokens"] for s in spec) / verify if verify else None,
         "accept_length_request_mean": mean([s["spec_accept_length"] for s in spec if s.get("spec_accept_length")]),
+        "accept_rate": accepted / drafted if drafted else None,
+        "accept_by_position": stats.accept_by_position(s.get("spec_accept_histogram") for s in spec),
         "spec_requests": len(spec),
+        "cache_flushed": f"{sum(1 for f in flushes if f)}/{len(flushes)}" if flushes else None,
     }
+    open_rounds = [r for r in rounds if r.get("mode") == "open"]
+    if open_rounds:
+        for key in ("offered_rate", "sent_rate", "achieved_rate", "goodput_rate"):
+            values = [r[key] for r in open_rounds if r.get(key) is not None]
+            row[key] = mean(values)
+    return row
 
 
 def summarize(doc: dict) -> dict:
@@ -90,7 +108,8 @@ def summarize(doc: dict) -> dict:
             if not any(s["ok"] for s in samples):
                 continue
             rounds = [r for r in doc["rounds"] if r["endpoint"] == name and r["level"] == level]
-            rows.append({"endpoint": name, "level": level, **summarize_group(samples, rounds)})
+            rows.append({"endpoint": name, "level": level,
+                         **summarize_group(samples, rounds, meta.get("percentiles") or stats.DEFAULT_PERCENTILES)})
     reference = meta.get("reference")
     return {
         "reference": reference,
@@ -148,21 +167,32 @@ def ratios(rows: Sequence[dict], rounds: Sequence[dict], reference: str | None, 
 
 # --- Markdown ------------------------------------------------------------------
 
-# (heading, row key, decimals): the table the tests read back.
+# (heading, row key, decimals): the table the tests read back. A key with a dot reaches into a distribution.
 COLUMNS = (
     ("endpoint", "endpoint", None),
     ("concurrency", "level", None),
+    ("in flight", "mean_in_flight", 1),
     ("requests", "requests", None),
     ("decode tok/s p50", "decode_tps_p50", 1),
     ("aggregate tok/s", "aggregate_tps_mean", 1),
+    ("spread", "aggregate_tps_spread", 1),
     ("TTFT p50 (ms)", "ttft_ms_p50", 1),
     ("TTFT p99 (ms)", "ttft_ms_p99", 1),
+    ("TPOT p50 (ms)", "tpot_ms.p50", 2),
     ("ITL p50 (ms)", "itl_ms_p50", 2),
     ("ITL p99 (ms)", "itl_ms_p99", 2),
     ("latency p50 (s)", "latency_s_p50", 2),
     ("latency p99 (s)", "latency_s_p99", 2),
     ("accept length", "accept_length", 2),
+    ("cache flushed", "cache_flushed", None),
 )
+
+
+def value(row: dict, key: str):
+    """``row[key]``, or a distribution's figure for ``name.stat``."""
+    head, _, tail = key.partition(".")
+    got = row.get(head)
+    return (got or {}).get(tail) if tail else got
 
 
 def fmt(value, decimals: int | None) -> str:
@@ -221,14 +251,30 @@ def markdown(doc: dict) -> str:
     ]
     lines += _table(
         [c[0] for c in COLUMNS],
-        ([fmt(row[key], dec) for _, key, dec in COLUMNS] for row in summary["rows"]),
+        ([fmt(value(row, key), dec) for _, key, dec in COLUMNS] for row in summary["rows"]),
     )
+    closed = (meta.get("load") or {}).get("mode", "closed") == "closed"
     lines += [
         "",
+        ("concurrency N: N requests in flight from the round's start; each round cycles the prompts and is measured "
+         "until the first worker finds nothing left to send (the drain after it is not measured); "
+         if closed else "open loop: requests sent at the arrival times, the whole round measured; concurrency is "
+         "the cap on requests in flight (0: none); ")
+        + "in flight: the time-weighted mean over that window; "
         "decode tok/s: per request, output tokens after the first over the time from the first to the last; "
-        "aggregate tok/s: all output tokens of a round over its wall time (mean of rounds); "
-        "accept length: SGLang's completion_tokens / spec_verify_ct, pooled over requests.",
+        "aggregate tok/s: output tokens that arrived in the window over its length (mean of rounds; spread: "
+        "max - min); TPOT: (latency - TTFT) / (tokens - 1); accept length: SGLang's completion_tokens / "
+        "spec_verify_ct, pooled over requests.",
     ]
+    sources = sorted({src for row in summary["rows"] for src in row.get("token_source") or []})
+    if sources and sources != ["server"]:
+        lines += ["", "Token counts came from: " + ", ".join(sources) + " (chunks: one per streamed chunk, an estimate, "
+                  "because the target sent no usage)."]
+    lines += ["", *latency_markdown(summary["rows"], meta.get("percentiles") or stats.DEFAULT_PERCENTILES)]
+    if any(row.get("accept_length") for row in summary["rows"]):
+        lines += ["", *acceptance_markdown(summary["rows"])]
+    if not closed:
+        lines += ["", *open_loop_markdown(summary["rows"], meta)]
     by_pair: dict[tuple[str, str], list[dict]] = {}
     for ratio in summary["ratios"]:
         by_pair.setdefault((ratio["endpoint"], ratio["reference"]), []).append(ratio)
@@ -250,6 +296,54 @@ def markdown(doc: dict) -> str:
     if doc.get("sweep"):
         lines += ["", *sweep_markdown(doc["sweep"], summary)]
     return "\n".join(lines) + "\n"
+
+
+def latency_markdown(rows: Sequence[dict], percentiles: Sequence[float]) -> list[str]:
+    """TTFT, TPOT, ITL (ms) and E2E (s): mean, std and the percentiles, per row."""
+    stats_names = ["mean", "std", *(f"p{q:g}" for q in percentiles)]
+    lines = ["## Latency", ""]
+    table = []
+    for row in rows:
+        for key, label, decimals in (("ttft_ms", "TTFT (ms)", 1), ("tpot_ms", "TPOT (ms)", 2), ("itl_ms", "ITL (ms)", 2),
+                                     ("e2e_s", "E2E (s)", 3)):
+            dist = row.get(key) or {}
+            table.append([row["endpoint"], str(row["level"]), label, *(fmt(dist.get(n), decimals) for n in stats_names)])
+    return lines + _table(["endpoint", "concurrency", "figure", *stats_names], table, right_from=3)
+
+
+def acceptance_markdown(rows: Sequence[dict]) -> list[str]:
+    """Accept length and rate, and P(at least k draft tokens accepted) per draft position k."""
+    width = max((len(r.get("accept_by_position") or []) for r in rows), default=0)
+    lines = ["## Acceptance", ""]
+    table = []
+    for row in rows:
+        if not row.get("accept_length"):
+            continue
+        by_position = row.get("accept_by_position") or []
+        table.append([row["endpoint"], str(row["level"]), fmt(row["accept_length"], 2),
+                      fmt(row.get("accept_length_request_mean"), 2), fmt(row.get("accept_rate"), 3),
+                      *(fmt(by_position[k], 3) if k < len(by_position) else "-" for k in range(width))])
+    headings = ["endpoint", "concurrency", "accept length", "per-request mean", "accept rate",
+                *(f"P(>={k + 1})" for k in range(width))]
+    lines += _table(headings, table)
+    lines += ["", "accept rate: accepted draft tokens over drafted ones (spec_accept_token_num / spec_draft_token_num); "
+              "P(>=k): the share of verify steps that accepted at least k draft tokens, from spec_accept_histogram. "
+              "Where it falls low, another draft step costs more than it returns."]
+    return lines
+
+
+def open_loop_markdown(rows: Sequence[dict], meta: dict) -> list[str]:
+    load = meta.get("load") or {}
+    lines = ["## Arrivals", "",
+             f"Offered {load.get('request_rate'):g} req/s, burstiness {load.get('burstiness'):g} "
+             f"({'Poisson' if load.get('burstiness') == 1 else 'gamma'} arrivals, seed {load.get('seed')})."]
+    slo = meta.get("slo_s") or {}
+    if slo:
+        lines[-1] += " Goodput: requests per second that met " + ", ".join(f"{k} <= {v * 1e3:g} ms" for k, v in slo.items()) + "."
+    lines += [""]
+    table = [[r["endpoint"], str(r["level"]), fmt(r.get("offered_rate"), 2), fmt(r.get("sent_rate"), 2),
+              fmt(r.get("achieved_rate"), 2), fmt(r.get("goodput_rate"), 2)] for r in rows]
+    return lines + _table(["endpoint", "cap", "offered req/s", "sent req/s", "achieved req/s", "goodput req/s"], table)
 
 
 def sweep_markdown(sweep: dict, summary: dict) -> list[str]:
@@ -310,8 +404,8 @@ def load_results(path: Path) -> dict:
         doc = json.loads(read_text(file, " (pass a results directory written by invoke bench)"))
     except ValueError as err:
         raise UserError(f"{file}: not valid JSON: {err}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise UserError(f"{file}: not a bench results file of schema {SCHEMA}")
+    if not isinstance(doc, dict) or doc.get("schema") not in SCHEMAS:
+        raise UserError(f"{file}: not a bench results file of schema {' or '.join(map(str, SCHEMAS))}")
     for key in ("metadata", "samples", "rounds", "complete"):
         if key not in doc:
             raise UserError(f"{file}: missing {key!r}; was it written by invoke bench?")

@@ -1,0 +1,100 @@
+"""Which bytes produced a bench figure: the stack's commit, the GPUs, and each server's image.
+
+Collected once per run, best effort and quickly (each probe a few seconds at most): a
+figure with part of its provenance is still worth more than none, and a missing piece is
+recorded as missing, never guessed. Nothing secret is collected: image labels and
+digests, GPU names and the driver, a commit id.
+
+- ``stack``: this checkout's commit (``git rev-parse HEAD``) and whether its tree had changes.
+- ``gpus``: ``nvidia-smi``'s name, memory and driver of each GPU of this host, when it has
+  any (the servers may be elsewhere; the endpoint's own server arguments say what it runs).
+- ``images``: for an endpoint served by one of this checkout's compose services on this host,
+  the container's image id, repository digests and ``io.sglang-stack.*`` labels: the pins
+  and patch hashes the image was built from.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Sequence
+
+from sglang_stack import ROOT
+from sglang_stack.bench.client import Endpoint
+
+LABEL_PREFIX = "io.sglang-stack."
+
+
+def _run(argv: list[str], timeout: float = 10.0) -> str | None:
+    if not shutil.which(argv[0]):
+        return None
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def stack() -> dict:
+    commit = _run(["git", "rev-parse", "HEAD"])
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    return {"commit": commit.strip() if commit else None, "dirty": bool(status.strip()) if status is not None else None}
+
+
+def gpus() -> list[dict] | None:
+    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"])
+    if out is None:
+        return None
+    rows = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            rows.append({"name": parts[0], "memory_mib": int(parts[1]) if parts[1].isdigit() else parts[1], "driver": parts[2]})
+    return rows
+
+
+def image_of_container(engine: str, container: str) -> dict | None:
+    """The image a container runs: id, repository digests, and the stack's labels."""
+    image = _run([engine, "inspect", "--format", "{{.Image}}", container])
+    if not image:
+        return None
+    image = image.strip()
+    import json
+
+    raw = _run([engine, "image", "inspect", "--format", "{{json .}}", image])
+    try:
+        info = json.loads(raw) if raw else {}
+    except ValueError:
+        info = {}
+    labels = ((info.get("Config") or {}).get("Labels")) or {}
+    return {"id": image, "repo_digests": info.get("RepoDigests") or [], "tags": info.get("RepoTags") or [],
+            "labels": {k: v for k, v in sorted(labels.items()) if k.startswith(LABEL_PREFIX)}}
+
+
+def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
+    """For each endpoint that is a compose service of this checkout on this host, its image; else nothing."""
+    if not engine:
+        return {}
+    from sglang_stack.services import compose
+
+    out = {}
+    try:
+        published = {compose.endpoint(name, env): name for name in compose.SERVICES}
+    except Exception:  # noqa: BLE001 (provenance is best effort: a broken .env was reported by the probe already)
+        return {}
+    wanted = {e.name: published[e.url] for e in endpoints if e.url in published}
+    if not wanted:
+        return {}
+    try:
+        rows = compose.ps(engine, list(set(wanted.values())), quiet=True)
+    except Exception:  # noqa: BLE001
+        return {}
+    for name, service in wanted.items():
+        row = next((r for r in rows if r.get("Service") == service and r.get("State") == "running"), None)
+        if row and (image := image_of_container(engine, row.get("ID") or row.get("Name"))):
+            out[name] = {"service": service, **image}
+    return out
+
+
+def collect(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
+    return {"stack": stack(), "gpus": gpus(), "images": images(endpoints, env, engine)}

@@ -1,0 +1,347 @@
+"""One bench round, and the rounds of a run: closed-loop concurrency or open-loop arrivals.
+
+**Closed loop** (``--levels N``): N workers each send a request, wait for its last byte and
+send the next, so N are in flight from the first send on. The prompt set is cycled: a round
+sends ``round_size(len(prompts), N)`` requests, every prompt equally often. The *measured
+window* runs from the round's start until the first worker finds nothing left to send;
+from then on fewer than N are in flight (the drain). Requests that finished inside the
+window are the round's measured requests; the others are kept, marked ``in_window: false``.
+Each round records its window, the mean number in flight over it and the share of it at
+full concurrency, from every request's start and end.
+
+**Open loop** (``--request-rate R``): requests are sent at arrival times drawn from a gamma
+process of rate R (``burstiness`` 1: Poisson, as vLLM defines it), whatever the server's
+speed, optionally capped at ``--max-concurrency`` in flight. The window is the whole round.
+The round records the offered rate and the achieved one.
+
+Several endpoints alternate rounds (A B, then B A) per level and repeat, so a slow minute
+on a noisy machine hits both; results are rewritten after every round.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from sglang_stack.bench import report, stats
+from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache
+from sglang_stack.bench.display import Progress, say
+from sglang_stack.bench.promptset import Prompt, PromptSet
+from sglang_stack.bench.targets import Target
+
+MIN_PER_WORKER = 3  # closed loop: requests per worker in a round, so the drain is a small part of it
+OPEN_ROUND_S = 30  # open loop: seconds of arrivals in a round
+
+
+@dataclass(kw_only=True)
+class Sample(Timing):
+    """One request: where it ran, its ``Timing``, and when.
+
+    ``started_s`` counts from the start of the run; ``round_start_s`` and ``round_end_s``
+    from the start of its round (sent, last byte); ``scheduled_s`` is its open-loop arrival.
+    """
+
+    endpoint: str
+    level: int
+    repeat: int
+    round: int
+    prompt_id: str
+    error: str | None = None
+    started_s: float = 0.0
+    round_start_s: float | None = None
+    round_end_s: float | None = None
+    scheduled_s: float | None = None
+    in_window: bool = True
+
+
+@dataclass
+class Options:
+    levels: list[int] = field(default_factory=lambda: [1, 4, 16])
+    repeats: int = 3
+    warmup: int = 2
+    timeout: float = 600.0
+    ignore_eos: bool = False
+    prompt_template: str | None = None
+    flush_cache: bool = True
+    reference: str | None = None
+    target: Target = field(default_factory=Target)
+    request_rate: float | None = None
+    """Open loop: requests per second; None: closed loop at each level."""
+    burstiness: float = 1.0
+    seed: int = 0
+    num_requests: int | None = None
+    """Requests per round; None: round_size (closed loop) or open_round_size (open loop)."""
+    percentiles: tuple[float, ...] = stats.DEFAULT_PERCENTILES
+    slo: dict = field(default_factory=dict)
+    clock: Callable[[], float] = time.perf_counter  # stamps each streamed event; tests inject their own
+
+
+class Results:
+    """Everything ``bench.json`` holds, rewritten to disk after each round."""
+
+    def __init__(self, out_dir: Path, metadata: dict):
+        self.out_dir = out_dir
+        self.metadata = metadata
+        self.samples: list[Sample] = []
+        self.rounds: list[dict] = []
+        self.sweep: dict | None = None
+        self.complete = False
+        self.error: str | None = None
+        self._t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def document(self) -> dict:
+        samples = [asdict(s) for s in self.samples]
+        for s in samples:
+            s["itl_s"] = [round(x, 6) for x in s["itl_s"]]
+        doc = {
+            "schema": report.SCHEMA,
+            "complete": self.complete,
+            "error": self.error,
+            "metadata": self.metadata,
+            "rounds": self.rounds,
+            "samples": samples,
+        }
+        doc["summary"] = report.summarize(doc)
+        if self.sweep is not None:
+            doc["sweep"] = self.sweep
+        return doc
+
+    def write(self, plot: bool = False) -> dict:
+        doc = self.document()
+        report.write_results(self.out_dir, doc, plot=plot)
+        return doc
+
+
+def round_size(prompts: int, level: int) -> int:
+    """Closed loop: requests in a round, a whole number of passes over the prompts, at least MIN_PER_WORKER per worker."""
+    if level <= 1:
+        return prompts
+    return prompts * math.ceil(MIN_PER_WORKER * level / prompts)
+
+
+def open_round_size(prompts: int, rate: float) -> int:
+    """Open loop: a whole number of passes over the prompts, about OPEN_ROUND_S seconds of arrivals."""
+    return prompts * max(1, math.ceil(OPEN_ROUND_S * rate / prompts))
+
+
+def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """Open loop: ``count`` send times (seconds from the round's start), gamma-distributed gaps of mean 1/rate.
+
+    vLLM's definition: shape ``burstiness``, scale ``1 / (rate * burstiness)``; 1 is a Poisson
+    process, below 1 burstier, above 1 steadier. The first request goes at once.
+    """
+    rng = random.Random(seed)
+    theta = 1.0 / (rate * burstiness)
+    times, at = [], 0.0
+    for i in range(count):
+        if i:
+            at += rng.gammavariate(burstiness, theta)
+        times.append(at)
+    return times
+
+
+def _flush(endpoint: Endpoint, api_key: str | None, options: Options) -> tuple[bool | None, str | None]:
+    if not options.flush_cache:
+        return None, None
+    ok, why = flush_cache(endpoint, api_key, min(options.timeout, 30.0))
+    if not ok:
+        say(f"bench: warning: {endpoint.name}: /flush_cache {why}; this round may hit SGLang's prefix cache, "
+            "so its TTFT may measure cache hits")
+    return ok, why
+
+
+def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat: int, options: Options,
+              api_key: str | None, results: Results, progress: Progress | None = None) -> dict:
+    """One round at concurrency ``level`` (closed loop) or at ``options.request_rate`` capped at ``level`` (open loop).
+
+    On the first failed request no new request starts; those in flight finish. The round's
+    samples, failed ones included, are added to ``results``; the first failure is raised as
+    ``RequestFailed``.
+    """
+    index = len(results.rounds)
+    flushed, flush_error = _flush(endpoint, api_key, options)
+    open_loop = options.request_rate is not None
+    count = options.num_requests or (open_round_size(len(prompts), options.request_rate) if open_loop
+                                     else round_size(len(prompts), level))
+    work = [prompts[i % len(prompts)] for i in range(count)]
+    schedule = arrivals(count, options.request_rate, options.burstiness, options.seed + index) if open_loop else None
+    stop = threading.Event()
+    lock = threading.Lock()
+    done: list[Sample] = []
+    drained: list[float] = []  # closed loop: when the first worker found nothing left
+    origin = time.perf_counter()
+    since = lambda: time.perf_counter() - origin  # noqa: E731 (round seconds)
+    run_origin = results.elapsed()
+
+    def one(prompt: Prompt, scheduled: float | None) -> None:
+        sample = Sample(endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id,
+                        started_s=run_origin + since(), round_start_s=since(), scheduled_s=scheduled)
+        try:
+            options.target.send(endpoint, options.target.body(prompt, options.ignore_eos, options.prompt_template),
+                                api_key, options.timeout, sample, options.clock)
+        except RequestFailed as err:
+            sample.error = str(err)
+            stop.set()
+        sample.round_end_s = since()
+        with lock:
+            done.append(sample)
+            if progress:
+                progress.request_done(endpoint.name, len(done), count, sum(s.output_tokens or 0 for s in done), since())
+
+    if open_loop:
+        cap = threading.BoundedSemaphore(level) if level else None
+
+        def paced(prompt: Prompt, scheduled: float) -> None:
+            try:
+                one(prompt, scheduled)
+            finally:
+                if cap:
+                    cap.release()
+
+        with ThreadPoolExecutor(max_workers=level or count, thread_name_prefix=f"bench-{endpoint.name}") as pool:
+            futures = []
+            for prompt, at in zip(work, schedule):
+                pause = at - since()
+                if pause > 0 and stop.wait(pause):
+                    break
+                if cap:
+                    cap.acquire()
+                if stop.is_set():
+                    if cap:
+                        cap.release()
+                    break
+                futures.append(pool.submit(paced, prompt, at))
+            for future in futures:
+                future.result()  # a bug in a request surfaces here, with its traceback
+    else:
+        pending: queue.SimpleQueue = queue.SimpleQueue()
+        for prompt in work:
+            pending.put(prompt)
+
+        def worker() -> None:
+            while not stop.is_set():
+                try:
+                    prompt = pending.get_nowait()
+                except queue.Empty:
+                    with lock:
+                        drained.append(since())
+                    return
+                one(prompt, None)
+
+        with ThreadPoolExecutor(max_workers=level, thread_name_prefix=f"bench-{endpoint.name}") as pool:
+            workers = [pool.submit(worker) for _ in range(level)]
+            try:
+                for future in workers:
+                    future.result()
+            except BaseException:
+                stop.set()  # Ctrl-C or a bug: start nothing new; requests in flight run out
+                raise
+    wall = since()
+    done.sort(key=lambda s: s.round_start_s)
+    end = min(drained) if drained and not open_loop else wall
+    for s in done:
+        s.in_window = s.round_end_s is not None and s.round_end_s <= end + 1e-9
+    results.samples.extend(done)
+    record = round_record(index, endpoint.name, level, repeat, done, end, wall, open_loop, options)
+    record.update(cache_flushed=flushed, flush_error=flush_error, run_start_s=round(run_origin, 6))
+    results.rounds.append(record)
+    failed = next((s for s in done if not s.ok), None)
+    if failed is not None:
+        raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed at {describe(level, options)}, repeat {repeat + 1}, "
+                            f"prompt {failed.prompt_id}: {failed.error}")
+    return record
+
+
+def describe(level: int, options: Options) -> str:
+    if options.request_rate is None:
+        return f"concurrency {level}"
+    return f"{options.request_rate:g} req/s" + (f" (at most {level} in flight)" if level else "")
+
+
+def round_record(index: int, endpoint: str, level: int, repeat: int, done: Sequence[Sample], end: float, wall: float,
+                 open_loop: bool, options: Options) -> dict:
+    """What a round measured, from its samples alone: window, concurrency, throughput, rates."""
+    rows = [asdict(s) for s in done]
+    measured = [s for s in rows if s["ok"] and s["in_window"]]
+    load = stats.in_flight([(s["round_start_s"], s["round_end_s"]) for s in rows], 0.0, end, level or len(rows))
+    tokens = stats.tokens_between(rows, 0.0, end)
+    all_ok = all(s["ok"] for s in rows)
+    record = {
+        "index": index,
+        "endpoint": endpoint,
+        "level": level,
+        "repeat": repeat,
+        "mode": "open" if open_loop else "closed",
+        "wall_s": round(wall, 6),
+        "window_s": [0.0, round(end, 6)],
+        "requests": len(rows),
+        "measured": len(measured),
+        "ok": sum(1 for s in rows if s["ok"]),
+        "output_tokens": sum(s["output_tokens"] or 0 for s in rows if s["ok"]),
+        "window_tokens": tokens,
+        # Tokens that arrived in the window over the window: drain excluded.
+        "aggregate_tps": tokens / end if end > 0 and all_ok else None,
+        "mean_in_flight": load["mean"],
+        "full_share": load["full_share"],
+    }
+    if open_loop:
+        starts = sorted(s["round_start_s"] for s in rows)
+        record["offered_rate"] = options.request_rate
+        record["burstiness"] = options.burstiness
+        record["sent_rate"] = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else None
+        record["achieved_rate"] = len(measured) / wall if wall > 0 else None
+        if options.slo:
+            good = [s for s in measured if stats.meets(s, options.slo)]
+            record["goodput_rate"] = len(good) / wall if wall > 0 else None
+    return record
+
+
+def warm_up(endpoint: Endpoint, prompts: Sequence[Prompt], count: int, options: Options, api_key: str | None) -> None:
+    """Unmeasured requests first: the first ones pay for JIT compiles and cold caches."""
+    shortest = sorted(prompts, key=lambda p: p.max_new_tokens)
+    for i in range(count):
+        prompt = shortest[i % len(shortest)]
+        try:
+            options.target.send(endpoint, options.target.body(prompt, options.ignore_eos, options.prompt_template),
+                                api_key, options.timeout, Timing(), options.clock)
+        except RequestFailed as err:
+            raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed during warm-up, prompt {prompt.id}: {err}") from None
+
+
+def round_order(endpoints: Sequence[Endpoint], repeat: int) -> list[Endpoint]:
+    """A B on even repeats, B A on odd ones: neither side always runs first."""
+    return list(endpoints) if repeat % 2 == 0 else list(reversed(endpoints))
+
+
+def run_rounds(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Options, api_key: str | None,
+               results: Results, progress: Progress | None = None) -> None:
+    """Warm up every endpoint, then for each level and repeat, one round per endpoint, interleaved."""
+    progress = progress or Progress(0, enabled=False)
+    for endpoint in endpoints:
+        started = time.perf_counter()
+        warm_up(endpoint, prompt_set.prompts, options.warmup, options, api_key)
+        progress.warmed_up(endpoint.name, options.warmup, time.perf_counter() - started)
+    for level in options.levels:
+        for repeat in range(options.repeats):
+            for endpoint in round_order(endpoints, repeat):
+                before = len(results.rounds)
+                try:
+                    run_round(endpoint, prompt_set.prompts, level, repeat, options, api_key, results, progress)
+                finally:
+                    results.write()
+                    if len(results.rounds) > before:
+                        progress.round_done(results.rounds[-1], options.repeats)
+
+
+def planned_rounds(options: Options, endpoints: int) -> int:
+    return len(options.levels) * options.repeats * endpoints

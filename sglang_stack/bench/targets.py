@@ -1,0 +1,175 @@
+"""What a bench request is sent to: SGLang's native ``/generate``, or an OpenAI-compatible API.
+
+- ``native`` (default): ``POST /generate``. Its ``meta_info`` gives exact token counts per
+  event and every ``spec_*`` figure, so it is what acceptance is measured with.
+- ``chat``: ``POST /v1/chat/completions``; ``completions``: ``POST /v1/completions``. Any
+  OpenAI-compatible server: SGLang's own, its router, a Kubernetes Service, vLLM.
+  Streaming asks for ``stream_options.include_usage``, so the server's own
+  ``usage.completion_tokens`` is the count when it sends one (SGLang and vLLM do);
+  otherwise each content chunk counts as one token, and the sample says so
+  (``token_source: chunks``). Per-chunk counts are not on the wire: the server's total is
+  spread evenly over the chunks for the inter-token latencies.
+
+Each is streamed by default; ``stream=False`` sends one request and times the whole
+answer (no TTFT then).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import dataclass
+
+from sglang_stack.bench.client import (
+    Endpoint,
+    RequestFailed,
+    Timing,
+    _connection,
+    _describe,
+    _headers,
+    generate_once,
+    http_get,
+    stream_generate,
+)
+from sglang_stack.errors import UserError
+
+APIS = ("native", "chat", "completions")
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+@dataclass(frozen=True)
+class Target:
+    api: str = "native"
+    stream: bool = True
+    model: str | None = None
+    """The OpenAI ``model`` field; None: the first of the server's ``/v1/models``."""
+
+    def body(self, prompt, ignore_eos: bool, template: str | None) -> dict:
+        text = template.replace("{prompt}", prompt.prompt) if template else prompt.prompt
+        ids = getattr(prompt, "input_ids", None)
+        if self.api == "native":
+            params = {"temperature": 0.0, "max_new_tokens": prompt.max_new_tokens, "ignore_eos": ignore_eos}
+            # Greedy: reproducible, and the setting speculative acceptance is usually quoted for.
+            return {**({"input_ids": list(ids)} if ids and not template else {"text": text}),
+                    "sampling_params": params, "stream": self.stream}
+        body = {"model": self.model, "max_tokens": prompt.max_new_tokens, "temperature": 0.0, "stream": self.stream}
+        if ignore_eos:
+            body["ignore_eos"] = True  # an SGLang and vLLM extension of the OpenAI API
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = list(ids) if ids and not template else text
+        return body
+
+    def send(self, endpoint: Endpoint, body: dict, api_key: str | None, timeout: float, sample: Timing, clock) -> Timing:
+        if self.api == "native":
+            if self.stream:
+                return stream_generate(endpoint.url, body, api_key, timeout, sample, clock=clock)
+            return generate_once(endpoint.url, body, api_key, timeout, sample, clock=clock)
+        return openai_request(endpoint.url, PATHS[self.api], self.api, body, api_key, timeout, sample, clock)
+
+
+def parse_api(text: str | None) -> str:
+    api = (text or "native").strip()
+    if api not in APIS:
+        raise UserError(f"--api {text!r}: choose one of {', '.join(APIS)}")
+    return api
+
+
+def served_model(endpoint: Endpoint, api_key: str | None, timeout: float) -> str:
+    """The first model ``/v1/models`` lists: what an OpenAI request names when ``--model`` is not given."""
+    try:
+        status, raw = http_get(endpoint.url, "/v1/models", api_key, timeout)
+        models = json.loads(raw).get("data") if status == 200 else None
+    except (RequestFailed, ValueError, AttributeError):
+        models = None
+    if not models or not isinstance(models[0], dict) or not models[0].get("id"):
+        raise UserError(f"endpoint {endpoint.name} at {endpoint.url}: /v1/models names no model; pass --model NAME")
+    return str(models[0]["id"])
+
+
+def _content(event: dict, api: str) -> str:
+    choices = event.get("choices") or []
+    if not choices:
+        return ""
+    choice = choices[0]
+    if api == "chat":
+        delta = choice.get("delta") or choice.get("message") or {}
+        return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+    return choice.get("text") or ""
+
+
+def _finish(event: dict):
+    choices = event.get("choices") or []
+    return choices[0].get("finish_reason") if choices else None
+
+
+def openai_request(url: str, path: str, api: str, body: dict, api_key: str | None, timeout: float,
+                   sample: Timing, clock=time.perf_counter) -> Timing:
+    """One OpenAI completion, streamed or not, timed into ``sample``; a failure raises ``RequestFailed``."""
+    conn, base = _connection(url, timeout)
+    headers = _headers(api_key, **{"Content-Type": "application/json"})
+    stamps: list[float] = []
+    usage: dict | None = None
+    start = clock()
+    try:
+        conn.request("POST", base + path, body=json.dumps(body).encode(), headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
+            raise RequestFailed(f"HTTP {resp.status} from {path}: {detail[:300]}")
+        if not body.get("stream"):
+            answer = json.loads(resp.read())
+            sample.latency_s = clock() - start
+            sample.finish_reason = _finish(answer)
+            usage = answer.get("usage") or None
+            sample.chunks = 1
+        else:
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                now = clock() - start
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
+                if "error" in event:
+                    err = event["error"]
+                    raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+                if event.get("usage"):
+                    usage = event["usage"]
+                if _content(event, api):
+                    stamps.append(now)
+                    sample.chunks += 1
+                if _finish(event) is not None:
+                    sample.finish_reason = _finish(event)
+                    sample.latency_s = now
+    except (OSError, http.client.HTTPException) as err:
+        raise RequestFailed(_describe(err)) from err
+    except ValueError:
+        raise RequestFailed(f"{path} answered something that is not JSON") from None
+    finally:
+        conn.close()
+    if sample.finish_reason is None:
+        raise RequestFailed(f"{path}: the answer ended without a finish_reason")
+    counted = (usage or {}).get("completion_tokens")
+    if isinstance(counted, int) and counted > 0:
+        sample.output_tokens, sample.token_source = counted, "server"
+    else:
+        sample.output_tokens, sample.token_source = len(stamps), "chunks"
+    if stamps:
+        total = sample.output_tokens
+        # The server's total spread over the chunks; exact at the last chunk.
+        sample.time_events([(at, max(1, round(total * (i + 1) / len(stamps)))) for i, at in enumerate(stamps)])
+    sample.ok = True
+    return sample
