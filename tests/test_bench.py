@@ -269,7 +269,8 @@ def test_plot_agrees_with_json(pair_run):
             assert points[r["level"]] == pytest.approx(r[key]), f"plot {key} {r['endpoint']} c={r['level']} != JSON"
     fig = plot.figure(doc)
     for ax, (key, _title) in zip(fig.axes, plot.PANELS):
-        drawn = {line.get_label(): list(zip(line.get_xdata(), line.get_ydata())) for line in ax.lines}
+        drawn = {line.get_label(): list(zip(line.get_xdata(), line.get_ydata())) for line in ax.lines
+                 if not line.get_label().startswith("_")}  # error-bar caps carry no label
         assert set(drawn) == {"baseline", "eagle3"}, f"panel {key}: lines {sorted(drawn)}, want one per endpoint"
         for name, points in drawn.items():
             flat = [v for point in points for v in point]

@@ -161,7 +161,8 @@ def test_sweep_finds_the_fastest_setting(tmp_path):
 
         out = sweep.run(endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=0, prompts=prompts,
                         out=tmp_path / "r", steps="1,2,3", topk="1,2", draft_tokens="4", environ={},
-                        restart=restart, ready_interval=0.01, progress=True, clock=ReadingClock(0.001))
+                        restart=restart, ready_interval=0.01, progress=True, clock=ReadingClock(0.001),
+                        log_tail=lambda: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     doc = json.loads((out / report.JSON_NAME).read_text())
     assert doc["complete"] is True, f"sweep incomplete: {doc['error']}"
     labels = [p["label"] for p in doc["sweep"]["points"]]
@@ -179,7 +180,12 @@ def test_sweep_finds_the_fastest_setting(tmp_path):
     assert rows["eagle3 s1 k1 d2"]["decode_tps_p50"] == pytest.approx(12 / 0.012), "steps 1: 12 tokens in six 2 ms steps"
     text = (out / report.MARKDOWN_NAME).read_text()
     assert "SGLANG_SPEC_NUM_STEPS=2" in text and "SGLANG_SPEC_NUM_DRAFT_TOKENS=3" in text, "no .env lines for the best"
-    assert "| eagle3 s2 k2 d4 | 2 | 2 | 4 | - | - | - | docker compose up eagle3 failed" in text, "failed row missing"
+    assert "| eagle3 s2 k2 d4 | 2 | 2 | 4 | - | - | - | - | - | docker compose up eagle3 failed" in text, "failed row missing"
+    causes = {p["label"]: p["log_tail"] for p in doc["sweep"]["points"] if p["error"]}
+    assert all("CUDA out of memory" in c for c in causes.values()), f"a failed point records its log's last lines: {causes}"
+    assert "eagle3 s2 k2 d4 failed; the last lines of its log:" in text and "CUDA out of memory" in text
+    header = next(line for line in text.splitlines() if line.startswith("| setting"))
+    assert "| spread |" in header and "P(last step accepted)" in header, header
 
 
 def test_sweep_stops_when_the_server_ignores_the_setting(tmp_path):

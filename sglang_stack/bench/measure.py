@@ -385,6 +385,16 @@ def finish(results: Results) -> dict:
     return results.write(plot=True)
 
 
+def apart_s(docs: Sequence[dict]) -> float | None:
+    """Seconds between the end of the earliest run and the start of the latest: how much drift a ratio may carry."""
+    try:
+        starts = [datetime.fromisoformat(d["metadata"]["started"]) for d in docs]
+        ends = [datetime.fromisoformat(d["metadata"].get("finished") or d["metadata"]["started"]) for d in docs]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return max(0.0, (max(starts) - min(ends)).total_seconds())
+
+
 def compare(paths: Sequence[str | Path], out: str | Path | None = None, reference: str | None = None) -> Path:
     """Combine results of separate runs (one service at a time) into one table and plot.
 
@@ -415,6 +425,9 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
         "reference": reference or default_reference(list(names)),
         "interleaved": False,
         "sources": [str(Path(p)) for p in paths],
+        "taken": [{"source": str(Path(p)), "started": d["metadata"]["started"], "finished": d["metadata"].get("finished")}
+                  for p, d in zip(paths, docs)],
+        "apart_s": apart_s(docs),
         "prompt_set": first["prompt_set"],
         "levels": sorted({lvl for d in docs for lvl in d["metadata"]["levels"]}),
         "repeats": min(d["metadata"]["repeats"] for d in docs),

@@ -289,13 +289,25 @@ def markdown(doc: dict) -> str:
                 else "-"
             )
             rows.append([str(r["level"]), _x(r["decode_tps_p50"]), _x(r["aggregate_tps"]), _x(r["itl_ms_p50"]), spread])
-        headings = ["concurrency", "decode tok/s p50", "aggregate tok/s", "ITL p50", "aggregate, paired rounds"]
+        paired = "aggregate, paired rounds" if summary["interleaved"] else "aggregate, by repeat (not paired)"
+        headings = ["concurrency", "decode tok/s p50", "aggregate tok/s", "ITL p50", paired]
         lines += _table(headings, rows)
         if not summary["interleaved"]:
-            lines += ["", "These runs were not interleaved: the ratio includes any drift of the machine between them."]
+            apart = meta.get("apart_s")
+            when = f", taken {_duration(apart)} apart" if apart is not None else ""
+            lines += ["", f"These runs were not interleaved{when}: the ratio includes any drift of the machine "
+                          "between them, and their rounds are not pairs."]
     if doc.get("sweep"):
         lines += ["", *sweep_markdown(doc["sweep"], summary)]
     return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def latency_markdown(rows: Sequence[dict], percentiles: Sequence[float]) -> list[str]:
@@ -353,6 +365,9 @@ def sweep_markdown(sweep: dict, summary: dict) -> list[str]:
     rows = []
     for point in sweep["points"]:
         row = rows_by_label.get(point["label"], {})
+        by_position = row.get("accept_by_position") or []
+        last = by_position[point["steps"] - 1] if 0 < point["steps"] <= len(by_position) else None
+        status = "best" if sweep.get("best") == point["label"] else (point.get("error") or "ok")
         rows.append(
             [
                 point["label"],
@@ -360,20 +375,31 @@ def sweep_markdown(sweep: dict, summary: dict) -> list[str]:
                 str(point["topk"]),
                 str(point["draft_tokens"]),
                 fmt(row.get("aggregate_tps_mean"), 1),
+                fmt(row.get("aggregate_tps_spread"), 1),
                 fmt(row.get("decode_tps_p50"), 1),
                 fmt(row.get("accept_length"), 2),
-                "best" if sweep.get("best") == point["label"] else (point.get("error") or "ok"),
+                fmt(last, 3),
+                status.replace("|", "/").replace("\n", " ")[:160],
             ]
         )
     lines += _table(
-        ["setting", "steps", "topk", "draft tokens", "aggregate tok/s", "decode tok/s p50", "accept length", "status"],
+        ["setting", "steps", "topk", "draft tokens", "aggregate tok/s", "spread", "decode tok/s p50", "accept length",
+         "P(last step accepted)", "status"],
         rows,
     )
+    lines += ["", "spread: max - min of the rounds' aggregate tok/s; settings whose difference is within the "
+              "spread are a tie. P(last step accepted): the share of verify steps that accepted a token from the "
+              "last draft step (spec_accept_histogram): low, and that step costs more than it returns."]
     best = next((p for p in sweep["points"] if p["label"] == sweep.get("best")), None)
     if best:
+        row = rows_by_label.get(best["label"], {})
+        ties = [p["label"] for p in sweep["points"] if p is not best and _within_spread(rows_by_label.get(p["label"]), row)]
+        why = (f"Best: {best['label']}" + (f"; within its spread: {', '.join(ties)} (a tie: the fewer draft tokens, "
+               "the more headroom under load)" if ties else "") + ".")
         lines += [
             "",
-            "Best setting; to keep it, put these lines in `.env`:",
+            why,
+            "To keep it, put these lines in `.env`:",
             "",
             "```",
             f"SGLANG_SPEC_NUM_STEPS={best['steps']}",
@@ -381,7 +407,17 @@ def sweep_markdown(sweep: dict, summary: dict) -> list[str]:
             f"SGLANG_SPEC_NUM_DRAFT_TOKENS={best['draft_tokens']}",
             "```",
         ]
+    failed = [p for p in sweep["points"] if p.get("log_tail")]
+    for point in failed:
+        lines += ["", f"{point['label']} failed; the last lines of its log:", "", "```", point["log_tail"], "```"]
     return lines
+
+
+def _within_spread(row: dict | None, best: dict) -> bool:
+    if not row or row.get("aggregate_tps_mean") is None or best.get("aggregate_tps_mean") is None:
+        return False
+    spread = max(best.get("aggregate_tps_spread") or 0.0, row.get("aggregate_tps_spread") or 0.0)
+    return abs(best["aggregate_tps_mean"] - row["aggregate_tps_mean"]) <= spread
 
 
 # --- files ---------------------------------------------------------------------

@@ -135,6 +135,17 @@ def compose_restart(
     return restart
 
 
+def compose_log_tail(engine: str, service: str = SERVICE, lines: int = 15) -> str:
+    """The service's last log lines (``docker compose logs --tail``), or "" when they cannot be read."""
+    argv = compose.compose_argv(engine, "logs", "--no-color", "--no-log-prefix", "--tail", str(lines), service,
+                                profiles=[service])
+    try:
+        proc = shell.run(argv, capture=True, check=False, quiet=True, timeout=30)
+    except UserError:
+        return ""
+    return (proc.stdout or "").strip()
+
+
 def preflight(engine: str, service: str = SERVICE) -> None:
     """The checks `invoke up` runs, once, before the first grid point; and the image must exist.
 
@@ -191,8 +202,13 @@ def run_points(
     service: str = SERVICE,
     progress: Progress | None = None,
     ready_interval: float = 5.0,
+    log_tail: Callable[[], str] | None = None,
 ) -> None:
-    """Restart, check and measure each point; then leave the service on the best one."""
+    """Restart, check and measure each point; then leave the service on the best one.
+
+    A point that fails records why: the error, and ``log_tail()`` (the service's last log
+    lines) when the server did not come up or died under load.
+    """
     progress = progress or Progress(0, enabled=False)
     per_point = bench.planned_rounds(options, 1)
     sweep = results.sweep
@@ -228,7 +244,10 @@ def run_points(
             bench.run_rounds([measured], prompt_set, options, api_key, results, progress)
         except (PointFailed, RequestFailed) as err:
             entry["error"] = str(err)
+            entry["log_tail"] = log_tail() if log_tail else None
             bench.say(f"bench: sweep point {label} failed: {err}")
+            if entry["log_tail"]:
+                bench.say(f"bench: last lines of {service}'s log:\n" + entry["log_tail"])
             # Its remaining rounds will never run: keep the count of planned rounds honest.
             progress.drop(per_point - (len(results.rounds) - counted))
         finally:
@@ -271,8 +290,17 @@ def run(
     progress: bool = True,
     ready_interval: float = 5.0,
     clock: Callable[[], float] = time.perf_counter,
+    log_tail: Callable[[], str] | None = None,
+    **load,
 ) -> Path:
-    """Sweep ``service`` over the grid and write the results directory; return its path."""
+    """Sweep ``service`` over the grid and write the results directory; return its path.
+
+    ``load`` takes the bench's dataset options (``dataset``, ``num_requests``, ``seed``,
+    ``percentiles``, ``random_*``); the sweep always measures SGLang's native API in
+    closed loop, which is what acceptance is read from.
+    """
+    if load.get("api", "native") != "native" or load.get("request_rate") not in (None, ""):
+        raise UserError("--sweep measures SGLang's native API in closed loop: drop --api and --request-rate")
     env = bench.stack_env(environ, env_file)
     options = Options(
         levels=bench.parse_levels(levels),
@@ -282,6 +310,9 @@ def run(
         ignore_eos=bool(ignore_eos),
         prompt_template=bench.check_template(prompt_template),
         flush_cache=bool(flush),
+        seed=bench.parse_count("--seed", load.get("seed", 0), 0),
+        num_requests=bench.parse_count("--num-requests", load["num_requests"], 1) if load.get("num_requests") else None,
+        percentiles=bench.parse_percentiles(load.get("percentiles")),
         clock=clock,
     )
     points = grid(parse_ints("--sweep-steps", steps), parse_ints("--sweep-topk", topk),
@@ -290,7 +321,8 @@ def run(
     if rank_level not in options.levels:
         raise UserError(f"--sweep-level {rank_level}: not one of --levels {','.join(map(str, options.levels))}")
     ready = bench.parse_seconds("--ready-timeout", ready_timeout)
-    prompt_set = bench.load_prompts(Path(prompts) if prompts else bench.DEFAULT_PROMPTS)
+    prompt_set = bench.choose_prompts(prompts, load.get("dataset"), options, load.get("random_input_len", 512),
+                                      load.get("random_output_len", 256), load.get("random_range_ratio", 0.0))
     if endpoints:
         given = bench.parse_endpoints(endpoints)
         if len(given) != 1 or given[0].name != service:
@@ -301,6 +333,7 @@ def run(
     if restart is None:
         preflight(engine, service)
         restart = compose_restart(engine, service, ready)
+        log_tail = log_tail or (lambda: compose_log_tail(engine, service))
     out_dir = bench.results_dir(out)
     api_key = env.get("SGLANG_API_KEY") or None
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
@@ -318,5 +351,5 @@ def run(
     bar = Progress(bench.planned_rounds(options, len(points)), enabled=progress)
     bar.line(f"bench: sweeping {service} ({endpoint.url}) over {len(points)} settings; results in {out_dir}")
     bench.execute(results, lambda: run_points(endpoint, points, prompt_set, options, api_key, results, restart,
-                                              ready, rank_level, service, bar, ready_interval))
+                                              ready, rank_level, service, bar, ready_interval, log_tail))
     return out_dir

@@ -19,7 +19,25 @@ from sglang_stack.cli import user_errors
         "levels": "comma-separated concurrency levels (default: stack.bench.levels, 1,4,16)",
         "repeats": "measured rounds per endpoint and level (default: stack.bench.repeats, 3)",
         "warmup": "unmeasured requests per endpoint first (default: stack.bench.warmup, 2)",
-        "prompts": "prompt set, JSON Lines (default: the packaged set, sglang_stack/bench/prompts/v1.jsonl)",
+        "prompts": "prompt set: our JSON Lines, or a local ShareGPT-format JSON file (default: the packaged set, "
+        "sglang_stack/bench/prompts/v2.jsonl)",
+        "dataset": "prompts (--prompts, the default) or random (--random-input-len, --random-output-len, --num-requests)",
+        "random_input_len": "random dataset: input tokens per prompt (default 512)",
+        "random_output_len": "random dataset: output tokens per prompt (default 256)",
+        "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",
+        "num_requests": "requests per round (default: closed loop, the prompts cycled to 3 per worker; open loop, "
+        "about 30 s of arrivals); the random dataset's size",
+        "seed": "seed of the random dataset, the ShareGPT subset and the arrivals (default 0)",
+        "api": "native (SGLang's /generate: exact token counts and acceptance), chat (/v1/chat/completions) or "
+        "completions (/v1/completions) of any OpenAI-compatible server (default: native)",
+        "no_stream": "one answer per request instead of a stream: latency only, no TTFT or ITL (default: streamed)",
+        "model": "the OpenAI model field (default: the first of the server's /v1/models)",
+        "request_rate": "open loop: requests per second, sent at gamma-distributed times whatever the server's speed "
+        "(default: closed loop at --levels)",
+        "burstiness": "open loop: the gamma shape; 1 is Poisson, below 1 burstier (default 1)",
+        "max_concurrency": "open loop: at most this many in flight (default: no cap)",
+        "percentiles": "comma-separated percentiles to report (default 50,90,95,99)",
+        "slo": "goodput objectives in ms, e.g. ttft:500,tpot:50,e2e:20000 (open loop; default: none)",
         "out": "results directory (default: stack.bench.results/<UTC timestamp>, i.e. bench-results/...)",
         "timeout": "seconds a request may stay silent before it fails (default: stack.bench.timeout, 600)",
         "ignore_eos": "generate max_new_tokens even past end-of-sequence (default: off)",
@@ -55,12 +73,29 @@ def bench(
     sweep_draft_tokens=None,
     sweep_level=None,
     ready_timeout=None,
+    dataset=None,
+    random_input_len=512,
+    random_output_len=256,
+    random_range_ratio=0.0,
+    num_requests=None,
+    seed=0,
+    api="native",
+    no_stream=False,
+    model=None,
+    request_rate=None,
+    burstiness=1.0,
+    max_concurrency=None,
+    percentiles=None,
+    slo=None,
 ):
-    """Measure decode tok/s, TTFT, ITL, latency and acceptance length of running SGLang servers.
+    """Measure decode tok/s, TTFT, TPOT, ITL, latency and acceptance of running SGLang servers.
 
-    Sends the packaged prompt set through SGLang's streaming /generate API at each
-    concurrency level, interleaving the endpoints' rounds, and writes bench.json,
-    bench.md and bench.png. With --sweep, restarts eagle3 per speculative setting.
+    Closed loop by default: at each --levels concurrency, that many requests in flight for
+    the measured window (the prompt set cycled). --request-rate sends open-loop arrivals
+    instead. Through SGLang's streaming /generate (every acceptance figure it sends), or
+    --api chat/completions of any OpenAI-compatible server. Interleaves the endpoints'
+    rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
+    eagle3 per speculative setting. See docs/bench.md.
     """
     from sglang_stack.bench import measure as bench_mod, sweep as sweep_mod
 
@@ -75,6 +110,20 @@ def bench(
         ignore_eos=ignore_eos,
         prompt_template=prompt_template,
         flush=not no_flush,
+        dataset=dataset,
+        random_input_len=random_input_len,
+        random_output_len=random_output_len,
+        random_range_ratio=random_range_ratio,
+        num_requests=num_requests,
+        seed=seed,
+        api=api,
+        stream=not no_stream,
+        model=model,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        max_concurrency=max_concurrency,
+        percentiles=percentiles,
+        slo=slo,
     )
     if sweep:
         sweep_mod.run(
@@ -88,7 +137,7 @@ def bench(
             **common,
         )
     else:
-        bench_mod.run(endpoints=endpoint or (), reference=reference, **common)
+        bench_mod.run(endpoints=endpoint or (), reference=reference, engine=c.config.stack.engine, **common)
 
 
 @task(
