@@ -39,6 +39,8 @@ class Behaviour:
     model_path: str = ""
     wedged: bool = False  # like a hung scheduler: /health and /generate stop answering
     log_requests: bool = False  # one stdout line per /generate, as SGLang logs each request it serves
+    histogram: tuple[int, ...] | None = None  # spec_accept_histogram of every request (spec on)
+    usage: bool = True  # OpenAI answers carry usage.completion_tokens (when asked, for a stream)
 
 
 class _Server(ThreadingHTTPServer):
@@ -150,6 +152,22 @@ def _handler(server: SGLangServer):
                         server.flushes += 1
                     self._json(server.behaviour.flush_status, {})
                 return
+            if self.path in ("/v1/chat/completions", "/v1/completions"):
+                if not self._authorised() or self._wedge():
+                    return
+                body = json.loads(raw)
+                with server.lock:
+                    server.bodies.append(body)
+                    server.headers.append(dict(self.headers))
+                    index = len(server.bodies) - 1
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self._counted = True
+                try:
+                    self._openai(body, index, chat=self.path.endswith("chat/completions"))
+                finally:
+                    self._leave()
+                return
             if self.path != "/generate":
                 self._json(404, {"detail": "Not Found"})
                 return
@@ -184,6 +202,52 @@ def _handler(server: SGLangServer):
         def _event(self, payload) -> None:
             self._chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
+        def _openai(self, body: dict, index: int, chat: bool) -> None:
+            """SGLang's OpenAI-compatible answer: one chunk per step (its new text), usage at the end when asked."""
+            b = server.behaviour
+            start = time.perf_counter()
+            n = body["max_tokens"]
+            counts = server.schedule(n)
+            stream = body.get("stream", False)
+            sent: list[float] = []
+            if stream:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+            last_tokens = 0
+            for k, tokens in enumerate(counts):
+                due = start + b.ttft_s + k * b.step_s
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                text = " tok" * (tokens - last_tokens)
+                last_tokens = tokens
+                finish = "length" if k == len(counts) - 1 else None
+                choice = ({"index": 0, "delta": {"content": text}, "finish_reason": finish} if chat
+                          else {"index": 0, "text": text, "finish_reason": finish})
+                if stream:
+                    self._event({"id": f"req-{index}", "object": "chat.completion.chunk", "choices": [choice]})
+                    sent.append(time.perf_counter())
+            usage = {"prompt_tokens": 3, "completion_tokens": counts[-1], "total_tokens": 3 + counts[-1]}
+            with server.lock:
+                server.served.append({"tokens": counts[-1], "verify": len(counts) - 1, "events": len(counts),
+                                      "start": start, "end": time.perf_counter(), "sent": sent})
+            if not stream:
+                message = {"role": "assistant", "content": " tok" * counts[-1]}
+                answer = {"id": f"req-{index}", "choices": [{"index": 0, "finish_reason": "length",
+                                                             **({"message": message} if chat else {"text": message["content"]})}]}
+                if b.usage:
+                    answer["usage"] = usage
+                self._leave()
+                self._json(200, answer)
+                return
+            if b.usage and (body.get("stream_options") or {}).get("include_usage"):
+                self._event({"id": f"req-{index}", "choices": [], "usage": usage})
+            self._leave()
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+
         def _generate(self, body: dict, index: int) -> None:
             b = server.behaviour
             failing = b.fail_after is not None and index >= b.fail_after
@@ -196,6 +260,7 @@ def _handler(server: SGLangServer):
             n = body["sampling_params"]["max_new_tokens"]
             counts = server.schedule(n)
             rid = f"req-{index}"
+            sent: list[float] = []
             stream = body.get("stream", False)
             if stream:
                 self.send_response(200)
@@ -228,7 +293,7 @@ def _handler(server: SGLangServer):
                 meta = {
                     "id": rid,
                     "finish_reason": {"type": "length", "length": n} if last else None,
-                    "prompt_tokens": len(body["text"].split()),
+                    "prompt_tokens": len(body["input_ids"]) if "input_ids" in body else len(body["text"].split()),
                     "weight_version": "default",
                     "total_retractions": 0,
                     "completion_tokens": tokens,
@@ -243,11 +308,15 @@ def _handler(server: SGLangServer):
                         meta["spec_accept_token_num"] = tokens - verify
                         meta["spec_draft_token_num"] = verify * 3
                         meta["spec_verify_ct"] = verify
+                        if b.histogram:
+                            meta["spec_accept_histogram"] = list(b.histogram)
                     with server.lock:
-                        server.served.append({"tokens": tokens, "verify": verify, "events": len(counts)})
+                        server.served.append({"tokens": tokens, "verify": verify, "events": len(counts), "start": start,
+                                              "end": time.perf_counter(), "sent": sent})
                 event = {"text": " tok" * tokens, "output_ids": list(range(tokens)), "meta_info": meta}
                 if stream:
                     self._event(event)
+                    sent.append(time.perf_counter())
                 elif last:
                     self._leave()
                     self._json(200, event)

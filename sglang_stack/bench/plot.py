@@ -96,8 +96,9 @@ def figure(doc: dict) -> Figure:
             ax.set_xlabel(f"setting (concurrency {sweep['level']})")
             ax.set_xlim(-0.5, len(labels) - 0.5)
         else:
-            ax.set_xlabel("concurrency")
-            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency" if min(levels, default=1) > 0 else "concurrency cap (0: none)")
+            if min(levels, default=1) > 0:  # open loop without a cap is level 0, which no log axis holds
+                ax.set_xscale("log", base=2)
             ax.set_xticks(levels, [str(level) for level in levels])
             ax.minorticks_off()
         _finish_axis(ax, bool(data[key]))

@@ -1,10 +1,10 @@
 """One bench round, and the rounds of a run: closed-loop concurrency or open-loop arrivals.
 
 **Closed loop** (``--levels N``): N workers each send a request, wait for its last byte and
-send the next, so N are in flight from the first send on. The prompt set is cycled: a round
+send the next, so N are in flight once each has sent its first. The prompt set is cycled: a round
 sends ``round_size(len(prompts), N)`` requests, every prompt equally often. The *measured
-window* runs from the round's start until the first worker finds nothing left to send;
-from then on fewer than N are in flight (the drain). Requests that finished inside the
+window* runs from the moment the last of the N workers sent its first request until the
+first worker finds nothing left to send; from then on fewer than N are in flight (the drain). Requests that finished inside the
 window are the round's measured requests; the others are kept, marked ``in_window: false``.
 Each round records its window, the mean number in flight over it and the share of it at
 full concurrency, from every request's start and end.
@@ -58,6 +58,8 @@ class Sample(Timing):
     round_start_s: float | None = None
     round_end_s: float | None = None
     scheduled_s: float | None = None
+    slot: int | None = None
+    """Closed loop: which of the N workers sent it."""
     in_window: bool = True
 
 
@@ -183,9 +185,9 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
     since = lambda: time.perf_counter() - origin  # noqa: E731 (round seconds)
     run_origin = results.elapsed()
 
-    def one(prompt: Prompt, scheduled: float | None) -> None:
+    def one(prompt: Prompt, scheduled: float | None, slot: int | None = None) -> None:
         sample = Sample(endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id,
-                        started_s=run_origin + since(), round_start_s=since(), scheduled_s=scheduled)
+                        started_s=run_origin + since(), round_start_s=since(), scheduled_s=scheduled, slot=slot)
         try:
             options.target.send(endpoint, options.target.body(prompt, options.ignore_eos, options.prompt_template),
                                 api_key, options.timeout, sample, options.clock)
@@ -228,7 +230,7 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
         for prompt in work:
             pending.put(prompt)
 
-        def worker() -> None:
+        def worker(slot: int) -> None:
             while not stop.is_set():
                 try:
                     prompt = pending.get_nowait()
@@ -236,10 +238,10 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
                     with lock:
                         drained.append(since())
                     return
-                one(prompt, None)
+                one(prompt, None, slot)
 
         with ThreadPoolExecutor(max_workers=level, thread_name_prefix=f"bench-{endpoint.name}") as pool:
-            workers = [pool.submit(worker) for _ in range(level)]
+            workers = [pool.submit(worker, slot) for slot in range(level)]
             try:
                 for future in workers:
                     future.result()
@@ -248,11 +250,18 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
                 raise
     wall = since()
     done.sort(key=lambda s: s.round_start_s)
+    # Closed loop: from the moment the last of the N workers sent its first request (all N busy)
+    # until the first worker found nothing left to send. Open loop: the whole round.
+    firsts: dict[int, float] = {}
+    for sample in done:
+        if sample.slot is not None:
+            firsts.setdefault(sample.slot, sample.round_start_s)
+    begin = max(firsts.values()) if not open_loop and len(firsts) == level else 0.0
     end = min(drained) if drained and not open_loop else wall
     for s in done:
         s.in_window = s.round_end_s is not None and s.round_end_s <= end + 1e-9
     results.samples.extend(done)
-    record = round_record(index, endpoint.name, level, repeat, done, end, wall, open_loop, options)
+    record = round_record(index, endpoint.name, level, repeat, done, (begin, end), wall, open_loop, options)
     record.update(cache_flushed=flushed, flush_error=flush_error, run_start_s=round(run_origin, 6))
     results.rounds.append(record)
     failed = next((s for s in done if not s.ok), None)
@@ -268,13 +277,14 @@ def describe(level: int, options: Options) -> str:
     return f"{options.request_rate:g} req/s" + (f" (at most {level} in flight)" if level else "")
 
 
-def round_record(index: int, endpoint: str, level: int, repeat: int, done: Sequence[Sample], end: float, wall: float,
-                 open_loop: bool, options: Options) -> dict:
+def round_record(index: int, endpoint: str, level: int, repeat: int, done: Sequence[Sample], window: tuple[float, float],
+                 wall: float, open_loop: bool, options: Options) -> dict:
     """What a round measured, from its samples alone: window, concurrency, throughput, rates."""
     rows = [asdict(s) for s in done]
+    begin, end = window
     measured = [s for s in rows if s["ok"] and s["in_window"]]
-    load = stats.in_flight([(s["round_start_s"], s["round_end_s"]) for s in rows], 0.0, end, level or len(rows))
-    tokens = stats.tokens_between(rows, 0.0, end)
+    load = stats.in_flight([(s["round_start_s"], s["round_end_s"]) for s in rows], begin, end, level or len(rows))
+    tokens = stats.tokens_between(rows, begin, end)
     all_ok = all(s["ok"] for s in rows)
     record = {
         "index": index,
@@ -283,14 +293,14 @@ def round_record(index: int, endpoint: str, level: int, repeat: int, done: Seque
         "repeat": repeat,
         "mode": "open" if open_loop else "closed",
         "wall_s": round(wall, 6),
-        "window_s": [0.0, round(end, 6)],
+        "window_s": [round(begin, 6), round(end, 6)],
         "requests": len(rows),
         "measured": len(measured),
         "ok": sum(1 for s in rows if s["ok"]),
         "output_tokens": sum(s["output_tokens"] or 0 for s in rows if s["ok"]),
         "window_tokens": tokens,
-        # Tokens that arrived in the window over the window: drain excluded.
-        "aggregate_tps": tokens / end if end > 0 and all_ok else None,
+        # Tokens that arrived in the window over the window: ramp-up and drain excluded.
+        "aggregate_tps": tokens / (end - begin) if end > begin and all_ok else None,
         "mean_in_flight": load["mean"],
         "full_share": load["full_share"],
     }
