@@ -1,20 +1,24 @@
 """How exactly `invoke bench` measures a stream whose timing is known, on this machine.
 
-    python benchmarks/bench_accuracy.py [--step-ms 10.8] [--accept 1] [--tokens 64] [--levels 1,4,16]
+    python benchmarks/bench_accuracy.py [--step-ms 10.8] [--accept 1] [--tokens 64] [--levels 1,16,64]
 
 Serves SGLang's streaming format from the loopback server the tests use
 (tests/sglang_server.py): the first token after --ttft-ms, then one event every
 --step-ms carrying --accept tokens. Runs the real bench client against it and
-prints, per concurrency level, the served and the measured decode tok/s and
-ITL p50, with the error. The defaults mimic the reference baseline
-(92.6 tok/s single stream, 10.8 ms per token); --step-ms 31.2 --accept 3 is an
-EAGLE-3 server at the same speed with 3 tokens per verify pass.
+prints, per concurrency level, the client's figures against the truth: decode tok/s
+and TTFT p50 against the server's own send times (its log of every event it wrote),
+ITL p50 against the schedule, and the mean number in flight over the measured window
+against the level asked for and against the server's own count over the same kind of
+window. The defaults mimic the reference baseline (92.6 tok/s single stream, 10.8 ms per
+token); --step-ms 31.2 --accept 3 is an EAGLE-3 server at the same speed with 3 tokens
+per verify pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -35,7 +39,7 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--levels", default="1,4,16")
+    parser.add_argument("--levels", default="1,16,64")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -48,25 +52,48 @@ def main() -> None:
         behaviour = Behaviour(step_s=args.step_ms / 1000, ttft_s=args.ttft_ms / 1000, accept=(args.accept,),
                               spec=args.accept > 1)
         started = time.perf_counter()
+        truth: dict[int, dict] = {}
+        rows: list[dict] = []
         with SGLangServer(behaviour) as server:
-            out = bench.run(endpoints=[f"loopback={server.url}"], levels=args.levels, repeats=1, warmup=1,
-                            prompts=prompts, out=Path(tmp) / "r", environ={}, progress=False)
+            for level in [int(x) for x in args.levels.split(",")]:
+                before = len(server.served)
+                out = bench.run(endpoints=[f"loopback={server.url}"], levels=str(level), repeats=1, warmup=1,
+                                prompts=prompts, out=Path(tmp) / f"r{level}", environ={}, progress=False, flush=False)
+                truth[level] = server.served[before + 1:]  # less the warm-up request
+                rows += report.load_results(out)["summary"]["rows"]
+                rounds_ = report.load_results(out)["rounds"]
+                truth[level] = {"served": truth[level], "round": rounds_[-1]}
         wall = time.perf_counter() - started
-        doc = report.load_results(out)
 
     served_tps = args.accept / (args.step_ms / 1000)
     served_itl = args.step_ms / args.accept
-    print(f"served: {served_tps:.1f} tok/s per stream, ITL {served_itl:.2f} ms, {args.accept} token(s) per event, "
-          f"{args.tokens} tokens per request, {args.prompts} requests per round")
-    print(f"{'concurrency':>11} {'decode tok/s':>13} {'error':>7} {'ITL p50 ms':>11} {'error':>7} "
-          f"{'ITL p99 ms':>11} {'events/s':>9}")
-    for row in doc["summary"]["rows"]:
-        tps_err = row["decode_tps_p50"] / served_tps - 1
-        itl_err = row["itl_ms_p50"] / served_itl - 1
-        events = min(row["level"], args.prompts) * 1000 / args.step_ms
-        print(f"{row['level']:>11} {row['decode_tps_p50']:>13.1f} {tps_err:>+7.1%} {row['itl_ms_p50']:>11.2f} "
-              f"{itl_err:>+7.1%} {row['itl_ms_p99']:>11.2f} {events:>9.0f}")
+    print(f"served: {served_tps:.1f} tok/s per stream, ITL {served_itl:.2f} ms, TTFT {args.ttft_ms:g} ms, "
+          f"{args.accept} token(s) per event, {args.tokens} tokens per request, {args.prompts} prompts cycled")
+    print(f"{'level':>5} {'decode tok/s':>12} {'vs server':>9} {'TTFT p50 ms':>11} {'vs server':>9} {'ITL p50 ms':>10} "
+          f"{'vs sched':>8} {'in flight':>9} {'vs level':>8} {'server':>7}")
+    for row in sorted(rows, key=lambda r: r["level"]):
+        served = truth[row["level"]]["served"]
+        true_tps = statistics.median((s["tokens"] - 1) / (s["sent"][-1] - s["sent"][0]) for s in served if len(s["sent"]) > 1)
+        true_ttft = statistics.median(s["sent"][0] - s["start"] for s in served) * 1e3
+        in_flight = truth[row["level"]]["round"]["mean_in_flight"]
+        print(f"{row['level']:>5} {row['decode_tps_p50']:>12.1f} {row['decode_tps_p50'] / true_tps - 1:>+9.2%} "
+              f"{row['ttft_ms_p50']:>11.2f} {row['ttft_ms_p50'] - true_ttft:>+8.2f}ms {row['itl_ms_p50']:>10.2f} "
+              f"{row['itl_ms_p50'] / served_itl - 1:>+8.2%} {in_flight:>9.2f} {in_flight / row['level'] - 1:>+8.2%} "
+              f"{server_in_flight(served, row['level']):>7.2f}")
     print(f"wall time {wall:.1f} s")
+
+
+def server_in_flight(served: list[dict], level: int) -> float:
+    """The server's own time-weighted count, over its analogue of the window: from the level-th arrival until
+    the first request that ends after the last arrival."""
+    from sglang_stack.bench import stats
+
+    starts = sorted(s["start"] for s in served)
+    if len(starts) < level:
+        return float("nan")
+    begin = starts[level - 1]
+    end = min(s["end"] for s in served if s["end"] >= starts[-1])
+    return stats.in_flight([(s["start"], s["end"]) for s in served], begin, end, level)["mean"]
 
 
 if __name__ == "__main__":
