@@ -86,7 +86,7 @@ def log_lines():
 
 def load(tree: Path, monkeypatch, *, capability: int, world_size: int, multicast: int, failure: str | None):
     """Import the tree's two files against a stand-in torch; returns (module, what the stand-in saw)."""
-    seen: dict[str, list] = {"kernels": [], "allocations": []}
+    seen: dict[str, list] = {"kernels": [], "allocations": [], "rendezvous": []}
     error = FAILURES[failure]
 
     def package(name, **attrs):
@@ -103,6 +103,7 @@ def load(tree: Path, monkeypatch, *, capability: int, world_size: int, multicast
         return FakeTensor(n)
 
     def rendezvous(buffer, group_name):
+        seen["rendezvous"].append(group_name)
         if failure == "rendezvous":
             raise error
         return types.SimpleNamespace(multicast_ptr=multicast)
@@ -145,8 +146,10 @@ def decide(tree: Path, monkeypatch, log_lines, *, capability, world_size, multic
     try:
         comm = module.TorchSymmMemCommunicator(group=types.SimpleNamespace(group_name="tp"), device=0)
     except Exception as err:  # noqa: BLE001 - what it raises is part of the row
-        return {"raises": f"{type(err).__name__}: {err}", "allocated": seen["allocations"], "log": list(log_lines.lines)}
-    row = {"enabled": not comm.disabled, "allocated": seen["allocations"], "log": list(log_lines.lines)}
+        return {"raises": f"{type(err).__name__}: {err}", "allocated": seen["allocations"],
+                "rendezvous": len(seen["rendezvous"]), "log": list(log_lines.lines)}
+    row = {"enabled": not comm.disabled, "allocated": seen["allocations"], "rendezvous": len(seen["rendezvous"]),
+           "log": list(log_lines.lines)}
     if comm.disabled:
         row["keeps_buffer"] = getattr(comm, "buffer", None) is not None
         return row
@@ -217,40 +220,46 @@ def test_a_capability_without_a_size_table_is_disabled_with_one_warning(sglang_p
         assert row == {
             "enabled": False,
             "allocated": [],
+            "rendezvous": 0,
             "log": [("WARNING", "TorchSymmMemCommunicator: Device capability 11 not supported, communicator is not available.")],
             "keeps_buffer": False,
         }, f"SM110 {key}: {row}"
 
 
-def test_sm120_never_raises_keyerror_and_stays_off_without_multicast(sglang_pristine, sglang_patched, monkeypatch, log_lines, opt_in):
+def test_sm120_never_raises_keyerror_and_allocates_nothing_without_the_opt_in(sglang_pristine, sglang_patched, monkeypatch,
+                                                                               log_lines, opt_in):
     sm100 = table(sglang_pristine, monkeypatch, log_lines, 10)  # unpatched SM100: the reference for each row
     sm120 = table(sglang_patched, monkeypatch, log_lines, 12)
     for (world_size, multicast, failure), row in sm120.items():
         key = f"SM120 world size {world_size}, multicast {multicast}, failure {failure}, opt-in {opt_in}"
         reference = sm100[(world_size, multicast, failure)]
         assert "KeyError" not in row.get("raises", ""), f"{key}: {row}"
+        if not opt_in:
+            # 0.5.23's default: disabled at the capability check, before anything that can fail,
+            # with upstream's warning for a capability it does not support, naming the opt-in.
+            assert row["enabled"] is False and row["allocated"] == [] and row["rendezvous"] == 0, f"{key}: {row}"
+            assert row["keeps_buffer"] is False, f"{key}: {row}"
+            assert "raises" not in row, f"{key}: a failure in an allocation or rendezvous that must not happen: {row}"
+            assert len(row["log"]) == 1 and row["log"][0][0] == "WARNING", f"{key}: logged {row['log']}"
+            message = row["log"][0][1]
+            assert message.startswith("TorchSymmMemCommunicator: Device capability 12 not supported, "
+                                      "communicator is not available."), f"{key}: {message!r}"
+            assert OPT_IN in message and "unmeasured on PCIe" in message, f"{key}: the warning does not name the opt-in"
+            continue
         if world_size not in SM100_SIZES or failure:
-            # An unsupported world size, or a failed allocation or rendezvous: as upstream
-            # does on SM100 (disabled with its warning, or the error raised on that rank).
+            # With the opt-in: an unsupported world size, or a failed allocation or rendezvous, as
+            # upstream does on SM100 (disabled with its warning, or the error raised on that rank).
             assert row == reference, f"{key}: {row}, unpatched SM100 does {reference}"
             continue
         assert row["allocated"] == [SM100_SIZES[world_size]], f"{key}: allocated {row['allocated']}"
-        if multicast or opt_in:
-            assert row["enabled"] and row["kernel"] == "two_shot", f"{key}: {row}"
-            assert row["max_size"] == SM100_SIZES[world_size], f"{key}: max size {row['max_size']}"
-            assert row["takes_under_max"] and not row["takes_max"], f"{key}: size limit not applied: {row}"
+        assert row["enabled"] and row["kernel"] == "two_shot", f"{key}: {row}"
+        assert row["max_size"] == SM100_SIZES[world_size], f"{key}: max size {row['max_size']}"
+        assert row["takes_under_max"] and not row["takes_max"], f"{key}: size limit not applied: {row}"
         if multicast:
             assert row["log"] == [], f"{key}: logged {row['log']}"
-        elif opt_in:
+        else:
             assert len(row["log"]) == 1 and row["log"][0][0] == "INFO", f"{key}: logged {row['log']}"
             assert OPT_IN in row["log"][0][1] and "unmeasured on PCIe" in row["log"][0][1], f"{key}: {row['log']}"
-        else:
-            # Upstream's fallback for a setup it does not support: disabled, buffer dropped, one line why.
-            assert row["enabled"] is False and row["keeps_buffer"] is False, f"{key}: {row}"
-            assert len(row["log"]) == 1 and row["log"][0][0] == "WARNING", f"{key}: logged {row['log']}"
-            message = row["log"][0][1]
-            assert message.startswith(reference["log"][0][1]), f"{key}: {message!r} is not upstream's {reference['log']}"
-            assert OPT_IN in message and "unmeasured on PCIe" in message, f"{key}: the warning does not name the opt-in: {message!r}"
 
 
 def test_the_opt_in_needs_an_explicit_yes(sglang_patched, monkeypatch, log_lines):
