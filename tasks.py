@@ -100,6 +100,10 @@ def render(c, check=False):
         "isolation": "podman/buildah isolation, e.g. chroot where there are no cgroups (default: stack.isolation)",
         "flashinfer-jit-cache": "also install flashinfer-jit-cache (5-8 GB of prebuilt kernels for every GPU "
         "generation) for hosts that must not compile anything at start (default: off)",
+        "reproducible": "the same image ID for every build of this commit: podman/buildah write the OCI format "
+        "(theirs Docker format records a random container id; OCI drops HEALTHCHECK, which compose and Kubernetes "
+        "set themselves); docker needs BuildKit 0.13 or later (default: off; file contents and layers are "
+        "reproducible either way)",
         "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "
         "\"9.0a 12.0a\" (H200, RTX PRO 6000); '' skips that build (default: versions.lock [jit] arch_list)",
     },
@@ -120,6 +124,7 @@ def build(
     isolation=None,
     flashinfer_jit_cache=False,
     cuda_arch_list=None,
+    reproducible=False,
 ):
     """Validate the lock, render docker/Dockerfile, then build the image.
 
@@ -159,6 +164,9 @@ def build(
         hf_token_file=Path(hf_token_file) if hf_token_file else None,
         build_args=buildmod.parse_build_args(build_arg or []),
         isolation=isolation,
+        source_date_epoch=buildmod.commit_epoch(),
+        oci=bool(reproducible) and engine != "docker",
+        reproducible=bool(reproducible),
     )
     if flashinfer_jit_cache:
         request.build_args["FLASHINFER_JIT_CACHE"] = "1"

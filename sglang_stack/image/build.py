@@ -60,6 +60,16 @@ class BuildRequest:
     iidfile: Path | None = None
     context: Path = ROOT
     dockerfile: Path = DOCKERFILE
+    source_date_epoch: int | None = None
+    """The build's clock (the commit's time): file stamps and the image's dates, for the same bytes every build."""
+    rewrite_timestamps: bool = False
+    """docker: BuildKit 0.13 or later can rewrite every file's stamp to ``source_date_epoch``."""
+    reproducible: bool = False
+    """Refuse a build that cannot give the same image ID twice (no commit clock, BuildKit before 0.13)."""
+    oci: bool = False
+    """podman/buildah: the OCI format. Their Docker format records the build container's random id and
+    hostname in the image config (buildah 1.28), so only OCI gives the same image ID twice; it drops
+    HEALTHCHECK and SHELL, which compose and Kubernetes set themselves."""
 
     def validate(self) -> None:
         if self.engine not in ENGINES:
@@ -81,17 +91,27 @@ class BuildRequest:
     def command(self) -> list[str]:
         """The exact engine command line, secrets passed as files, never as values."""
         if self.engine == "docker":
-            argv = ["docker", "buildx", "build", "--load"]
-        elif self.engine == "podman":
-            argv = ["podman", "build", "--format", "docker", "--layers" if self.layers else "--layers=false"]
+            argv = ["docker", "buildx", "build"]
+            # BuildKit 0.13+ stamps every file with SOURCE_DATE_EPOCH when asked; older ones
+            # (Docker 20.10's built-in) keep the build's own times in the layers.
+            if self.source_date_epoch is not None and self.rewrite_timestamps:
+                argv += ["--output", "type=docker,rewrite-timestamp=true"]
+            else:
+                argv.append("--load")
         else:
-            argv = ["buildah", "bud", "--format", "docker", "--layers" if self.layers else "--layers=false"]
-        # OCI format drops HEALTHCHECK and SHELL, hence --format docker for podman/buildah.
+            # OCI format drops HEALTHCHECK and SHELL, hence --format docker for podman/buildah, unless
+            # the build must be reproducible (``oci``).
+            argv = ["podman", "build"] if self.engine == "podman" else ["buildah", "bud"]
+            argv += ["--format", "oci" if self.oci else "docker", "--layers" if self.layers else "--layers=false"]
         if self.isolation:
             argv += ["--isolation", self.isolation]
         argv += ["--file", str(self.dockerfile), "--target", self.target, "--tag", self.tag]
         if self.no_cache:
             argv.append("--no-cache")
+        if self.source_date_epoch is not None:
+            if self.engine != "docker":
+                argv += ["--timestamp", str(self.source_date_epoch)]  # every file and the image's created date
+            argv += ["--build-arg", f"SOURCE_DATE_EPOCH={self.source_date_epoch}"]
         if self.base_image:
             argv += ["--build-arg", f"{BASE_ARG.get(self.target, 'BASE_IMAGE')}={self.base_image}"]
         for key, value in sorted(self.build_args.items()):
@@ -104,6 +124,30 @@ class BuildRequest:
             argv += ["--iidfile", str(self.iidfile)]
         argv.append(str(self.context))
         return argv
+
+
+def commit_epoch(root: Path = ROOT) -> int | None:
+    """The time of the checkout's last commit (``git log -1 --format=%ct``): the same for everyone who builds it.
+
+    None outside a git checkout (an unpacked tarball): then the build runs on the clock, and says so.
+    """
+    import shutil
+    import subprocess
+
+    if not shutil.which("git"):
+        return None
+    proc = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%ct"], capture_output=True, text=True)
+    text = proc.stdout.strip()
+    return int(text) if proc.returncode == 0 and text.isdigit() else None
+
+
+def buildkit_supports_rewrite() -> bool:
+    """Whether ``docker buildx``'s builder runs BuildKit 0.13 or later (``rewrite-timestamp``)."""
+    from sglang_stack import shell
+
+    proc = shell.run(["docker", "buildx", "inspect"], capture=True, check=False, quiet=True, timeout=30)
+    m = re.search(r"BuildKit version:\s*v(\d+)\.(\d+)", proc.stdout or "")
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (0, 13)
 
 
 def default_tag(lock_tag: str, target: str, router_tag: str = "") -> str:
@@ -169,6 +213,16 @@ def build(request: BuildRequest) -> tuple[str, str]:
     """Run the build; return (image reference, image ID)."""
     request.validate()
     preflight(request.engine)
+    if request.reproducible and request.source_date_epoch is None:
+        raise UserError("--reproducible: no commit to take the build's clock from (not a git checkout?)")
+    if request.engine == "docker" and request.source_date_epoch is not None:
+        request.rewrite_timestamps = buildkit_supports_rewrite()
+        if not request.rewrite_timestamps and request.reproducible:
+            raise UserError("--reproducible: this engine's BuildKit is older than 0.13 (no rewrite-timestamp): "
+                            "use Docker 25 or later, a docker-container builder, or --engine buildah")
+        if not request.rewrite_timestamps:
+            print("note: this engine's BuildKit is older than 0.13: file contents are reproducible, but layer "
+                  "timestamps, and so the image ID, differ between builds (docs/image.md, Reproducible images)")
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sglang-stack-build-")))
         request.iidfile = tmp / "iid"

@@ -1,0 +1,80 @@
+"""Same commit, same lock, same base: the same image bytes.
+
+Two no-cache builds of the ``sglang`` and ``router`` stages with buildah, on the session's
+local Debian base, give the same image ID: ``--timestamp`` (the commit's time) stamps every
+file and the image's dates, and the Dockerfile removes what would still differ (hash-checked
+.pyc files, useradd's account date from SOURCE_DATE_EPOCH, a sorted installed.txt).
+The builds download from PyPI through the host's CA bundle, as `invoke build` does.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sglang_stack.fetch import ca_bundle
+from sglang_stack.image import build as buildmod
+from sglang_stack.image import store
+from sglang_stack.shell import run
+
+
+
+
+def request(target: str, tag: str, base: str, epoch: int | None, oci: bool = True) -> buildmod.BuildRequest:
+    ca = ca_bundle()
+    return buildmod.BuildRequest(engine="buildah", tag=tag, target=target, base_image=base, no_cache=True,
+                                 ca_bundle=Path(ca) if ca else None, isolation="chroot", layers=False,
+                                 source_date_epoch=epoch, oci=oci)
+
+
+def diff_ids(tag: str) -> str:
+    return run(["buildah", "inspect", "--format", "{{.OCIv1.RootFS.DiffIDs}}", tag], capture=True, quiet=True).stdout.strip()
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("target", ["sglang", "router"])
+def test_two_no_cache_builds_give_the_same_image_id(smoke_base, run_id, target):
+    if not shutil.which("git"):
+        pytest.skip("the build's clock is the commit's time: needs git")
+    epoch = buildmod.commit_epoch()
+    assert epoch is not None, "this checkout has a commit"
+    tags = [f"localhost/sglang-stack-test-{run_id}:repro-{target}-{i}" for i in (1, 2)]
+    try:
+        ids = [buildmod.build(request(target, tag, smoke_base, epoch))[1] for tag in tags]
+        assert ids[0] == ids[1], f"{target}: two builds of one commit gave {ids[0]} and {ids[1]}"
+        assert store.image_id("buildah", tags[0]) == store.image_id("buildah", tags[1])
+        print(f"{target}: both builds {ids[0]}")
+    finally:
+        store.remove("buildah", *tags)
+
+
+@pytest.mark.container
+def test_the_docker_format_keeps_the_same_layers(smoke_base, run_id):
+    """buildah's Docker format (what `invoke build` makes by default, for HEALTHCHECK) records the build
+    container's id and hostname in the config: the image IDs differ, every layer is the same."""
+    epoch = buildmod.commit_epoch()
+    tags = [f"localhost/sglang-stack-test-{run_id}:repro-docker-{i}" for i in (1, 2)]
+    try:
+        for tag in tags:
+            buildmod.build(request("router", tag, smoke_base, epoch, oci=False))
+        assert diff_ids(tags[0]) == diff_ids(tags[1]), "the layers of two builds of one commit differ"
+    finally:
+        store.remove("buildah", *tags)
+
+
+def test_the_clock_reaches_the_engines_command():
+    buildah = request("router", "t", "b", 1700000000).command()
+    assert buildah[buildah.index("--timestamp") + 1] == "1700000000" and "SOURCE_DATE_EPOCH=1700000000" in buildah
+    docker = buildmod.BuildRequest(engine="docker", tag="t", source_date_epoch=5)
+    assert "--load" in docker.command() and "--timestamp" not in docker.command(), "BuildKit before 0.13 only loads"
+    docker.rewrite_timestamps = True
+    argv = docker.command()
+    assert argv[argv.index("--output") + 1] == "type=docker,rewrite-timestamp=true" and "--load" not in argv
+    assert "SOURCE_DATE_EPOCH=5" in argv
+    assert "--timestamp" not in buildmod.BuildRequest(engine="buildah", tag="t").command(), "no clock, no stamp"
+    argv = buildmod.BuildRequest(engine="podman", tag="t", oci=True).command()
+    assert argv[argv.index("--format") + 1] == "oci"
+    argv = buildmod.BuildRequest(engine="podman", tag="t").command()
+    assert argv[argv.index("--format") + 1] == "docker", "HEALTHCHECK survives by default"
