@@ -292,6 +292,7 @@ def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=
     from pathlib import Path
 
     from sglang_stack.patching import patches as patchmod
+    from sglang_stack.patching import refresh as refreshmod
 
     pdir = Path(patches_dir or c.config.stack.patches_dir)
     src = Path(sglang_src)
@@ -299,11 +300,11 @@ def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=
         if dry_run or unpack:
             raise UserError("--refresh regenerates the series from an edited tree: it takes no --dry-run or --unpack")
         if pristine:
-            patchmod.refresh(src, Path(pristine), pdir)
+            refreshmod.refresh(src, Path(pristine), pdir)
             return
         with tempfile.TemporaryDirectory(prefix="sglang-stack-pristine-") as tmp:
             base = patchmod.unpack_wheel(_pinned_wheel(), Path(tmp) / "site")
-            patchmod.refresh(src, base, pdir)
+            refreshmod.refresh(src, base, pdir)
         return
     if pristine:
         raise UserError("--pristine goes with --refresh")

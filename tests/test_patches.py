@@ -15,6 +15,7 @@ import image_layout
 
 from sglang_stack import ROOT
 from sglang_stack.patching import patches
+from sglang_stack.patching import refresh as refresh_mod
 from sglang_stack.errors import UserError
 
 PATCHES = ROOT / "patches"
@@ -367,7 +368,7 @@ def test_generated_diff_round_trips(tmp_path, old, new):
     pdir.mkdir()
     (pdir / "one.patch").write_text(f"Description: test\n\n--- a/{rel}\n+++ b/{rel}\n")
     (pdir / "series").write_text("one.patch\n")
-    patches.refresh(edited, pristine, pdir, log=lambda _: None)
+    refresh_mod.refresh(edited, pristine, pdir, log=lambda _: None)
     work = make_tree(tmp_path / "work", {rel: old})
     patches.apply_series(work, pdir, quiet=True)
     assert (work / rel).read_bytes() == new.encode(), f"diff did not round-trip:\n{(pdir / 'one.patch').read_text()}"
@@ -419,7 +420,7 @@ def test_refresh_regenerates_the_committed_series_exactly(sglang_pristine, sglan
     pdir = copy_patches(tmp_path)
     for patch in patches.read_series(pdir):
         patch.path.write_text(stub(patch.path.read_text()))
-    changed = patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    changed = refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
     assert len(changed) == len(patches.read_series(PATCHES)), f"refresh rewrote {changed}"
     for patch in patches.read_series(PATCHES):
         assert (pdir / patch.name).read_bytes() == patch.path.read_bytes(), f"{patch.name} is not what refresh writes"
@@ -431,7 +432,7 @@ def test_refresh_picks_up_a_further_edit_and_only_rewrites_its_patch(sglang_pris
     kimi = edited / KIMI
     kimi.write_text(kimi.read_text().replace("EntryClass = [", "# one more line\nEntryClass = ["))
     pdir = copy_patches(tmp_path)
-    changed = patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    changed = refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
     assert changed == ["0001-kimi-k25-eagle3-delegation.patch"], f"refresh rewrote {changed}"
     assert (pdir / "0001-kimi-k25-eagle3-delegation.patch").read_text().startswith("Description: kimi_k25"), "the header was lost"
     fresh = tmp_path / "fresh"
@@ -447,7 +448,7 @@ def test_refresh_refuses_an_edit_that_belongs_to_no_patch(sglang_pristine, sglan
     pdir = copy_patches(tmp_path)
     before = {p.name: p.read_bytes() for p in pdir.iterdir()}
     with pytest.raises(UserError) as err:
-        patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+        refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
     assert "sglang/srt/models/llama.py" in str(err.value) and "no patch" in str(err.value), f"error: {err.value}"
     assert {p.name: p.read_bytes() for p in pdir.iterdir()} == before, "a refused refresh wrote patches"
 
@@ -457,7 +458,7 @@ def test_refresh_refuses_a_patch_that_became_empty(sglang_pristine, sglang_tree,
     shutil.copy(sglang_pristine / DEEPSEEK, edited / DEEPSEEK)  # as if upstream had merged 0002
     pdir = copy_patches(tmp_path)
     with pytest.raises(UserError) as err:
-        patches.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+        refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
     assert "0002-deepseek-v2-eagle3-embedding-capture.patch no longer changes anything" in str(err.value), f"error: {err.value}"
 
 
@@ -472,7 +473,7 @@ def test_refresh_moves_the_series_target_to_the_new_release(sglang_pristine, sgl
     series.write_text(series.read_text().replace("0.5.9", "0.5.99"))
     patches.apply_series(sglang_tree, pdir, quiet=True)
     series.write_text(series.read_text().replace("0.5.99", "0.5.9"))
-    patches.refresh(sglang_tree, pristine, pdir, log=lambda _: None)
+    refresh_mod.refresh(sglang_tree, pristine, pdir, log=lambda _: None)
     assert patches.series_target(pdir) == "0.5.99", f"series target after refresh: {patches.series_target(pdir)}"
 
 

@@ -1,4 +1,4 @@
-"""The patch series in ``patches/``: read it, apply it fail-closed, refresh it.
+"""The patch series in ``patches/``: read it and apply it fail-closed (``refresh.py`` rebases it).
 
 Runs on the host (``invoke patch``) and inside the image's SGLang stage, so it
 uses the standard library only.
@@ -17,7 +17,6 @@ byte-identical to GNU ``patch -p1 --fuzz=0``.
 from __future__ import annotations
 
 import argparse
-import difflib
 import hashlib
 import os
 import re
@@ -26,8 +25,17 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_stack import ROOT, atomic
+from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text, run_main
+from sglang_stack.patching.diff import (  # noqa: F401 (the parsed form; callers and tests reach it through here)
+    FileDiff,
+    Hunk,
+    ParsedPatch,
+    _decode,
+    _encode,
+    _lines,
+    parse_patch,
+)
 
 DEFAULT_PATCHES_DIR = ROOT / "patches"
 CONTEXT_LINES = 3  # lines of context `--refresh` writes around each change, as diff -u does
@@ -41,7 +49,6 @@ NO_NEWLINE = "\\ No newline at end of file"
 MAX_OFFSET = 5
 # `# target: sglang 0.5.9` in patches/series: the release the series is made for.
 TARGET_RE = re.compile(r"^#\s*target:\s*sglang\s+(\S+)\s*$", re.M)
-HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 
 UNAPPLIED = "unapplied"
 APPLIED = "applied"
@@ -80,177 +87,6 @@ def series_target(patches_dir: Path) -> str | None:
     series = patches_dir / "series"
     match = TARGET_RE.search(series.read_text()) if series.is_file() else None
     return match.group(1) if match else None
-
-
-# --------------------------------------------------------------------------
-# Parsing unified diffs
-# --------------------------------------------------------------------------
-
-
-def _lines(text: str) -> list[str]:
-    """Split on \\n only, keeping it (str.splitlines would also split on \\f, which Python source may hold)."""
-    parts = text.split("\n")
-    out = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        out.append(parts[-1])
-    return out
-
-
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", "surrogateescape")
-
-
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
-
-
-@dataclass(frozen=True)
-class Hunk:
-    index: int  # 1-based within its file
-    old_start: int
-    old_len: int
-    new_start: int
-    new_len: int
-    section: str  # what follows the closing @@ (the enclosing def/class), may be empty
-    lines: tuple[str, ...]  # body lines with their " ", "-", "+" prefix; a "\\" line marks a missing newline
-    patch_line: int  # line of the @@ header in the .patch file
-
-    @property
-    def header(self) -> str:
-        return f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@{self.section}".rstrip()
-
-    def side(self, new: bool) -> list[str]:
-        """The lines this hunk expects (old side) or leaves (new side)."""
-        keep = "+" if new else "-"
-        out: list[str] = []
-        last_kind = None
-        for line in self.lines:
-            kind = line[:1]
-            if kind == "\\":
-                if last_kind in (" ", keep) and out and out[-1].endswith("\n"):
-                    out[-1] = out[-1][:-1]
-                continue
-            last_kind = kind
-            if kind in (" ", keep):
-                out.append(line[1:])
-        return out
-
-
-@dataclass(frozen=True)
-class FileDiff:
-    old_path: str | None  # None: the patch creates the file
-    new_path: str | None  # None: the patch deletes the file
-    hunks: tuple[Hunk, ...]
-    patch_line: int
-
-    @property
-    def path(self) -> str:
-        return self.new_path or self.old_path or ""
-
-
-@dataclass(frozen=True)
-class ParsedPatch:
-    name: str
-    header: str  # the description above the first diff, kept verbatim by --refresh
-    files: tuple[FileDiff, ...]
-
-
-def _diff_path(raw: str, name: str, lineno: int) -> str | None:
-    value = raw[4:].split("\t", 1)[0].strip()
-    if value == "/dev/null":
-        return None
-    parts = value.split("/")
-    if parts[0] in ("a", "b") and len(parts) > 1:
-        parts = parts[1:]  # git-style a/ and b/ prefixes: applied as -p1
-    rel = "/".join(parts)
-    if not rel or rel.startswith("/") or ".." in parts:
-        raise UserError(f"{name}:{lineno}: file name {value!r} must be relative to the tree (a/sglang/...)")
-    return rel
-
-
-def parse_patch(text: str, name: str) -> ParsedPatch:
-    """Parse a unified diff. A malformed one is a ``UserError`` naming the patch and line."""
-    lines = _lines(text)
-    files: list[FileDiff] = []
-    header_end = None
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            if header_end is None:
-                header_end = i
-            start = i + 1
-            old = _diff_path(line.rstrip("\n"), name, i + 1)
-            new = _diff_path(lines[i + 1].rstrip("\n"), name, i + 2)
-            if old is None and new is None:
-                raise UserError(f"{name}:{i + 1}: both sides are /dev/null")
-            i += 2
-            hunks: list[Hunk] = []
-            while i < len(lines) and lines[i].startswith("@@"):
-                hunk, i = _parse_hunk(lines, i, name, new or old or "", len(hunks) + 1)
-                hunks.append(hunk)
-            files.append(FileDiff(old, new, tuple(hunks), start))
-            continue
-        if line.startswith("@@") and files:
-            raise UserError(f"{name}:{i + 1}: hunk outside a file diff (a line is missing or extra above it)")
-        i += 1
-    if not files:
-        raise UserError(f"{name}: no unified diff in this file (no '--- a/...' / '+++ b/...' pair)")
-    paths = [f.path for f in files]
-    dup = sorted({p for p in paths if paths.count(p) > 1})
-    if dup:
-        raise UserError(f"{name}: {dup[0]} appears twice; merge its hunks into one file diff")
-    return ParsedPatch(name, "".join(lines[:header_end]), tuple(files))
-
-
-def _parse_hunk(lines: list[str], i: int, name: str, path: str, index: int) -> tuple[Hunk, int]:
-    match = HUNK_RE.match(lines[i].rstrip("\n"))
-    if not match:
-        raise UserError(f"{name}:{i + 1}: malformed hunk header {lines[i].rstrip()!r} in {path}")
-    old_start, old_len, new_start, new_len = (
-        int(match.group(1)),
-        int(match.group(2) if match.group(2) is not None else 1),
-        int(match.group(3)),
-        int(match.group(4) if match.group(4) is not None else 1),
-    )
-    header_line = i + 1
-    body: list[str] = []
-    need_old, need_new = old_len, new_len
-    i += 1
-    while need_old > 0 or need_new > 0:
-        if i >= len(lines):
-            raise UserError(
-                f"{name}:{header_line}: hunk #{index} of {path} ends early: "
-                f"{need_old} old and {need_new} new lines still expected"
-            )
-        line = lines[i]
-        kind = line[:1]
-        if line in ("\n", ""):  # an empty context line whose leading space was stripped
-            line, kind = " " + line, " "
-        if kind == " ":
-            need_old, need_new = need_old - 1, need_new - 1
-        elif kind == "-":
-            need_old -= 1
-        elif kind == "+":
-            need_new -= 1
-        elif kind == "\\":
-            body.append(line)
-            i += 1
-            continue
-        else:
-            raise UserError(
-                f"{name}:{i + 1}: hunk #{index} of {path} is corrupt: line starts with {kind!r}, "
-                f"not ' ', '-' or '+' ({need_old} old and {need_new} new lines still expected)"
-            )
-        if need_old < 0 or need_new < 0:
-            raise UserError(f"{name}:{header_line}: hunk #{index} of {path} has more lines than its header says")
-        body.append(line)
-        i += 1
-    while i < len(lines) and lines[i].startswith("\\"):
-        body.append(lines[i])
-        i += 1
-    section = match.group(5)
-    return Hunk(index, old_start, old_len, new_start, new_len, section, tuple(body), header_line), i
 
 
 def touched_files(patch_path: Path) -> list[str]:
@@ -590,128 +426,6 @@ def _write_all(root: Path, changes: dict[str, str | None]) -> None:
 
 
 # --------------------------------------------------------------------------
-# Refreshing the series from an edited tree (rebasing)
-# --------------------------------------------------------------------------
-
-
-def unified_diff(old: str | None, new: str | None, rel: str, context: int = CONTEXT_LINES) -> str:
-    """``diff -u`` of one file as the series writes it: a/ and b/ prefixes, \\ No newline markers."""
-    a, b = _lines(old or ""), _lines(new or "")
-    out = []
-    for line in difflib.unified_diff(
-        a,
-        b,
-        fromfile=f"a/{rel}" if old is not None else "/dev/null",
-        tofile=f"b/{rel}" if new is not None else "/dev/null",
-        n=context,
-    ):
-        if line.endswith("\n"):
-            out.append(line)
-        else:
-            out.append(line + "\n" + NO_NEWLINE + "\n")
-    return "".join(out)
-
-
-def refresh(
-    edited_src: Path, pristine_src: Path, patches_dir: Path = DEFAULT_PATCHES_DIR, *, log=None
-) -> list[str]:
-    """Regenerate every patch's diff from ``edited_src`` against ``pristine_src``; keep each header.
-
-    Each file belongs to one patch: the patch whose diff names it (to give a
-    patch a new file, add its ``--- a/PATH`` / ``+++ b/PATH`` lines by hand).
-    Fails, writing nothing, if an edited file belongs to no patch, if two
-    patches claim one file, or if a patch would become empty. Updates the
-    series' ``# target:`` line to the pristine tree's version. Returns the
-    names of the patches whose text changed.
-    """
-    say = log or (lambda msg: print(msg, flush=True))
-    edited_src, pristine_src, patches_dir = Path(edited_src), Path(pristine_src), Path(patches_dir)
-    for tree in (edited_src, pristine_src):
-        if not (tree / "sglang").is_dir():
-            raise UserError(f"{tree}: no sglang/ package here; pass the directory that contains sglang/")
-    series = read_series(patches_dir)
-    owner: dict[str, str] = {}
-    parsed: list[ParsedPatch] = []
-    for patch in series:
-        p = parse_patch(_decode(patch.path.read_bytes()), patch.name)
-        for fd in p.files:
-            if fd.path in owner:
-                raise UserError(f"{fd.path} is in both {owner[fd.path]} and {patch.name}; a file belongs to one patch")
-            owner[fd.path] = patch.name
-        parsed.append(p)
-    stray = sorted(set(_changed_files(pristine_src, edited_src)) - set(owner))
-    if stray:
-        raise UserError(
-            f"{edited_src}: {', '.join(stray[:5])} {'is' if len(stray) == 1 else 'are'} edited but in no patch; "
-            f"add '--- a/PATH' and '+++ b/PATH' lines for it to the patch it belongs to, or undo the edit"
-        )
-    texts: dict[str, str] = {}
-    for patch, p in zip(series, parsed):
-        body = "".join(unified_diff(_read(pristine_src, fd.path), _read(edited_src, fd.path), fd.path) for fd in p.files)
-        if not body:
-            raise UserError(
-                f"{patch.name} no longer changes anything against {pristine_src} (merged upstream?); "
-                f"remove it from {patches_dir / 'series'} and run the refresh again"
-            )
-        header = p.header if p.header.endswith("\n\n") or not p.header else p.header.rstrip("\n") + "\n\n"
-        texts[patch.name] = header + body
-    # Prove the regenerated series reproduces the edited tree before writing it.
-    version = tree_version(pristine_src)
-    with tempfile.TemporaryDirectory(prefix="sglang-stack-refresh-") as tmp:
-        scratch = Path(tmp)
-        for name, text in texts.items():
-            (scratch / name).write_bytes(_encode(text))
-        series_text = (patches_dir / "series").read_text()
-        if TARGET_RE.search(series_text):
-            series_text = TARGET_RE.sub(f"# target: sglang {version}", series_text)
-        else:
-            series_text = f"# target: sglang {version}\n" + series_text
-        (scratch / "series").write_text(series_text)
-        result = plan(pristine_src, scratch)
-        bad = [s for s in result.states if s.state != UNAPPLIED]
-        if bad:
-            raise UserError(f"the refreshed {bad[0].patch.name} does not apply to {pristine_src}: {bad[0].failures[:1]}")
-        for rel in owner:
-            if result.changes.get(rel, _read(pristine_src, rel)) != _read(edited_src, rel):
-                raise UserError(f"the refreshed series does not reproduce {rel} of {edited_src}; nothing was written")
-    changed = []
-    for patch in series:
-        if _decode(patch.path.read_bytes()) != texts[patch.name]:
-            _write_text(patch.path, texts[patch.name])
-            changed.append(patch.name)
-            say(f"refreshed {patch.name}")
-        else:
-            say(f"unchanged {patch.name}")
-    if (patches_dir / "series").read_text() != series_text:
-        _write_text(patches_dir / "series", series_text)
-        say(f"series now targets sglang {version}")
-    return changed
-
-
-def _write_text(path: Path, text: str) -> None:
-    atomic.write(path, _encode(text))
-
-
-def _changed_files(pristine: Path, edited: Path) -> list[str]:
-    """Files under sglang/ that differ between two trees (added, removed or changed); caches ignored."""
-
-    def listing(root: Path) -> dict[str, Path]:
-        return {
-            p.relative_to(root).as_posix(): p
-            for p in (root / "sglang").rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith((".pyc", ".rej", ".orig"))
-        }
-
-    a, b = listing(pristine), listing(edited)
-    out = []
-    for rel in sorted(set(a) | set(b)):
-        pa, pb = a.get(rel), b.get(rel)
-        if pa is None or pb is None or pa.stat().st_size != pb.stat().st_size or pa.read_bytes() != pb.read_bytes():
-            out.append(rel)
-    return out
-
-
-# --------------------------------------------------------------------------
 # Unpacking the wheel
 # --------------------------------------------------------------------------
 
@@ -753,6 +467,8 @@ def main(argv=None) -> int:
     if args.command == "apply":
         apply_series(args.sglang_src, args.patches_dir, dry_run=args.dry_run, strict=args.strict)
     else:
+        from sglang_stack.patching.refresh import refresh
+
         refresh(args.sglang_src, args.pristine, args.patches_dir)
     return 0
 
