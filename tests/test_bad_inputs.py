@@ -289,6 +289,6 @@ def test_bad_input(case: Case, pristine: Path, tmp_path: Path):
 
 
 def test_the_table_is_large_and_distinct():
-    """The issue asks for at least 60 bad inputs; each id names one."""
+    """At least 60 bad inputs, each with an id of its own."""
     assert len(CASES) >= 60
     assert len({c.id for c in CASES}) == len(CASES)
