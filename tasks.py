@@ -101,7 +101,7 @@ def render(c, check=False):
         "flashinfer-jit-cache": "also install flashinfer-jit-cache (5-8 GB of prebuilt kernels for every GPU "
         "generation) for hosts that must not compile anything at start (default: off)",
         "reproducible": "the same image ID for every build of this commit: podman/buildah write the OCI format "
-        "(theirs Docker format records a random container id; OCI drops HEALTHCHECK, which compose and Kubernetes "
+        "(their Docker format records a random container id; OCI drops HEALTHCHECK, which compose and Kubernetes "
         "set themselves); docker needs BuildKit 0.13 or later (default: off; file contents and layers are "
         "reproducible either way)",
         "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "
@@ -129,7 +129,9 @@ def build(
     """Validate the lock, render docker/Dockerfile, then build the image.
 
     The lock check includes the hash check of `invoke lock --check`, from the cached
-    release records (fetched once when missing). Prints the exact engine command
+    release records (fetched once when missing). The build's clock is the commit's time
+    (SOURCE_DATE_EPOCH), so two builds of one commit write the same files; see
+    docs/image.md, Reproducible images. Prints the exact engine command
     before it runs and ends with the image reference and ID. Fails fast, with a hint,
     when no engine is reachable.
     """
