@@ -90,32 +90,26 @@ def check_project_config(root: Path) -> None:
     """Refuse a broken ``invoke.yaml`` (or ``.yml``/``.json``) next to tasks.py with one line, not Invoke's traceback.
 
     Invoke reads the project's config file right after it imports tasks.py and
-    lets the parser's exception escape. Reading it here first, with the same
-    parsers, turns a syntax error or a non-mapping document into one ``error:``
-    line and exit 2.
+    lets the parser's exception escape. Reading it here first (``yaml_file.load``,
+    PyYAML as Invoke vendors it; ``json``) turns a syntax error or a non-mapping
+    document into one ``error:`` line and exit 2.
     """
     import json
 
-    from invoke.vendor import yaml  # the YAML parser Invoke itself uses for invoke.yaml
+    from sglang_stack import yaml_file
 
     for name in ("invoke.yaml", "invoke.yml", "invoke.json"):
         path = root / name
         if not path.exists():
             continue
         try:
-            text = read_text(path)
             if name.endswith(".json"):
                 try:
-                    doc = json.loads(text)
+                    doc = json.loads(read_text(path))
                 except ValueError as err:
                     raise UserError(f"{path}: invalid JSON: {err}") from None
             else:
-                try:
-                    doc = yaml.safe_load(text)
-                except yaml.YAMLError as err:
-                    mark = getattr(err, "problem_mark", None)
-                    at = f":{mark.line + 1}" if mark else ""
-                    raise UserError(f"{path}{at}: invalid YAML: {getattr(err, 'problem', err)}") from None
+                doc = yaml_file.load(path)  # the same PyYAML Invoke vendors; names the file and line
             if doc is not None and not isinstance(doc, dict):
                 raise UserError(f"{path}: must be a mapping of settings, got {type(doc).__name__}")
         except UserError as err:

@@ -33,3 +33,14 @@ def parse_seconds(flag: str, value) -> float:
     if number == float("inf"):
         raise UserError(f"{flag} {value!r}: must be a finite number of seconds")
     return number
+
+
+def parse_positive(flag: str, value) -> float:
+    """A finite number above 0 (a rate, a shape)."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise UserError(f"{flag} {value!r}: not a number") from None
+    if not number > 0 or number == float("inf"):  # also refuses nan
+        raise UserError(f"{flag} {value!r}: must be a number above 0")
+    return number

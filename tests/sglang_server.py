@@ -152,23 +152,8 @@ def _handler(server: SGLangServer):
                         server.flushes += 1
                     self._json(server.behaviour.flush_status, {})
                 return
-            if self.path in ("/v1/chat/completions", "/v1/completions"):
-                if not self._authorised() or self._wedge():
-                    return
-                body = json.loads(raw)
-                with server.lock:
-                    server.bodies.append(body)
-                    server.headers.append(dict(self.headers))
-                    index = len(server.bodies) - 1
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                self._counted = True
-                try:
-                    self._openai(body, index, chat=self.path.endswith("chat/completions"))
-                finally:
-                    self._leave()
-                return
-            if self.path != "/generate":
+            generate = self.path == "/generate"
+            if not generate and self.path not in ("/v1/chat/completions", "/v1/completions"):
                 self._json(404, {"detail": "Not Found"})
                 return
             if not self._authorised() or self._wedge():
@@ -180,11 +165,14 @@ def _handler(server: SGLangServer):
                 index = len(server.bodies) - 1
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
-            if server.behaviour.log_requests:
+            if generate and server.behaviour.log_requests:
                 print(f"stand-in: /generate req-{index} text={body.get('text', '')[:60]!r}", flush=True)
             self._counted = True
             try:
-                self._generate(body, index)
+                if generate:
+                    self._generate(body, index)
+                else:
+                    self._openai(body, index, chat=self.path.endswith("chat/completions"))
             finally:
                 self._leave()
 

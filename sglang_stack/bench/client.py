@@ -165,6 +165,13 @@ def http_post(url: str, path: str, api_key: str | None, timeout: float, body: di
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
 
+def _unreachable(err: RequestFailed, path: str, timeout: float) -> str:
+    """Why a probe got no answer, in the words that continue "ENDPOINT at URL ..."."""
+    if "timed out" in str(err):
+        return f"is not reachable: no answer to {path} within {timeout:g} s"
+    return f"is not reachable: {err}"
+
+
 def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str | None:
     """``None`` when the endpoint is an SGLang server that can generate, else why not, in a few words.
 
@@ -178,9 +185,7 @@ def probe(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0) -> str
     try:
         status, _ = http_get(endpoint.url, "/health", api_key, timeout)
     except RequestFailed as err:
-        if "timed out" in str(err):
-            return f"is not reachable: no answer to /health within {timeout:g} s"
-        return f"is not reachable: {err}"
+        return _unreachable(err, "/health", timeout)
     if status in (404, 405):
         return f"answers, but is not an SGLang server: HTTP {status} from /health (wrong port or URL?)"
     if status == 503:
@@ -202,9 +207,7 @@ def probe_openai(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0)
     try:
         status, _ = http_get(endpoint.url, "/v1/models", api_key, timeout)
     except RequestFailed as err:
-        if "timed out" in str(err):
-            return f"is not reachable: no answer to /v1/models within {timeout:g} s"
-        return f"is not reachable: {err}"
+        return _unreachable(err, "/v1/models", timeout)
     if status == 401:
         return "refuses the API key: HTTP 401 from /v1/models (set SGLANG_API_KEY)"
     if status != 200:
@@ -258,6 +261,34 @@ def flush_cache(endpoint: Endpoint, api_key: str | None, timeout: float) -> tupl
     return False, f"answered HTTP {status}" + (" (requests still pending)" if status == 400 else "")
 
 
+def sse_events(resp, clock, start: float):
+    """``(seconds since start, event)`` for each ``data: {json}`` line of a Server-Sent Events answer.
+
+    Each line is stamped with ``clock()`` as soon as it arrives. Ends at ``data: [DONE]``
+    or the end of the stream; a line that is not JSON, or an ``{"error": ...}`` event (a
+    failure after the headers went out), raises ``RequestFailed``.
+    """
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        now = clock() - start
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
+        if "error" in event:
+            err = event["error"]
+            raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+        yield now, event
+
+
 def stream_generate(
     url: str, body: dict, api_key: str | None, timeout: float, sample: Timing | None = None, clock=time.perf_counter
 ) -> Timing:
@@ -283,24 +314,7 @@ def stream_generate(
             if resp.status in (404, 405):
                 raise RequestFailed(f"HTTP {resp.status} from /generate: not an SGLang server (wrong port or URL?)")
             raise RequestFailed(f"HTTP {resp.status} {resp.reason}: {detail[:300]}")
-        while True:
-            line = resp.readline()
-            if not line:
-                break
-            now = clock() - start
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                break
-            try:
-                event = json.loads(data)
-            except ValueError:
-                raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
-            if "error" in event:
-                err = event["error"]
-                raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+        for now, event in sse_events(resp, clock, start):
             meta = event.get("meta_info") or {}
             tokens = meta.get("completion_tokens")
             if not isinstance(tokens, int):

@@ -49,7 +49,7 @@ from sglang_stack.bench.promptset import (  # noqa: F401 (callers read the promp
     DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, load_prompts, random_prompts,
 )
 from sglang_stack.errors import UserError
-from sglang_stack.flags import parse_count, parse_seconds
+from sglang_stack.flags import parse_count, parse_positive, parse_seconds
 
 DEFAULT_LEVELS = (1, 4, 16)
 DEFAULT_RESULTS = ROOT / "bench-results"
@@ -253,16 +253,6 @@ def parse_rate(value) -> float | None:
     if value in (None, "", "inf"):
         return None
     return parse_positive("--request-rate", value)
-
-
-def parse_positive(flag: str, value) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{flag} {value!r}: not a number") from None
-    if not number > 0 or number == float("inf"):
-        raise UserError(f"{flag} {value!r}: must be a number above 0")
-    return number
 
 
 def parse_percentiles(value) -> tuple[float, ...]:

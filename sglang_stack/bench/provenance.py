@@ -15,12 +15,14 @@ digests, GPU names and the driver, a commit id.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from typing import Sequence
 
 from sglang_stack import ROOT
 from sglang_stack.bench.client import Endpoint
+from sglang_stack.errors import UserError
 
 LABEL_PREFIX = "io.sglang-stack."
 
@@ -59,8 +61,6 @@ def image_of_container(engine: str, container: str) -> dict | None:
     if not image:
         return None
     image = image.strip()
-    import json
-
     raw = _run([engine, "image", "inspect", "--format", "{{json .}}", image])
     try:
         info = json.loads(raw) if raw else {}
@@ -80,14 +80,14 @@ def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
     out = {}
     try:
         published = {compose.endpoint(name, env): name for name in compose.SERVICES}
-    except Exception:  # noqa: BLE001 (provenance is best effort: a broken .env was reported by the probe already)
+    except UserError:  # a broken .env: the probe has said so already; provenance is best effort
         return {}
     wanted = {e.name: published[e.url] for e in endpoints if e.url in published}
     if not wanted:
         return {}
     try:
         rows = compose.ps(engine, list(set(wanted.values())), quiet=True)
-    except Exception:  # noqa: BLE001
+    except UserError:  # no engine, or compose failed: the images stay unrecorded
         return {}
     for name, service in wanted.items():
         row = next((r for r in rows if r.get("Service") == service and r.get("State") == "running"), None)

@@ -181,6 +181,7 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
     lock = threading.Lock()
     done: list[Sample] = []
     drained: list[float] = []  # closed loop: when the first worker found nothing left
+    tokens = [0]  # output tokens so far, for the live line
     origin = time.perf_counter()
     since = lambda: time.perf_counter() - origin  # noqa: E731 (round seconds)
     run_origin = results.elapsed()
@@ -197,8 +198,9 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
         sample.round_end_s = since()
         with lock:
             done.append(sample)
+            tokens[0] += sample.output_tokens or 0
             if progress:
-                progress.request_done(endpoint.name, len(done), count, sum(s.output_tokens or 0 for s in done), since())
+                progress.request_done(endpoint.name, len(done), count, tokens[0], since())
 
     if open_loop:
         cap = threading.BoundedSemaphore(level) if level else None

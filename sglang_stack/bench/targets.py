@@ -30,6 +30,7 @@ from sglang_stack.bench.client import (
     _headers,
     generate_once,
     http_get,
+    sse_events,
     stream_generate,
 )
 from sglang_stack.errors import UserError
@@ -128,24 +129,7 @@ def openai_request(url: str, path: str, api: str, body: dict, api_key: str | Non
             usage = answer.get("usage") or None
             sample.chunks = 1
         else:
-            while True:
-                line = resp.readline()
-                if not line:
-                    break
-                now = clock() - start
-                line = line.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
-                if "error" in event:
-                    err = event["error"]
-                    raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
+            for now, event in sse_events(resp, clock, start):
                 if event.get("usage"):
                     usage = event["usage"]
                 if _content(event, api):
