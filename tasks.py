@@ -104,6 +104,8 @@ def render(c, check=False):
         "(their Docker format records a random container id; OCI drops HEALTHCHECK, which compose and Kubernetes "
         "set themselves); docker needs BuildKit 0.13 or later (default: off; file contents and layers are "
         "reproducible either way)",
+        "mirror": "build from the project's mirror/ (`invoke fetch`): wheels and base images from there only, "
+        "the network off in every RUN step (default: off)",
         "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "
         "\"9.0a 12.0a\" (H200, RTX PRO 6000); '' skips that build (default: versions.lock [jit] arch_list)",
     },
@@ -125,6 +127,7 @@ def build(
     flashinfer_jit_cache=False,
     cuda_arch_list=None,
     reproducible=False,
+    mirror=False,
 ):
     """Validate the lock, render docker/Dockerfile, then build the image.
 
@@ -174,7 +177,18 @@ def build(
         request.build_args["FLASHINFER_JIT_CACHE"] = "1"
     if cuda_arch_list is not None:
         request.build_args["FLASHINFER_CUDA_ARCH_LIST"] = buildmod.arch_list(cuda_arch_list)
+    if mirror:
+        from sglang_stack.image import mirror as mirrormod
+
+        for line in mirrormod.prepare(request, result):
+            print(line)
     ref, image_id = buildmod.build(request)
+    if target in ("sglang", "runtime", "router"):
+        from sglang_stack.image.verify_image import export_sbom
+
+        sbom = export_sbom(engine, ref, ref)
+        print(f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at /opt/sglang-stack/sbom.cdx.json)" if sbom else
+              f"note: {ref} has no SBOM at /opt/sglang-stack/sbom.cdx.json")
     print(f"built {ref} ({image_id})")
 
 
@@ -542,6 +556,9 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False):
 # `invoke bench` and `invoke bench-compare`: their flags and help are in sglang_stack/bench/tasks.py.
 
 from sglang_stack.bench.tasks import bench, bench_compare  # noqa: E402,F401 (collected into ns below)
+
+# `invoke fetch` (the mirror) and `invoke verify` (an image against this checkout): sglang_stack/image/tasks.py.
+from sglang_stack.image.tasks import fetch, verify  # noqa: E402,F401 (collected into ns below)
 
 
 ns = Collection.from_module(sys.modules[__name__])

@@ -10,7 +10,8 @@ digests, GPU names and the driver, a commit id.
   any (the servers may be elsewhere; the endpoint's own server arguments say what it runs).
 - ``images``: for an endpoint served by one of this checkout's compose services on this host,
   the container's image id, repository digests and ``io.sglang-stack.*`` labels: the pins
-  and patch hashes the image was built from.
+  and patch hashes the image was built from, and what `invoke verify` last found for that
+  image ID here (``verified``: null when it never ran).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ def _run(argv: list[str], timeout: float = 10.0) -> str | None:
 
 
 def stack() -> dict:
-    commit = _run(["git", "rev-parse", "HEAD"])
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"])
-    return {"commit": commit.strip() if commit else None, "dirty": bool(status.strip()) if status is not None else None}
+    from sglang_stack.image.build import checkout
+
+    return checkout()
 
 
 def gpus() -> list[dict] | None:
@@ -68,7 +69,19 @@ def image_of_container(engine: str, container: str) -> dict | None:
         info = {}
     labels = ((info.get("Config") or {}).get("Labels")) or {}
     return {"id": image, "repo_digests": info.get("RepoDigests") or [], "tags": info.get("RepoTags") or [],
-            "labels": {k: v for k, v in sorted(labels.items()) if k.startswith(LABEL_PREFIX)}}
+            "labels": {k: v for k, v in sorted(labels.items()) if k.startswith(LABEL_PREFIX)},
+            "verified": verified(image)}
+
+
+def verified(image_id: str) -> dict | None:
+    """What `invoke verify` last found for this image ID on this host (build/verified/), or None: never verified."""
+    from sglang_stack.image.verify_image import read_record
+
+    record = read_record(image_id)
+    if record is None:
+        return None
+    return {"ok": record.get("ok"), "commit": (record.get("checkout") or {}).get("commit"),
+            "failed": [c["name"] for c in record.get("checks", []) if c.get("ok") is False]}
 
 
 def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:

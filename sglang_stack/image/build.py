@@ -70,6 +70,12 @@ class BuildRequest:
     """podman/buildah: the OCI format. Their Docker format records the build container's random id and
     hostname in the image config (buildah 1.28), so only OCI gives the same image ID twice; it drops
     HEALTHCHECK and SHELL, which compose and Kubernetes set themselves."""
+    mirror: bool = False
+    """Wheels from the project's mirror/ only (MIRROR=1), with the build's network off."""
+
+    @property
+    def chroot(self) -> bool:
+        return self.engine != "docker" and self.isolation == "chroot"
 
     def validate(self) -> None:
         if self.engine not in ENGINES:
@@ -114,6 +120,11 @@ class BuildRequest:
             argv += ["--build-arg", f"SOURCE_DATE_EPOCH={self.source_date_epoch}"]
         if self.base_image:
             argv += ["--build-arg", f"{BASE_ARG.get(self.target, 'BASE_IMAGE')}={self.base_image}"]
+        if self.mirror:
+            # No network in any RUN step: what the mirror lacks fails the build instead of being fetched.
+            # buildah/podman's chroot isolation runs in the host's network only (it refuses "none").
+            argv += [] if self.chroot else ["--network", "none"]
+            argv += ["--build-arg", "MIRROR=1"]
         for key, value in sorted(self.build_args.items()):
             argv += ["--build-arg", f"{key}={value}"]
         if self.ca_bundle:
@@ -139,6 +150,24 @@ def commit_epoch(root: Path = ROOT) -> int | None:
     proc = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%ct"], capture_output=True, text=True)
     text = proc.stdout.strip()
     return int(text) if proc.returncode == 0 and text.isdigit() else None
+
+
+def checkout() -> dict:
+    """This checkout's commit (``git rev-parse HEAD``) and whether its tracked files have changes; None where unknown."""
+    import shutil
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        if not shutil.which("git"):
+            return None
+        try:
+            proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip() if commit else None, "dirty": bool(status.strip()) if status is not None else None}
 
 
 def buildkit_supports_rewrite() -> bool:

@@ -1,0 +1,46 @@
+"""What an image holds, as JSON on stdout: run by ``invoke verify`` with the image's own python3.
+
+    python3 -I inventory.py [--hash PATH]...
+
+Prints the interpreter's version, every distribution its ``sys.path`` sees (name, version,
+where), the sha256 of each ``--hash`` path (null when absent), and the SBOM at
+/opt/sglang-stack/sbom.cdx.json (null when absent). Standard library only, one file:
+``invoke verify`` mounts this checkout's copy read-only, so no code of the image's decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from importlib import metadata
+from pathlib import Path
+
+SBOM = Path("/opt/sglang-stack/sbom.cdx.json")
+
+
+def _sha256(path: Path):
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    paths = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--hash"]
+    dists = sorted({(d.metadata["Name"], d.version, str(getattr(d, "_path", "")).rsplit("/", 1)[0])
+                    for d in metadata.distributions()})
+    try:
+        sbom = json.loads(SBOM.read_text()) if SBOM.is_file() else None
+    except ValueError:
+        sbom = "unreadable"
+    json.dump({"python": ".".join(map(str, sys.version_info[:3])), "distributions": dists,
+               "files": {p: _sha256(Path(p)) for p in paths}, "sbom": sbom}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

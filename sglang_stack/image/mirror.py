@@ -1,0 +1,331 @@
+"""A verified local mirror of what a build downloads, for builds with no network.
+
+``invoke fetch`` fills the project's ``mirror/`` directory (the build context holds it, so
+every engine can mount it into a RUN step), and ``invoke build --mirror`` builds from it
+with the build's network off:
+
+    mirror/wheels/         every wheel: PyPI's (from the requirements files) and versions.lock's URL wheels
+    mirror/images/         the base images, as archives the engine saved (docker-archive)
+    mirror/manifest.json   each file's sha256, size and source, and the hashes of the lock files it serves
+
+A file stays only if its sha256 is one the lock allows: a download whose hash differs is
+deleted and named (a URL wheel re-uploaded upstream under the same name), and a wheel that
+no pin of the lock allows any more is removed. A second run keeps what is already good
+(resuming an interrupted one) and writes the manifest last, atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_stack import ROOT
+from sglang_stack.atomic import write as atomic_write
+from sglang_stack.errors import UserError
+from sglang_stack.image.lock import Lock, _key
+from sglang_stack.image.pins import read_pins
+
+MIRROR = ROOT / "mirror"
+MANIFEST = "manifest.json"
+SCHEMA = 1
+TARGETS = ("all", "runtime", "deps", "sglang", "base", "router")
+# The lock files a mirror serves: a change to any of them makes the mirror stale.
+LOCK_FILES = ("versions.lock", "requirements.lock.txt", "requirements.router.lock.txt")
+
+
+@dataclass(frozen=True)
+class PyPISet:
+    """One requirements file, downloaded for the interpreter and platform it was resolved for."""
+
+    path: Path
+    python: str  # "3.12"
+    platform: str  # uv's form, "x86_64-manylinux_2_39"
+
+    def pip_platforms(self) -> list[str]:
+        """Every platform tag the target interpreter accepts, best first: pip takes ``--platform`` literally
+        (manylinux_2_39 does not admit a manylinux_2_17 wheel), so spell out each glibc down to 2.5."""
+        arch, _, libc = self.platform.partition("-")
+        major, minor = (int(x) for x in libc.removeprefix("manylinux_").split("_"))
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        out = []
+        for m in range(minor, 4, -1):
+            out.append(f"manylinux_{major}_{m}_{arch}")
+            if m in legacy:
+                out.append(f"{legacy[m]}_{arch}")
+        return out
+
+
+@dataclass
+class Plan:
+    """What one target's build downloads: URL wheels, PyPI sets and base images (ARG -> reference)."""
+
+    urls: list = field(default_factory=list)
+    pypi: list[PyPISet] = field(default_factory=list)
+    images: dict[str, str] = field(default_factory=dict)
+
+
+def plan(lock: Lock, target: str, images: dict[str, str], optional: bool = False) -> Plan:
+    """The artifacts ``target``'s build downloads; ``images`` are its base images (see build.base_images)."""
+    if target not in TARGETS:
+        raise UserError(f"--target {target!r}: choose one of {', '.join(TARGETS)}")
+    stages = {"all": ("deps", "sglang", "router"), "runtime": ("deps", "sglang")}.get(target, (target,))
+    out = Plan(images=dict(images))
+    root = lock.path.parent
+    if "deps" in stages:
+        out.urls += [w for w in lock.wheels if optional or not w.optional]
+        out.pypi.append(PyPISet(root / "requirements.lock.txt", lock.python["version"], lock.data["resolve"]["python_platform"]))
+    if "sglang" in stages:
+        out.urls.append(lock.sglang)
+    if "router" in stages:
+        out.urls.append(lock.router)
+        out.pypi.append(PyPISet(root / "requirements.router.lock.txt", lock.router_table["python"], lock.router_table["python_platform"]))
+    if stages != ("base",):
+        out.urls += list(lock.build_tools)  # the binary audit's ELF reader and the SBOM generator
+    return out
+
+
+def allowed(lock: Lock) -> dict[str, str]:
+    """sha256 -> what it is, for every wheel any target of this lock installs."""
+    out = {}
+    problems: list[str] = []
+    root = lock.path.parent
+    for name in ("requirements.lock.txt", "requirements.router.lock.txt"):
+        for pin in read_pins(root / name, problems):
+            for digest in pin.hashes:
+                out[digest] = f"{pin.name}=={pin.version} ({name})"
+    for art in (lock.sglang, *lock.wheels, lock.router, *lock.build_tools):
+        out[art.sha256] = f"{_key(lock, art)} ({lock.path.name})"
+    return out
+
+
+def lock_hashes(lock: Lock) -> dict[str, str]:
+    root = lock.path.parent
+    return {name: hashlib.sha256((root / name).read_bytes()).hexdigest() for name in LOCK_FILES}
+
+
+def _hash(path: Path, known: dict) -> str:
+    """A file's sha256, reusing the manifest's when its size and mtime are unchanged (a resumed run)."""
+    from sglang_stack.fetch import sha256_of
+
+    st = path.stat()
+    entry = known.get(path.name)
+    if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
+        return entry["sha256"]
+    return sha256_of(path)
+
+
+def read_manifest(mirror: Path) -> dict:
+    path = mirror / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err}): delete it and run `invoke fetch` again") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UserError(f"{path}: not a manifest of schema {SCHEMA}: delete it and run `invoke fetch` again")
+    return data
+
+
+def _pip_download(wanted: PyPISet, wheels: Path) -> list[str]:
+    """``pip download`` one hashed set for its interpreter; returns the pins whose hash PyPI no longer matches."""
+    import re
+    import subprocess
+
+    from sglang_stack.shell import show
+
+    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+            "--disable-pip-version-check", "--progress-bar", "off",
+            *[x for tag in wanted.pip_platforms() for x in ("--platform", tag)], "--implementation", "cp", "--python-version", wanted.python, "--dest", str(wheels), "-r", str(wanted.path)]
+    show(argv)
+    proc = subprocess.run(argv, text=True, capture_output=True)
+    sys.stderr.write(proc.stdout[-4000:])
+    if proc.returncode == 0:
+        return []
+    # pip's hash report: "    NAME==VERSION from URL:" then "Expected sha256 ..." / "Got ...".
+    changed = re.findall(r"^\s+(\S+==\S+) from (\S+):\n\s+Expected sha256 (\w+)\n\s+Got\s+(\w+)", proc.stderr, re.M)
+    if changed:
+        return [f"{req}: {url.rsplit('/', 1)[-1]} has sha256 {got}, the lock allows {want}" for req, url, want, got in changed]
+    tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
+    raise UserError(f"pip download -r {wanted.path.name} failed: {tail}")
+
+
+def local_name(arg: str, ref: str) -> str:
+    """The name a base image has inside its archive, and in the store after ``load``: a loaded archive
+    keeps no registry digest, so a build from the mirror starts FROM this name instead of ``ref``."""
+    return f"localhost/sglang-stack-mirror/{arg.lower().replace('_', '-')}:{hashlib.sha256(ref.encode()).hexdigest()[:16]}"
+
+
+def _save_image(engine: str, arg: str, ref: str, dest: Path) -> None:
+    """Save one base image as a docker-archive named ``local_name``, pulling it first if the store lacks it."""
+    from sglang_stack.image import store
+    from sglang_stack.shell import run
+
+    cli = "docker" if engine == "docker" else engine
+    if not store.exists(engine, ref):
+        run([cli, "pull", ref], what=f"{cli} pull {ref}")
+    name = local_name(arg, ref)
+    tmp = dest.with_name(f".{dest.name}.part")
+    tmp.unlink(missing_ok=True)
+    try:
+        if engine == "buildah":
+            run(["buildah", "push", ref, f"docker-archive:{tmp}:{name}"], what=f"buildah push {ref}")
+        else:
+            fresh = not store.exists(engine, name)
+            store.tag(engine, ref, name)
+            try:
+                run([cli, "save", "--output", str(tmp), name], what=f"{cli} save {ref}")
+            finally:
+                if fresh:
+                    store.remove(engine, name)  # only the name this made; ref keeps the image
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def image_file(arg: str) -> str:
+    return f"{arg.lower().replace('_', '-')}.tar"
+
+
+def fetch(lock: Lock, target: str, images: dict[str, str], engine: str, mirror: Path = MIRROR,
+          optional: bool = False) -> list[str]:
+    """Fill ``mirror`` for ``target``; returns the report lines. Raises naming every re-uploaded file."""
+    from sglang_stack.fetch import fetch as download
+    from sglang_stack.image import store
+
+    want = plan(lock, target, images, optional)
+    wheels, archives = mirror / "wheels", mirror / "images"
+    wheels.mkdir(parents=True, exist_ok=True)
+    archives.mkdir(parents=True, exist_ok=True)
+    for stale in (*wheels.glob(".*.part"), *archives.glob(".*.part")):
+        stale.unlink()  # what an interrupted run left
+    old = read_manifest(mirror)
+    known = {f["path"].rsplit("/", 1)[-1]: f for f in old.get("files", [])}
+    report, changed = [], []
+    for art in want.urls:
+        try:
+            download(art.url, art.sha256, dest=wheels)
+        except UserError as err:
+            if "sha256 mismatch" not in str(err):
+                raise
+            got = str(err).rsplit("got ", 1)[-1]
+            changed.append(f"{_key(lock, art)}: {art.filename} was re-uploaded upstream (sha256 {got}, the lock pins "
+                           f"{art.sha256}); the download was deleted")
+    for pypi in want.pypi:
+        changed += _pip_download(pypi, wheels)
+    if changed:
+        raise UserError("; ".join(changed))
+    ok = allowed(lock)
+    files = []
+    for path in sorted(wheels.glob("*.whl")):
+        digest = _hash(path, known)
+        if digest not in ok:
+            path.unlink()
+            report.append(f"removed {path.name}: no pin of this lock allows sha256 {digest}")
+            continue
+        st = path.stat()
+        files.append({"path": f"wheels/{path.name}", "sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                      "pin": ok[digest]})
+    kept_images = {i["arg"]: i for i in old.get("images", [])}
+    for arg, ref in sorted(want.images.items()):
+        dest = archives / image_file(arg)
+        image_id = store.image_id(engine, ref) if store.exists(engine, ref) else ""
+        prior = kept_images.get(arg)
+        if not (dest.is_file() and prior and prior.get("ref") == ref and (not image_id or prior.get("id") == image_id)):
+            _save_image(engine, arg, ref, dest)
+            image_id = store.image_id(engine, ref)
+        kept_images[arg] = {"arg": arg, "ref": ref, "id": image_id or prior["id"], "path": f"images/{dest.name}",
+                            "size": dest.stat().st_size, "format": "docker-archive"}
+    manifest = {"schema": SCHEMA, "lock": lock_hashes(lock), "targets": sorted({target, *old.get("targets", [])}),
+                "files": files, "images": [kept_images[k] for k in sorted(kept_images)]}
+    atomic_write(mirror / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    size = sum(f["size"] for f in files) + sum(i["size"] for i in manifest["images"])
+    report.append(f"mirror {mirror}: {len(files)} wheels, {len(manifest['images'])} base images, {size / 1e9:.2f} GB; "
+                  f"wrote {MANIFEST}")
+    return report
+
+
+def check(lock: Lock, target: str, images: dict[str, str], mirror: Path = MIRROR, optional: bool = False) -> dict:
+    """Before a mirror build: the manifest is this lock's, and every file ``target`` needs is there, whole.
+
+    Returns the manifest. pip checks every wheel's sha256 again as it installs it.
+    """
+    manifest = read_manifest(mirror)
+    if not manifest:
+        raise UserError(f"{mirror / MANIFEST}: missing: run `invoke fetch --target {target}` where the network reaches")
+    for name, digest in lock_hashes(lock).items():
+        if manifest["lock"].get(name) != digest:
+            raise UserError(f"{mirror / MANIFEST}: made for another {name}: run `invoke fetch --target {target}` again")
+    listed = {f["path"]: f for f in manifest["files"]}
+    hashes = {f["sha256"] for f in manifest["files"]}
+    want = plan(lock, target, images, optional)
+    for art in want.urls:
+        if art.sha256 not in hashes:
+            raise UserError(f"{mirror}: {art.filename} missing ({_key(lock, art)}): run `invoke fetch --target {target}`")
+    problems: list[str] = []
+    for pypi in want.pypi:
+        for pin in read_pins(pypi.path, problems):
+            if not hashes.intersection(pin.hashes):
+                raise UserError(f"{mirror}: no wheel of {pin} ({pypi.path.name}): run `invoke fetch --target {target}`")
+    for path, entry in listed.items():
+        if not (mirror / path).is_file() or (mirror / path).stat().st_size != entry["size"]:
+            raise UserError(f"{mirror / path}: missing or truncated: run `invoke fetch --target {target}`")
+    kept = {i["arg"]: i for i in manifest["images"]}
+    for arg, ref in want.images.items():
+        if kept.get(arg, {}).get("ref") != ref:
+            raise UserError(f"{mirror}: no archive of {arg}={ref}: run `invoke fetch --target {target}` (with the same --base-image)")
+    return manifest
+
+
+def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Path = MIRROR) -> dict[str, str]:
+    """ARG -> what the build starts FROM: the reference itself where the store has it, else the mirror's
+    archive, loaded into the store under ``local_name``."""
+    from sglang_stack.image import store
+    from sglang_stack.shell import run
+
+    out = {}
+    entries = {e["arg"]: e for e in manifest["images"]}
+    for arg, ref in images.items():
+        if store.exists(engine, ref):
+            out[arg] = ref
+            continue
+        name = local_name(arg, ref)
+        if not store.exists(engine, name):
+            archive = mirror / entries[arg]["path"]
+            if engine == "buildah":
+                run(["buildah", "pull", f"docker-archive:{archive}"], what=f"buildah pull {archive.name}")
+            else:
+                run([engine, "load", "--input", str(archive)], what=f"{engine} load {archive.name}")
+        out[arg] = name
+    return out
+
+
+def prepare(request, lock: Lock, mirror: Path = MIRROR) -> list[str]:
+    """Make ``request`` (a build.BuildRequest) a mirror build: check the mirror, load its base images,
+    and point the build at them. Returns what it did, one line each."""
+    from sglang_stack.image import build as buildmod
+
+    if mirror.resolve() != (request.context / "mirror").resolve():
+        raise UserError(f"--mirror: the build reads the mirror from its context, {request.context / 'mirror'}; "
+                        f"run `invoke fetch` there, or move {mirror} there")
+    images = buildmod.base_images(request)
+    manifest = check(lock, request.target, images, mirror, optional="FLASHINFER_JIT_CACHE" in request.build_args)
+    network = ("pip reads the mirror only; --isolation chroot keeps the host's network (use another isolation, "
+               "or docker, to turn it off)" if request.chroot else "the build's network is off")
+    lines = [f"mirror {mirror}: {len(manifest['files'])} wheels for {', '.join(manifest['targets'])}, "
+             f"checked against this lock; {network}"]
+    own = buildmod.BASE_ARG.get(request.target, "BASE_IMAGE")
+    for arg, ref in base_images(request.engine, manifest, images, mirror).items():
+        if ref == images[arg]:
+            continue
+        lines.append(f"{arg}: {images[arg]} from the mirror, as {ref}")
+        if arg == own:
+            request.base_image = ref
+        else:
+            request.build_args[arg] = ref
+    request.mirror = True
+    return lines
