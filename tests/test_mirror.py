@@ -1,0 +1,213 @@
+"""`invoke fetch` and `invoke build --mirror`: the exact bytes of the lock, kept locally, built from offline.
+
+The fetch tests download from PyPI (the router's set is 37 small wheels); the build tests
+build the router and sglang stages from a mirror with buildah, and the router stage with the
+Docker Engine's BuildKit under ``--network none``. Each build runs in a scratch copy of the
+build context, so a user's own mirror/ is never touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError
+from sglang_stack.image import build as buildmod
+from sglang_stack.image import lock as lockmod
+from sglang_stack.image import mirror
+from sglang_stack.image import store
+
+
+@pytest.fixture(scope="module")
+def lock():
+    return lockmod.check_all(download=False)[0]
+
+
+def copy_context(dest: Path) -> Path:
+    """The checkout's files (what git tracks or would), as the build context a user has."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.split(b"\0")
+    for name in filter(None, files):
+        src = ROOT / os.fsdecode(name)
+        if src.is_file() and not os.fsdecode(name).startswith("mirror/wheels"):
+            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / os.fsdecode(name))
+    return dest
+
+
+# --- what a target needs ------------------------------------------------------------------
+
+
+def test_each_target_mirrors_what_its_stages_install(lock):
+    router = mirror.plan(lock, "router", {"ROUTER_BASE_IMAGE": "r"})
+    assert lock.router in router.urls and lock.sglang not in router.urls
+    assert [p.path.name for p in router.pypi] == ["requirements.router.lock.txt"]
+    assert (router.pypi[0].python, router.pypi[0].platform) == (lock.router_table["python"], lock.router_table["python_platform"])
+    sglang = mirror.plan(lock, "sglang", {})
+    assert lock.sglang in sglang.urls and not sglang.pypi
+    assert set(lock.build_tools) <= set(sglang.urls), "the ELF reader and the SBOM generator run in the build"
+    everything = mirror.plan(lock, "all", {})
+    assert {p.path.name for p in everything.pypi} == {"requirements.lock.txt", "requirements.router.lock.txt"}
+    assert set(lock.default_wheels) <= set(everything.urls)
+    optional = [w for w in lock.wheels if w.optional]
+    assert optional and not set(optional) & set(everything.urls), "flashinfer-jit-cache only with --optional"
+    assert set(optional) <= set(mirror.plan(lock, "all", {}, optional=True).urls)
+    assert not mirror.plan(lock, "base", {}).urls
+    with pytest.raises(UserError, match="--target 'gpu'"):
+        mirror.plan(lock, "gpu", {})
+
+
+def test_pip_is_given_every_glibc_the_interpreter_accepts_best_first(lock):
+    platforms = mirror.PyPISet(ROOT / "requirements.lock.txt", "3.12", "x86_64-manylinux_2_39").pip_platforms()
+    assert platforms[0] == "manylinux_2_39_x86_64" and platforms[-1] == "manylinux1_x86_64"
+    assert platforms.index("manylinux_2_17_x86_64") + 1 == platforms.index("manylinux2014_x86_64")
+    assert len(platforms) == len(set(platforms)) == 35 + 3
+
+
+def test_every_hash_of_the_lock_is_allowed_and_nothing_else(lock):
+    ok = mirror.allowed(lock)
+    assert ok[lock.sglang.sha256].startswith("sglang") and ok[lock.router.sha256].startswith("router")
+    assert all(t.sha256 in ok for t in lock.build_tools)
+    assert "0" * 64 not in ok
+
+
+# --- fetch: resumable, never keeps a wrong file -------------------------------------------
+
+
+@pytest.mark.network
+def test_fetch_resumes_prunes_and_names_a_reupload(lock, tmp_path):
+    dest = tmp_path / "mirror"
+    first = mirror.fetch(lock, "sglang", {}, "buildah", dest)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    assert manifest["lock"] == mirror.lock_hashes(lock) and manifest["targets"] == ["sglang"]
+    names = {Path(f["path"]).name for f in manifest["files"]}
+    assert lock.sglang.filename in names and len(names) == 1 + len(lock.build_tools)
+    assert first[-1].startswith(f"mirror {dest}: {len(names)} wheels")
+
+    wheel = dest / "wheels" / lock.sglang.filename
+    stamp = wheel.stat().st_mtime_ns
+    (dest / "wheels" / ".stale.whl.part").write_bytes(b"half")  # what a killed run leaves
+    stray = dest / "wheels" / "stray-1.0-py3-none-any.whl"
+    stray.write_bytes(b"not in the lock")
+    tool = dest / "wheels" / lock.build_tools[0].filename
+    tool.write_bytes(b"tampered")  # a file whose hash is wrong: deleted and fetched again
+    again = mirror.fetch(lock, "sglang", {}, "buildah", dest)
+    assert wheel.stat().st_mtime_ns == stamp, "a good file stays, it is not downloaded again"
+    assert not (dest / "wheels" / ".stale.whl.part").exists() and not stray.exists()
+    assert any(line.startswith("removed stray-1.0-py3-none-any.whl: no pin of this lock allows") for line in again)
+    from sglang_stack.fetch import sha256_of
+
+    assert sha256_of(tool) == lock.build_tools[0].sha256
+
+    moved = dataclasses.replace(lock, sglang=dataclasses.replace(lock.sglang, sha256="0" * 64))
+    wheel.unlink()
+    with pytest.raises(UserError) as err:
+        mirror.fetch(moved, "sglang", {}, "buildah", dest)
+    assert f"sglang: {lock.sglang.filename} was re-uploaded upstream (sha256 {lock.sglang.sha256}" in str(err.value)
+    assert not wheel.exists() and not list((dest / "wheels").glob(".*.part")), "the wrong bytes are not kept"
+
+
+def test_a_mirror_of_another_lock_or_with_a_file_missing_is_refused(lock, tmp_path):
+    dest = tmp_path / "mirror"
+    with pytest.raises(UserError, match="manifest.json: missing: run `invoke fetch --target router`"):
+        mirror.check(lock, "router", {}, dest)
+    dest.mkdir()
+    stale = {"schema": 1, "lock": {**mirror.lock_hashes(lock), "requirements.lock.txt": "0" * 64},
+             "targets": ["router"], "files": [], "images": []}
+    (dest / "manifest.json").write_text(json.dumps(stale))
+    with pytest.raises(UserError, match="made for another requirements.lock.txt"):
+        mirror.check(lock, "router", {}, dest)
+    (dest / "manifest.json").write_text(json.dumps({**stale, "lock": mirror.lock_hashes(lock)}))
+    with pytest.raises(UserError, match=f"{lock.router.filename} missing \\(router\\)"):
+        mirror.check(lock, "router", {}, dest)
+    (dest / "manifest.json").write_text("{")
+    with pytest.raises(UserError, match="not valid JSON"):
+        mirror.check(lock, "router", {}, dest)
+
+
+def test_a_mirror_outside_the_build_context_is_refused(lock, tmp_path):
+    request = buildmod.BuildRequest(engine="buildah", tag="t", target="router")
+    with pytest.raises(UserError, match="the build reads the mirror from its context"):
+        mirror.prepare(request, lock, tmp_path / "elsewhere")
+
+
+def test_a_mirror_build_turns_the_network_off_where_the_engine_can():
+    docker = buildmod.BuildRequest(engine="docker", tag="t", mirror=True).command()
+    assert docker[docker.index("--network") + 1] == "none" and "MIRROR=1" in docker
+    buildah = buildmod.BuildRequest(engine="buildah", tag="t", mirror=True, isolation="oci").command()
+    assert buildah[buildah.index("--network") + 1] == "none"
+    chroot = buildmod.BuildRequest(engine="buildah", tag="t", mirror=True, isolation="chroot").command()
+    assert "--network" not in chroot and "MIRROR=1" in chroot, "chroot isolation refuses --network none"
+    assert "MIRROR=1" not in buildmod.BuildRequest(engine="docker", tag="t").command()
+
+
+# --- builds from the mirror ---------------------------------------------------------------
+
+
+def _request(engine: str, target: str, tag: str, base: str, context: Path) -> buildmod.BuildRequest:
+    return buildmod.BuildRequest(engine=engine, tag=tag, target=target, base_image=base, no_cache=True,
+                                 isolation="chroot" if engine == "buildah" else None, layers=False,
+                                 source_date_epoch=buildmod.commit_epoch(), oci=engine == "buildah",
+                                 context=context, dockerfile=context / "docker" / "Dockerfile")
+
+
+@pytest.mark.container
+def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_base, run_id, lock, tmp_path, capfd):
+    """The base image too comes from the mirror: the test's own name for it is gone before the build."""
+    from sglang_stack.image import verify_image
+
+    context = copy_context(tmp_path / "context")
+    base = f"localhost/sglang-stack-test-{run_id}/mirror-base:bookworm"
+    store.tag("buildah", smoke_base, base)
+    made = []
+    try:
+        for target in ("router", "sglang"):
+            request = _request("buildah", target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
+            mirror.fetch(lock, target, buildmod.base_images(request), "buildah", context / "mirror")
+        for target in ("router", "sglang"):
+            store.remove("buildah", base)  # loading an archive names the image as it was saved, too
+            request = _request("buildah", target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
+            lines = mirror.prepare(request, lock, context / "mirror")
+            loaded = mirror.local_name(buildmod.BASE_ARG.get(target, "BASE_IMAGE"), base)
+            made.append(loaded)
+            assert request.base_image == loaded and any(f"from the mirror, as {loaded}" in line for line in lines)
+            capfd.readouterr()
+            tag, _ = buildmod.build(request)
+            made.append(tag)
+            out = capfd.readouterr()
+            assert "installing from the mirror: no index, no URL" in out.out + out.err
+            assert "Looking in indexes" not in out.out + out.err, "pip never looked at an index"
+            report = verify_image.verify("buildah", tag)
+            assert report.ok, report.lines()
+    finally:
+        store.remove("buildah", base, *made)
+
+
+@pytest.mark.engine
+def test_docker_builds_the_router_from_the_mirror_with_the_network_off(docker_base, run_id, lock, tmp_path, capfd):
+    context = copy_context(tmp_path / "context")
+    tag = f"sglang-stack-test-{run_id}:mirror-router"
+    request = _request("docker", "router", tag, docker_base, context)
+    mirror.fetch(lock, "router", buildmod.base_images(request), "docker", context / "mirror")
+    assert (context / "mirror" / "images" / "router-base-image.tar").is_file()
+    mirror.prepare(request, lock, context / "mirror")
+    argv = request.command()
+    assert argv[argv.index("--network") + 1] == "none"
+    try:
+        capfd.readouterr()
+        buildmod.build(request)
+        out = capfd.readouterr()
+        assert "installing from the mirror: no index, no URL" in out.out + out.err
+        probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", tag, "-c",
+                                "import sglang_router, json; print(open('/opt/sglang-stack/sbom.cdx.json').read()[:1])"],
+                               capture_output=True, text=True, timeout=120)
+        assert probe.returncode == 0 and probe.stdout.strip() == "{", probe.stderr
+    finally:
+        store.remove("docker", tag)
