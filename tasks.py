@@ -560,6 +560,9 @@ from sglang_stack.bench.tasks import bench, bench_compare  # noqa: E402,F401 (co
 # `invoke fetch` (the mirror) and `invoke verify` (an image against this checkout): sglang_stack/image/tasks.py.
 from sglang_stack.image.tasks import fetch, verify  # noqa: E402,F401 (collected into ns below)
 
+# `invoke models-lock`, `models-verify`, `model-revision` (the weights by commit): sglang_stack/services/tasks.py.
+from sglang_stack.services.tasks import model_revision, models_lock, models_verify  # noqa: E402,F401
+
 
 ns = Collection.from_module(sys.modules[__name__])
 ns.configure(

@@ -96,6 +96,7 @@ LOCK = "versions.lock"
 REQS = "requirements.lock.txt"
 TEMPLATE = "docker/Dockerfile.j2"
 VALUES = "deploy/k8s/values.yaml"
+MODELS = "models.lock"
 SHAREGPT = '[{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]'
 
 CASES = [
@@ -215,6 +216,24 @@ CASES = [
     Case("k8s-values-type", ["k8s", "--out", "k8s-out"], [replace(VALUES, "replicas: 2", "replicas: two")], ["replicas"]),
     Case("k8s-values-list", ["k8s", "--out", "k8s-out", "--values", "v.yaml"], [write("v.yaml", "- 1\n")], ["v.yaml"]),
     Case("k8s-out-is-file", ["k8s", "--out", "afile"], [write("afile", "x")], ["afile"]),
+    # the mirror, verify, and the model pins
+    Case("fetch-target", ["fetch", "--target", "gpu"], [], ["--target 'gpu'"]),
+    Case("fetch-base-without-target", ["fetch", "--base-image", "x:1"], [], ["--base-image", "--target"]),
+    Case("fetch-bad-manifest", ["build", "--mirror"], [write("mirror/manifest.json", "{")],
+         ["mirror/manifest.json: not valid JSON"]),
+    Case("build-mirror-empty", ["build", "--mirror"], [], ["mirror/manifest.json: missing", "invoke fetch"]),
+    Case("verify-mirror-alone", ["verify", "--image", "x:1", "--mirror"], [], ["--mirror applies to --rebuild only"]),
+    Case("models-bad-toml", ["model-revision"], [append(MODELS, "\n[[model]\n")], ["models.lock: invalid TOML"]),
+    Case("models-not-utf8", ["model-revision"], [append(MODELS, b"\n# \xff\n")], ["models.lock:", "not UTF-8"]),
+    Case("models-unknown-key", ["model-revision"], [replace(MODELS, 'track = "main"', 'trak = "main"')],
+         ["model[target]", "'trak'"]),
+    Case("models-revision", ["model-revision"], [replace(MODELS, 'revision = ""', 'revision = "main"')],
+         ["model[target].revision", "'main'"]),
+    Case("models-repo", ["model-revision"], [replace(MODELS, '"moonshotai/Kimi-K2.5"', '"Kimi K2.5"')],
+         ["model[target].repo", "'Kimi K2.5'"]),
+    Case("models-role", ["model-revision", "--role", "draftr"], [], ["--role 'draftr'"]),
+    Case("models-unpinned", ["models-verify", "--dir", "."], [], ["moonshotai/Kimi-K2.5 is not pinned yet"]),
+    Case("models-workers", ["models-verify", "--workers", "0"], [], ["--workers"]),
 ]
 
 

@@ -291,6 +291,25 @@ def test_provenance_is_recorded_and_no_secret_is(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert doc["metadata"]["provenance"]["stack"]["commit"] == head
     assert "gpus" in doc["metadata"]["provenance"] and "images" in doc["metadata"]["provenance"]
+    pins = doc["metadata"]["provenance"]["models"]
+    assert {role: (p["repo"], p["revision"]) for role, p in pins.items()} == {
+        "target": ("moonshotai/Kimi-K2.5", None), "drafter": ("lightseekorg/kimi-k2.5-eagle3", None)}, "models.lock, unpinned"
     assert doc["metadata"]["endpoints"][0]["server"] == {"version": "0.5.9", "tp_size": 8}
     for name in (report.JSON_NAME, report.MARKDOWN_NAME):
         assert key not in (out / name).read_text(), f"the API key is in {name}"
+
+
+def test_provenance_cites_what_invoke_verify_found_for_the_image(tmp_path, monkeypatch):
+    from sglang_stack.bench import provenance
+    from sglang_stack.image import verify_image
+
+    monkeypatch.setattr(verify_image, "RECORDS", tmp_path)
+    image_id = "sha256:" + "ab" * 32
+    assert provenance.verified(image_id) is None, "never verified"
+    report = verify_image.Report("x:1", image_id, "runtime", [verify_image.Check("labels", True, "."),
+                                                             verify_image.Check("patches", False, "f: differs"),
+                                                             verify_image.Check("digest", None, "not compared")])
+    verify_image.write_record(report)
+    found = provenance.verified(image_id)
+    assert found["ok"] is False and found["failed"] == ["patches"]
+    assert found["commit"] == subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()

@@ -110,10 +110,18 @@ def test_sglang_wheel_is_pinned_by_hash(stages, lock):
 
 def test_every_pip_install_verifies_hashes_and_uses_a_cache_mount(commands):
     installs = [c for c in commands if c.cmd == "RUN" and "pip install" in c.value[0]]
-    assert len(installs) == 6, [c.original[:80] for c in installs]
+    # router, the URL wheels, the optional wheel, requirements.lock.txt, the binary audit's tools, sglang,
+    # and the SBOM generator in the router, sglang and runtime stages.
+    assert len(installs) == 9, [c.original[:80] for c in installs]
     for cmd in installs:
         assert "--require-hashes" in cmd.value[0], cmd.original
         assert any(f.startswith("--mount=type=cache,target=/root/.cache/pip") for f in cmd.flags), cmd.original
+        # `invoke build --mirror`: every install can read the mirror, and every URL goes through from_mirror.
+        assert "--mount=type=bind,source=mirror,target=/mirror" in cmd.flags, cmd.original
+        assert 'if [ "${MIRROR:-0}" = 1 ]; then' in cmd.value[0], cmd.original
+        for line in cmd.value[0].split("&&"):
+            if "printf '%s\\n'" in line and " @ https://" in line:
+                assert "| from_mirror >" in line, line[:120]
 
 
 def test_labels_record_every_pin(stages, lock):

@@ -12,6 +12,8 @@ digests, GPU names and the driver, a commit id.
   the container's image id, repository digests and ``io.sglang-stack.*`` labels: the pins
   and patch hashes the image was built from, and what `invoke verify` last found for that
   image ID here (``verified``: null when it never ran).
+- ``models``: models.lock's commit for the target and the drafter, and whether this host's
+  model directories match it by name and size.
 """
 
 from __future__ import annotations
@@ -109,5 +111,29 @@ def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
     return out
 
 
+def models(env) -> dict:
+    """models.lock's commit for each role, and whether this host's MODEL_DIR / DRAFT_MODEL_DIR hold
+    exactly those files by name and size (``matches``: None where there is no pin or no directory)."""
+    from sglang_stack.services import compose
+    from sglang_stack.services import models as pins
+
+    try:
+        lock = pins.load()
+    except UserError:
+        return {}
+    try:
+        svc = compose.service("eagle3", env)
+        dirs = {"target": svc.model_dir, "drafter": svc.draft_dir}
+    except UserError:
+        dirs = {}
+    out = {}
+    for role, pin in lock.items():
+        directory = dirs.get(role)
+        matches = not pins.quick_check(directory, pin) if pin.pinned and directory and directory.is_dir() else None
+        out[role] = {"repo": pin.repo, "revision": pin.revision or None, "dir": str(directory) if directory else None,
+                     "matches": matches}
+    return out
+
+
 def collect(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
-    return {"stack": stack(), "gpus": gpus(), "images": images(endpoints, env, engine)}
+    return {"stack": stack(), "gpus": gpus(), "images": images(endpoints, env, engine), "models": models(env)}

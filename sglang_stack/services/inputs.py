@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+from sglang_stack.errors import UserError
 from sglang_stack.services import compose, variables
 from sglang_stack.services.checks import FAIL, IMAGE_USER_UID, OK, SKIP, WARN, Check
 
@@ -93,7 +94,27 @@ def _model_dir_check(name: str, var: str, directory: Path, env: variables.Enviro
     if name == "drafter" and "eagle3" not in arch.lower():
         return Check(name, WARN, f"{detail}: does not look like an EAGLE-3 drafter",
                      "point DRAFT_MODEL_DIR at an EAGLE-3 drafter for Kimi-K2.5"), arch
-    return Check(name, OK, detail), arch
+    return _pin_check(name, directory, detail), arch
+
+
+def _pin_check(name: str, directory: Path, detail: str) -> Check:
+    """The directory against models.lock's commit, by names and sizes (a stat per file)."""
+    from sglang_stack.services import models
+
+    role = "target" if name == "model" else "drafter"
+    try:
+        pin = models.load().get(role)
+    except UserError as err:
+        return Check(name, FAIL, f"{detail}; {err}", "fix models.lock, or restore it with git")
+    if pin is None or not pin.pinned:
+        repo = f" {pin.repo}" if pin else ""
+        return Check(name, OK, f"{detail}; models.lock does not pin{repo} yet (`invoke models-lock` on a networked host)")
+    problems = models.quick_check(directory, pin)
+    if problems:
+        return Check(name, FAIL, f"{detail}; {len(problems)} of {len(pin.files)} files differ from {pin.repo}@{pin.revision[:12]} "
+                     f"(first: {problems[0]})", f"hf download {pin.repo} --revision {pin.revision} --local-dir {directory} "
+                     "(it resumes); to serve another revision, edit models.lock and run `invoke models-lock`")
+    return Check(name, OK, f"{detail}; {len(pin.files)} files match {pin.repo}@{pin.revision[:12]} by name and size")
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

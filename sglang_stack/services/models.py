@@ -1,0 +1,232 @@
+"""The weights are pinned too: models.lock names each model repository by commit, with every file.
+
+    invoke models-lock              resolve each [[model]]'s ``track`` (a branch or tag) to its commit and
+                                    record every file's size and hash as the Hub records them (network)
+    invoke models-verify            hash MODEL_DIR (or --dir) against its entry, in parallel (offline)
+    invoke doctor                   checks MODEL_DIR and DRAFT_MODEL_DIR against it by names and sizes
+
+The Hub records a sha256 for every file stored in LFS (the weights) and a git blob id
+(sha1 of ``blob SIZE\\0`` + the bytes) for the small files kept in git (configs, tokenizer
+code): the check uses whichever the Hub has. A drafter re-uploaded under the same name
+changes acceptance, so a figure is only reproducible with the revision it ran against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tomllib
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError, read_text
+
+MODELS_LOCK = ROOT / "models.lock"
+SCHEMA = 1
+ROLES = ("target", "drafter")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+HEADER = """\
+# models.lock: each model repository by commit, with every file's size and hash as the Hub records them.
+#
+#   invoke models-lock             resolve each `track` to its commit and record the files (network: the Hub)
+#   invoke models-verify           hash MODEL_DIR (--role drafter: DRAFT_MODEL_DIR) against it, in parallel
+#   hf download REPO --revision "$(invoke model-revision ROLE)" --local-dir DIR
+#
+# Written by `invoke models-lock`: edit `repo` or `track`, then run it again. An empty `revision`
+# is a repository not pinned yet. `sha256` is the Hub's LFS hash; `git_sha1` its git blob id.
+"""
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    name: str
+    size: int
+    sha256: str = ""  # the Hub's LFS sha256
+    git_sha1: str = ""  # the Hub's git blob id, for files not in LFS
+
+
+@dataclass(frozen=True)
+class Model:
+    role: str
+    repo: str
+    track: str
+    revision: str = ""
+    files: tuple[ModelFile, ...] = field(default_factory=tuple)
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.revision)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def load(path: Path | None = None) -> dict[str, Model]:
+    """role -> Model, validated; a problem is one line naming the key."""
+    path = path or MODELS_LOCK
+    try:
+        data = tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{path}: invalid TOML: {err}") from None
+    if data.get("schema") != SCHEMA:
+        raise UserError(f"{path}: schema: expected {SCHEMA}, got {data.get('schema')!r}")
+    out = {}
+    for i, entry in enumerate(data.get("model", [])):
+        where = f"{path.name}: model[{entry.get('role', i)}]"
+        unknown = set(entry) - {"role", "repo", "track", "revision", "files"}
+        if unknown:
+            raise UserError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+        role, repo = entry.get("role"), entry.get("repo")
+        if role not in ROLES or role in out:
+            raise UserError(f"{where}.role: {role!r}: one of {', '.join(ROLES)}, each once")
+        if not isinstance(repo, str) or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+            raise UserError(f"{where}.repo: {repo!r} is not a Hub repository (OWNER/NAME)")
+        revision = entry.get("revision", "")
+        if revision and not (isinstance(revision, str) and COMMIT.match(revision)):
+            raise UserError(f"{where}.revision: {revision!r} is not a 40-hex commit (run `invoke models-lock`)")
+        files = []
+        for j, f in enumerate(entry.get("files", [])):
+            name, size = f.get("name"), f.get("size")
+            if not isinstance(name, str) or not name or name.startswith("/") or ".." in Path(name).parts:
+                raise UserError(f"{where}.files[{j}].name: {name!r} is not a relative file name")
+            if not isinstance(size, int) or size < 0:
+                raise UserError(f"{where}.files[{j}] ({name}).size: {size!r} is not a byte count")
+            sha, sha1 = f.get("sha256", ""), f.get("git_sha1", "")
+            if not (SHA256.match(sha) if sha else re.fullmatch(r"[0-9a-f]{40}", sha1 or "")):
+                raise UserError(f"{where}.files[{j}] ({name}): needs a sha256 or a git_sha1")
+            files.append(ModelFile(name, size, sha, sha1))
+        if files and not revision:
+            raise UserError(f"{where}: files without a revision")
+        out[role] = Model(role, repo, entry.get("track", "main"), revision, tuple(files))
+    return out
+
+
+def _toml(value) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def render(models: dict[str, Model]) -> str:
+    lines = [HEADER, f"schema = {SCHEMA}"]
+    for model in (models[r] for r in ROLES if r in models):
+        lines += ["", "[[model]]", f"role = {_toml(model.role)}", f"repo = {_toml(model.repo)}",
+                  f"track = {_toml(model.track)}", f"revision = {_toml(model.revision)}"]
+        if model.files:
+            lines.append(f"# {len(model.files)} files, {model.size / 1e9:.2f} GB")
+        lines.append("files = [" if model.files else "files = []")
+        for f in model.files:
+            digest = f'sha256 = "{f.sha256}"' if f.sha256 else f'git_sha1 = "{f.git_sha1}"'
+            lines.append(f"    {{ name = {_toml(f.name)}, size = {f.size}, {digest} }},")
+        if model.files:
+            lines.append("]")
+    return "\n".join(lines) + "\n"
+
+
+def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str, tuple[ModelFile, ...]]:
+    """(commit, files) of ``repo`` at ``revision`` from the Hub (huggingface_hub; HF_ENDPOINT is honoured)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        info = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token).model_info(
+            repo, revision=revision, files_metadata=True)
+    except RevisionNotFoundError:
+        raise UserError(f"{repo}: no revision {revision!r} on the Hub") from None
+    except RepositoryNotFoundError:
+        raise UserError(f"{repo}: no such repository on the Hub (or it is gated: set HF_TOKEN)") from None
+    except (HfHubHTTPError, OSError) as err:
+        raise UserError(f"{repo}@{revision}: the Hub did not answer: {err.__class__.__name__}: {str(err).splitlines()[0]}") from None
+    files = []
+    for s in sorted(info.siblings or [], key=lambda s: s.rfilename):
+        lfs = s.lfs
+        sha = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) or ""
+        if s.size is None or not (sha or s.blob_id):
+            raise UserError(f"{repo}@{revision}: the Hub gave no size or hash for {s.rfilename}")
+        files.append(ModelFile(s.rfilename, int(s.size), sha, "" if sha else s.blob_id))
+    return info.sha, tuple(files)
+
+
+def lock_models(path: Path | None = None, token: str | None = None) -> list[str]:
+    """Resolve and record every [[model]]; write models.lock atomically. Returns one line per model."""
+    from sglang_stack.atomic import write as atomic_write
+
+    path = path or MODELS_LOCK
+    models = load(path)
+    lines = []
+    for role, model in models.items():
+        commit, files = hub_record(model.repo, model.track, token)
+        was = f"was {model.revision[:12]}" if model.revision and model.revision != commit else "unchanged" if model.revision else "new"
+        models[role] = Model(role, model.repo, model.track, commit, files)
+        lines.append(f"{role}: {model.repo}@{model.track} -> {commit} ({was}); {len(files)} files, "
+                     f"{sum(f.size for f in files) / 1e9:.2f} GB")
+    atomic_write(path, render(models))
+    return lines
+
+
+# --- checking a directory -------------------------------------------------------------------
+
+
+def quick_check(directory: Path, model: Model) -> list[str]:
+    """Names and sizes only (a stat per file: seconds for 600 GB). Returns the differences."""
+    problems = []
+    for f in model.files:
+        path = directory / f.name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            problems.append(f"{f.name}: missing")
+            continue
+        except OSError as err:
+            problems.append(f"{f.name}: {err.strerror}")
+            continue
+        if size != f.size:
+            problems.append(f"{f.name}: {size} bytes, {model.repo}@{model.revision[:12]} has {f.size}")
+    return problems
+
+
+def file_digest(path: Path, f: ModelFile) -> str:
+    """The hash of ``path`` of the kind the Hub recorded for ``f``."""
+    if f.sha256:
+        digest = hashlib.sha256()
+    else:
+        digest = hashlib.sha1(usedforsecurity=False)
+        digest.update(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(8 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_dir(directory: Path, model: Model, workers: int | None = None, progress=None) -> list[str]:
+    """Hash every file against ``model``, ``workers`` at a time (hashlib runs outside the GIL).
+
+    ``progress(done_bytes, total_bytes, name)`` is called as each file finishes.
+    Returns the differences, each naming the file.
+    """
+    problems = quick_check(directory, model)
+    bad = {p.split(":", 1)[0] for p in problems}
+    todo = [f for f in model.files if f.name not in bad]
+    total, done = sum(f.size for f in todo), 0
+    workers = workers or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(file_digest, directory / f.name, f): f for f in todo}
+        for future in as_completed(futures):
+            f = futures[future]
+            want = f.sha256 or f.git_sha1
+            try:
+                got = future.result()
+            except OSError as err:
+                problems.append(f"{f.name}: {err.strerror}")
+                continue
+            if got != want:
+                kind = "sha256" if f.sha256 else "git blob id"
+                problems.append(f"{f.name}: {kind} {got[:12]}..., {model.repo}@{model.revision[:12]} has {want[:12]}...")
+            done += f.size
+            if progress:
+                progress(done, total, f.name)
+    return sorted(problems)

@@ -1,0 +1,188 @@
+"""models.lock: the weights by commit. The Hub is out of reach here, so a loopback HTTP server
+answers huggingface_hub's own request (``/api/models/REPO/revision/REV?blobs=True``) with
+metadata recorded in the Hub's format for a small repository whose files this test writes:
+the hashes in it are the real hashes of those files, an LFS sha256 for the weights and a
+git blob id for the small files, so the checks below hash real bytes against real records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from sglang_stack.errors import UserError
+from sglang_stack.services import inputs, models
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+FILES = {"config.json": b'{"architectures": ["Eagle3DeepseekV2ForCausalLM"]}\n',
+         "model.safetensors": bytes(range(256)) * 4096, "tokenizer_config.json": b"{}\n"}
+LFS = {"model.safetensors"}
+
+
+def blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def hub_answer(repo: str) -> dict:
+    """What the Hub answers for a model at a commit with ``blobs=True`` (its siblings with sizes and hashes)."""
+    siblings = []
+    for name, data in FILES.items():
+        entry = {"rfilename": name, "size": len(data), "blobId": blob_id(data)}
+        if name in LFS:
+            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        siblings.append(entry)
+    return {"_id": "x", "id": repo, "sha": COMMIT, "private": False, "siblings": siblings, "tags": []}
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """A loopback Hub: ``lightseekorg/kimi-k2.5-eagle3`` at ``main`` exists; every other repository does not."""
+    seen = []
+
+    class Hub(BaseHTTPRequestHandler):
+        def do_GET(self):
+            url = urlparse(self.path)
+            seen.append(url.path + "?" + url.query)
+            parts = unquote(url.path).split("/")
+            repo, rev = "/".join(parts[3:5]), parts[6] if len(parts) > 6 else "main"
+            if repo != "lightseekorg/kimi-k2.5-eagle3":
+                self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+            elif rev != "main":
+                self._send(404, {"error": "Invalid rev id"}, {"X-Error-Code": "RevisionNotFound"})
+            else:
+                self._send(200, hub_answer(repo))
+
+        def _send(self, code, body, headers=None):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    yield seen
+    server.shutdown()
+
+
+def lock_file(tmp_path: Path, **drafter) -> Path:
+    path = tmp_path / "models.lock"
+    entry = {"role": "drafter", "repo": "lightseekorg/kimi-k2.5-eagle3", "track": "main", **drafter}
+    path.write_text(models.render({"drafter": models.Model(**entry)}))
+    return path
+
+
+def model_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "drafter"
+    directory.mkdir()
+    for name, data in FILES.items():
+        (directory / name).write_bytes(data)
+    return directory
+
+
+def test_models_lock_pins_the_commit_and_every_file_through_huggingface_hub(hub, tmp_path):
+    path = lock_file(tmp_path)
+    lines = models.lock_models(path)
+    assert lines == [f"drafter: lightseekorg/kimi-k2.5-eagle3@main -> {COMMIT} (new); 3 files, 0.00 GB"]
+    assert hub == ["/api/models/lightseekorg/kimi-k2.5-eagle3/revision/main?blobs=true"], "one request, with file metadata"
+    pin = models.load(path)["drafter"]
+    assert pin.revision == COMMIT and [f.name for f in pin.files] == sorted(FILES)
+    weights = next(f for f in pin.files if f.name == "model.safetensors")
+    assert weights.sha256 == hashlib.sha256(FILES["model.safetensors"]).hexdigest() and not weights.git_sha1
+    config = next(f for f in pin.files if f.name == "config.json")
+    assert config.git_sha1 == blob_id(FILES["config.json"]) and not config.sha256
+    assert models.lock_models(path)[0].endswith("(unchanged); 3 files, 0.00 GB")
+    assert models.render(models.load(path)) == path.read_text(), "load and render round-trip"
+
+
+def test_the_hubs_refusals_are_one_line(hub, tmp_path):
+    with pytest.raises(UserError, match="moonshotai/nope: no such repository on the Hub"):
+        models.hub_record("moonshotai/nope", "main")
+    with pytest.raises(UserError, match="no revision 'v9' on the Hub"):
+        models.hub_record("lightseekorg/kimi-k2.5-eagle3", "v9")
+    path = lock_file(tmp_path, track="v9")
+    before = path.read_bytes()
+    with pytest.raises(UserError):
+        models.lock_models(path)
+    assert path.read_bytes() == before, "nothing is written when the Hub refuses"
+
+
+def test_the_git_blob_id_is_gits_own(tmp_path):
+    if not shutil.which("git"):
+        pytest.skip("needs git")
+    path = tmp_path / "f"
+    path.write_bytes(FILES["config.json"])
+    git = subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    assert models.file_digest(path, models.ModelFile("f", path.stat().st_size, git_sha1=git)) == git
+
+
+@pytest.fixture
+def pinned(hub, tmp_path) -> models.Model:
+    path = lock_file(tmp_path)
+    models.lock_models(path)
+    return models.load(path)["drafter"]
+
+
+def test_a_good_directory_verifies_and_each_kind_of_difference_is_named(pinned, tmp_path):
+    directory = model_dir(tmp_path)
+    seen = []
+    assert models.verify_dir(directory, pinned, workers=3, progress=lambda done, total, name: seen.append(done)) == []
+    assert seen[-1] == pinned.size and sorted(seen) == seen
+    data = bytearray(FILES["model.safetensors"])
+    data[1000] ^= 1  # one bit, same size: only the hash can tell
+    (directory / "model.safetensors").write_bytes(data)
+    (directory / "tokenizer_config.json").write_bytes(b"{ }\n")
+    (directory / "config.json").unlink()
+    assert models.quick_check(directory, pinned) == ["config.json: missing",
+                                                     f"tokenizer_config.json: 4 bytes, lightseekorg/kimi-k2.5-eagle3@{COMMIT[:12]} has 3"]
+    problems = models.verify_dir(directory, pinned, workers=2)
+    assert len(problems) == 3 and problems[0] == "config.json: missing"
+    assert problems[1].startswith("model.safetensors: sha256 ") and f"@{COMMIT[:12]} has " in problems[1]
+    assert problems[2].startswith("tokenizer_config.json: 4 bytes")
+
+
+def test_the_doctor_checks_names_and_sizes_against_the_pin(pinned, tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "MODELS_LOCK", tmp_path / "models.lock")
+    directory = model_dir(tmp_path)
+    ok = inputs._pin_check("drafter", directory, "D")
+    assert ok.status == "ok" and ok.detail == f"D; 3 files match lightseekorg/kimi-k2.5-eagle3@{COMMIT[:12]} by name and size"
+    (directory / "model.safetensors").write_bytes(b"short")
+    bad = inputs._pin_check("drafter", directory, "D")
+    assert bad.status == "FAIL" and "1 of 3 files differ" in bad.detail and "(first: model.safetensors: 5 bytes" in bad.detail
+    assert bad.fix.startswith(f"hf download lightseekorg/kimi-k2.5-eagle3 --revision {COMMIT} --local-dir {directory}")
+    target = inputs._pin_check("model", directory, "M")
+    assert target.status == "ok" and "models.lock does not pin" in target.detail, "no target entry in this lock"
+
+
+def test_the_shipped_models_lock_names_both_repositories():
+    pins = models.load()
+    assert {p.role: p.repo for p in pins.values()} == {"target": "moonshotai/Kimi-K2.5", "drafter": "lightseekorg/kimi-k2.5-eagle3"}
+    assert models.render(pins) == models.MODELS_LOCK.read_text(), "models.lock is exactly what `invoke models-lock` writes"
+
+
+def test_bench_records_the_pins_and_whether_the_directories_match(pinned, tmp_path, monkeypatch):
+    from sglang_stack.bench import provenance
+    from sglang_stack.services import variables
+
+    monkeypatch.setattr(models, "MODELS_LOCK", tmp_path / "models.lock")
+    directory = model_dir(tmp_path)
+    env = variables.environment(env_file=tmp_path / "none.env", shell_env={"DRAFT_MODEL_DIR": str(directory)})
+    assert provenance.models(env) == {"drafter": {"repo": "lightseekorg/kimi-k2.5-eagle3", "revision": COMMIT,
+                                                  "dir": str(directory), "matches": True}}
+    (directory / "config.json").unlink()
+    assert provenance.models(env)["drafter"]["matches"] is False
