@@ -54,6 +54,14 @@ def test_invoke_build_with_docker_builds_the_sglang_stage(sglang_stage):
     version = engine.docker("run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c",
                             "import importlib.metadata as m; print(m.version('sglang'))").stdout.strip()
     assert version == lock.sglang.version, f"the image holds sglang {version!r}"
+    # The SBOM, inside the image and beside the build: the same bytes, and it names the pinned wheel.
+    beside = ROOT / "build" / "sbom" / f"{tag.replace('/', '_').replace(':', '_')}.cdx.json"
+    assert f"wrote build/sbom/{beside.name}" in proc.stdout, proc.stdout[-2000:]
+    inside = engine.docker("run", "--rm", "--network", "none", "--entrypoint", "cat", tag, "/opt/sglang-stack/sbom.cdx.json").stdout
+    assert json.loads(inside) == json.loads(beside.read_text())
+    sglang = next(c for c in json.loads(inside)["components"] if c["name"] == "sglang")
+    assert sglang["hashes"] == [{"alg": "SHA-256", "content": lock.sglang.sha256}] and sglang["version"] == lock.sglang.version
+    beside.unlink()
     print(f"invoke build --engine docker --target sglang: {seconds:.1f} s")
 
 

@@ -166,7 +166,7 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
     context = copy_context(tmp_path / "context")
     base = f"localhost/sglang-stack-test-{run_id}/mirror-base:bookworm"
     store.tag("buildah", smoke_base, base)
-    made = []
+    made, ids = [], {}
     try:
         for target in ("router", "sglang"):
             request = _request("buildah", target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
@@ -186,6 +186,12 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
             assert "Looking in indexes" not in out.out + out.err, "pip never looked at an index"
             report = verify_image.verify("buildah", tag)
             assert report.ok, report.lines()
+            ids[target] = report.image_id
+        store.remove("buildah", base)  # FROM the same name as the first build: its label records the name
+        again = _request("buildah", "router", f"localhost/sglang-stack-test-{run_id}:mirror-router-2", base, context)
+        mirror.prepare(again, lock, context / "mirror")
+        made.append(again.tag)
+        assert buildmod.build(again)[1] == ids["router"], "a mirror build is reproducible too"
     finally:
         store.remove("buildah", base, *made)
 
