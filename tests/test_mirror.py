@@ -197,12 +197,14 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
 
 
 @pytest.mark.engine
-def test_docker_builds_the_router_from_the_mirror_with_the_network_off(docker_base, run_id, lock, tmp_path, capfd):
+@pytest.mark.parametrize("target", ["router", "sglang"])
+def test_docker_builds_from_the_mirror_with_the_network_off(docker_base, run_id, lock, tmp_path, capfd, target):
     context = copy_context(tmp_path / "context")
-    tag = f"sglang-stack-test-{run_id}:mirror-router"
-    request = _request("docker", "router", tag, docker_base, context)
-    mirror.fetch(lock, "router", buildmod.base_images(request), "docker", context / "mirror")
-    assert (context / "mirror" / "images" / "router-base-image.tar").is_file()
+    tag = f"sglang-stack-test-{run_id}:mirror-{target}"
+    request = _request("docker", target, tag, docker_base, context)
+    mirror.fetch(lock, target, buildmod.base_images(request), "docker", context / "mirror")
+    arg = buildmod.BASE_ARG.get(target, "BASE_IMAGE")
+    assert (context / "mirror" / "images" / mirror.image_file(arg)).is_file()
     mirror.prepare(request, lock, context / "mirror")
     argv = request.command()
     assert argv[argv.index("--network") + 1] == "none"
@@ -211,9 +213,12 @@ def test_docker_builds_the_router_from_the_mirror_with_the_network_off(docker_ba
         buildmod.build(request)
         out = capfd.readouterr()
         assert "installing from the mirror: no index, no URL" in out.out + out.err
-        probe = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python3", tag, "-c",
-                                "import sglang_router, json; print(open('/opt/sglang-stack/sbom.cdx.json').read()[:1])"],
+        dist = "sglang-router" if target == "router" else "sglang"
+        probe = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c",
+                                "import json, importlib.metadata as m; "
+                                f"print(m.version('{dist}'), json.load(open('/opt/sglang-stack/sbom.cdx.json'))['bomFormat'])"],
                                capture_output=True, text=True, timeout=120)
-        assert probe.returncode == 0 and probe.stdout.strip() == "{", probe.stderr
+        want = lock.router.version if target == "router" else lock.sglang.version
+        assert probe.returncode == 0 and probe.stdout.split() == [want, "CycloneDX"], probe.stderr
     finally:
         store.remove("docker", tag)
