@@ -532,7 +532,7 @@ def test_rule_providers(tmp_path, body, verdict):
     found = "missing" if method in [m.method for m in report.missing] else "undecided" if report.undecided else "provided"
     assert found == verdict, f"{body!r}: {report.lines(verbose=True)}"
     assert len(report.missing) == (verdict == "missing"), f"only {method} is at stake: {report.lines()}"
-    assert found != "undecided" or report.passed, "undecided is not a failure"
+    assert found != "undecided" or (not report.passed and report.exit_code == 3), "undecided fails closed"
 
 
 def test_rule_providers_follow_the_real_mro(tmp_path):
@@ -566,10 +566,16 @@ EntryClass = [Edited]
     assert report.providers["get_embed_and_head"].startswith("Right.get_embed_and_head"), report.providers
 
 
-def test_rule_a_base_outside_the_tree_is_undecided_not_failed(tmp_path):
+def test_rule_a_base_outside_the_tree_is_undecided_and_fails_closed(tmp_path):
     model = "from vendor.hooks import EagleHooks\n\n\nclass Edited(EagleHooks):\n    pass\n\n\nEntryClass = [Edited]\n"
-    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
-    assert report.passed and not report.missing, report.lines()
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model})
+    report = audit.audit(tree, "Edited")
+    assert not report.passed and not report.missing and report.exit_code == 3, report.lines()
+    assert report.summary.startswith("audit undecided: Edited provides 0 of the 2 methods") and "--allow-undecided" in report.summary
+    closed = run_cli("--sglang-src", str(tree), "--arch", "Edited")
+    assert closed.returncode == 3 and closed.stdout.splitlines()[-1] == report.summary, closed.stdout
+    allowed = run_cli("--sglang-src", str(tree), "--arch", "Edited", "--allow-undecided")
+    assert allowed.returncode == 0 and allowed.stdout.splitlines()[-1].startswith("audit passed with --allow-undecided:")
     assert sorted(m.method for m in report.undecided) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], report.undecided
     assert "vendor.hooks.EagleHooks is outside the tree" in report.undecided[0].reason, report.undecided[0]
     assert report.lines()[0].startswith("undecided:"), "undecided methods are said, not only in --verbose"
@@ -678,8 +684,8 @@ EntryClass = [External, ExternalWrong, Decorated]
 @pytest.mark.parametrize(
     "arch, static_rc, dynamic_rc, dynamic_says",
     [
-        ("External", 0, 0, "set_eagle3_layers_to_capture(self, layer_ids=None) binds all 3 call sites"),
-        ("ExternalWrong", 0, 1, "missing: ExternalWrong.set_eagle3_layers_to_capture()"),
+        ("External", 3, 0, "set_eagle3_layers_to_capture(self, layer_ids=None) binds all 3 call sites"),  # undecided, then decided
+        ("ExternalWrong", 3, 1, "missing: ExternalWrong.set_eagle3_layers_to_capture()"),
         ("Decorated", 0, 1, "Decorated.set_eagle3_layers_to_capture(self) (imported): too many positional arguments"),
     ],
 )

@@ -8,7 +8,7 @@ verdict the audit must give for each method it touches:
   "fail@FILE"   ... with a missing call site in FILE
   "pass"        the method is not reported missing
   "pass@FILE"   no missing call site of the method is in FILE (the edit made that site safe)
-  "undecided"   the class may get the method in a way the source cannot show
+  "undecided"   the class may get the method in a way the source cannot show (the audit fails closed: exit 3)
   "error"       the audit stops: it can no longer tell target from draft calls
 
 The unpatched class lacks both methods, so edits of the class add what is not at stake.

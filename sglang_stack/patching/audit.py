@@ -79,10 +79,17 @@ class Report:
     files_read: int = 0
     seconds: float = 0.0
     confirmed: list = field(default_factory=list)  # what --dynamic checked on the imported class
+    allow_undecided: bool = False  # --allow-undecided: pass what the audit could not decide (the image build never does)
 
     @property
     def passed(self) -> bool:
-        return not self.missing
+        """Fail closed: an undecided method fails too, unless ``allow_undecided``."""
+        return not self.missing and (self.allow_undecided or not self.undecided)
+
+    @property
+    def exit_code(self) -> int:
+        """0 passed, 1 a method missing, 3 only undecided ones (2 is bad input)."""
+        return 0 if self.passed else 1 if self.missing else 3
 
     @property
     def summary(self) -> str:
@@ -95,7 +102,11 @@ class Report:
             return f"audit passed: {self.arch} provides all {n} methods that {what} {sites}"
         undecided = [m.method for m in self.undecided]
         provided = f"provides {n - len(undecided)} of the {n} methods that {what} {sites}"
-        return f"audit passed: {self.arch} {provided}; undecided: {', '.join(undecided)}"
+        if self.allow_undecided:
+            return f"audit passed with --allow-undecided: {self.arch} {provided}; undecided: {', '.join(undecided)}"
+        return (f"audit undecided: {self.arch} {provided}; could not decide {', '.join(undecided)} (why: the lines above). "
+                "It fails closed: a server may die on them after loading. --allow-undecided passes anyway "
+                "(the image build never does); --dynamic, where the class imports, may decide them")
 
     def lines(self, verbose: bool = False) -> list[str]:
         """The command's output: one line per missing or undecided method, then the summary."""
@@ -122,7 +133,7 @@ class Report:
         return out + [self.summary]
 
     def to_json(self) -> dict:
-        out = dict(vars(self), passed=self.passed, summary=self.summary, seconds=round(self.seconds, 3))
+        out = dict(vars(self), passed=self.passed, exit_code=self.exit_code, summary=self.summary, seconds=round(self.seconds, 3))
         for key in ("required", "optional", "outside", "draft"):
             out[key] = {m: [str(s) for s in ss] for m, ss in sorted(out[key].items())}
         for key in ("missing", "undecided"):
@@ -354,8 +365,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m sglang_stack.patching.audit",
         description="Check, from the source, that a model class provides every method the EAGLE-3 path calls on "
-        "the target model. Exit 0: all present (any the source cannot settle are listed as undecided); 1: some "
-        "missing (one line each); 2: bad input, or a tree the audit no longer understands.",
+        "the target model. Exit 0: all present; 1: some missing (one line each); 3: none missing, but some the "
+        "source cannot settle (one 'undecided' line each, with why; --allow-undecided passes them); 2: bad input, "
+        "or a tree the audit no longer understands.",
     )
     parser.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
     which = parser.add_mutually_exclusive_group()
@@ -363,15 +375,18 @@ def main(argv=None) -> int:
     which.add_argument("--model-config", type=Path, help="a model's config.json: audit its first 'architectures' entry")
     parser.add_argument("--dynamic", action="store_true", help="also import the class (needs torch and SGLang's "
                         "imports: the runtime image) and bind every call site to its real signature")  # fmt: skip
+    parser.add_argument("--allow-undecided", action="store_true", help="exit 0 when nothing is missing, even if some "
+                        "methods are undecided (the image build never passes this)")
     parser.add_argument("--verbose", "-v", action="store_true", help="also list every call site and each provider")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     arch = args.arch or (arch_from_config(args.model_config) if args.model_config else DEFAULT_ARCH)
     report = audit(args.sglang_src, arch)
+    report.allow_undecided = args.allow_undecided
     if args.dynamic:
         confirm(report, args.sglang_src)
     print(json.dumps(report.to_json(), indent=2) if args.json else "\n".join(report.lines(verbose=args.verbose)))
-    return 0 if report.passed else 1
+    return report.exit_code
 
 
 if __name__ == "__main__":
