@@ -3,7 +3,7 @@
 SGLang's EAGLE-3 path calls methods on the *target* model (``set_eagle3_layers_to_capture`` and
 ``get_embed_and_head`` in 0.5.9). A model class that lacks one loads all its weights, minutes for a
 1T-parameter model, and only then dies. ``sglang_stack.patching.callsites`` finds those calls in the
-source; this module resolves the class through SGLang's registry and its real MRO and checks that
+source (read by ``sglang_stack.patching.source``); this module resolves the class through SGLang's registry and its real MRO and checks that
 each method exists and binds every call site, on the standard library alone (it runs in the image's
 ``sglang`` stage, which has no torch). ``confirm`` (``--dynamic``) repeats the check on the imported
 class where torch is installed. The rules and their limits: docs/patches.md ("The EAGLE-3 audit").
@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.errors import UserError, run_main
-from sglang_stack.patching.callsites import (
-    FUNCTIONS, CallSite, Cls, Tree, calls, chain_of, is_self, member, signature_of, statements
-)
+from sglang_stack.patching.callsites import calls, is_self
+from sglang_stack.patching.source import FUNCTIONS, CallSite, Cls, Tree, chain_of, member, signature_of, statements
 from sglang_stack.patching.patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
