@@ -65,6 +65,16 @@ def test_invoke_build_with_docker_builds_the_sglang_stage(sglang_stage):
     print(f"invoke build --engine docker --target sglang: {seconds:.1f} s")
 
 
+def test_invoke_verify_checks_the_docker_built_stage(sglang_stage):
+    """`invoke verify` through the Docker Engine: the image's python3 runs this checkout's inventory.py."""
+    from sglang_stack.image import verify_image
+
+    tag = sglang_stage[0]
+    report = verify_image.verify("docker", tag)
+    assert report.ok and report.stage == "sglang", report.lines()
+    assert [c.name for c in report.checks if c.ok] == ["labels", "installed", "sbom", "patches"]
+
+
 def test_missing_base_image_is_one_line(docker_engine, run_id):
     proc = engine.ComposeProject(f"sgs-test-{run_id}-nobase", [], {}).invoke(
         "build", "--engine", "docker", "--target", "sglang", "--base-image", f"sglang-stack-test-{run_id}:no-such-base",
