@@ -15,27 +15,27 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from sglang_stack.errors import UserError
+from sglang_stack.patching.algorithm import (  # noqa: F401 (is_self: audit reads it from here)
+    EAGLE3, LAYOUT, SPEC_MODULE, WORKER_FACTORY, Spec, is_self, operands, words,
+)
 from sglang_stack.patching.source import (  # noqa: F401 (CallSite, Tree: the types of what calls() returns)
     FUNCTIONS, CallSite, Cls, Tree, chain_of, import_names, member, signature_of, statements,
 )
 
 # ANCHORS: the structural names in SGLang the audit starts from. A release that renames one gets
 # an error naming it, never a pass.
-SPEC_MODULE = "sglang.srt.speculative.spec_info"  # the speculative-algorithm enum and create_worker
 SPEC_PACKAGE = "sglang.srt.speculative."
 RUNNER_MODULE, RUNNER_CLASS = "sglang.srt.model_executor.model_runner", "ModelRunner"  # holds self.model
-EAGLE3, NO_SPEC, WORKER_FACTORY = "EAGLE3", "NONE", "create_worker"
 RUNNER_ATTR, MODEL_ATTR, TARGET_ATTR = "model_runner", "model", "target_worker"
 DRAFT_MARKERS = ("draft", "mtp")
 MAX_DEPTH = 4  # calls followed from where the target is in hand
-LAYOUT = "this SGLang layout is not one the audit knows (sglang_stack/patching/callsites.py)"
 
 DOT_MODEL = re.compile(rf"\.{MODEL_ATTR}\b")
-SPEC_WORD = re.compile(r"(?:^|_)(?:spec(?:_|$)|specul|eagle)")  # spec_info, speculative_*, eagle_*
-NOT_SPEC = {"find_spec"}  # importlib.util.find_spec: SGLang probes optional packages with it
-SPEC_ALGO = re.compile(r"spec\w*algo")  # spec_algorithm, speculative_algorithm: the algorithm itself
 # What the walk treats apart: blocks, scopes, branches, guards, imports.
-SPECIAL = (list, *FUNCTIONS, ast.ClassDef, ast.If, ast.While, ast.IfExp, ast.BoolOp, ast.Try, ast.TryStar, ast.Import, ast.ImportFrom)
+SPECIAL = (list, *FUNCTIONS, ast.ClassDef, ast.If, ast.While, ast.IfExp, ast.BoolOp, ast.Try, ast.TryStar, ast.Import,
+           ast.ImportFrom, ast.Match, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor)
+# What catches the AttributeError of a missing method: a handler of one of these recovers from it.
+CATCHES_ATTRIBUTE_ERROR = {"AttributeError", "Exception", "BaseException"}
 
 # Roles: what an expression holds. There is one target model, so a receiver is known by its role.
 # A loose runner is one whose owner, target or draft, its name does not tell.
@@ -44,130 +44,12 @@ DRAFT, DRAFT_MODEL = "draft", "draft model"
 STEPS = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
 
 
-def operands(test: ast.expr):
-    """What ``and``, ``or`` and ``not`` combine in a condition."""
-    if isinstance(test, ast.BoolOp):
-        for value in test.values:
-            yield from operands(value)
-    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        yield from operands(test.operand)
-    else:
-        yield test
-
-
-def words(node: ast.AST, outer: bool = False) -> list[str]:
-    """Every name and attribute in an expression; ``outer``: only those not read through (``b``, not ``a``, of ``a.b``)."""
-    inner = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)} if outer else ()
-    named = [n for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner]
-    return [getattr(n, "id", None) or n.attr for n in named]
-
-
-def speculative(word: str) -> bool:
-    return word not in NOT_SPEC and SPEC_WORD.search(word.lower()) is not None
-
-
-def is_self(node: ast.AST) -> bool:
-    return getattr(node, "id", "") == "self"
-
-
 def exits(body: list) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
 def stored(body: list) -> set[str]:
     return {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-
-
-# --- The algorithm: what a condition can be under EAGLE3 --------------------------------------------
-
-
-class Spec:
-    """The speculative-algorithm enum: its members, one-line predicates and worker factory."""
-
-    def __init__(self, tree: Tree):
-        if SPEC_MODULE not in tree.modules:
-            raise UserError(f"{tree.src}: no {SPEC_MODULE} (the speculative-algorithm enum); {LAYOUT}")
-        self.file = tree.src / tree.modules[SPEC_MODULE]
-        for node in tree.parse(SPEC_MODULE).body:
-            assigned = [t for s in getattr(node, "body", []) if isinstance(s, ast.Assign) for t in s.targets]
-            members = {t.id for t in assigned if isinstance(t, ast.Name)}
-            if isinstance(node, ast.ClassDef) and {EAGLE3, NO_SPEC} <= members:
-                break
-        else:
-            raise UserError(f"{self.file}: no enum with members {EAGLE3} and {NO_SPEC}; {LAYOUT}")
-        self.name, self.node, self.members = node.name, node, members
-        self.inside = {id(n) for n in ast.walk(node)}  # in the enum, `self` is the algorithm
-        self.bodies = {}  # the one-line predicates: is_eagle3 -> the expression it returns
-        for fn in node.body:
-            body = [s for s in getattr(fn, "body", []) if not isinstance(getattr(s, "value", None), ast.Constant)]
-            if isinstance(fn, ast.FunctionDef) and len(fn.args.args) == 1 and len(body) == 1:
-                if isinstance(body[0], ast.Return) and body[0].value is not None:
-                    self.bodies[fn.name] = body[0].value
-        self.factory = next((f for f in node.body if getattr(f, "name", "") == WORKER_FACTORY), None)
-        if self.factory is None:
-            raise UserError(f"{self.file}: {self.name}.{WORKER_FACTORY}() not found; {LAYOUT}")
-        self.flags: set[str] = set()  # attributes set True under a condition that tests the algorithm
-        self._predicates: dict[str, set] = {}
-
-    def can(self, node: ast.expr, truth: bool = True, known: dict | None = None) -> bool:
-        """Can the condition be ``truth`` when the algorithm is EAGLE3 (and ``known``: id of a node -> its values)?"""
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return self.can(node.operand, not truth, known)
-        if isinstance(node, ast.BoolOp):
-            parts = [self.can(v, truth, known) for v in node.values]
-            return all(parts) if isinstance(node.op, ast.And) == truth else any(parts)
-        values = (known or {}).get(id(node)) or self.test(node)
-        if values is None and (getattr(node, "attr", None) or getattr(node, "id", "")).startswith("is_draft"):
-            values = {False}  # ModelRunner.is_draft_worker: the target's runner is not the draft's
-        if values is None and isinstance(node, ast.Constant):
-            values = {bool(node.value)}
-        return values is None or truth in values
-
-    def mentions(self, test: ast.expr) -> bool:
-        """Does the condition test the algorithm, or read a flag (``spec``/``eagle`` in it, or a set one)?
-        A flag is the name read, not where it is read from: ``spec_aux_config.dflash_use_aux_hidden_state`` is none."""
-        return self.tests(test) or any(speculative(w) or w in self.flags for w in words(test, outer=True))
-
-    def tests(self, node: ast.expr) -> bool:
-        """Does the condition test the algorithm: a predicate call or a comparison, through and/or/not?"""
-        return any(self.test(n) is not None for n in operands(node))
-
-    def test(self, node: ast.expr) -> set | None:
-        """The values a predicate call or a comparison of the algorithm can take under EAGLE3; None if not one."""
-        mine = id(node) in self.inside
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self.bodies:
-            # is_none() is on other enums too (the MoE all-to-all backend): the receiver must be the algorithm
-            recv = node.func.value
-            if mine and is_self(recv) or any(speculative(w) or "algo" in w.lower() or w == self.name for w in words(recv)):
-                return self.predicate(node.func.attr)
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            for subject, other in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
-                named, member = self.refs(other), any(isinstance(n, ast.Attribute) for n in ast.walk(other))
-                about = mine and is_self(subject) or member  # an enum member is unambiguous
-                if named is not None and (about or any(SPEC_ALGO.search(w.lower()) for w in words(subject))):
-                    if isinstance(node.ops[0], (ast.Eq, ast.Is, ast.In)):
-                        return {EAGLE3 in named}
-                    if isinstance(node.ops[0], (ast.NotEq, ast.IsNot, ast.NotIn)):
-                        return {EAGLE3 not in named}
-                    return {True, False}
-        return None
-
-    def predicate(self, name: str) -> set:
-        if name not in self._predicates:
-            self._predicates[name] = {True, False}  # a cycle stays unknown
-            self._predicates[name] = {t for t in (True, False) if self.can(self.bodies[name], t)}
-        return self._predicates[name]
-
-    def refs(self, node: ast.expr) -> set[str] | None:
-        """``Enum.EAGLE3``, ``"EAGLE3"``, ``None``, or a tuple of them -> the member names; None if not that."""
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            parts = [self.refs(e) for e in node.elts]
-            return None if None in parts else set().union(*parts)
-        if isinstance(node, ast.Attribute) and node.attr in self.members:
-            return {node.attr} if (chain_of(node.value) or [""])[-1] == self.name else None
-        if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, str)):
-            return {str(node.value).upper()}
-        return None
 
 
 # --- Calls on models, with their path conditions -------------------------------------------------
@@ -226,6 +108,8 @@ class Scan:
             if node.id == "self":
                 return RUNNER if f.cls is not None and f.cls.name in self.runners else None
             return f.aliases.get(node.id) or self.named(node.id, f.module, False)
+        if isinstance(node, ast.NamedExpr):  # (m := self.model_runner.model).method()
+            return self.role(node.value, f)
         if isinstance(node, (ast.Subscript, ast.Call)):  # self.mtp_model_runner(i), self.draft_runners[i]
             inner = self.role(node.value if isinstance(node, ast.Subscript) else node.func, f)
             return DRAFT if inner in (DRAFT, DRAFT_MODEL) else None
@@ -299,14 +183,76 @@ class Scan:
         )
 
     def try_guard(self, node: ast.Try, f: Frame) -> str:
-        """``except AttributeError`` that neither raises nor leaves a name unset makes the body optional."""
+        """A handler that catches AttributeError (``except AttributeError``, ``Exception``, a bare ``except``) makes
+        the body optional if it recovers: it neither raises, nor leaves a name unset that is read later, nor
+        calls again on the target a method the body calls there (the fallback would die the same way)."""
+        called = {n.func.attr for n in ast.walk(ast.Module(node.body, [])) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Attribute)}
         for handler in node.handlers:
             types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-            if "AttributeError" in [(chain_of(t) or [""])[-1] for t in types if t is not None]:
+            names = {(chain_of(t) or [""])[-1] for t in types if t is not None} if handler.type is not None else {"BaseException"}
+            if names & CATCHES_ATTRIBUTE_ERROR:
                 reraises = any(isinstance(n, ast.Raise) for n in ast.walk(handler))
-                if not reraises and not self.unset(node.body, handler.body, node, f):
-                    return "except AttributeError"
+                again = any(isinstance(n, ast.Call) and getattr(n.func, "attr", None) in called
+                            and self.role(n.func.value, f) in (MODEL, LOOSE) for n in ast.walk(handler))
+                if not reraises and not again and not self.unset(node.body, handler.body, node, f):
+                    return f"except {sorted(names & CATCHES_ATTRIBUTE_ERROR)[0]}"
         return ""
+
+    def suppress_guard(self, node: ast.With, f: Frame) -> str:
+        """``with contextlib.suppress(AttributeError):`` recovers like an ``except`` that passes."""
+        for item in node.items:
+            call = item.context_expr
+            if isinstance(call, ast.Call) and (chain_of(call.func) or [""])[-1] == "suppress":
+                caught = {(chain_of(a) or [""])[-1] for a in call.args}
+                if caught & CATCHES_ATTRIBUTE_ERROR and not self.unset(node.body, [], node, f):
+                    return "suppress"
+        return ""
+
+    def constant(self, node: ast.expr, f: Frame):
+        """A string the expression is: a literal, or a name bound once to one in the function or module."""
+        if isinstance(node, ast.Constant):
+            return node.value
+        if not isinstance(node, ast.Name):
+            return None
+        for scope in (f.scope, self.tree.parse(f.module)):
+            values = [s.value.value for s in (statements(scope.body) if scope is f.scope else scope.body)
+                      if isinstance(s, ast.Assign) and [getattr(t, "id", None) for t in s.targets] == [node.id]
+                      and isinstance(s.value, ast.Constant)]
+            if values:
+                return values[0] if len(set(values)) == 1 else None
+        return None
+
+    def cases(self, node: ast.Match, f: Frame) -> None:
+        """``match`` on the algorithm: each ``case`` runs where its pattern equals the subject (and its guard
+        holds), and no earlier unguarded case matched."""
+        earlier: list = []
+        for case in node.cases:
+            test = self.pattern(node.subject, case.pattern)
+            here = f
+            for prior in earlier:
+                here = here.under(self.cond(prior, False, f))
+            if test is not None:
+                here = here.under(self.cond(test, True, f, case.body, [], node))
+            if case.guard is not None:
+                self.visit(case.guard, here)
+                here = here.under(self.cond(case.guard, True, f, case.body, [], node))
+            self.visit(case.body, here)
+            if test is not None and case.guard is None:
+                earlier.append(test)
+
+    def pattern(self, subject: ast.expr, pattern: ast.pattern) -> ast.expr | None:
+        """A case pattern as the comparison it makes (``subject == value``, ``or`` of those); None: any subject."""
+        if isinstance(pattern, ast.MatchValue):
+            return ast.copy_location(ast.Compare(subject, [ast.Eq()], [pattern.value]), pattern)
+        if isinstance(pattern, ast.MatchSingleton):
+            return ast.copy_location(ast.Compare(subject, [ast.Is()], [ast.Constant(pattern.value)]), pattern)
+        if isinstance(pattern, ast.MatchOr):
+            parts = [self.pattern(subject, p) for p in pattern.patterns]
+            return None if None in parts else ast.copy_location(ast.BoolOp(ast.Or(), parts), pattern)
+        if isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+            return self.pattern(subject, pattern.pattern)
+        return None  # `case _`, a capture, a class or sequence pattern: not a test of the value
 
     # the walk --------------------------------------------------------------------------------
 
@@ -319,7 +265,7 @@ class Scan:
                 self.returns.append((node.value, f))
             for child in ast.iter_child_nodes(node):
                 self.visit(child, f)
-            if isinstance(node, ast.Assign):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
                 self.assign(node, f)
         elif isinstance(node, list):
             for stmt in node:
@@ -353,28 +299,71 @@ class Scan:
                 self.visit(part, f)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             f.imports.update(import_names(node, f.module))
+        elif isinstance(node, (ast.For, ast.AsyncFor)):  # the loop's name is bound before its body runs
+            self.visit(node.iter, f)
+            self.assign(node, f)
+            self.visit(node.body, f)
+            self.visit(node.orelse, f)
+        elif isinstance(node, ast.Match):
+            self.visit(node.subject, f)
+            self.cases(node, f)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                self.visit(item.context_expr, f)
+                if isinstance(item.optional_vars, ast.Name):  # `with x as m`: m holds what x gives
+                    self.bind(item.optional_vars, item.context_expr, f)
+            self.visit(node.body, replace(f, guard=self.suppress_guard(node, f) or f.guard))
 
-    def assign(self, stmt: ast.Assign, f: Frame) -> None:
-        for t in stmt.targets:
+    def assign(self, stmt: ast.stmt, f: Frame) -> None:
+        """Every form that binds a name: ``=``, annotated, augmented, tuple and star unpacking, walrus, ``for``."""
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):  # `for m in (a, b)`: m holds what every element holds
+            elts = stmt.iter.elts if isinstance(stmt.iter, (ast.Tuple, ast.List, ast.Set)) else []
+            roles = {self.role(e, f) for e in elts}
+            self.kill(stmt.target, f)
+            if isinstance(stmt.target, ast.Name) and len(roles) == 1 and None not in roles:
+                f.aliases[stmt.target.id] = roles.pop()
+            return
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        value = stmt.value
+        for t in targets:
             if isinstance(t, ast.Attribute):  # a flag: set True under a condition that tests the algorithm
                 tested = any(self.spec.tests(c.test) for c in f.conds)
-                if getattr(stmt.value, "value", None) is True and tested and self.possible(f.conds):
+                if getattr(value, "value", None) is True and tested and self.possible(f.conds):
                     self.spec.flags.add(t.attr)
                 continue
-            for name in [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]:
-                f.aliases.pop(name, None)
-            role = self.role(stmt.value, f) if isinstance(t, ast.Name) and len(stmt.targets) == 1 else None
-            if role:
-                f.aliases[t.id] = role  # `model = self.model_runner.model`
+            self.kill(t, f)
+            if value is None or isinstance(stmt, ast.AugAssign) or len(targets) > 1:
+                continue
+            if isinstance(t, ast.Name):
+                self.bind(t, value, f)  # `model = self.model_runner.model`
+            elif isinstance(t, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+                if len(t.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in t.elts):
+                    for name, part in zip(t.elts, value.elts):  # `model, runner = self.model, self`
+                        if isinstance(name, ast.Name):
+                            self.bind(name, part, f)
+
+    def bind(self, name: ast.Name, value: ast.expr, f: Frame) -> None:
+        role = self.role(value, f)
+        if role:
+            f.aliases[name.id] = role
+
+    @staticmethod
+    def kill(target: ast.AST, f: Frame) -> None:
+        for name in [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]:
+            f.aliases.pop(name, None)
 
     def call(self, node: ast.Call, f: Frame) -> None:
         func, guard, recv, method = node.func, f.guard, None, ""
         if isinstance(func, ast.Attribute):
             recv, method = func.value, func.attr
         elif getattr(getattr(func, "func", None), "id", "") == "getattr" and len(func.args) >= 2:
-            # getattr(model, "m")(...) needs m; with a default it is optional
-            recv, method = func.args[0], getattr(func.args[1], "value", None)
+            # getattr(model, "m")(...) needs m; with a default it is optional. "m" may be a named constant.
+            recv, method = func.args[0], self.constant(func.args[1], f)
             guard = guard or ("getattr default" if len(func.args) > 2 else "")
+        if (chain_of(func) or [""])[-1] == "partial" and node.args and isinstance(node.args[0], ast.Attribute):
+            # functools.partial(model.m, ...) reads model.m: it needs m, and the later call's arguments are unknown
+            recv, method = node.args[0].value, node.args[0].attr
+            node = ast.copy_location(ast.Call(node.args[0], [ast.Starred(ast.Name("args"))], []), node)
         role = self.role(recv, f) if recv is not None and isinstance(method, str) else None
         if role in (MODEL, LOOSE, DRAFT_MODEL):
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
