@@ -540,6 +540,15 @@ PROVIDERS = {
     "a required parameter": ("def get_embed_and_head(self, draft):\n    pass", "missing"),
     "None in __init__": ("def __init__(self):\n    self.get_embed_and_head = None\ndef get_embed_and_head(self):\n    pass", "missing"),
     "__getattr__": ("def __getattr__(self, name):\n    return getattr(self.inner, name)", "undecided"),
+    # Python decides these at run time; the audit follows what it can and fails closed on the rest.
+    "another class's function": ("get_embed_and_head = _Other.get_embed_and_head", "provided"),
+    "delegation to a class that has it": ("def __init__(self):\n    self.inner = _Other()\n"
+                                          "def get_embed_and_head(self):\n    return self.inner.get_embed_and_head()", "provided"),
+    "delegation to a class that lacks it": ("def __init__(self):\n    self.inner = _Empty()\n"
+                                            "def get_embed_and_head(self):\n    return self.inner.get_embed_and_head()", "missing"),
+    "def under a class-body if": ("if not _is_npu:\n    def get_embed_and_head(self):\n        pass", "undecided"),
+    "set in __init__ under a condition": ("def __init__(self, on=False):\n    if on:\n        self.get_embed_and_head = _shared", "undecided"),
+    "set in __init__ by setattr": ("def __init__(self):\n    for name in ('get_embed_and_head',):\n        setattr(self, name, _shared)", "undecided"),
 }
 
 
@@ -550,7 +559,9 @@ def test_rule_providers(tmp_path, body, verdict):
     if "set_eagle3" in body:
         method, other = "set_eagle3_layers_to_capture", "def get_embed_and_head(self):\n    return None, None"
     model = (
-        "from torch import nn\n\n\ndef _shared(self):\n    return None, None\n\n\nclass Edited(nn.Module):\n"
+        "from torch import nn\n\n\ndef _shared(self):\n    return None, None\n\n\n"
+        "class _Other:\n    def get_embed_and_head(self):\n        return None, None\n\n\nclass _Empty:\n    pass\n\n\n"
+        "class Edited(nn.Module):\n"
         f"{textwrap.indent(other, '    ')}\n\n{textwrap.indent(body, '    ')}\n\n\nEntryClass = Edited\n"
     )
     report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
@@ -604,6 +615,34 @@ def test_rule_a_base_outside_the_tree_is_undecided_and_fails_closed(tmp_path):
     assert sorted(m.method for m in report.undecided) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], report.undecided
     assert "vendor.hooks.EagleHooks is outside the tree" in report.undecided[0].reason, report.undecided[0]
     assert report.lines()[0].startswith("undecided:"), "undecided methods are said, not only in --verbose"
+
+
+SETS_LAYERS = "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n"
+
+
+@pytest.mark.parametrize(
+    "module, verdict",
+    [
+        # The base at run time is the else branch's, outside the tree: TYPE_CHECKING's in-tree one does not count.
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sglang.srt.models.base import Base\nelse:\n"
+         "    from vendor.hooks import Base\n\n\nclass Edited(Base):\n" + SETS_LAYERS, "undecided"),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vendor.hooks import Base\nelse:\n"
+         "    from sglang.srt.models.base import Base\n\n\nclass Edited(Base):\n" + SETS_LAYERS, "provided"),
+        # A try whose import is outside the tree may fall back: the base depends on what is installed.
+        ("try:\n    from vendor.hooks import Base\nexcept ImportError:\n    from sglang.srt.models.base import Base\n\n\n"
+         "class Edited(Base):\n" + SETS_LAYERS, "undecided"),
+        ("try:\n    from sglang.srt.models.base import Base\nexcept ImportError:\n    from vendor.hooks import Base\n\n\n"
+         "class Edited(Base):\n" + SETS_LAYERS, "provided"),
+        # A class decorator may add what the body lacks.
+        ("from vendor.hooks import add_eagle3\n\n\n@add_eagle3\nclass Edited:\n    pass\n", "undecided"),
+    ],
+    ids=["type-checking-outside", "type-checking-inside", "try-outside-first", "try-inside-first", "class-decorator"],
+)
+def test_rule_what_python_binds_at_run_time(tmp_path, module, verdict):
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module + "\n\nEntryClass = Edited\n"}), "Edited")
+    found = "missing" if report.missing else "undecided" if report.undecided else "provided"
+    assert found == verdict, report.lines()
+    assert report.passed == (verdict == "provided") and report.exit_code == {"provided": 0, "undecided": 3, "missing": 1}[verdict]
 
 
 def test_rule_torch_module_methods_are_known(tmp_path):

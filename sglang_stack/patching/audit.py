@@ -186,17 +186,24 @@ def binds(p: Provider, site: CallSite) -> str:
     return ""
 
 
-def provider(tree: Tree, arch: Cls, method: str) -> Provider:
+def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
     """Where ``arch`` gets ``method``, by Python's lookup: attributes set in ``__init__``, then the MRO."""
     order = tree.mro(arch)
     for c in order:
         init = member(c.node, "__init__") if isinstance(c, Cls) else None
         for node in statements(init.body) if isinstance(init, ast.FunctionDef) else ():
             targets = node.targets if isinstance(node, ast.Assign) else []
+            dynamic = isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "setattr"
+            if dynamic and node.value.args and is_self(node.value.args[0]):
+                name = getattr(node.value.args[1], "value", None) if len(node.value.args) > 1 else None
+                if name in (method, None) or not isinstance(name, str):
+                    return Provider("undecided", f"{c.name}.__init__ ({c.path}:{node.lineno}) sets attributes by setattr")
             if any(getattr(t, "attr", "") == method and is_self(t.value) for t in targets):
                 where = f"{c.name}.__init__ ({c.path}:{node.lineno})"
                 if isinstance(node.value, ast.Constant):
                     return Provider("not a method", f"{where} sets it to {node.value.value!r}")
+                if node not in init.body:  # under an if, a loop, a try: not every instance has it
+                    return Provider("undecided", f"{where} sets it under a condition")
                 return Provider("found", f"attribute set in {where}")
     for c in order:
         if c in NN_MODULES and method in NN_MODULE_METHODS:
@@ -205,18 +212,28 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
             return Provider("undecided", f"its base {c} is outside the tree")
         stmt = member(c.node, method) if isinstance(c, Cls) else None
         if stmt is None:
+            if isinstance(c, Cls) and (conditional := nested_member(c.node, method)) is not None:
+                return Provider("undecided", f"{c.name}.{method} ({c.path}:{conditional.lineno}) is defined under a "
+                                "condition of the class body, which the audit cannot evaluate")
+            if isinstance(c, Cls) and c.node.decorator_list:
+                return Provider("undecided", f"{c.name} ({c.path}:{c.node.lineno}) has a class decorator, which may add it")
             continue
         where = f"{c.name}.{method} ({c.path}:{stmt.lineno})"
         fn = stmt if isinstance(stmt, FUNCTIONS) else stmt.value
         if isinstance(fn, ast.Name):  # get_embed_and_head = _shared
             found = member(c.node, fn.id) or tree.resolve(f"{c.module}.{fn.id}")
             fn = found[1] if isinstance(found, tuple) else found
+        elif isinstance(fn, ast.Attribute) and isinstance(owner := tree.resolve(".".join([c.module, *(chain_of(fn.value) or ["?"])])), Cls):
+            fn = member(owner.node, fn.attr)  # get_embed_and_head = DeepseekV2ForCausalLM.get_embed_and_head
         if isinstance(fn, (*FUNCTIONS, ast.Lambda)):  # a function assigned becomes a method
             decorated = [d.func if isinstance(d, ast.Call) else d for d in getattr(fn, "decorator_list", [])]
             decorators = {(chain_of(d) or [""])[-1] for d in decorated}
             if decorators & PROPERTIES:
                 return Provider("not a method", f"{where} is a property, not a method")
             sig = signature_of(fn.args)
+            lacking = delegate_lacks(tree, c, fn, method, depth) if isinstance(fn, FUNCTIONS) else ""
+            if lacking:
+                return Provider("not a method", f"{where} delegates to {lacking}")
             return Provider("found", f"{c.name}.{method}{sig} ({c.path}:{stmt.lineno})", sig, "staticmethod" in decorators)
         if isinstance(stmt.value, ast.Constant):
             return Provider("not a method", f"{where} is {stmt.value.value!r}, not a method")
@@ -225,6 +242,34 @@ def provider(tree: Tree, arch: Cls, method: str) -> Provider:
     if dynamic:
         return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it")
     return Provider("absent")
+
+
+def nested_member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
+    """A def of ``name`` inside an ``if``/``try`` of the class body (``if not _is_npu:``), which only runs sometimes."""
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.If, ast.Try)):
+            for inner in statements(stmt.body + stmt.orelse + getattr(stmt, "finalbody", [])):
+                if isinstance(inner, FUNCTIONS) and inner.name == name:
+                    return inner
+    return None
+
+
+def delegate_lacks(tree: Tree, c: Cls, fn: ast.FunctionDef, method: str, depth: int) -> str:
+    """For a def whose body forwards to ``self.X.method(...)``: "self.X (Class), which lacks it", where
+    ``__init__`` makes ``self.X`` an in-tree class that lacks the method; "" otherwise."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    call = body[0].value if len(body) == 1 and isinstance(body[0], (ast.Return, ast.Expr)) else None
+    chain = chain_of(call.func) if isinstance(call, ast.Call) else None
+    if depth > 3 or not chain or len(chain) != 3 or chain[0] != "self" or chain[2] != method:
+        return ""
+    init = member(c.node, "__init__")
+    for node in statements(init.body) if isinstance(init, ast.FunctionDef) else ():
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if getattr(target, "attr", "") == chain[1] and is_self(target.value) and isinstance(node.value, ast.Call):
+            held = tree.resolve(".".join([c.module, *(chain_of(node.value.func) or ["?"])]))
+            if isinstance(held, Cls) and provider(tree, held, method, depth + 1).kind == "absent":
+                return f"self.{chain[1]} ({held.name}, {held.path}), which lacks it"
+    return ""
 
 
 def settle(report: Report, method: str, sites: tuple, p: Provider) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from sglang_stack.errors import UserError
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+AMBIGUOUS = "<ambiguous>"  # an import whose origin depends on what is installed
 
 @dataclass(frozen=True)
 class CallSite:
@@ -76,12 +77,32 @@ class Tree:
         return self._ast[rel]
 
     def imports(self, module: str) -> dict[str, str]:
-        """Names that module-level imports bind (TYPE_CHECKING blocks included): name -> dotted origin."""
+        """Names that module-level imports bind when the module runs: name -> dotted origin.
+
+        ``if TYPE_CHECKING:`` binds at run time only what its ``else`` does. A ``try`` whose import
+        is outside the tree may fall back to its ``except ImportError`` one: where the two differ, the
+        name's origin is ``AMBIGUOUS`` (it resolves to nothing, so what rests on it stays undecided)."""
         if module not in self._imports:
             package, out = self.modules[module].endswith("__init__.py"), {}
             for node in self.parse(module).body:
-                for stmt in [node] + (node.body if isinstance(node, (ast.If, ast.Try)) else []):
-                    out.update(import_names(stmt, module, package))
+                if isinstance(node, ast.If) and (chain_of(node.test) or [""])[-1] == "TYPE_CHECKING":
+                    blocks = [node.orelse]
+                elif isinstance(node, ast.If):
+                    blocks = [node.body, node.orelse]
+                elif isinstance(node, ast.Try):
+                    tried = {k: v for stmt in node.body for k, v in import_names(stmt, module, package).items()}
+                    fallback = {k: v for h in node.handlers for stmt in h.body for k, v in import_names(stmt, module, package).items()}
+                    for name, origin in tried.items():
+                        parts = origin.split(".")
+                        inside = any(".".join(parts[:i]) in self.modules for i in range(len(parts), 0, -1))
+                        out[name] = origin if inside or fallback.get(name, origin) == origin else AMBIGUOUS
+                    out.update({k: v for k, v in fallback.items() if k not in tried})
+                    continue
+                else:
+                    blocks = [[node]]
+                for block in blocks:
+                    for stmt in block:
+                        out.update(import_names(stmt, module, package))
             self._imports[module] = out
         return self._imports[module]
 
