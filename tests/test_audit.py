@@ -532,7 +532,8 @@ PROVIDERS = {
     "function assigned": ("get_embed_and_head = _shared", "provided"),
     "lambda assigned": ("get_embed_and_head = lambda self: (None, None)", "provided"),
     "staticmethod": ("@staticmethod\ndef get_embed_and_head():\n    pass", "provided"),
-    "set in __init__": ("def __init__(self):\n    self.get_embed_and_head = self.inner.get_embed_and_head", "provided"),
+    "set in __init__": ("def __init__(self):\n    self.inner = _Other()\n    self.get_embed_and_head = self.inner.get_embed_and_head", "provided"),
+    "set in __init__ from an attribute never set": ("def __init__(self):\n    self.get_embed_and_head = self.inner.get_embed_and_head", "undecided"),
     "absent": ("pass", "missing"),
     "None": ("get_embed_and_head = None", "missing"),
     "property": ("@property\ndef get_embed_and_head(self):\n    return None, None", "missing"),
@@ -549,21 +550,38 @@ PROVIDERS = {
     "def under a class-body if": ("if not _is_npu:\n    def get_embed_and_head(self):\n        pass", "undecided"),
     "set in __init__ under a condition": ("def __init__(self, on=False):\n    if on:\n        self.get_embed_and_head = _shared", "undecided"),
     "set in __init__ by setattr": ("def __init__(self):\n    for name in ('get_embed_and_head',):\n        setattr(self, name, _shared)", "undecided"),
+    "a property returning a function": ("@property\ndef get_embed_and_head(self):\n    return lambda: (None, None)", "provided"),
+    "a property returning a function of the wrong arity": ("@property\ndef get_embed_and_head(self):\n    return lambda x: x", "missing"),
+    "classmethod": ("@classmethod\ndef get_embed_and_head(cls):\n    return None, None", "provided"),
+    "keyword-only required": ("def set_eagle3_layers_to_capture(self, *, layer_ids):\n    pass", "missing"),
+    "**kwargs only": ("def set_eagle3_layers_to_capture(self, **kwargs):\n    pass", "missing"),
+    "*args": ("def set_eagle3_layers_to_capture(self, *args):\n    pass", "provided"),
+    "lambda of the wrong arity": ("get_embed_and_head = lambda self, x: x", "missing"),
+    "a later def replaces None": ("get_embed_and_head = None\ndef get_embed_and_head(self):\n    return None, None", "provided"),
+    "None replaces an earlier def": ("def get_embed_and_head(self):\n    return None, None\nget_embed_and_head = None", "missing"),
+    "a string, not a method": ("get_embed_and_head = 'head'", "missing"),
+    "staticmethod of the wrong arity": ("@staticmethod\ndef set_eagle3_layers_to_capture():\n    pass", "missing"),
+    "delegation to an attribute never set": ("def get_embed_and_head(self):\n    return self.missing_part.get_embed_and_head()", "undecided"),
 }
 
 
-@pytest.mark.parametrize("body, verdict", PROVIDERS.values(), ids=PROVIDERS.keys())
-def test_rule_providers(tmp_path, body, verdict):
-    """Each body is added to an nn.Module that has the other method right (a later def replaces an earlier one)."""
+def provider_module(body: str) -> tuple[str, str]:
+    """(the method at stake, a models module whose nn.Module has ``body`` and the other method right)."""
     method, other = "get_embed_and_head", "def set_eagle3_layers_to_capture(self, layer_ids=None):\n    pass"
     if "set_eagle3" in body:
         method, other = "set_eagle3_layers_to_capture", "def get_embed_and_head(self):\n    return None, None"
-    model = (
+    return method, (
         "from torch import nn\n\n\ndef _shared(self):\n    return None, None\n\n\n"
         "class _Other:\n    def get_embed_and_head(self):\n        return None, None\n\n\nclass _Empty:\n    pass\n\n\n"
         "class Edited(nn.Module):\n"
         f"{textwrap.indent(other, '    ')}\n\n{textwrap.indent(body, '    ')}\n\n\nEntryClass = Edited\n"
     )
+
+
+@pytest.mark.parametrize("body, verdict", PROVIDERS.values(), ids=PROVIDERS.keys())
+def test_rule_providers(tmp_path, body, verdict):
+    """Each body is added to an nn.Module that has the other method right (a later def replaces an earlier one)."""
+    method, model = provider_module(body)
     report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
     found = "missing" if method in [m.method for m in report.missing] else "undecided" if report.undecided else "provided"
     assert found == verdict, f"{body!r}: {report.lines(verbose=True)}"
@@ -820,3 +838,34 @@ def test_rule_the_target_is_followed_into_a_function_of_an_imported_module(tmp_p
     worker.write_text(f"{imported}\n" + worker.read_text())
     report = audit.audit(tree, "Wrapped")
     assert placed(report, "reached_two_calls_deep") == ["required"], f"not followed through {imported!r}: {sites(report.required)}"
+
+
+# --- the provider corpus against an import-and-call oracle -------------------------------------------
+
+# The calls the synthetic tree's EAGLE-3 path makes on the target (RUNNER and WORKER above).
+ORACLE_CALLS = [["set_eagle3_layers_to_capture", 1], ["get_embed_and_head", 0]]
+RUN_TIME_CASES = [module for module, _ in test_rule_what_python_binds_at_run_time.pytestmark[0].args[1]]
+CORPUS = {**{f"provider: {k}": provider_module(b)[1] for k, (b, _) in PROVIDERS.items()},
+          **{f"run time: {i}": m + "\n\nEntryClass = Edited\n" for i, m in enumerate(RUN_TIME_CASES)}}
+
+
+# Whose truth depends on what is installed where the server runs: the audit must fail closed on them.
+ENVIRONMENT_DEPENDENT = {m for m in CORPUS.values() if m.startswith("try:\n    from vendor.")}
+
+
+@pytest.mark.parametrize("module", CORPUS.values(), ids=CORPUS.keys())
+def test_the_audit_passes_exactly_what_the_oracle_serves(tmp_path, module):
+    """Ground truth by import and call in a subprocess (tests/audit_oracle.py): the audit passes a case (exit 0)
+    if and only if every EAGLE-3 call on the class goes through; undecided and missing both fail."""
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module})
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("audit_oracle.py")), str(tree), "Edited",
+                           json.dumps(ORACLE_CALLS)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    truth = json.loads(proc.stdout)
+    report = audit.audit(tree, "Edited")
+    if module in ENVIRONMENT_DEPENDENT:
+        # The oracle answers for its own environment (no vendor package); in another the base differs.
+        assert report.exit_code == 3 and "<ambiguous>" in report.undecided[0].reason, report.lines()
+        return
+    assert report.passed == truth["serves"], f"oracle: {truth['why']}; audit: {report.lines()}"
+    assert report.exit_code != 0 or truth["serves"], "never a pass the oracle does not serve"

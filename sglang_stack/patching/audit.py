@@ -204,6 +204,10 @@ def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
                     return Provider("not a method", f"{where} sets it to {node.value.value!r}")
                 if node not in init.body:  # under an if, a loop, a try: not every instance has it
                     return Provider("undecided", f"{where} sets it under a condition")
+                held = chain_of(node.value) or []
+                if len(held) == 3 and held[0] == "self" and not sets_attribute(tree, c, init, held[1], node):
+                    return Provider("undecided", f"{where} sets it from self.{held[1]}, which the class does not "
+                                    "set before it")
                 return Provider("found", f"attribute set in {where}")
     for c in order:
         if c in NN_MODULES and method in NN_MODULE_METHODS:
@@ -229,11 +233,17 @@ def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
             decorated = [d.func if isinstance(d, ast.Call) else d for d in getattr(fn, "decorator_list", [])]
             decorators = {(chain_of(d) or [""])[-1] for d in decorated}
             if decorators & PROPERTIES:
+                body = [b for b in fn.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+                value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+                if isinstance(value, ast.Lambda):  # a property whose value is a function: calling it calls that
+                    sig = signature_of(value.args)
+                    return Provider("found", f"{c.name}.{method}, a property returning lambda{sig} ({c.path}:{stmt.lineno})",
+                                    sig, True)
                 return Provider("not a method", f"{where} is a property, not a method")
             sig = signature_of(fn.args)
-            lacking = delegate_lacks(tree, c, fn, method, depth) if isinstance(fn, FUNCTIONS) else ""
-            if lacking:
-                return Provider("not a method", f"{where} delegates to {lacking}")
+            kind, lacking = delegate_lacks(tree, arch, fn, method, depth) if isinstance(fn, FUNCTIONS) else ("", "")
+            if kind:
+                return Provider(kind, f"{where} delegates to {lacking}")
             return Provider("found", f"{c.name}.{method}{sig} ({c.path}:{stmt.lineno})", sig, "staticmethod" in decorators)
         if isinstance(stmt.value, ast.Constant):
             return Provider("not a method", f"{where} is {stmt.value.value!r}, not a method")
@@ -242,6 +252,17 @@ def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
     if dynamic:
         return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it")
     return Provider("absent")
+
+
+def sets_attribute(tree: Tree, c: Cls, init: ast.FunctionDef, name: str, before: ast.stmt) -> bool:
+    """Does ``self.name`` exist when ``before`` runs: set earlier in ``__init__``, or a member of the class's MRO?"""
+    for node in statements(init.body):
+        if node is before:
+            break
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(getattr(t, "attr", "") == name and is_self(t.value) for t in targets):
+            return True
+    return any(isinstance(b, Cls) and member(b.node, name) is not None for b in tree.mro(c))
 
 
 def nested_member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
@@ -254,22 +275,29 @@ def nested_member(cls: ast.ClassDef, name: str) -> ast.stmt | None:
     return None
 
 
-def delegate_lacks(tree: Tree, c: Cls, fn: ast.FunctionDef, method: str, depth: int) -> str:
-    """For a def whose body forwards to ``self.X.method(...)``: "self.X (Class), which lacks it", where
-    ``__init__`` makes ``self.X`` an in-tree class that lacks the method; "" otherwise."""
+def delegate_lacks(tree: Tree, instance: Cls, fn: ast.FunctionDef, method: str, depth: int) -> tuple[str, str]:
+    """For a def whose body forwards to ``self.X.method(...)``: ("not a method", why) where ``__init__`` makes
+    ``self.X`` an in-tree class that lacks the method, ("undecided", why) where nothing sets ``self.X``;
+    ("", "") otherwise."""
     body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     call = body[0].value if len(body) == 1 and isinstance(body[0], (ast.Return, ast.Expr)) else None
     chain = chain_of(call.func) if isinstance(call, ast.Call) else None
     if depth > 3 or not chain or len(chain) != 3 or chain[0] != "self" or chain[2] != method:
-        return ""
-    init = member(c.node, "__init__")
-    for node in statements(init.body) if isinstance(init, ast.FunctionDef) else ():
+        return "", ""
+    # The instance is the architecture's: its __init__ (the first in its MRO) sets what a mixin forwards to.
+    owner = next((b for b in tree.mro(instance) if isinstance(b, Cls) and isinstance(member(b.node, "__init__"), ast.FunctionDef)), None)
+    assigned = False
+    for node in statements(member(owner.node, "__init__").body) if owner is not None else ():
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if getattr(target, "attr", "") == chain[1] and is_self(target.value) and isinstance(node.value, ast.Call):
-            held = tree.resolve(".".join([c.module, *(chain_of(node.value.func) or ["?"])]))
+        if getattr(target, "attr", "") == chain[1] and is_self(target.value):
+            assigned = True
+            made = chain_of(node.value.func) if isinstance(node.value, ast.Call) else None
+            held = tree.resolve(".".join([owner.module, *made])) if made else None
             if isinstance(held, Cls) and provider(tree, held, method, depth + 1).kind == "absent":
-                return f"self.{chain[1]} ({held.name}, {held.path}), which lacks it"
-    return ""
+                return "not a method", f"self.{chain[1]} ({held.name}, {held.path}), which lacks it"
+    if not assigned and not any(isinstance(b, Cls) and member(b.node, chain[1]) is not None for b in tree.mro(instance)):
+        return "undecided", f"self.{chain[1]}, which the class never sets where the audit can see"
+    return "", ""
 
 
 def settle(report: Report, method: str, sites: tuple, p: Provider) -> None:
