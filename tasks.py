@@ -186,9 +186,13 @@ def build(
     if target in ("sglang", "runtime", "router"):
         from sglang_stack.image.verify_image import export_sbom
 
-        sbom = export_sbom(engine, ref, ref)
-        print(f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at /opt/sglang-stack/sbom.cdx.json)" if sbom else
-              f"note: {ref} has no SBOM at /opt/sglang-stack/sbom.cdx.json")
+        try:
+            sbom = export_sbom(engine, ref, ref)
+        except UserError as err:  # the image is built; only the copy beside it is missing
+            print(f"note: the SBOM stays inside the image (/opt/sglang-stack/sbom.cdx.json): {err}")
+        else:
+            print(f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at /opt/sglang-stack/sbom.cdx.json)" if sbom else
+                  f"note: {ref} has no SBOM at /opt/sglang-stack/sbom.cdx.json")
     print(f"built {ref} ({image_id})")
 
 

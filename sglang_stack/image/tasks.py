@@ -25,7 +25,8 @@ def _images(engine: str, target: str, base_image: str | None) -> dict[str, str]:
 
 @task(
     help={
-        "dir": "where the mirror goes (default: mirror, the project's mirror/ that `invoke build --mirror` reads)",
+        "dir": "where the mirror goes, relative to the project (default: mirror, the mirror/ that `invoke build "
+        "--mirror` reads)",
         "target": "what to mirror: all (runtime and router), runtime, deps, sglang, base or router (default: all)",
         "engine": "the image store the base images are saved from, pulled into first if missing: docker, podman "
         "or buildah (default: stack.engine, 'docker')",

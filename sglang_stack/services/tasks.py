@@ -38,7 +38,9 @@ def models_lock(c, token_file=None):
 
     from sglang_stack.services import models
 
-    token = Path(token_file).read_text().strip() if token_file else os.environ.get("HF_TOKEN") or None
+    from sglang_stack.errors import read_text
+
+    token = read_text(Path(token_file)).strip() if token_file else os.environ.get("HF_TOKEN") or None
     for line in models.lock_models(token=token):
         print(line)
     print(f"wrote {models.MODELS_LOCK.name}")
