@@ -18,7 +18,7 @@ from sglang_stack.patching import audit
 
 KIMI = "KimiK25ForConditionalGeneration"
 
-# Checked by hand in the 0.5.9 wheel (FACTS.md). The audit must find these from the source.
+# Checked by hand in the 0.5.9 wheel. The audit must find these from the source.
 FACTS_0_5_9 = {
     "set_eagle3_layers_to_capture": [
         "sglang/srt/model_executor/cuda_graph_runner.py:365",

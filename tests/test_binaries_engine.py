@@ -68,7 +68,8 @@ COPY sglang_stack/ /opt/sglang-stack/sglang_stack/
 def build(ctx: Path, tag: str) -> subprocess.CompletedProcess:
     from sglang_stack.fetch import ca_bundle
 
-    argv = ["docker", "buildx", "build", "--load", "--progress", "plain", "--tag", tag]
+    # --no-cache: the step's own output is what is judged, and a run before this one may have cached it.
+    argv = ["docker", "buildx", "build", "--load", "--no-cache", "--progress", "plain", "--tag", tag]
     if ca := ca_bundle():
         argv += ["--secret", f"id=ca,src={ca}"]
     return subprocess.run([*argv, str(ctx)], capture_output=True, text=True, timeout=900)
