@@ -40,10 +40,6 @@ def _run(argv: list[str], timeout: float = 10.0) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def stack() -> dict:
-    from sglang_stack.image.build import checkout
-
-    return checkout()
 
 
 def gpus() -> list[dict] | None:
@@ -136,4 +132,6 @@ def models(env) -> dict:
 
 
 def collect(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
-    return {"stack": stack(), "gpus": gpus(), "images": images(endpoints, env, engine), "models": models(env)}
+    from sglang_stack.image.build import checkout
+
+    return {"stack": checkout(), "gpus": gpus(), "images": images(endpoints, env, engine), "models": models(env)}

@@ -137,36 +137,32 @@ class BuildRequest:
         return argv
 
 
-def commit_epoch(root: Path = ROOT) -> int | None:
-    """The time of the checkout's last commit (``git log -1 --format=%ct``): the same for everyone who builds it.
-
-    None outside a git checkout (an unpacked tarball): then the build runs on the clock, and says so.
-    """
+def _git(root: Path, *args: str) -> str | None:
+    """``git -C root ARGS``'s output, or None without git, outside a checkout, or on any failure."""
     import shutil
     import subprocess
 
     if not shutil.which("git"):
         return None
-    proc = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%ct"], capture_output=True, text=True)
-    text = proc.stdout.strip()
-    return int(text) if proc.returncode == 0 and text.isdigit() else None
+    try:
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
 
 
-def checkout() -> dict:
+def commit_epoch(root: Path = ROOT) -> int | None:
+    """The time of the checkout's last commit (``git log -1 --format=%ct``): the same for everyone who builds it.
+
+    None outside a git checkout (an unpacked tarball): then the build runs on the clock, and says so.
+    """
+    text = (_git(root, "log", "-1", "--format=%ct") or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def checkout(root: Path = ROOT) -> dict:
     """This checkout's commit (``git rev-parse HEAD``) and whether its tracked files have changes; None where unknown."""
-    import shutil
-    import subprocess
-
-    def git(*args: str) -> str | None:
-        if not shutil.which("git"):
-            return None
-        try:
-            proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return proc.stdout if proc.returncode == 0 else None
-
-    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    commit, status = _git(root, "rev-parse", "HEAD"), _git(root, "status", "--porcelain", "--untracked-files=no")
     return {"commit": commit.strip() if commit else None, "dirty": bool(status.strip()) if status is not None else None}
 
 

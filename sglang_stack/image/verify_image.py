@@ -191,18 +191,16 @@ def check_patches(image_files: dict[str, str | None], want: dict[str, str | None
 
 
 def check_digest(engine: str, stage: str, image_id: str, base_image: str | None, lock=None, mirror: bool = False) -> Check:
+    from sglang_stack.fetch import ca_bundle
     from sglang_stack.image import build as buildmod
     from sglang_stack.image import store
 
-    epoch = buildmod.commit_epoch()
+    ca = ca_bundle()
     tag = f"localhost/sglang-stack-verify:{stage}-{store.run_id()}"
     request = buildmod.BuildRequest(engine=engine, tag=tag, target=stage, base_image=base_image, no_cache=True,
-                                    source_date_epoch=epoch, reproducible=True, oci=engine != "docker",
-                                    layers=False, isolation="chroot" if engine == "buildah" else None)
-    from sglang_stack.fetch import ca_bundle
-
-    ca = ca_bundle()
-    request.ca_bundle = Path(ca) if ca else None
+                                    ca_bundle=Path(ca) if ca else None, source_date_epoch=buildmod.commit_epoch(),
+                                    reproducible=True, oci=engine != "docker", layers=False,
+                                    isolation="chroot" if engine == "buildah" else None)
     if mirror:
         from sglang_stack.image import mirror as mirrormod
 

@@ -196,7 +196,7 @@ def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
             dynamic = isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "setattr"
             if dynamic and node.value.args and is_self(node.value.args[0]):
                 name = getattr(node.value.args[1], "value", None) if len(node.value.args) > 1 else None
-                if name in (method, None) or not isinstance(name, str):
+                if not isinstance(name, str) or name == method:  # a name it cannot read may be this one
                     return Provider("undecided", f"{c.name}.__init__ ({c.path}:{node.lineno}) sets attributes by setattr")
             if any(getattr(t, "attr", "") == method and is_self(t.value) for t in targets):
                 where = f"{c.name}.__init__ ({c.path}:{node.lineno})"
