@@ -1,0 +1,262 @@
+"""What the audit says a class provides, against Python's answer: the provider rules, the dynamic half, and
+the corpus checked case by case against an import-and-call oracle (tests/audit_oracle.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sglang_stack.patching import audit
+
+from audit_trees import run_cli, synthetic
+
+
+PROVIDERS = {
+    "def": ("def get_embed_and_head(self, *args):\n    pass", "provided"),
+    "function assigned": ("get_embed_and_head = _shared", "provided"),
+    "lambda assigned": ("get_embed_and_head = lambda self: (None, None)", "provided"),
+    "staticmethod": ("@staticmethod\ndef get_embed_and_head():\n    pass", "provided"),
+    "set in __init__": ("def __init__(self):\n    self.inner = _Other()\n    self.get_embed_and_head = self.inner.get_embed_and_head", "provided"),
+    "set in __init__ from an attribute never set": ("def __init__(self):\n    self.get_embed_and_head = self.inner.get_embed_and_head", "undecided"),
+    "absent": ("pass", "missing"),
+    "None": ("get_embed_and_head = None", "missing"),
+    "property": ("@property\ndef get_embed_and_head(self):\n    return None, None", "missing"),
+    "too few parameters": ("def set_eagle3_layers_to_capture(self):\n    pass", "missing"),
+    "a required parameter": ("def get_embed_and_head(self, draft):\n    pass", "missing"),
+    "None in __init__": ("def __init__(self):\n    self.get_embed_and_head = None\ndef get_embed_and_head(self):\n    pass", "missing"),
+    "__getattr__": ("def __getattr__(self, name):\n    return getattr(self.inner, name)", "undecided"),
+    # Python decides these at run time; the audit follows what it can and fails closed on the rest.
+    "another class's function": ("get_embed_and_head = _Other.get_embed_and_head", "provided"),
+    "delegation to a class that has it": ("def __init__(self):\n    self.inner = _Other()\n"
+                                          "def get_embed_and_head(self):\n    return self.inner.get_embed_and_head()", "provided"),
+    "delegation to a class that lacks it": ("def __init__(self):\n    self.inner = _Empty()\n"
+                                            "def get_embed_and_head(self):\n    return self.inner.get_embed_and_head()", "missing"),
+    "def under a class-body if": ("if not _is_npu:\n    def get_embed_and_head(self):\n        pass", "undecided"),
+    "set in __init__ under a condition": ("def __init__(self, on=False):\n    if on:\n        self.get_embed_and_head = _shared", "undecided"),
+    "set in __init__ by setattr": ("def __init__(self):\n    for name in ('get_embed_and_head',):\n        setattr(self, name, _shared)", "undecided"),
+    "a property returning a function": ("@property\ndef get_embed_and_head(self):\n    return lambda: (None, None)", "provided"),
+    "a property returning a function of the wrong arity": ("@property\ndef get_embed_and_head(self):\n    return lambda x: x", "missing"),
+    "classmethod": ("@classmethod\ndef get_embed_and_head(cls):\n    return None, None", "provided"),
+    "keyword-only required": ("def set_eagle3_layers_to_capture(self, *, layer_ids):\n    pass", "missing"),
+    "**kwargs only": ("def set_eagle3_layers_to_capture(self, **kwargs):\n    pass", "missing"),
+    "*args": ("def set_eagle3_layers_to_capture(self, *args):\n    pass", "provided"),
+    "lambda of the wrong arity": ("get_embed_and_head = lambda self, x: x", "missing"),
+    "a later def replaces None": ("get_embed_and_head = None\ndef get_embed_and_head(self):\n    return None, None", "provided"),
+    "None replaces an earlier def": ("def get_embed_and_head(self):\n    return None, None\nget_embed_and_head = None", "missing"),
+    "a string, not a method": ("get_embed_and_head = 'head'", "missing"),
+    "staticmethod of the wrong arity": ("@staticmethod\ndef set_eagle3_layers_to_capture():\n    pass", "missing"),
+    "delegation to an attribute never set": ("def get_embed_and_head(self):\n    return self.missing_part.get_embed_and_head()", "undecided"),
+}
+
+
+def provider_module(body: str) -> tuple[str, str]:
+    """(the method at stake, a models module whose nn.Module has ``body`` and the other method right)."""
+    method, other = "get_embed_and_head", "def set_eagle3_layers_to_capture(self, layer_ids=None):\n    pass"
+    if "set_eagle3" in body:
+        method, other = "set_eagle3_layers_to_capture", "def get_embed_and_head(self):\n    return None, None"
+    return method, (
+        "from torch import nn\n\n\ndef _shared(self):\n    return None, None\n\n\n"
+        "class _Other:\n    def get_embed_and_head(self):\n        return None, None\n\n\nclass _Empty:\n    pass\n\n\n"
+        "class Edited(nn.Module):\n"
+        f"{textwrap.indent(other, '    ')}\n\n{textwrap.indent(body, '    ')}\n\n\nEntryClass = Edited\n"
+    )
+
+
+@pytest.mark.parametrize("body, verdict", PROVIDERS.values(), ids=PROVIDERS.keys())
+def test_rule_providers(tmp_path, body, verdict):
+    """Each body is added to an nn.Module that has the other method right (a later def replaces an earlier one)."""
+    method, model = provider_module(body)
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
+    found = "missing" if method in [m.method for m in report.missing] else "undecided" if report.undecided else "provided"
+    assert found == verdict, f"{body!r}: {report.lines(verbose=True)}"
+    assert len(report.missing) == (verdict == "missing"), f"only {method} is at stake: {report.lines()}"
+    assert found != "undecided" or (not report.passed and report.exit_code == 3), "undecided fails closed"
+
+
+def test_rule_providers_follow_the_real_mro(tmp_path):
+    """class Edited(Left, Right), both on Base: Python looks in Right before Base (C3), a depth-first walk does not."""
+    model = '''
+class Base:
+    def get_embed_and_head(self, wrong):
+        pass
+
+    def set_eagle3_layers_to_capture(self, layer_ids):
+        pass
+
+
+class Left(Base):
+    pass
+
+
+class Right(Base):
+    def get_embed_and_head(self):
+        return None, None
+
+
+class Edited(Left, Right):
+    pass
+
+
+EntryClass = [Edited]
+'''
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}), "Edited")
+    assert report.passed, report.lines()
+    assert report.providers["get_embed_and_head"].startswith("Right.get_embed_and_head"), report.providers
+
+
+def test_rule_a_base_outside_the_tree_is_undecided_and_fails_closed(tmp_path):
+    model = "from vendor.hooks import EagleHooks\n\n\nclass Edited(EagleHooks):\n    pass\n\n\nEntryClass = [Edited]\n"
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model})
+    report = audit.audit(tree, "Edited")
+    assert not report.passed and not report.missing and report.exit_code == 3, report.lines()
+    assert report.summary.startswith("audit undecided: Edited provides 0 of the 2 methods") and "--allow-undecided" in report.summary
+    closed = run_cli("--sglang-src", str(tree), "--arch", "Edited")
+    assert closed.returncode == 3 and closed.stdout.splitlines()[-1] == report.summary, closed.stdout
+    allowed = run_cli("--sglang-src", str(tree), "--arch", "Edited", "--allow-undecided")
+    assert allowed.returncode == 0 and allowed.stdout.splitlines()[-1].startswith("audit passed with --allow-undecided:")
+    assert sorted(m.method for m in report.undecided) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], report.undecided
+    assert "vendor.hooks.EagleHooks is outside the tree" in report.undecided[0].reason, report.undecided[0]
+    assert report.lines()[0].startswith("undecided:"), "undecided methods are said, not only in --verbose"
+
+
+SETS_LAYERS = "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n"
+
+
+@pytest.mark.parametrize(
+    "module, verdict",
+    [
+        # The base at run time is the else branch's, outside the tree: TYPE_CHECKING's in-tree one does not count.
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sglang.srt.models.base import Base\nelse:\n"
+         "    from vendor.hooks import Base\n\n\nclass Edited(Base):\n" + SETS_LAYERS, "undecided"),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vendor.hooks import Base\nelse:\n"
+         "    from sglang.srt.models.base import Base\n\n\nclass Edited(Base):\n" + SETS_LAYERS, "provided"),
+        # A try whose import is outside the tree may fall back: the base depends on what is installed.
+        ("try:\n    from vendor.hooks import Base\nexcept ImportError:\n    from sglang.srt.models.base import Base\n\n\n"
+         "class Edited(Base):\n" + SETS_LAYERS, "undecided"),
+        ("try:\n    from sglang.srt.models.base import Base\nexcept ImportError:\n    from vendor.hooks import Base\n\n\n"
+         "class Edited(Base):\n" + SETS_LAYERS, "provided"),
+        # A class decorator may add what the body lacks.
+        ("from vendor.hooks import add_eagle3\n\n\n@add_eagle3\nclass Edited:\n    pass\n", "undecided"),
+    ],
+    ids=["type-checking-outside", "type-checking-inside", "try-outside-first", "try-inside-first", "class-decorator"],
+)
+def test_rule_what_python_binds_at_run_time(tmp_path, module, verdict):
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module + "\n\nEntryClass = Edited\n"}), "Edited")
+    found = "missing" if report.missing else "undecided" if report.undecided else "provided"
+    assert found == verdict, report.lines()
+    assert report.passed == (verdict == "provided") and report.exit_code == {"provided": 0, "undecided": 3, "missing": 1}[verdict]
+
+
+# --------------------------------------------------------------------------
+# The dynamic half, on a tree that imports without torch
+# --------------------------------------------------------------------------
+
+IMPORTABLE = {
+    "vendor/__init__.py": "",
+    "vendor/hooks.py": '''
+class EagleHooks:
+    def get_embed_and_head(self):
+        return None, None
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        pass
+
+
+class WrongHooks(EagleHooks):
+    def set_eagle3_layers_to_capture(self):
+        pass
+''',
+    "sglang/srt/models/base.py": "class Base:\n    def get_embed_and_head(self):\n        return None, None\n",
+    "sglang/srt/models/importable.py": '''
+import functools
+
+from vendor.hooks import EagleHooks, WrongHooks
+from sglang.srt.models.base import Base
+
+
+def logged(fn):
+    def wrapper(self):  # no functools.wraps, and one parameter fewer
+        return fn(self)
+    return wrapper
+
+
+class External(EagleHooks):
+    pass
+
+
+class ExternalWrong(WrongHooks):
+    pass
+
+
+class Decorated(Base):
+    @logged
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        pass
+
+
+EntryClass = [External, ExternalWrong, Decorated]
+''',
+}
+
+
+@pytest.mark.parametrize(
+    "arch, static_rc, dynamic_rc, dynamic_says",
+    [
+        ("External", 3, 0, "set_eagle3_layers_to_capture(self, layer_ids=None) binds all 3 call sites"),  # undecided, then decided
+        ("ExternalWrong", 3, 1, "missing: ExternalWrong.set_eagle3_layers_to_capture()"),
+        ("Decorated", 0, 1, "Decorated.set_eagle3_layers_to_capture(self) (imported): too many positional arguments"),
+    ],
+)
+def test_dynamic_confirmation_binds_every_call_site_to_the_imported_class(tmp_path, arch, static_rc, dynamic_rc, dynamic_says):
+    runner = "self.model.set_eagle3_layers_to_capture() if self.eagle_use_aux_hidden_state else None\nif self.eagle_use_aux_hidden_state:\n    self.model.set_eagle3_layers_to_capture(layer_ids=[3])"
+    tree = synthetic(tmp_path, runner=runner, extra=IMPORTABLE)
+    static = run_cli("--sglang-src", str(tree), "--arch", arch)
+    assert static.returncode == static_rc, f"static: {static.stdout}{static.stderr}"
+    dynamic = run_cli("--sglang-src", str(tree), "--arch", arch, "--dynamic", "--verbose")
+    assert dynamic.returncode == dynamic_rc, f"dynamic: {dynamic.stdout}{dynamic.stderr}"
+    assert dynamic_says in dynamic.stdout, dynamic.stdout
+    assert "undecided" not in dynamic.stdout.splitlines()[-1], "the import decides what the source could not"
+
+
+def test_dynamic_confirmation_of_a_class_that_does_not_import_is_one_line(tmp_path):
+    broken = "import vendor_not_installed\n\nfrom sglang.srt.models.wrapped import Wrapped\n\n\nclass Broken(Wrapped):\n    pass\n\n\nEntryClass = Broken\n"
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/broken.py": broken})
+    proc = run_cli("--sglang-src", str(tree), "--arch", "Broken", "--dynamic")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "cannot import for --dynamic" in proc.stderr, proc.stderr
+
+
+# --- the provider corpus against an import-and-call oracle -------------------------------------------
+
+# The calls the synthetic tree's EAGLE-3 path makes on the target (RUNNER and WORKER above).
+ORACLE_CALLS = [["set_eagle3_layers_to_capture", 1], ["get_embed_and_head", 0]]
+RUN_TIME_CASES = [module for module, _ in test_rule_what_python_binds_at_run_time.pytestmark[0].args[1]]
+CORPUS = {**{f"provider: {k}": provider_module(b)[1] for k, (b, _) in PROVIDERS.items()},
+          **{f"run time: {i}": m + "\n\nEntryClass = Edited\n" for i, m in enumerate(RUN_TIME_CASES)}}
+
+
+# Whose truth depends on what is installed where the server runs: the audit must fail closed on them.
+ENVIRONMENT_DEPENDENT = {m for m in CORPUS.values() if m.startswith("try:\n    from vendor.")}
+
+
+@pytest.mark.parametrize("module", CORPUS.values(), ids=CORPUS.keys())
+def test_the_audit_passes_exactly_what_the_oracle_serves(tmp_path, module):
+    """Ground truth by import and call in a subprocess (tests/audit_oracle.py): the audit passes a case (exit 0)
+    if and only if every EAGLE-3 call on the class goes through; undecided and missing both fail."""
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module})
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("audit_oracle.py")), str(tree), "Edited",
+                           json.dumps(ORACLE_CALLS)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    truth = json.loads(proc.stdout)
+    report = audit.audit(tree, "Edited")
+    if module in ENVIRONMENT_DEPENDENT:
+        # The oracle answers for its own environment (no vendor package); in another the base differs.
+        assert report.exit_code == 3 and "<ambiguous>" in report.undecided[0].reason, report.lines()
+        return
+    assert report.passed == truth["serves"], f"oracle: {truth['why']}; audit: {report.lines()}"
+    assert report.exit_code != 0 or truth["serves"], "never a pass the oracle does not serve"
