@@ -4,8 +4,8 @@
 
 Imports every top-level module of ``sglang.srt.models`` the way SGLang 0.5.9's registry does
 (``pkgutil.iter_modules``, packages skipped, a module that fails to import skipped), takes the
-class its ``EntryClass`` serves for ARCH, builds it through its own ``__init__``, and makes each
-call. torch is stood in for by one class, ``torch.nn.Module``, whose ``__getattr__`` raises
+class its ``EntryClass`` serves for ARCH, builds it through its own ``__init__`` the way SGLang's
+loader does (``cls(config=..., quant_config=None)``), and makes each call. torch is stood in for by one class, ``torch.nn.Module``, whose ``__getattr__`` raises
 ``AttributeError`` the way torch's does for a name that is no parameter, buffer or submodule.
 Prints ``{"serves": bool, "why": str}``: whether the EAGLE-3 calls would all go through.
 """
@@ -48,7 +48,7 @@ def main(site: str, arch: str, calls: list) -> dict:
     if arch not in served:
         return {"serves": False, "why": f"{arch}: not in the registry (its module does not import, or names no such class)"}
     try:
-        model = served[arch]()
+        model = served[arch](config=types.SimpleNamespace(), quant_config=None)
     except Exception as err:
         return {"serves": False, "why": f"{arch}(): {type(err).__name__}: {err}"}
     for method, positional in calls:

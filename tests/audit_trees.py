@@ -107,6 +107,9 @@ def configure(runner, enabled):
 MODELS = {
     "sglang/srt/models/base.py": '''
 class Base:
+    def __init__(self, config=None, quant_config=None):  # what SGLang's loader passes
+        pass
+
     def get_embed_and_head(self):
         return None, None
 ''',

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack.patching import audit
+from sglang_stack.patching.source import CallSite, Tree
 
 from audit_trees import run_cli, synthetic
 
@@ -21,24 +22,24 @@ PROVIDERS = {
     "function assigned": ("get_embed_and_head = _shared", "provided"),
     "lambda assigned": ("get_embed_and_head = lambda self: (None, None)", "provided"),
     "staticmethod": ("@staticmethod\ndef get_embed_and_head():\n    pass", "provided"),
-    "set in __init__": ("def __init__(self):\n    self.inner = _Other()\n    self.get_embed_and_head = self.inner.get_embed_and_head", "provided"),
-    "set in __init__ from an attribute never set": ("def __init__(self):\n    self.get_embed_and_head = self.inner.get_embed_and_head", "undecided"),
+    "set in __init__": ("def __init__(self, config=None, quant_config=None):\n    self.inner = _Other()\n    self.get_embed_and_head = self.inner.get_embed_and_head", "provided"),
+    "set in __init__ from an attribute never set": ("def __init__(self, config=None, quant_config=None):\n    self.get_embed_and_head = self.inner.get_embed_and_head", "undecided"),
     "absent": ("pass", "missing"),
     "None": ("get_embed_and_head = None", "missing"),
     "property": ("@property\ndef get_embed_and_head(self):\n    return None, None", "missing"),
     "too few parameters": ("def set_eagle3_layers_to_capture(self):\n    pass", "missing"),
     "a required parameter": ("def get_embed_and_head(self, draft):\n    pass", "missing"),
-    "None in __init__": ("def __init__(self):\n    self.get_embed_and_head = None\ndef get_embed_and_head(self):\n    pass", "missing"),
-    "__getattr__": ("def __getattr__(self, name):\n    return getattr(self.inner, name)", "undecided"),
+    "None in __init__": ("def __init__(self, config=None, quant_config=None):\n    self.get_embed_and_head = None\ndef get_embed_and_head(self):\n    pass", "missing"),
+    "__getattr__": ("def __getattr__(self, name):\n    return getattr(self.inner, name)", "missing"),  # it recurses
     # Python decides these at run time; the audit follows what it can and fails closed on the rest.
     "another class's function": ("get_embed_and_head = _Other.get_embed_and_head", "provided"),
-    "delegation to a class that has it": ("def __init__(self):\n    self.inner = _Other()\n"
+    "delegation to a class that has it": ("def __init__(self, config=None, quant_config=None):\n    self.inner = _Other()\n"
                                           "def get_embed_and_head(self):\n    return self.inner.get_embed_and_head()", "provided"),
-    "delegation to a class that lacks it": ("def __init__(self):\n    self.inner = _Empty()\n"
+    "delegation to a class that lacks it": ("def __init__(self, config=None, quant_config=None):\n    self.inner = _Empty()\n"
                                             "def get_embed_and_head(self):\n    return self.inner.get_embed_and_head()", "missing"),
     "def under a class-body if": ("if not _is_npu:\n    def get_embed_and_head(self):\n        pass", "undecided"),
-    "set in __init__ under a condition": ("def __init__(self, on=False):\n    if on:\n        self.get_embed_and_head = _shared", "undecided"),
-    "set in __init__ by setattr": ("def __init__(self):\n    for name in ('get_embed_and_head',):\n        setattr(self, name, _shared)", "undecided"),
+    "set in __init__ under a condition": ("def __init__(self, config=None, quant_config=None, on=False):\n    if on:\n        self.get_embed_and_head = _shared", "missing"),
+    "set in __init__ by setattr": ("def __init__(self, config=None, quant_config=None):\n    for name in ('get_embed_and_head',):\n        setattr(self, name, _shared)", "missing"),  # a function set on an instance is not bound
     "a property returning a function": ("@property\ndef get_embed_and_head(self):\n    return lambda: (None, None)", "provided"),
     "a property returning a function of the wrong arity": ("@property\ndef get_embed_and_head(self):\n    return lambda x: x", "missing"),
     "classmethod": ("@classmethod\ndef get_embed_and_head(cls):\n    return None, None", "provided"),
@@ -50,7 +51,7 @@ PROVIDERS = {
     "None replaces an earlier def": ("def get_embed_and_head(self):\n    return None, None\nget_embed_and_head = None", "missing"),
     "a string, not a method": ("get_embed_and_head = 'head'", "missing"),
     "staticmethod of the wrong arity": ("@staticmethod\ndef set_eagle3_layers_to_capture():\n    pass", "missing"),
-    "delegation to an attribute never set": ("def get_embed_and_head(self):\n    return self.missing_part.get_embed_and_head()", "undecided"),
+    "delegation to an attribute never set": ("def get_embed_and_head(self):\n    return self.missing_part.get_embed_and_head()", "missing"),
 }
 
 
@@ -76,6 +77,23 @@ def test_rule_providers(tmp_path, body, verdict):
     assert found == verdict, f"{body!r}: {report.lines(verbose=True)}"
     assert len(report.missing) == (verdict == "missing"), f"only {method} is at stake: {report.lines()}"
     assert found != "undecided" or (not report.passed and report.exit_code == 3), "undecided fails closed"
+
+
+# Where the source alone (the fallback, when the run cannot decide) says otherwise than Python: it cannot
+# run __getattr__ or __init__, so it fails closed on them.
+SOURCE_SAYS = {"__getattr__": "undecided", "set in __init__ under a condition": "undecided",
+               "set in __init__ by setattr": "undecided", "delegation to an attribute never set": "undecided"}
+
+
+@pytest.mark.parametrize("case", PROVIDERS, ids=PROVIDERS.keys())
+def test_rule_providers_read_from_the_source_alone(tmp_path, case):
+    """The fallback's verdict on each case: never a pass where Python says missing."""
+    method, model = provider_module(PROVIDERS[case][0])
+    tree = Tree(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": model}))
+    p = audit.provider(tree, audit.find_arch(tree, "Edited"), method)
+    site = CallSite("x.py", 1, method, "model", args=int(method == "set_eagle3_layers_to_capture"))
+    said = "undecided" if p.kind == "undecided" else "missing" if p.kind != "found" or audit.binds(p, site) else "provided"
+    assert said == SOURCE_SAYS.get(case, PROVIDERS[case][1]), f"{case}: {p}"
 
 
 def test_rule_providers_follow_the_real_mro(tmp_path):
@@ -209,7 +227,8 @@ EntryClass = [External, ExternalWrong, Decorated]
     [
         ("External", 3, 0, "set_eagle3_layers_to_capture(self, layer_ids=None) binds all 3 call sites"),  # undecided, then decided
         ("ExternalWrong", 3, 1, "missing: ExternalWrong.set_eagle3_layers_to_capture()"),
-        ("Decorated", 0, 1, "Decorated.set_eagle3_layers_to_capture(self) (imported): too many positional arguments"),
+        # The run catches the wrapper without torch; --dynamic agrees on the imported class.
+        ("Decorated", 1, 1, "Decorated.set_eagle3_layers_to_capture(self) (imported): too many positional arguments"),
     ],
 )
 def test_dynamic_confirmation_binds_every_call_site_to_the_imported_class(tmp_path, arch, static_rc, dynamic_rc, dynamic_says):

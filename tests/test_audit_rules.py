@@ -14,7 +14,7 @@ def test_synthetic_baseline(tmp_path):
     report = audit.audit(synthetic(tmp_path), "Wrapped")
     assert report.passed, report.lines()
     assert sorted(report.required) == ["get_embed_and_head", "set_eagle3_layers_to_capture"], sorted(report.required)
-    assert report.providers["get_embed_and_head"] == "Base.get_embed_and_head(self) (sglang/srt/models/base.py:3)", report.providers
+    assert report.providers["get_embed_and_head"] == "Base.get_embed_and_head(self) (sglang/srt/models/base.py:6)", report.providers
     assert report.workers == ["sglang.srt.speculative.eagle_worker.EAGLEWorker"], f"EAGLE-3 workers: {report.workers}"
     assert report.flags == ["eagle_use_aux_hidden_state"], f"flags: {report.flags}"
     assert "standalone_only" not in report.required, "the standalone worker is not EAGLE-3"

@@ -19,10 +19,11 @@ import inspect
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sglang_stack.errors import UserError, run_main
+from sglang_stack.patching import runtime
 from sglang_stack.patching.callsites import calls, is_self
 from sglang_stack.patching.source import FUNCTIONS, CallSite, Cls, Tree, chain_of, member, signature_of, statements
 from sglang_stack.patching.patches import tree_version
@@ -78,6 +79,8 @@ class Report:
     files_read: int = 0
     seconds: float = 0.0
     confirmed: list = field(default_factory=list)  # what --dynamic checked on the imported class
+    decided: dict = field(default_factory=dict)  # method -> "run" (Python's answer) or "source: why the run could not"
+    run: str = ""  # what the probe did
     allow_undecided: bool = False  # --allow-undecided: pass what the audit could not decide (the image build never does)
 
     @property
@@ -127,6 +130,8 @@ class Report:
                     where = ", ".join(f"{s}{' [' + s.guard + ']' if s.guard else ''}" for s in sites)
                     source = self.providers.get(method) if title in ("required", "optional (guarded)") else None
                     out.append(f"{title}: {method} at {where}{' -> ' + source if source else ''}")
+            out.append(self.run)
+            out += [f"decided by the {how}: {m}" for m, how in sorted(self.decided.items())]
             out += [f"confirmed: {c}" for c in self.confirmed]
             out.append(f"read {self.files_read} files in {self.seconds:.2f} s")
         return out + [self.summary]
@@ -173,10 +178,13 @@ class Provider:
     where: str = ""
     signature: inspect.Signature | None = None  # self included, unless ``static``
     static: bool = False
+    bad: dict | None = None  # from the run: call site (path:line) -> why it does not bind; None: bind ``signature``
 
 
 def binds(p: Provider, site: CallSite) -> str:
     """Why ``site``'s arguments (and self, for a method) do not bind to ``p``'s signature; "" if they do."""
+    if p.bad is not None:  # Python bound it already, to the signature of what it returned
+        return p.bad.get(str(site), "")
     if site.star or p.signature is None:  # *args or **kwargs at the call: any arity binds
         return ""
     try:
@@ -318,25 +326,33 @@ def settle(report: Report, method: str, sites: tuple, p: Provider) -> None:
 # --- The audit -----------------------------------------------------------------------------------
 
 
-def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
+def audit(sglang_src: Path, arch: str = DEFAULT_ARCH, config: dict | None = None) -> Report:
     """Check that ``arch`` provides every method the EAGLE-3 path calls on the target model.
 
-    ``sglang_src`` is the directory that contains ``sglang/``. Raises ``UserError`` for a tree or an
+    ``sglang_src`` is the directory that contains ``sglang/``; ``config``, a model's config.json, is what
+    the run builds the class with (stand-ins without it). Raises ``UserError`` for a tree or an
     architecture the audit cannot read, or a tree it no longer understands.
     """
     started, collecting = time.perf_counter(), gc.isenabled()
     gc.disable()  # parsing makes millions of objects and no cycles: the collector's passes cost more than it
     try:
         tree = Tree(Path(sglang_src))
+        try:
+            info, unread = find_arch(tree, arch), None
+        except UserError as err:  # the source does not show it; the run may (an EntryClass built by an expression)
+            info, unread = None, err
+        probe = runtime.Probe(tree, arch, info, config)  # imports while the source is read: two cores
         found = calls(tree)
-        info = find_arch(tree, arch)
     finally:
         if collecting:
             gc.enable()
+    run = probe.finish(found.on)
+    if info is None and not run.cls:
+        raise unread
     required = {m: tuple(s for s in ss if not s.guard) for m, ss in found.on.items() if any(not s.guard for s in ss)}
     report = Report(
         arch=arch,
-        arch_site=f"{info.path}:{info.node.lineno}",
+        arch_site=f"{info.path}:{info.node.lineno}" if info else run.cls,
         sglang_version=tree_version(tree.src),
         required=required,
         optional={m: ss for m, ss in found.on.items() if m not in required},
@@ -344,12 +360,26 @@ def audit(sglang_src: Path, arch: str = DEFAULT_ARCH) -> Report:
         draft=found.draft,
         flags=found.flags,
         workers=found.workers,
+        run=run.summary,
     )
     for method, sites in found.on.items():
-        settle(report, method, sites, provider(tree, info, method))
+        p, report.decided[method] = choose(tree, info, method, run)
+        settle(report, method, sites, p)
     report.missing.sort(key=lambda m: (m.sites[0].path, m.sites[0].line))
     report.files_read, report.seconds = len(tree._ast), time.perf_counter() - started
     return report
+
+
+def choose(tree: Tree, info: Cls | None, method: str, run: runtime.Run) -> tuple[Provider, str]:
+    """Python's verdict where the run gives one; the source's where it does not, with why."""
+    v = run.verdicts.get(method)
+    if v is not None and v.kind != "unknown":
+        return Provider(v.kind, v.where, bad=v.bad if v.kind == "found" else None), "run"
+    why = v.why if v is not None else run.summary.removeprefix("run: ")
+    p = provider(tree, info, method) if info else Provider("undecided", "the source does not show the class")
+    if p.kind == "undecided":
+        p = replace(p, where=f"{p.where}; the run could not decide either: {why}")
+    return p, f"source (the run could not: {why})"
 
 
 def confirm(report: Report, sglang_src: Path) -> Report:

@@ -1,0 +1,531 @@
+"""The audit's run-time half: import the model the way SGLang's registry does and ask Python what it provides.
+
+    python3 -I -S -B probe.py          (JSON on stdin, two lines; JSON on stdout, one line)
+
+It runs in a subprocess of ``sglang_stack.patching.runtime``, on the standard library alone (the image's
+``sglang`` stage has no torch). The first input line names the tree, the in-tree modules to run for real
+and the registry's candidates; the probe imports them and builds the class through its ``__init__`` the
+way SGLang's loader does (``cls(config=..., quant_config=None)``) while the parent reads the source. The
+second line brings the call sites; the probe binds each to ``inspect.signature`` of what Python returns.
+
+Everything else is stood in for: every module outside the standard library and outside the real set
+(torch, triton, sgl-kernel, flashinfer, transformers, and the rest of SGLang) is a module of stand-ins.
+A stand-in is callable, subscriptable, usable as a base class (an opaque one) and as a decorator (it
+keeps what it decorates). ``torch.nn.Module`` is modelled faithfully: its public methods exist and its
+``__getattr__`` raises ``AttributeError``, as torch's does for a name that is no parameter, buffer or
+submodule. ``PLATFORM`` answers the questions SGLang asks of the machine as a CUDA box would.
+
+Whenever Python takes the truth of a stand-in (``if is_sm100_supported():``), the probe notes where.
+A verdict that rests on such a guess, on an opaque base or on a stand-in decorator is not given: the
+parent falls back to the source for it. So every verdict this script gives is Python's own.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+import types
+
+# What SGLang asks of the machine, answered for the CUDA box the image targets. Calls by dotted name,
+# then in-tree platform predicates by their own name (sglang.srt.utils.is_cuda and its re-exports).
+PLATFORM_CALLS = {"torch.cuda.is_available": True, "torch.cuda.device_count": 8, "torch.cuda.get_device_capability": (12, 0)}
+PLATFORM_VALUES = {"torch.version.cuda": "13.0", "torch.version.hip": None, "torch.__version__": "2.9.1+cu130"}
+PREDICATES = {"is_cuda": True, "is_cuda_alike": True, "is_hip": False, "is_npu": False, "is_cpu": False,
+              "is_xpu": False, "is_hpu": False, "is_musa": False, "is_mps": False}  # fmt: skip
+NN_MODULE_METHODS = frozenset("""
+add_module apply bfloat16 buffers children compile cpu cuda double eval extra_repr float forward get_buffer
+get_extra_state get_parameter get_submodule half ipu load_state_dict modules mtia named_buffers named_children
+named_modules named_parameters parameters register_backward_hook register_buffer register_forward_hook
+register_forward_pre_hook register_full_backward_hook register_full_backward_pre_hook
+register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module register_parameter
+register_state_dict_post_hook register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule
+share_memory state_dict to to_empty train type xpu zero_grad""".split())
+GUESS_LIMIT = 20000  # guesses before the probe gives up: a `while stand_in:` loop would never end
+
+
+class Guessed(Exception):
+    """The stand-ins ran away: too many guesses."""
+
+
+class State:
+    guesses: list = []  # (phase, file, qualname, line, what)
+    phase = "import"
+    decorated: dict = {}  # class -> the stand-in that decorated it
+    made = 0
+
+
+def guess(what: str, value):
+    """Note that Python took ``what`` of a stand-in, and where; return the value guessed."""
+    frame = sys._getframe(2)
+    code = frame.f_code
+    State.guesses.append((State.phase, code.co_filename, getattr(code, "co_qualname", code.co_name), frame.f_lineno, what))
+    if len(State.guesses) > GUESS_LIMIT:
+        raise Guessed(f"more than {GUESS_LIMIT} guesses about stand-ins")
+    return value
+
+
+class StandIn:
+    """Whatever a module outside the real set provides: every operation gives another stand-in."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str):
+        State.made += 1
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__") or name == "_name":
+            raise AttributeError(name)
+        dotted = f"{self._name}.{name}"
+        return PLATFORM_VALUES[dotted] if dotted in PLATFORM_VALUES else StandIn(dotted)
+
+    def __setattr__(self, name, value):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and (inspect.isfunction(args[0]) or isinstance(args[0], type)):
+            if isinstance(args[0], type):  # a class decorator from outside: it may add or remove anything
+                State.decorated[args[0]] = self._name
+            return args[0]  # a decorator keeps what it decorates
+        last = self._name.rpartition(".")[2]
+        if self._name in PLATFORM_CALLS:
+            return PLATFORM_CALLS[self._name]
+        if last in PREDICATES and self._name.startswith("sglang."):
+            return PREDICATES[last]
+        return StandIn(f"{self._name}()")
+
+    def __mro_entries__(self, bases):
+        return (opaque(self._name),)
+
+    def __bool__(self):
+        return guess(f"truth of {self._name}", True)
+
+    def __iter__(self):
+        return iter(guess(f"items of {self._name}", ()))
+
+    def __len__(self):
+        return guess(f"len of {self._name}", 0)
+
+    def __index__(self):
+        return guess(f"int of {self._name}", 1)
+
+    __int__ = __index__
+
+    def __float__(self):
+        return guess(f"float of {self._name}", 1.0)
+
+    def __contains__(self, item):
+        return guess(f"membership in {self._name}", False)
+
+    def __instancecheck__(self, obj):
+        return guess(f"isinstance of {self._name}", False)
+
+    def __subclasscheck__(self, cls):
+        return guess(f"issubclass of {self._name}", False)
+
+    def __enter__(self):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __getitem__(self, key):
+        return StandIn(f"{self._name}[]")
+
+    def __setitem__(self, key, value):
+        pass
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other or StandIn(f"{self._name}==")
+
+    def __ne__(self, other):
+        return StandIn(f"{self._name}!=")
+
+    def __repr__(self):
+        return f"<stand-in {self._name}>"
+
+    __str__ = __format__ = lambda self, *a: self._name
+
+
+def _operator(name):
+    return lambda self, *other: StandIn(f"{self._name}.{name}")
+
+
+for _op in ("add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod pow neg pos abs invert lt le gt ge "
+            "and rand or ror xor lshift rshift matmul").split():
+    setattr(StandIn, f"__{_op}__", _operator(_op))
+
+
+class OpaqueMeta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return StandIn(f"{cls.__qualname__}.{name}")
+
+
+class Opaque(metaclass=OpaqueMeta):
+    """A base class from outside the real set: what it provides cannot be known here."""
+
+    standin = True
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __init_subclass__(cls, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return StandIn(f"{type(self).__name__}().{name}")
+
+
+_opaque: dict = {}
+
+
+def opaque(name: str) -> type:
+    if name not in _opaque:
+        _opaque[name] = OpaqueMeta(name.rpartition(".")[2] or name, (Opaque,), {"__module__": name.rpartition(".")[0]})
+        _opaque[name].standin_name = name
+    return _opaque[name]
+
+
+class Module:
+    """torch.nn.Module as far as the EAGLE-3 path can tell: its public methods, and torch's AttributeError."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+
+def _module_method(name):
+    def method(self, *args, **kwargs):
+        return self if name in ("to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_") else StandIn(f"Module.{name}()")
+    method.__name__ = name
+    return method
+
+
+for _name in NN_MODULE_METHODS - {"forward"}:
+    setattr(Module, _name, _module_method(_name))
+Module.__module__ = "torch.nn.modules.module"
+
+
+class ModuleList(Module):
+    """The containers a model's __init__ fills: empty, whatever they are given."""
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self):
+        return 0
+
+
+ModuleDict = Sequential = ParameterList = ModuleList
+
+
+MODELLED = {"torch.nn", "torch.nn.modules", "torch.nn.modules.module"}  # what `from torch import nn` must find
+
+
+class StandInModule(types.ModuleType):
+    """A module outside the real set: every name in it is a stand-in; a package's real submodules stay real."""
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        sub = f"{self.__name__}.{name}"
+        if sub in sys.modules or sub in MODELLED or Finder.tree_module(sub) is not None:
+            return importlib.import_module(sub)
+        dotted = sub
+        return PLATFORM_VALUES[dotted] if dotted in PLATFORM_VALUES else StandIn(dotted)
+
+
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``sglang.*`` from the tree (the real set run from source, other modules stood in for, packages
+    as bare namespaces) and every module outside the standard library as stand-ins."""
+
+    src = ""
+    real: set = set()
+
+    @classmethod
+    def tree_module(cls, name: str):
+        base = os.path.join(cls.src, *name.split("."))
+        if os.path.isdir(base):
+            return base, True
+        return (base + ".py", False) if os.path.isfile(base + ".py") else None
+
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in sys.stdlib_module_names or top == "__future__":
+            return None
+        if top == "sglang":
+            found = self.tree_module(name)
+            if found is None:
+                return None  # ModuleNotFoundError, as on the server
+            where, package = found
+            if name in self.real and not package:
+                return importlib.util.spec_from_file_location(name, where)
+            spec = importlib.machinery.ModuleSpec(name, self, is_package=package or name not in self.real)
+            if package:
+                spec.submodule_search_locations = [where]
+            return spec
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        module = StandInModule(spec.name)
+        module.__path__ = list(spec.submodule_search_locations or [])
+        if spec.name == "torch.nn":
+            module.Module, module.ModuleList, module.ModuleDict = Module, ModuleList, ModuleDict
+            module.Sequential, module.ParameterList = Sequential, ParameterList
+        if spec.name == "torch.nn.modules.module":
+            module.Module = Module
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def registry(candidates: list, arch: str):
+    """The class SGLang's registry serves for ``arch``: ``EntryClass`` (a class or a list) of each module, by
+    ``__name__``; a module that fails to import is skipped, as the registry logs and skips it."""
+    served, failed = {}, {}
+    for name in candidates:
+        try:
+            module = importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - whatever the import raises is the answer
+            failed[name] = f"{type(err).__name__}: {err}"
+            continue
+        entry = getattr(module, "EntryClass", None)
+        for cls in entry if isinstance(entry, list) else [entry] if entry is not None else []:
+            served.setdefault(getattr(cls, "__name__", None), cls)
+    return served.get(arch), failed
+
+
+class Config:
+    """A model's config.json as attributes; a missing key raises AttributeError, as transformers' configs do."""
+
+    def __init__(self, data: dict):
+        for key, value in data.items():
+            setattr(self, key, Config(value) if isinstance(value, dict) else value)
+
+
+def class_body_guessed(cls: type, trees: dict) -> str:
+    """Where the creation of ``cls`` took the truth of a stand-in: in its body, or in a module-level statement
+    that defines or names it; or the stand-in decorator applied to it. "" if nowhere."""
+    if cls in State.decorated:
+        return f"{cls.__qualname__} is decorated by {State.decorated[cls]}, a stand-in that may add or remove methods"
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    for phase, file, qualname, line, what in State.guesses:
+        if phase != "import" or file != path:
+            continue
+        if qualname == cls.__qualname__:
+            return f"the body of {cls.__qualname__} took the {what} ({os.path.basename(file)}:{line})"
+        if qualname == "<module>":
+            stmt = next((s for s in trees.get(file, ()) if s.lineno <= line <= s.end_lineno), None)
+            if stmt is not None and cls.__name__ in ast.unparse(stmt):
+                return f"a module-level statement about {cls.__name__} took the {what} ({os.path.basename(file)}:{line})"
+    return ""
+
+
+def on_class(cls: type, method: str, trees: dict) -> dict:
+    """What the class itself (its MRO) gives for ``method``, or why that cannot be known here."""
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        if klass is Module:
+            if method in NN_MODULE_METHODS:
+                return {"kind": "found", "where": "torch.nn.Module", "owner": "torch.nn.Module"}
+            continue
+        if getattr(klass, "standin", False):
+            return {"kind": "unknown", "why": f"its base {klass.standin_name} is outside what the probe runs"}
+        guessed = class_body_guessed(klass, trees)
+        if guessed:
+            return {"kind": "unknown", "why": guessed}
+        if method in klass.__dict__:
+            return {"kind": "found", "where": f"{klass.__qualname__}.{method}", "owner": klass.__qualname__,
+                    "value": klass.__dict__[method]}
+    return {"kind": "absent"}
+
+
+MISSING = object()
+
+
+def sets_anywhere(method: str, trees: dict) -> str:
+    """Where the real modules may set ``method`` on an instance: ``X.method = ...`` or a ``setattr``; "" if nowhere."""
+    for path, body in trees.items():
+        for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+                    isinstance(t, ast.Attribute) and t.attr == method for t in targets):
+                return f"{os.path.basename(path)}:{node.lineno} sets it"
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and len(node.args) > 1:
+                name = node.args[1]
+                if not isinstance(name, ast.Constant) or name.value == method:
+                    return f"{os.path.basename(path)}:{node.lineno} sets attributes by setattr"
+    return ""
+
+
+def settle(cls: type, obj, method: str, sites: list, built: str, trees: dict) -> dict:
+    """The verdict for one method: found (with each site's binding), absent, not a method, or unknown."""
+    found = on_class(cls, method, trees)
+    if found["kind"] == "unknown":
+        return found
+    forwarder = next((k for k in cls.__mro__ if "__getattr__" in k.__dict__ and k not in (Module, object)), None)
+    setter = sets_anywhere(method, trees)
+    if obj is None:  # the class alone: enough unless an instance could differ
+        if forwarder is not None or setter or isinstance(found.get("value"), property):
+            need = (f"{forwarder.__qualname__} defines __getattr__" if forwarder is not None else setter or
+                    f"{found['where']} is a property")
+            return {"kind": "unknown", "why": f"only an instance can tell ({need}), and {built}"}
+        value = getattr(cls, method, MISSING) if found["kind"] == "found" else MISSING
+    else:
+        before = len(State.guesses)
+        State.phase = "lookup"
+        try:
+            value = getattr(obj, method)
+        except AttributeError:
+            value = MISSING
+        except Exception as err:  # noqa: BLE001 - the server's lookup would raise it too
+            return {"kind": "not a method", "where": f"getting {method} raises {type(err).__name__}: {err}"}
+        if len(State.guesses) > before:
+            return {"kind": "unknown", "why": f"getting it took the {State.guesses[before][4]}"}
+    if value is MISSING:
+        mro = ", ".join(k.__qualname__ for k in cls.__mro__)
+        what = "on the class" if obj is None else "on the instance its __init__ built"
+        return {"kind": "absent", "where": f"Python finds it nowhere {what} (MRO: {mro})"}
+    where = found.get("where") or f"{type(obj).__name__}().{method}"
+    on_instance = obj is not None and method in vars(obj)
+    if isinstance(value, StandIn):
+        return {"kind": "unknown", "why": f"{method} is {value!r}"}
+    if not callable(value):
+        return {"kind": "not a method", "where": f"{where} is {type(value).__name__}, not a method"}
+    try:
+        sig = inspect.signature(value)
+    except (TypeError, ValueError):
+        return {"kind": "unknown", "why": f"{where} has no signature Python can read"}
+    shown = sig
+    if obj is None and inspect.isfunction(value) and not isinstance(inspect.getattr_static(cls, method), staticmethod):
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])  # bound to an instance: self is given
+    func = inspect.unwrap(getattr(value, "__func__", value))
+    if found.get("owner") == "torch.nn.Module":
+        pass
+    elif inspect.isfunction(func):
+        if not on_instance:
+            shown = inspect.signature(getattr(value, "__func__", value))  # self included, as the source writes it
+        path = os.path.relpath(func.__code__.co_filename, Finder.src)
+        named = f"{func.__qualname__}{shown} ({path}:{func.__code__.co_firstlineno})"
+        where = f"attribute set on the instance: {named}" if on_instance else f"{where}{shown} ({path}:{func.__code__.co_firstlineno})"
+    else:
+        where = f"attribute set on the instance: {value!r}{shown}" if on_instance else f"{where}{shown}"
+    bad = {}
+    for site, args, keywords, star in sites:
+        if star:
+            continue
+        try:
+            sig.bind(*[None] * args, **dict.fromkeys(keywords))
+        except TypeError as err:
+            bad[site] = f"{where}: {err}"
+    if inspect.isfunction(func):  # a forwarder to self.X.method(...): X must have it on this instance
+        held = forwarded(func, method, trees)
+        if held and obj is None:
+            return {"kind": "unknown", "why": f"{where} forwards to self.{held}, and {built}"}
+        if held:
+            target = getattr(obj, held, MISSING)
+            if target is MISSING:
+                return {"kind": "not a method", "where": f"{where} forwards to self.{held}, which the instance lacks"}
+            if isinstance(target, StandIn) or on_class(type(target), method, trees)["kind"] == "unknown":
+                return {"kind": "unknown", "why": f"{where} forwards to self.{held}, {target!r}, which the probe cannot see into"}
+            if not callable(getattr(target, method, None)):
+                return {"kind": "not a method", "where": f"{where} forwards to self.{held} "
+                        f"({type(target).__qualname__}), which lacks it"}
+    return {"kind": "found", "where": where, "bad": bad}
+
+
+def forwarded(func, method: str, trees: dict) -> str:
+    """``X`` where ``func``'s body is one ``return self.X.method(...)`` (or the bare call), else ""."""
+    code = func.__code__
+    for node in ast.walk(ast.Module(body=list(trees.get(code.co_filename, ())), type_ignores=[])):
+        lines = [node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))] if isinstance(node, ast.FunctionDef) else []
+        if code.co_firstlineno in lines and node.name == func.__name__:
+            body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+            call = body[0].value if len(body) == 1 and isinstance(body[0], (ast.Return, ast.Expr)) else None
+            f = call.func if isinstance(call, ast.Call) else None
+            if isinstance(f, ast.Attribute) and f.attr == method and isinstance(f.value, ast.Attribute):
+                if isinstance(f.value.value, ast.Name) and f.value.value.id == "self":
+                    return f.value.attr
+            return ""
+    return ""
+
+
+def main() -> None:
+    started = time.perf_counter()
+    setup = json.loads(sys.stdin.readline())
+    Finder.src, Finder.real = setup["src"], set(setup["real"])
+    sys.meta_path.insert(0, Finder())
+    sys.path.insert(0, setup["src"])
+    sys.dont_write_bytecode = True
+    out: dict = {"real": sorted(Finder.real)}
+    try:
+        cls, failed = registry(setup["candidates"], setup["arch"])
+    except Guessed as err:
+        cls, failed = None, {"*": str(err)}
+    out["failed"] = failed
+    obj, built = None, ""
+    if cls is not None:
+        out["class"] = f"{cls.__module__}.{cls.__qualname__}"
+        State.phase = "construct"
+        config = Config(setup["config"]) if isinstance(setup.get("config"), dict) else StandIn("config")
+        before = len(State.guesses)
+        try:
+            obj = cls(config=config, quant_config=None)
+        except Exception as err:  # noqa: BLE001 - the instance is then unknown; the class still answers
+            built = f"{cls.__name__}(config=..., quant_config=None) raised {type(err).__name__}: {str(err)[:200]}"
+        else:
+            took = State.guesses[before:]
+            built = f"built {cls.__name__}(config=..., quant_config=None)"
+            if took:
+                built += f", guessing {len(took)} times (first: the {took[0][4]})"
+                out["construct_guessed"] = True
+        out["built"] = built
+    trees = {}
+    for name in Finder.real:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            with open(path, encoding="utf-8") as fh:
+                trees[path] = ast.parse(fh.read()).body
+    calls = json.loads(sys.stdin.readline() or "{}")
+    verdicts = {}
+    for method, spec in calls.items():
+        if cls is None:
+            continue
+        instance = None if out.get("construct_guessed") else obj  # what rests on the guesses is not Python's answer
+        verdicts[method] = settle(cls, instance, method, spec["sites"], built, trees)
+        verdicts[method].pop("value", None)
+    out.update(verdicts=verdicts, guesses=len(State.guesses), stand_ins=State.made, seconds=round(time.perf_counter() - started, 3))
+    sys.stdout.write(json.dumps(out, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
