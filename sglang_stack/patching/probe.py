@@ -448,9 +448,16 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: dict) ->
             bad[site] = f"{where}: {err}"
     if inspect.isfunction(func):  # a forwarder to self.X.method(...): X must have it on this instance
         held = forwarded(func, method, trees)
-        if held and obj is None:
-            return {"kind": "unknown", "why": f"{where} forwards to self.{held}, and {built}"}
-        if held:
+        if held and obj is None:  # no instance: the class its __init__ makes, as Python resolves the name
+            made = held_class(cls, held, trees)
+            if made is None:
+                return {"kind": "unknown", "why": f"{where} forwards to self.{held}, and {built}"}
+            if on_class(made, method, trees)["kind"] == "unknown":
+                return {"kind": "unknown", "why": f"{where} forwards to self.{held}, a {made.__qualname__}, whose "
+                        "classes the probe cannot all see"}
+            if not callable(getattr(made, method, None)):
+                return {"kind": "not a method", "where": f"{where} forwards to self.{held} ({made.__qualname__}), which lacks it"}
+        elif held:
             target = getattr(obj, held, MISSING)
             if target is MISSING:
                 return {"kind": "not a method", "where": f"{where} forwards to self.{held}, which the instance lacks"}
@@ -462,19 +469,47 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: dict) ->
     return {"kind": "found", "where": where, "bad": bad}
 
 
-def forwarded(func, method: str, trees: dict) -> str:
-    """``X`` where ``func``'s body is one ``return self.X.method(...)`` (or the bare call), else ""."""
+def function_node(func, trees: dict) -> ast.FunctionDef | None:
+    """The def of ``func`` in the real modules' source."""
     code = func.__code__
     for node in ast.walk(ast.Module(body=list(trees.get(code.co_filename, ())), type_ignores=[])):
-        lines = [node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))] if isinstance(node, ast.FunctionDef) else []
-        if code.co_firstlineno in lines and node.name == func.__name__:
-            body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
-            call = body[0].value if len(body) == 1 and isinstance(body[0], (ast.Return, ast.Expr)) else None
-            f = call.func if isinstance(call, ast.Call) else None
-            if isinstance(f, ast.Attribute) and f.attr == method and isinstance(f.value, ast.Attribute):
-                if isinstance(f.value.value, ast.Name) and f.value.value.id == "self":
-                    return f.value.attr
-            return ""
+        if isinstance(node, ast.FunctionDef) and node.name == func.__name__:
+            if code.co_firstlineno in (node.lineno, *(d.lineno for d in node.decorator_list)):
+                return node
+    return None
+
+
+def held_class(cls: type, attr: str, trees: dict) -> type | None:
+    """The class of ``self.attr`` where the first ``__init__`` of the MRO sets it once, at its top level, to a
+    call of a name that Python resolves (in that module's globals) to a class the probe runs; else None."""
+    init = next((k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__), None)
+    node = function_node(init, trees) if inspect.isfunction(init) else None
+    if node is None:
+        return None
+    sets = [n for n in ast.walk(node) if isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Attribute) and t.attr == attr and getattr(t.value, "id", "") == "self" for t in n.targets)]
+    if len(sets) != 1 or sets[0] not in node.body or not isinstance(sets[0].value, ast.Call):
+        return None
+    chain, f = [], sets[0].value.func
+    while isinstance(f, ast.Attribute):
+        chain.insert(0, f.attr)
+        f = f.value
+    if not isinstance(f, ast.Name) or f.id not in init.__globals__:
+        return None
+    made = init.__globals__[f.id]
+    for name in chain:
+        made = getattr(made, name, None)
+    return made if isinstance(made, type) and not getattr(made, "standin", False) else None
+
+
+def forwarded(func, method: str, trees: dict) -> str:
+    """``X`` where ``func``'s body calls ``self.X.method(...)``: the method forwards to what ``self.X`` holds."""
+    node = function_node(func, trees)
+    for call in ast.walk(node) if node is not None else ():
+        f = call.func if isinstance(call, ast.Call) else None
+        if isinstance(f, ast.Attribute) and f.attr == method and isinstance(f.value, ast.Attribute):
+            if isinstance(f.value.value, ast.Name) and f.value.value.id == "self":
+                return f.value.attr
     return ""
 
 
@@ -515,7 +550,9 @@ def main() -> None:
         if path:
             with open(path, encoding="utf-8") as fh:
                 trees[path] = ast.parse(fh.read()).body
-    calls = json.loads(sys.stdin.readline() or "{}")
+    busy = time.perf_counter() - started
+    calls = json.loads(sys.stdin.readline() or "{}")  # the parent is still reading the source: not our time
+    started = time.perf_counter()
     verdicts = {}
     for method, spec in calls.items():
         if cls is None:
@@ -523,7 +560,7 @@ def main() -> None:
         instance = None if out.get("construct_guessed") else obj  # what rests on the guesses is not Python's answer
         verdicts[method] = settle(cls, instance, method, spec["sites"], built, trees)
         verdicts[method].pop("value", None)
-    out.update(verdicts=verdicts, guesses=len(State.guesses), stand_ins=State.made, seconds=round(time.perf_counter() - started, 3))
+    out.update(verdicts=verdicts, guesses=len(State.guesses), stand_ins=State.made, seconds=round(busy + time.perf_counter() - started, 3))
     sys.stdout.write(json.dumps(out, default=str) + "\n")
 
 
