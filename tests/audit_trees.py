@@ -61,6 +61,7 @@ class EAGLEWorker:
         self.draft_model_runner.model.set_embed_and_head(embed, head)
         self.model_runner.model.own_model_is_the_draft()
 {worker}
+{worker_methods}
 '''
 
 STANDALONE = '''
@@ -71,7 +72,14 @@ class StandaloneWorker:
 '''
 
 RUNNER = '''
+import contextlib
+import functools
+import importlib.util
+from contextlib import nullcontext, suppress
+
+from sglang.srt.layers.moe.utils import get_moe_a2a_backend
 from sglang.srt.model_executor.runner_utils import configure
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 
 class ModelRunner:
@@ -86,9 +94,19 @@ class ModelRunner:
         if self.eagle_use_aux_hidden_state:
             self.model.set_eagle3_layers_to_capture([1, 2])
 {runner}
+{runner_methods}
 '''
 
 HELPERS = {
+    "sglang/srt/layers/moe/utils.py": '''
+class _Backend:
+    def is_none(self):
+        return True
+
+
+def get_moe_a2a_backend():
+    return _Backend()
+''',
     "sglang/srt/speculative/spec_utils.py": '''
 def helper(model, algo=None):
     return inner(target=model)
@@ -129,14 +147,17 @@ EntryClass = [Wrapped]
 }
 
 
-def synthetic(tmp_path: Path, *, runner: str = "", worker: str = "", extra: dict | None = None) -> Path:
+def synthetic(tmp_path: Path, *, runner: str = "", worker: str = "", extra: dict | None = None, runner_methods: str = "",
+              worker_methods: str = "") -> Path:
+    """A small tree: ``runner`` and ``worker`` are code added to ``ModelRunner.__init__`` and ``EAGLEWorker.__init__``,
+    ``*_methods`` defs added to their classes, ``extra`` more files (path -> text)."""
     files = {
         "sglang/__init__.py": "",
         "sglang/_version.py": "__version__ = version = '9.9.9'\n",
         "sglang/srt/speculative/spec_info.py": SPEC_INFO,
-        "sglang/srt/speculative/eagle_worker.py": WORKER.format(worker=textwrap.indent(textwrap.dedent(worker), " " * 8)),
+        "sglang/srt/speculative/eagle_worker.py": WORKER.format(worker=indent(worker, 8), worker_methods=indent(worker_methods, 4)),
         "sglang/srt/speculative/standalone_worker.py": STANDALONE,
-        "sglang/srt/model_executor/model_runner.py": RUNNER.format(runner=textwrap.indent(textwrap.dedent(runner), " " * 8)),
+        "sglang/srt/model_executor/model_runner.py": RUNNER.format(runner=indent(runner, 8), runner_methods=indent(runner_methods, 4)),
         **HELPERS,
         **MODELS,
         **(extra or {}),
@@ -146,6 +167,10 @@ def synthetic(tmp_path: Path, *, runner: str = "", worker: str = "", extra: dict
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
+
+
+def indent(code: str, spaces: int) -> str:
+    return textwrap.indent(textwrap.dedent(code), " " * spaces)
 
 
 def groups(report: audit.Report) -> dict[str, dict]:

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.errors import UserError
 from sglang_stack.patching import audit
 from sglang_stack.patching.source import CallSite, Tree
 
-from audit_trees import run_cli, synthetic
+import test_audit_rules as rules
+from audit_trees import placed, run_cli, synthetic
 
 
 PROVIDERS = {
@@ -255,27 +257,109 @@ def test_dynamic_confirmation_of_a_class_that_does_not_import_is_one_line(tmp_pa
 # The calls the synthetic tree's EAGLE-3 path makes on the target (RUNNER and WORKER above).
 ORACLE_CALLS = [["set_eagle3_layers_to_capture", 1], ["get_embed_and_head", 0]]
 RUN_TIME_CASES = [module for module, _ in test_rule_what_python_binds_at_run_time.pytestmark[0].args[1]]
-CORPUS = {**{f"provider: {k}": provider_module(b)[1] for k, (b, _) in PROVIDERS.items()},
-          **{f"run time: {i}": m + "\n\nEntryClass = Edited\n" for i, m in enumerate(RUN_TIME_CASES)}}
-
+NN = "from torch import nn\n\n\n"
+SETS = "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n"
+EMBEDS = "    def get_embed_and_head(self):\n        return None, None\n"
+INIT = "    def __init__(self, config=None, quant_config=None):\n        super().__init__()\n"
+MIXINS = "sglang/srt/models/mixins.py"
+UTILS = {"sglang/srt/utils.py": "def is_npu():\n    return False\n"}
+WRAPS = ("import functools\n\n" + NN + "def logged(fn):\n    @functools.wraps(fn)\n    def wrapper(*args, **kwargs):\n"
+         "        return fn(*args, **kwargs)\n    return wrapper\n\n\nclass Edited(nn.Module):\n    @logged\n" + EMBEDS + "\n    @logged\n")
+# Cases of the classes Python decides at run time, each a models module (and the files it needs).
+MORE_PROVIDERS = {
+    "module-level setattr": (NN + "def _embed(self):\n    return None, None\n\n\nclass Edited(nn.Module):\n" + SETS
+                             + "\n\nsetattr(Edited, 'get_embed_and_head', _embed)\n", {}),
+    "module-level setattr of None": (NN + "class Edited(nn.Module):\n" + SETS + EMBEDS
+                                     + "\n\nsetattr(Edited, 'get_embed_and_head', None)\n", {}),
+    "a mixin through import *": (NN + "from sglang.srt.models.mixins import *\n\n\nclass Edited(EagleMixin, nn.Module):\n    pass\n",
+                                 {MIXINS: "__all__ = ['EagleMixin']\n\n\nclass EagleMixin:\n" + SETS + EMBEDS}),
+    "a mixin through import * that lacks one": (NN + "from sglang.srt.models.mixins import *\n\n\n"
+                                                "class Edited(EagleMixin, nn.Module):\n    pass\n",
+                                                {MIXINS: "__all__ = ['EagleMixin']\n\n\nclass EagleMixin:\n" + EMBEDS}),
+    "a functools.wraps forwarder": (WRAPS + SETS, {}),
+    "a functools.wraps forwarder of the wrong arity": (WRAPS + "    def set_eagle3_layers_to_capture(self):\n        pass\n", {}),
+    "EntryClass built by an expression": (NN + "class Edited(nn.Module):\n" + SETS + EMBEDS
+                                          + "\n\nEntryClass = [c for c in (Edited,)]\n", {}),
+    "def under a class-body if on the platform": ("from sglang.srt.utils import is_npu\n" + NN + "_is_npu = is_npu()\n\n\n"
+                                                  "class Edited(nn.Module):\n" + SETS + "    if not _is_npu:\n"
+                                                  + EMBEDS.replace("\n    ", "\n        ").replace("    def", "        def", 1), UTILS),
+    "def under a class-body if off the platform": ("from sglang.srt.utils import is_npu\n" + NN + "_is_npu = is_npu()\n\n\n"
+                                                   "class Edited(nn.Module):\n" + SETS + "    if _is_npu:\n"
+                                                   + EMBEDS.replace("\n    ", "\n        ").replace("    def", "        def", 1), UTILS),
+    "a model in a package, which the registry skips": ("", {"sglang/srt/models/pkg/__init__.py": NN + "class Edited(nn.Module):\n"
+                                                            + SETS + EMBEDS + "\n\nEntryClass = Edited\n"}),
+    "an in-tree class decorator that adds it": (NN + "from sglang.srt.models.decorators import with_embed\n\n\n@with_embed\n"
+                                                "class Edited(nn.Module):\n" + SETS,
+                                                {"sglang/srt/models/decorators.py": "def with_embed(cls):\n"
+                                                 "    cls.get_embed_and_head = lambda self: (None, None)\n    return cls\n"}),
+    "a base from transformers": ("from transformers import PreTrainedModel\n\n\nclass Edited(PreTrainedModel):\n" + SETS, {}),
+    "a property returning a bound method": (NN + "class Edited(nn.Module):\n" + SETS + "    @property\n"
+                                            "    def get_embed_and_head(self):\n        return self._embed\n\n"
+                                            "    def _embed(self):\n        return None, None\n", {}),
+    "__getattr__ forwarding to a part that has it": (NN + "class _Part:\n" + EMBEDS + "\n\nclass Edited(nn.Module):\n" + INIT
+                                                     + "        self.part = _Part()\n\n" + SETS + "\n    def __getattr__(self, name):\n"
+                                                     "        return getattr(self.part, name)\n", {}),
+    "__getattr__ forwarding to a part that lacks it": (NN + "class _Part:\n    pass\n\n\nclass Edited(nn.Module):\n" + INIT
+                                                       + "        self.part = _Part()\n\n" + SETS + "\n    def __getattr__(self, name):\n"
+                                                       "        return getattr(self.part, name)\n", {}),
+}
+CORPUS = {**{f"provider: {k}": (provider_module(b)[1], {}) for k, (b, _) in PROVIDERS.items()},
+          **{f"run time: {i}": (m + "\n\nEntryClass = Edited\n", {}) for i, m in enumerate(RUN_TIME_CASES)},
+          **{f"run time: {k}": (m + ("\n\nEntryClass = Edited\n" if m and "EntryClass" not in m else ""), extra)
+             for k, (m, extra) in MORE_PROVIDERS.items()}}
 
 # Whose truth depends on what is installed where the server runs: the audit must fail closed on them.
-ENVIRONMENT_DEPENDENT = {m for m in CORPUS.values() if m.startswith("try:\n    from vendor.")}
+ENVIRONMENT_DEPENDENT = {m for m, _ in CORPUS.values() if m.startswith("try:\n    from vendor.")}
 
 
-@pytest.mark.parametrize("module", CORPUS.values(), ids=CORPUS.keys())
-def test_the_audit_passes_exactly_what_the_oracle_serves(tmp_path, module):
+def oracle(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("audit_oracle.py")), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("module, extra", CORPUS.values(), ids=CORPUS.keys())
+def test_the_audit_passes_exactly_what_the_oracle_serves(tmp_path, module, extra):
     """Ground truth by import and call in a subprocess (tests/audit_oracle.py): the audit passes a case (exit 0)
     if and only if every EAGLE-3 call on the class goes through; undecided and missing both fail."""
-    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module})
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("audit_oracle.py")), str(tree), "Edited",
-                           json.dumps(ORACLE_CALLS)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    truth = json.loads(proc.stdout)
-    report = audit.audit(tree, "Edited")
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module, **extra})
+    truth = oracle("provider", str(tree), "Edited", json.dumps(ORACLE_CALLS))
+    try:
+        report = audit.audit(tree, "Edited")
+    except UserError as err:  # no such class in the registry: exit 2, not a pass
+        assert not truth["serves"], f"oracle: {truth['why']}; audit: {err}"
+        return
     if module in ENVIRONMENT_DEPENDENT:
         # The oracle answers for its own environment (no vendor package); in another the base differs.
         assert report.exit_code == 3 and "<ambiguous>" in report.undecided[0].reason, report.lines()
         return
-    assert report.passed == truth["serves"], f"oracle: {truth['why']}; audit: {report.lines()}"
-    assert report.exit_code != 0 or truth["serves"], "never a pass the oracle does not serve"
+    assert report.passed == truth["serves"], f"oracle: {truth['why']}; audit: {report.lines(verbose=True)}"
+
+
+# --- the call-site corpus against the oracle ---------------------------------------------------------
+
+CALL_CASES = {
+    **{f"path: {m}": ("runner", code, "", {}, m) for code, m, _ in rules.PATH},
+    **{f"guard: {m}": ("runner", code, "", {}, m) for code, m, _ in rules.GUARDS + rules.ALGORITHM_GUARDS},
+    **{f"receiver: {m}": ("worker", code, rules.SHARE, {}, m) for code, m, _ in rules.RECEIVERS},
+    **{f"predicate: {m}": ("runner", code, methods, rules.SPEC_CHECKS, m) for methods, code, m, _ in rules.PREDICATES},
+    **{f"reach: {m}": ("worker", code, methods, rules.HOOKS, m) for code, methods, m, _ in rules.REACH},
+}
+# What no run can tell, and why; the rules' tables still pin the audit's verdict on them.
+UNDECIDABLE = {
+    "path: eagle_flag": "a flag from configuration the tree does not show; the audit takes one named for EAGLE as set",
+    "path: augmented": "no model has +=: the server dies of the operator, with or without the method",
+}
+
+
+@pytest.mark.parametrize("case", [c for c in CALL_CASES if c not in UNDECIDABLE])
+def test_the_audit_requires_exactly_what_the_eagle3_path_dies_without(tmp_path, case):
+    """Ground truth by running the tree's ModelRunner or EAGLEWorker __init__ (tests/audit_oracle.py) with a target
+    that lacks the method: the audit requires it if and only if the EAGLE-3 path dies without it (and, for the
+    runner, a server without speculation does not)."""
+    place, code, methods, extra, method = CALL_CASES[case]
+    tree = synthetic(tmp_path, extra=extra, **{place: code, f"{place}_methods": methods})
+    truth = oracle("calls", str(tree), place, method)
+    report = audit.audit(tree, "Wrapped")
+    assert (method in report.required) == truth["required"], f"oracle: {truth['why']}; audit: {placed(report, method)}"

@@ -22,9 +22,7 @@ def test_synthetic_baseline(tmp_path):
     assert set(report.draft) == {"set_embed_and_head", "own_model_is_the_draft"}, f"draft calls: {sorted(report.draft)}"
 
 
-@pytest.mark.parametrize(
-    "runner, method, where",
-    [
+PATH = [
         ("if self.eagle_use_aux_hidden_state:\n    self.model.flagged()", "flagged", "required"),
         ("if not self.spec_algorithm.is_none():\n    self.model.any_spec()", "any_spec", "required"),
         # Whatever happens without speculation, EAGLE3 can take these:
@@ -44,7 +42,19 @@ def test_synthetic_baseline(tmp_path):
         ("if self.spec_algorithm.is_eagle3():\n    m: object = self.model\n    m.annotated()", "annotated", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    m, n = self.model, None\n    m.unpacked()", "unpacked", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    for m in (self.model,):\n        m.looped()", "looped", "required"),
-        ("if self.spec_algorithm.is_eagle3():\n    with nullcontext(self.model) as m:\n        m.held()", "held", None),
+        ("if self.spec_algorithm.is_eagle3():\n    with nullcontext(self.model) as m:\n        m.held()", "held", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    with open(__file__) as m:\n        m.read()", "read", None),
+        ("if self.spec_algorithm.is_eagle3():\n    m, *rest = self.model, None, None\n    m.star_first()", "star_first", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    *rest, m = None, None, self.model\n    m.star_last()", "star_last", "required"),
+        ("if self.spec_algorithm.is_eagle3():\n    fn = lambda: self.model.in_lambda()\n    fn()", "in_lambda", "required"),
+        # every form of condition
+        ("if self.spec_algorithm.is_standalone():\n    pass\nelif self.spec_algorithm.is_eagle3():\n    self.model.in_elif()", "in_elif", "required"),
+        ("self.model.ternary() if self.spec_algorithm.is_eagle3() else None", "ternary", "required"),
+        ("self.model.ternary_else() if self.spec_algorithm.is_none() else None", "ternary_else", None),
+        ("while self.spec_algorithm.is_eagle3():\n    self.model.in_while()\n    break", "in_while", "required"),
+        ("self.spec_algorithm.is_eagle3() and self.model.anded()", "anded", "required"),
+        ("self.spec_algorithm.is_none() or self.model.ored()", "ored", "required"),
+        ("self.spec_algorithm.is_eagle3() or self.model.ored_away()", "ored_away", None),
         ("if self.spec_algorithm.is_eagle3():\n    m = self.model\n    m += 1\n    m.augmented()", "augmented", None),
         ("if self.spec_algorithm.is_eagle3():\n    NAME = 'by_constant'\n    getattr(self.model, NAME)()", "by_constant", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    fn = functools.partial(self.model.partialled, 1)\n    fn()", "partialled", "required"),
@@ -69,17 +79,44 @@ def test_synthetic_baseline(tmp_path):
         ("if self.spec_aux_config.dflash_capture:\n    self.model.dflash_only()", "dflash_only", "outside"),
         ("if self.aux_config.eagle_capture:\n    self.model.eagle_flag()", "eagle_flag", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    self.draft_model_runner.model.drafty()", "drafty", "draft"),
-    ],
-    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
-)
+]
+
+
+@pytest.mark.parametrize("runner, method, where", PATH, ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,)
 def test_rule_the_eagle3_path(tmp_path, runner, method, where):
     report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
     assert placed(report, method) == ([where] if where else []), f"{method}: expected in {where}, found in {placed(report, method)}"
 
 
-@pytest.mark.parametrize(
-    "runner, method, where",
-    [
+# Predicates the runner reads through its own methods, a property or a function: the test inside decides.
+PREDICATES = [
+    ("def uses_eagle3(self):\n    return self.spec_algorithm.is_eagle3() and not self.is_draft_worker",
+     "if self.uses_eagle3():\n    self.model.by_method()", "by_method", "required"),
+    ("@property\ndef eagle3_on(self):\n    return self.spec_algorithm.is_eagle3()",
+     "if self.eagle3_on:\n    self.model.by_property()", "by_property", "required"),
+    ("def no_spec(self):\n    return self.spec_algorithm.is_none()",
+     "if self.no_spec():\n    self.model.without_spec()", "without_spec", None),
+    ("def draft_side(self):\n    return self.is_draft_worker",
+     "if self.spec_algorithm.is_eagle3() and self.draft_side():\n    self.model.draft_side_only()", "draft_side_only", None),
+    ("def nested(self):\n    return self.uses()\ndef uses(self):\n    return self.spec_algorithm.is_eagle3()",
+     "if self.nested():\n    self.model.two_deep()", "two_deep", "required"),
+    ("", "from sglang.srt.model_executor.spec_checks import eagle3_enabled\nif eagle3_enabled(self.server_args):\n"
+     "    self.model.by_function()", "by_function", "required"),
+    ("", "from sglang.srt.model_executor.spec_checks import spec_off\nif spec_off(self.server_args):\n"
+     "    self.model.spec_off_only()", "spec_off_only", None),
+]
+SPEC_CHECKS = {"sglang/srt/model_executor/spec_checks.py": (
+    "def eagle3_enabled(server_args):\n    return server_args.speculative_algorithm == 'EAGLE3'\n\n\n"
+    "def spec_off(server_args):\n    return server_args.speculative_algorithm is None\n")}
+
+
+@pytest.mark.parametrize("methods, runner, method, where", PREDICATES, ids=[p[2] for p in PREDICATES])
+def test_rule_predicates_are_read_through(tmp_path, methods, runner, method, where):
+    report = audit.audit(synthetic(tmp_path, runner=runner, runner_methods=methods, extra=SPEC_CHECKS), "Wrapped")
+    assert placed(report, method) == ([where] if where else []), f"{method}: expected in {where}, found in {placed(report, method)}"
+
+
+GUARDS = [
         ("if self.spec_algorithm.is_eagle3() and hasattr(self.model, 'guarded'):\n    self.model.guarded()", "guarded", "optional"),
         ("if self.spec_algorithm.is_eagle3():\n    if callable(getattr(self.model, 'maybe', None)):\n        self.model.maybe()", "maybe", "optional"),
         ("if self.spec_algorithm.is_eagle3():\n    getattr(self.model, 'defaulted', lambda: None)()", "defaulted", "optional"),
@@ -103,17 +140,17 @@ def test_rule_the_eagle3_path(tmp_path, runner, method, where):
         ("if self.spec_algorithm.is_eagle3():\n    try:\n        self.model.reraised()\n    except AttributeError:\n        raise", "reraised", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    if hasattr(self.model, 'half'):\n        z = self.model.half()\n    print(z)", "half", "required"),
         ("if self.spec_algorithm.is_eagle3():\n    if hasattr(self.model, 'local'):\n        z = self.model.local()\n        print(z)", "local", "optional"),
-    ],
-    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
-)
+]
+
+
+@pytest.mark.parametrize("runner, method, where", GUARDS, ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,)
 def test_rule_guards(tmp_path, runner, method, where):
     report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
     assert placed(report, method) == [where], f"{method}: expected in {where}, found in {placed(report, method)}"
 
 
-@pytest.mark.parametrize(
-    "worker, method, where",
-    [
+SHARE = "def share(self, model):\n    model.in_a_method()\n"
+RECEIVERS = [
         # the target, however it is reached
         ("self.verifier = target_worker\nself.verifier.model_runner.model.renamed()", "renamed", "required"),
         ("runner = self.target_worker.model_runner\nrunner.model.via_runner()", "via_runner", "required"),
@@ -124,14 +161,17 @@ def test_rule_guards(tmp_path, runner, method, where):
         ("if hasattr(self.target_worker.model_runner.model, 'in_a_method'):\n    self.share(self.target_worker.model_runner.model)", "in_a_method", "optional"),
         ("if self.speculative_algorithm.is_standalone():\n    helper(self.target_worker.model_runner.model)", "reached_two_calls_deep", None),
         ("self.mtp_model_runner(0).model.mtp_thing()", "mtp_thing", "draft"),
-    ],
-    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
-)
+        # data flow, not names: what an attribute holds decides, not what it is called
+        ("self.draft_view = self.target_worker.model_runner.model\nself.draft_view.target_under_a_draft_name()",
+         "target_under_a_draft_name", "required"),
+        ("self.target_copy = self.draft_model_runner.model\nself.target_copy.draft_under_a_target_name()",
+         "draft_under_a_target_name", "draft"),
+]
+
+
+@pytest.mark.parametrize("worker, method, where", RECEIVERS, ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,)
 def test_rule_receivers_and_calls_followed(tmp_path, worker, method, where):
-    tree = synthetic(tmp_path, worker=worker)
-    path = tree / "sglang/srt/speculative/eagle_worker.py"
-    path.write_text(path.read_text() + "\n    def share(self, model):\n        model.in_a_method()\n")
-    report = audit.audit(tree, "Wrapped")
+    report = audit.audit(synthetic(tmp_path, worker=worker, worker_methods=SHARE), "Wrapped")
     assert placed(report, method) == ([where] if where else []), f"{method}: expected in {where}, found in {placed(report, method)}"
 
 
@@ -146,7 +186,7 @@ def test_rule_the_target_is_followed_into_a_function_that_gets_its_runner(tmp_pa
 
 def test_rule_a_speculative_base_of_a_worker_class_is_on_the_path(tmp_path):
     base = "class WorkerBase:\n    def share(self):\n        self.target_worker.model_runner.model.from_the_base()\n"
-    tree = synthetic(tmp_path, extra={"sglang/srt/speculative/worker_base.py": base})
+    tree = synthetic(tmp_path, worker="self.share()", extra={"sglang/srt/speculative/worker_base.py": base})
     worker = tree / "sglang/srt/speculative/eagle_worker.py"
     text = worker.read_text().replace("class EAGLEWorker:", "class EAGLEWorker(WorkerBase):")
     worker.write_text("from sglang.srt.speculative.worker_base import WorkerBase\n" + text)
@@ -203,7 +243,7 @@ def test_a_factory_without_an_eagle3_worker_is_refused(tmp_path):
 
 def test_self_model_in_a_model_runner_mixin_is_the_target(tmp_path):
     mixin = "class RunnerMixin:\n    def init_extra(self):\n        if self.spec_algorithm.is_eagle3():\n            self.model.mixin_hook()\n"
-    tree = synthetic(tmp_path, extra={"sglang/srt/model_executor/mixin.py": mixin})
+    tree = synthetic(tmp_path, runner="self.init_extra()", extra={"sglang/srt/model_executor/mixin.py": mixin})
     runner = tree / "sglang/srt/model_executor/model_runner.py"
     text = runner.read_text().replace("class ModelRunner:", "class ModelRunner(RunnerMixin):")
     runner.write_text("from sglang.srt.model_executor.mixin import RunnerMixin\n" + text)
@@ -216,17 +256,16 @@ def test_self_model_in_a_model_runner_mixin_is_the_target(tmp_path):
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "runner, method, where",
-    [
+ALGORITHM_GUARDS = [
         # Under EAGLE3 is_standalone() is false, so the call runs only where the method exists.
         ("if self.spec_algorithm.is_standalone() or hasattr(self.model, 'or_guarded'):\n    self.model.or_guarded()", "or_guarded", "optional"),
         ("if self.spec_algorithm.is_eagle3() or hasattr(self.model, 'or_eagle3'):\n    self.model.or_eagle3()", "or_eagle3", "required"),
         # A guard on the draft model guards nothing on the target, whatever the algorithm.
         ("if self.spec_algorithm.is_standalone() or hasattr(self.draft_model_runner.model, 'draft_or'):\n    self.model.draft_or()", "draft_or", "required"),
-    ],
-    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
-)
+]
+
+
+@pytest.mark.parametrize("runner, method, where", ALGORITHM_GUARDS, ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,)
 def test_rule_guards_are_judged_with_the_algorithm(tmp_path, runner, method, where):
     report = audit.audit(synthetic(tmp_path, runner=runner), "Wrapped")
     assert placed(report, method) == [where], f"{method}: expected in {where}, found in {placed(report, method)}"
@@ -259,3 +298,24 @@ def test_rule_the_target_is_followed_into_a_function_of_an_imported_module(tmp_p
     worker.write_text(f"{imported}\n" + worker.read_text())
     report = audit.audit(tree, "Wrapped")
     assert placed(report, "reached_two_calls_deep") == ["required"], f"not followed through {imported!r}: {sites(report.required)}"
+
+
+# A helper in any module handed the EAGLE-3 worker itself; methods that nothing calls are not on the path.
+HOOKS = {"sglang/srt/utils/eagle_hooks.py": (
+    "def hook(worker):\n    worker.target_worker.model_runner.model.hooked()\n\n\n"
+    "def hook_draft(worker):\n    worker.model_runner.model.draft_hooked()\n")}
+REACH = [
+    ("from sglang.srt.utils.eagle_hooks import hook\nhook(self)", "", "hooked", "required"),
+    ("from sglang.srt.utils.eagle_hooks import hook_draft\nhook_draft(worker=self)", "", "draft_hooked", "draft"),
+    ("", "def _legacy_path(self):\n    self.target_worker.model_runner.model.never_called()", "never_called", None),
+    ("self._set_up()", "def _set_up(self):\n    self.target_worker.model_runner.model.called_from_init()",
+     "called_from_init", "required"),
+    ("self._dispatch()", "def _by_name(self):\n    self.target_worker.model_runner.model.by_name()\n"
+     "def _dispatch(self):\n    getattr(self, '_by_name')()", "by_name", "required"),
+]
+
+
+@pytest.mark.parametrize("worker, methods, method, where", REACH, ids=[r[2] for r in REACH])
+def test_rule_helpers_handed_the_worker_and_dead_methods(tmp_path, worker, methods, method, where):
+    report = audit.audit(synthetic(tmp_path, worker=worker, worker_methods=methods, extra=HOOKS), "Wrapped")
+    assert placed(report, method) == ([where] if where else []), f"{method}: expected in {where}, found in {placed(report, method)}"

@@ -8,6 +8,7 @@ EAGLE3. ``callsites`` walks the tree with it. Standard library only.
 from __future__ import annotations
 
 import ast
+import copy
 import re
 
 from sglang_stack.errors import UserError
@@ -135,3 +136,58 @@ class Spec:
         if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, str)):
             return {str(node.value).upper()}
         return None
+
+
+def returned(fn: ast.AST) -> ast.expr | None:
+    """What a def returns if its body is one ``return`` (a docstring aside); else None."""
+    body = [s for s in getattr(fn, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+
+
+def inline(test: ast.expr, method_of, function_of, depth: int = 0) -> ast.expr:
+    """The condition with each one-line predicate it reads replaced by what the predicate returns, so that the
+    enum's evaluator sees the algorithm test inside: ``self.uses_eagle3()`` (a method of the class),
+    ``self.eagle3_on`` (a property), ``eagle3_enabled(self.server_args)`` (a function, its parameters bound to
+    the call's arguments). ``method_of(name)`` gives (def, is_property) or None; ``function_of(node)`` a def or
+    None. The test is copied only where something is replaced."""
+    if depth > 2:
+        return test
+
+    def replacement(node: ast.AST) -> ast.expr | None:
+        chain = chain_of(node.func if isinstance(node, ast.Call) else node) or []
+        if len(chain) == 2 and chain[0] == "self":
+            found = method_of(chain[1])
+            if found and found[1] == isinstance(node, ast.Attribute) and not getattr(node, "args", None):
+                return returned(found[0])
+            return None
+        fn = function_of(node.func) if isinstance(node, ast.Call) and not chain[:1] == ["self"] else None
+        value = returned(fn) if fn is not None else None
+        if value is None or node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            return None
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        if len(node.args) != len(params) or fn.args.vararg or fn.args.kwonlyargs:
+            return None
+        return _substitute(copy.deepcopy(value), dict(zip(params, node.args)))
+
+    candidates = [n for n in ast.walk(test) if isinstance(n, (ast.Call, ast.Attribute)) and replacement(n) is not None]
+    if not candidates:
+        return test
+
+    class Inliner(ast.NodeTransformer):
+        def visit_Call(self, node):
+            value = replacement(node)
+            return self.generic_visit(node) if value is None else ast.copy_location(copy.deepcopy(value), node)
+
+        visit_Attribute = visit_Call
+
+    return inline(Inliner().visit(copy.deepcopy(test)), method_of, function_of, depth + 1)
+
+
+def _substitute(body: ast.expr, bound: dict) -> ast.expr:
+    """``body`` with each name in ``bound`` replaced by a copy of its argument."""
+
+    class Bind(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return ast.copy_location(copy.deepcopy(bound[node.id]), node) if node.id in bound else node
+
+    return Bind().visit(body)

@@ -150,7 +150,8 @@ class Report:
 
 def find_arch(tree: Tree, arch: str) -> Cls:
     """The class SGLang's registry serves for ``arch``: an ``EntryClass`` entry of a top-level models module."""
-    models = sorted(m for m in tree.modules if m.rpartition(".")[0] == MODELS_PACKAGE)
+    # pkgutil.iter_modules over the package, packages skipped: what SGLang's registry imports
+    models = sorted(m for m in tree.modules if m.rpartition(".")[0] == MODELS_PACKAGE and not tree.modules[m].endswith("__init__.py"))
     if not models:
         raise UserError(f"{tree.src}: no {MODELS_PACKAGE} in this tree; it is not an SGLang runtime tree")
     for module in models:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from sglang_stack.errors import UserError
 from sglang_stack.patching.algorithm import (  # noqa: F401 (is_self: audit reads it from here)
-    EAGLE3, LAYOUT, SPEC_MODULE, WORKER_FACTORY, Spec, is_self, operands, words,
+    EAGLE3, LAYOUT, SPEC_MODULE, WORKER_FACTORY, Spec, inline, is_self, operands, words,
 )
 from sglang_stack.patching.source import (  # noqa: F401 (CallSite, Tree: the types of what calls() returns)
     FUNCTIONS, CallSite, Cls, Tree, chain_of, import_names, member, signature_of, statements,
@@ -41,7 +41,9 @@ CATCHES_ATTRIBUTE_ERROR = {"AttributeError", "Exception", "BaseException"}
 # A loose runner is one whose owner, target or draft, its name does not tell.
 MODEL, RUNNER, WORKER, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "loose model", "loose runner"
 DRAFT, DRAFT_MODEL = "draft", "draft model"
-STEPS = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE}
+SPEC_WORKER = "EAGLE-3 worker"  # an EAGLE-3 worker handed to a helper: it holds the target worker and its own draft
+STEPS = {(WORKER, RUNNER_ATTR): RUNNER, (RUNNER, MODEL_ATTR): MODEL, (LOOSE_RUNNER, MODEL_ATTR): LOOSE,
+         (SPEC_WORKER, TARGET_ATTR): WORKER, (SPEC_WORKER, RUNNER_ATTR): DRAFT}
 
 
 def exits(body: list) -> bool:
@@ -89,10 +91,11 @@ class Scan:
     def __init__(self, tree: Tree, spec: Spec, runners: set):
         self.tree, self.spec, self.runners = tree, spec, runners  # runners: ModelRunner and its in-tree bases, by name
         self.on_classes: set = set()  # (module, name) of the speculative classes the workers inherit from
-        self.sites: list = []  # (CallSite, conds, on_path, role)
+        self.sites: list = []  # (CallSite, conds, on_path, role, in a def nothing calls)
         self.returns: list = []  # (value, frame) of each `return` in the worker factory
         self._members: dict = {}
         self._followed: set = set()
+        self._refs: dict = {}  # def name -> how often it occurs in the tree's text
 
     def lookup(self, node: ast.expr, f: Frame):
         """What a dotted name is where the walk is, as ``Tree.resolve`` answers."""
@@ -118,12 +121,12 @@ class Scan:
         inner, attr = self.role(node.value, f), node.attr
         if inner in (DRAFT, DRAFT_MODEL):
             return DRAFT_MODEL if attr == MODEL_ATTR else DRAFT
+        if is_self(node.value) and f.cls is not None and attr in self.members(f):
+            return self.members(f)[attr]  # data flow first: what the class stored there, whatever its name says
         if any(m in attr.lower() for m in DRAFT_MARKERS):
             return DRAFT
         if inner:
             return STEPS.get((inner, attr))
-        if is_self(node.value) and f.cls is not None and attr in self.members(f):
-            return self.members(f)[attr]
         return self.named(attr, f.module, is_self(node.value))
 
     @staticmethod
@@ -153,11 +156,25 @@ class Scan:
     def cond(self, test: ast.expr, truth: bool, f: Frame, taken=(), skipped=(), node=None) -> Cond:
         """A path condition. Its checks that a method exists count unless the branch they skip raises (the
         server still fails) or leaves unset a name, bound in ``taken``, that is read after ``node``."""
+        test = inline(test, lambda name: self.predicate(name, f), lambda node: self.function(node, f))
         via = tuple(f.arguments[w] for w in words(test) if w in f.arguments) if f.arguments else ()
         checks = {id(n): check for n in operands(test) if (check := self.check(n, f))}
         if checks and (skipped and isinstance(skipped[-1], ast.Raise) or self.unset(taken, skipped, node, f)):
             checks = {}
         return Cond(test, truth, checks, via)
+
+    def predicate(self, name: str, f: Frame) -> tuple | None:
+        """(def, is a property) for a method of the walked class that takes only self: a predicate it may read."""
+        stmt = member(f.cls, name) if f.cls is not None and f.cls is not self.spec.node else None
+        if not isinstance(stmt, ast.FunctionDef) or len(stmt.args.args) != 1 or stmt.args.vararg or stmt.args.kwonlyargs:
+            return None
+        decorators = {(chain_of(d) or [""])[-1] for d in stmt.decorator_list}
+        return stmt, bool(decorators & {"property", "cached_property"})
+
+    def function(self, node: ast.expr, f: Frame) -> ast.FunctionDef | None:
+        """The in-tree def a call's name resolves to, where the walk is."""
+        found = self.lookup(node, f) if chain_of(node) else None
+        return found[1] if isinstance(found, tuple) and isinstance(found[1], ast.FunctionDef) else None
 
     def check(self, node: ast.expr, f: Frame) -> tuple | None:
         """The (role, method) without which ``node`` is false: ``hasattr(m, "x")``, ``getattr(m, "x", None)``,
@@ -310,8 +327,13 @@ class Scan:
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 self.visit(item.context_expr, f)
-                if isinstance(item.optional_vars, ast.Name):  # `with x as m`: m holds what x gives
-                    self.bind(item.optional_vars, item.context_expr, f)
+                if isinstance(item.optional_vars, ast.Name):  # `with x as m`: m holds what x.__enter__() gives
+                    held = item.context_expr
+                    if isinstance(held, ast.Call) and (chain_of(held.func) or [""])[-1] == "nullcontext" and held.args:
+                        held = held.args[0]  # contextlib.nullcontext(x) gives x; another manager, what it likes
+                    self.kill(item.optional_vars, f)
+                    if held is not item.context_expr:
+                        self.bind(item.optional_vars, held, f)
             self.visit(node.body, replace(f, guard=self.suppress_guard(node, f) or f.guard))
 
     def assign(self, stmt: ast.stmt, f: Frame) -> None:
@@ -337,8 +359,17 @@ class Scan:
             if isinstance(t, ast.Name):
                 self.bind(t, value, f)  # `model = self.model_runner.model`
             elif isinstance(t, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
-                if len(t.elts) == len(value.elts) and not any(isinstance(e, ast.Starred) for e in t.elts):
-                    for name, part in zip(t.elts, value.elts):  # `model, runner = self.model, self`
+                stars = [i for i, e in enumerate(t.elts) if isinstance(e, ast.Starred)]
+                if any(isinstance(e, ast.Starred) for e in value.elts) or len(stars) > 1:
+                    continue
+                # `model, runner = self.model, self`; `model, *rest = self.model, a, b`: the names before the
+                # star take the first values, those after it the last
+                star = stars[0] if stars else len(t.elts)
+                after = len(t.elts) - star - 1 if stars else 0
+                pairs = list(zip(t.elts[:star], value.elts[:star]))
+                pairs += list(zip(t.elts[len(t.elts) - after:], value.elts[len(value.elts) - after:])) if after else []
+                if len(value.elts) >= len(t.elts) - len(stars):
+                    for name, part in pairs:
                         if isinstance(name, ast.Name):
                             self.bind(name, part, f)
 
@@ -370,10 +401,20 @@ class Scan:
             keywords = tuple(k.arg for k in node.keywords if k.arg)
             path = self.tree.modules[f.module]
             site = CallSite(path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
-            self.sites.append((site, f.conds, f.on_path, role))
+            scope = f.scope if isinstance(f.scope, FUNCTIONS) and not f.depth else None  # a followed one is called
+            self.sites.append((site, f.conds, f.on_path, role, self.unreachable(scope)))
         arguments = [*node.args, *(k.value for k in node.keywords)]
-        if f.depth < MAX_DEPTH and any(self.role(a, f) in (MODEL, RUNNER, WORKER) for a in arguments):
+        if f.depth < MAX_DEPTH and any(self.carried(a, f) for a in arguments):
             self.follow(node, f)
+
+    def carried(self, node: ast.expr, f: Frame) -> str | None:
+        """The role an argument hands to the function it is passed to: the target's model, runner or worker, or
+        an EAGLE-3 worker itself (``helper(self)``), through which the helper reaches the target."""
+        role = self.role(node, f)
+        if role in (MODEL, RUNNER, WORKER):
+            return role
+        on_worker = is_self(node) and f.on_path and f.cls is not None and f.cls.name not in self.runners
+        return SPEC_WORKER if on_worker else None
 
     def follow(self, node: ast.Call, f: Frame) -> None:
         """Walk the function or method the target is passed to, its parameter bound to it."""
@@ -394,12 +435,22 @@ class Scan:
             return
         # a flag passed along keeps its meaning under the parameter's name: `if enabled:`
         arguments = {p: a for p, a in bound.arguments.items() if isinstance(a, ast.expr)}
-        binding = {p: self.role(a, f) for p, a in arguments.items() if self.role(a, f) in (MODEL, RUNNER, WORKER)}
+        binding = {p: self.carried(a, f) for p, a in arguments.items() if self.carried(a, f)}
         key = (id(fn), tuple(sorted(binding.items())), tuple(id(c.test) for c in f.conds), f.on_path, f.guard)
         if binding and key not in self._followed:
             self._followed.add(key)
             inner = replace(f, module=module, scope=fn, cls=cls, aliases=binding, imports={}, arguments=arguments)
             self.visit(fn.body, replace(inner, depth=f.depth + 1))
+
+    def unreachable(self, fn: ast.AST | None) -> bool:
+        """A def nothing can call: not a dunder, not decorated (a decorator may register it), and its name in
+        no file of the tree but at its own def. Any other occurrence, even inside a longer name or a string
+        (``getattr(self, "name")``), counts as a call: only the certainly dead are left off the path."""
+        if fn is None or fn.decorator_list or fn.name.startswith("__"):
+            return False
+        if fn.name not in self._refs:
+            self._refs[fn.name] = sum(self.tree.text(rel).count(fn.name) for rel in self.tree.modules.values())
+        return self._refs[fn.name] <= 1
 
     # after the walk ----------------------------------------------------------------------------
 
@@ -463,8 +514,8 @@ def calls(tree: Tree) -> Calls:
         scan.visit(parsed.body, Frame(module, parsed, on_path=module in on_path))
 
     best: dict = {}  # (path, line, method, role) -> ((on the path, unguarded), site): its best context
-    for site, conds, on_path, role in scan.sites:
-        where = scan.where(conds, on_path)
+    for site, conds, on_path, role, dead in scan.sites:
+        where = "never" if dead else scan.where(conds, on_path)
         if role == LOOSE and where == "on":
             raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
                             f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "
@@ -476,6 +527,9 @@ def calls(tree: Tree) -> Calls:
         key, rank = (site.path, site.line, site.method, role), (where == "on", where == "on" and not site.guard)
         if key not in best or rank > best[key][0]:
             best[key] = rank, site
+    # Data flow over names: a call the walk followed to the draft model is not also a target call by its name.
+    drafts = {key[:3] for key, ((on_path, _), _) in best.items() if key[3] == DRAFT_MODEL and on_path}
+    best = {key: value for key, value in best.items() if not (key[3] == MODEL and key[:3] in drafts)}
     on, outside, draft = {}, {}, {}
     for (*_, method, role), ((on_path, _), site) in sorted(best.items()):
         group = (draft if role == DRAFT_MODEL else on) if on_path else outside if role == MODEL else {}
