@@ -153,6 +153,9 @@ def inline(test: ast.expr, method_of, function_of, depth: int = 0) -> ast.expr:
     if depth > 2:
         return test
 
+    def named(node: ast.AST) -> bool:  # the cheap test first: a plain dotted name, called or read
+        return chain_of(node.func if isinstance(node, ast.Call) else node) is not None
+
     def replacement(node: ast.AST) -> ast.expr | None:
         chain = chain_of(node.func if isinstance(node, ast.Call) else node) or []
         if len(chain) == 2 and chain[0] == "self":
@@ -169,7 +172,7 @@ def inline(test: ast.expr, method_of, function_of, depth: int = 0) -> ast.expr:
             return None
         return _substitute(copy.deepcopy(value), dict(zip(params, node.args)))
 
-    candidates = [n for n in ast.walk(test) if isinstance(n, (ast.Call, ast.Attribute)) and replacement(n) is not None]
+    candidates = [n for n in ast.walk(test) if isinstance(n, (ast.Call, ast.Attribute)) and named(n) and replacement(n) is not None]
     if not candidates:
         return test
 

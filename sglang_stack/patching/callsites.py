@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 from sglang_stack.errors import UserError
 from sglang_stack.patching.algorithm import (  # noqa: F401 (is_self: audit reads it from here)
-    EAGLE3, LAYOUT, SPEC_MODULE, WORKER_FACTORY, Spec, inline, is_self, operands, words,
+    EAGLE3, LAYOUT, SPEC_MODULE, SPEC_WORD, WORKER_FACTORY, Spec, inline, is_self, operands, returned,
+    words,
 )
 from sglang_stack.patching.source import (  # noqa: F401 (CallSite, Tree: the types of what calls() returns)
     FUNCTIONS, CallSite, Cls, Tree, chain_of, import_names, member, signature_of, statements,
@@ -91,11 +92,14 @@ class Scan:
     def __init__(self, tree: Tree, spec: Spec, runners: set):
         self.tree, self.spec, self.runners = tree, spec, runners  # runners: ModelRunner and its in-tree bases, by name
         self.on_classes: set = set()  # (module, name) of the speculative classes the workers inherit from
-        self.sites: list = []  # (CallSite, conds, on_path, role, in a def nothing calls)
+        self.sites: list = []  # (CallSite, conds, on_path, role, the def it is in, unless followed)
         self.returns: list = []  # (value, frame) of each `return` in the worker factory
         self._members: dict = {}
         self._followed: set = set()
-        self._refs: dict = {}  # def name -> how often it occurs in the tree's text
+        self._text: str | None = None
+        self._predicate_methods: dict = {}
+        self._counts: dict = {}  # a def's name -> how often it occurs in the tree's text
+        self._predicates: set | None = None
 
     def lookup(self, node: ast.expr, f: Frame):
         """What a dotted name is where the walk is, as ``Tree.resolve`` answers."""
@@ -165,15 +169,22 @@ class Scan:
 
     def predicate(self, name: str, f: Frame) -> tuple | None:
         """(def, is a property) for a method of the walked class that takes only self: a predicate it may read."""
-        stmt = member(f.cls, name) if f.cls is not None and f.cls is not self.spec.node else None
-        if not isinstance(stmt, ast.FunctionDef) or len(stmt.args.args) != 1 or stmt.args.vararg or stmt.args.kwonlyargs:
+        if f.cls is None or f.cls is self.spec.node:
             return None
-        decorators = {(chain_of(d) or [""])[-1] for d in stmt.decorator_list}
-        return stmt, bool(decorators & {"property", "cached_property"})
+        if id(f.cls) not in self._predicate_methods:
+            table = self._predicate_methods[id(f.cls)] = {}
+            for stmt in f.cls.body:
+                if isinstance(stmt, ast.FunctionDef) and len(stmt.args.args) == 1 and not stmt.args.vararg:
+                    if not stmt.args.kwonlyargs and returned(stmt) is not None:
+                        decorators = {(chain_of(d) or [""])[-1] for d in stmt.decorator_list}
+                        table[stmt.name] = stmt, bool(decorators & {"property", "cached_property"})
+        return self._predicate_methods[id(f.cls)].get(name)
 
     def function(self, node: ast.expr, f: Frame) -> ast.FunctionDef | None:
         """The in-tree def a call's name resolves to, where the walk is."""
-        found = self.lookup(node, f) if chain_of(node) else None
+        chain = chain_of(node)  # a function by name or module.name; self.x.y() is a method, the enum's predicates too
+        plain = chain is not None and len(chain) <= 2 and chain[0] != "self" and chain[-1] in self.predicates()
+        found = self.lookup(node, f) if plain else None
         return found[1] if isinstance(found, tuple) and isinstance(found[1], ast.FunctionDef) else None
 
     def check(self, node: ast.expr, f: Frame) -> tuple | None:
@@ -402,7 +413,7 @@ class Scan:
             path = self.tree.modules[f.module]
             site = CallSite(path, node.lineno, method, ast.unparse(recv), guard, len(node.args), keywords, star)
             scope = f.scope if isinstance(f.scope, FUNCTIONS) and not f.depth else None  # a followed one is called
-            self.sites.append((site, f.conds, f.on_path, role, self.unreachable(scope)))
+            self.sites.append((site, f.conds, f.on_path, role, scope))
         arguments = [*node.args, *(k.value for k in node.keywords)]
         if f.depth < MAX_DEPTH and any(self.carried(a, f) for a in arguments):
             self.follow(node, f)
@@ -448,9 +459,32 @@ class Scan:
         (``getattr(self, "name")``), counts as a call: only the certainly dead are left off the path."""
         if fn is None or fn.decorator_list or fn.name.startswith("__"):
             return False
-        if fn.name not in self._refs:
-            self._refs[fn.name] = sum(self.tree.text(rel).count(fn.name) for rel in self.tree.modules.values())
-        return self._refs[fn.name] <= 1
+        if fn.name not in self._counts:
+            self._counts[fn.name] = self.text().count(fn.name)
+        return self._counts[fn.name] <= 1
+
+    def text(self) -> str:
+        """Every module of the tree, as one string: what the textual checks search."""
+        if self._text is None:
+            self._text = "\n".join(self.tree.text(rel) for rel in self.tree.modules.values())
+        return self._text
+
+    def predicates(self) -> set:
+        """Names of defs whose first lines return something about speculation: the only functions a condition
+        is worth resolving (and parsing modules) for. Found in the text, so that a condition's every call
+        (``is_cuda()``, ``envs.X.get()``) does not parse the module it comes from."""
+        if self._predicates is None:
+            text, self._predicates = self.text(), set()
+            for m in re.finditer(r"def (\w+)\(", text):
+                window = text[m.end():m.end() + 600]
+                low = window.lower()
+                if "return " not in window or not ("spec" in low or "eagle" in low or "algo" in low):
+                    continue
+                lines = [line.strip() for line in window.splitlines()[1:6]]
+                first = next((line for line in lines if line and not line.startswith(("#", '"', "'"))), "")
+                if first.startswith("return ") and (SPEC_WORD.search(first.lower()) or "algo" in first.lower()):
+                    self._predicates.add(m.group(1))
+        return self._predicates
 
     # after the walk ----------------------------------------------------------------------------
 
@@ -514,8 +548,9 @@ def calls(tree: Tree) -> Calls:
         scan.visit(parsed.body, Frame(module, parsed, on_path=module in on_path))
 
     best: dict = {}  # (path, line, method, role) -> ((on the path, unguarded), site): its best context
-    for site, conds, on_path, role, dead in scan.sites:
-        where = "never" if dead else scan.where(conds, on_path)
+    for site, conds, on_path, role, scope in scan.sites:
+        where = scan.where(conds, on_path)
+        where = "never" if where == "on" and scan.unreachable(scope) else where
         if role == LOOSE and where == "on":
             raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
                             f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "

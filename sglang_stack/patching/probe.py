@@ -371,19 +371,24 @@ def on_class(cls: type, method: str, trees: dict) -> dict:
 MISSING = object()
 
 
+_setters: dict = {}
+
+
 def sets_anywhere(method: str, trees: dict) -> str:
     """Where the real modules may set ``method`` on an instance: ``X.method = ...`` or a ``setattr``; "" if nowhere."""
-    for path, body in trees.items():
-        for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
-            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
-                    isinstance(t, ast.Attribute) and t.attr == method for t in targets):
-                return f"{os.path.basename(path)}:{node.lineno} sets it"
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and len(node.args) > 1:
-                name = node.args[1]
-                if not isinstance(name, ast.Constant) or name.value == method:
-                    return f"{os.path.basename(path)}:{node.lineno} sets attributes by setattr"
-    return ""
+    if not _setters:  # one walk of the real modules: attribute name -> where, and "*" for a setattr by name
+        for path, body in trees.items():
+            for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+                targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                    for t in targets:
+                        if isinstance(t, ast.Attribute):
+                            _setters.setdefault(t.attr, f"{os.path.basename(path)}:{node.lineno} sets it")
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and len(node.args) > 1:
+                    name = node.args[1].value if isinstance(node.args[1], ast.Constant) else "*"
+                    _setters.setdefault(name, f"{os.path.basename(path)}:{node.lineno} sets attributes by setattr")
+        _setters.setdefault("", "")
+    return _setters.get(method) or _setters.get("*", "")
 
 
 def settle(cls: type, obj, method: str, sites: list, built: str, trees: dict) -> dict:
@@ -469,14 +474,18 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: dict) ->
     return {"kind": "found", "where": where, "bad": bad}
 
 
+_defs: dict = {}
+
+
 def function_node(func, trees: dict) -> ast.FunctionDef | None:
     """The def of ``func`` in the real modules' source."""
     code = func.__code__
-    for node in ast.walk(ast.Module(body=list(trees.get(code.co_filename, ())), type_ignores=[])):
-        if isinstance(node, ast.FunctionDef) and node.name == func.__name__:
-            if code.co_firstlineno in (node.lineno, *(d.lineno for d in node.decorator_list)):
-                return node
-    return None
+    if code.co_filename not in _defs:  # every def of the module, by the lines its code may start at
+        _defs[code.co_filename] = {(node.name, line): node
+                                   for node in ast.walk(ast.Module(body=list(trees.get(code.co_filename, ())), type_ignores=[]))
+                                   if isinstance(node, ast.FunctionDef)
+                                   for line in (node.lineno, *(d.lineno for d in node.decorator_list))}
+    return _defs[code.co_filename].get((func.__name__, code.co_firstlineno))
 
 
 def held_class(cls: type, attr: str, trees: dict) -> type | None:

@@ -9,8 +9,8 @@ decided each method is in the report. The rules: docs/patches.md ("The EAGLE-3 a
 
 from __future__ import annotations
 
-import ast
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +22,9 @@ PROBE = Path(__file__).with_name("probe.py")
 COMMAND = [sys.executable, "-I", "-S", "-B", str(PROBE)]  # isolated: no site, no user paths, no .pyc in the tree
 TIMEOUT_S = 60
 MODELS = "sglang.srt.models"
+# An import statement at any depth, read from the text (a parse of every module costs more than the run):
+# from-dots, from-module, what it imports (a parenthesised list may span lines), or a plain import's modules.
+IMPORTS = re.compile(r"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([\w., \t]+))", re.M)
 
 
 def candidates(tree: Tree, arch: str) -> list[str]:
@@ -48,15 +51,14 @@ def real_set(tree: Tree, start: list[str], arch: Cls | None) -> list[str]:
         if not module.startswith(MODELS + ".") and module not in bases:
             continue
         seen.add(module)
-        package = module.rpartition(".")[0]
-        for node in ast.walk(tree.parse(module)):
-            if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-                queue += [base] + [f"{base}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                queue += [a.name for a in node.names]
+        package = module.rpartition(".")[0].split(".")
+        for dots, base, names, plain in IMPORTS.findall(tree.text(tree.modules[module])):
+            if plain:
+                queue += [name.split()[0] for name in plain.split(",")]
+                continue
+            if dots:
+                base = ".".join(package[: len(package) - len(dots) + 1] + ([base] if base else []))
+            queue += [base] + [f"{base}.{name.split()[0]}" for name in re.findall(r"\w+(?:\s+as\s+\w+)?", names)]
     return sorted(seen)
 
 
