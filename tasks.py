@@ -385,11 +385,12 @@ def patch_check(c, patches_dir=None, arch=None, keep=False):
 )
 @user_errors
 def audit(c, sglang_src, arch=None, model_config=None, verbose=False, allow_undecided=False):
-    """Static EAGLE-3 readiness check: does the model class have every method EAGLE-3 calls on the target?
+    """EAGLE-3 readiness check: does the model class have every method EAGLE-3 calls on the target?
 
-    Reads the SGLang source (no GPU, no imports, seconds): finds every method the
-    EAGLE-3 path calls on the target model and checks that the class (through
-    SGLang's model registry and its base classes) provides it. Exit 1 with one
+    No GPU, no torch, a second: reads the SGLang source for every method the EAGLE-3
+    path calls on the target model, and imports the model with stand-ins for its heavy
+    dependencies to ask Python whether the class provides it (the source, where Python
+    cannot tell; --model-config also builds it with that config.json). Exit 1 with one
     line per missing method and its call sites; exit 3, failing closed, when a method
     may be missing in a way the source cannot settle (one 'undecided' line each, with why);
     exit 0 with a one-line summary.
@@ -400,8 +401,8 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False, allow_unde
 
     if arch and model_config:
         raise UserError("--arch and --model-config: choose one")
-    name = auditmod.arch_from_config(Path(model_config)) if model_config else _audit_arch(arch)
-    report = auditmod.audit(Path(sglang_src), name)
+    name, config = auditmod.model_config(Path(model_config)) if model_config else (_audit_arch(arch), None)
+    report = auditmod.audit(Path(sglang_src), name, config)
     report.allow_undecided = allow_undecided
     for line in report.lines(verbose=verbose):
         print(line)

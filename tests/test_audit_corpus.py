@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack.errors import UserError
-from sglang_stack.patching import audit
+from sglang_stack.patching import audit, runtime
 from sglang_stack.patching.source import CallSite, Tree
 
 import test_audit_rules as rules
@@ -363,3 +363,40 @@ def test_the_audit_requires_exactly_what_the_eagle3_path_dies_without(tmp_path, 
     truth = oracle("calls", str(tree), place, method)
     report = audit.audit(tree, "Wrapped")
     assert (method in report.required) == truth["required"], f"oracle: {truth['why']}; audit: {placed(report, method)}"
+
+
+# --- the run's own rules ----------------------------------------------------------------------------
+
+
+def test_a_guess_about_a_stand_in_leaves_the_method_to_the_source(tmp_path):
+    """A def under a class-body `if` on a value from outside the tree: Python's answer would rest on a guess."""
+    module = (NN + "from vendor_flags import ENABLED\n\n\nclass Edited(nn.Module):\n" + SETS + "    if ENABLED:\n"
+              "        def get_embed_and_head(self):\n            return None, None\n\n\nEntryClass = Edited\n")
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module}), "Edited")
+    # the whole class body rests on the guess: the source decides both, and finds the unconditional def
+    assert all("took the truth of vendor_flags.ENABLED" in how for how in report.decided.values()), report.decided
+    assert report.exit_code == 3 and [m.method for m in report.undecided] == ["get_embed_and_head"], report.lines()
+
+
+def test_the_model_config_builds_the_class(tmp_path):
+    """With the model's config.json the run builds the class and decides what __init__ sets; without it, it cannot."""
+    module = (NN + "def _embed(self):\n    return None, None\n\n\nclass Edited(nn.Module):\n"
+              "    def __init__(self, config, quant_config=None):\n        super().__init__()\n        if config.tie_word_embeddings:\n"
+              "            self.get_embed_and_head = lambda: (None, None)\n\n" + SETS + "\n\nEntryClass = Edited\n")
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module})
+    for tie, code in ((True, 0), (False, 1)):
+        config = tmp_path / f"config-{tie}.json"
+        config.write_text(json.dumps({"architectures": ["Edited"], "tie_word_embeddings": tie}))
+        proc = run_cli("--sglang-src", str(tree), "--model-config", str(config), "--verbose")
+        assert proc.returncode == code, proc.stdout + proc.stderr
+        assert "decided by the run: get_embed_and_head" in proc.stdout, proc.stdout
+    bare = audit.audit(tree, "Edited")
+    assert bare.exit_code == 3 and bare.decided["get_embed_and_head"].startswith("source"), bare.lines(verbose=True)
+
+
+def test_a_probe_that_cannot_run_leaves_everything_to_the_source(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "COMMAND", [sys.executable, "-c", "import sys; sys.exit('no probe here')"])
+    report = audit.audit(synthetic(tmp_path), "Wrapped")
+    assert report.passed, report.lines()
+    assert report.run == "run: the probe failed (exit 1): no probe here", report.run
+    assert all(how.startswith("source") for how in report.decided.values()), report.decided

@@ -3,10 +3,12 @@
 SGLang's EAGLE-3 path calls methods on the *target* model (``set_eagle3_layers_to_capture`` and
 ``get_embed_and_head`` in 0.5.9). A model class that lacks one loads all its weights, minutes for a
 1T-parameter model, and only then dies. ``sglang_stack.patching.callsites`` finds those calls in the
-source (read by ``sglang_stack.patching.source``); this module resolves the class through SGLang's registry and its real MRO and checks that
-each method exists and binds every call site, on the standard library alone (it runs in the image's
-``sglang`` stage, which has no torch). ``confirm`` (``--dynamic``) repeats the check on the imported
-class where torch is installed. The rules and their limits: docs/patches.md ("The EAGLE-3 audit").
+source (read by ``sglang_stack.patching.source``). ``sglang_stack.patching.runtime`` asks Python what
+the class provides: its probe imports the model with stand-ins and builds it. Where Python cannot tell,
+this module reads the class from the source (``provider``): SGLang's registry, the real MRO, each
+method's signature against every call site. All on the standard library alone: it runs in the image's
+``sglang`` stage, which has no torch. ``confirm`` (``--dynamic``) repeats the check on the class
+imported with the real torch. The rules and their limits: docs/patches.md ("The EAGLE-3 audit").
 """
 
 from __future__ import annotations
@@ -397,7 +399,8 @@ def confirm(report: Report, sglang_src: Path) -> Report:
     import sys
 
     sys.path.insert(0, str(Path(sglang_src)))
-    module = report.arch_site.split(":")[0][:-3].replace("/", ".")
+    site = report.arch_site  # path:line, or the run's module.Class where the source does not show the class
+    module = site.split(":")[0][:-3].replace("/", ".") if ":" in site else site.rpartition(".")[0]
     try:
         cls = getattr(importlib.import_module(module), report.arch)
     except Exception as err:  # whatever the import raises is the answer: say which and why
@@ -434,6 +437,11 @@ def imported(cls: type, method: str, report: Report) -> Provider | None:
 
 def arch_from_config(path: Path) -> str:
     """The first entry of ``architectures`` in a model's ``config.json``."""
+    return model_config(path)[0]
+
+
+def model_config(path: Path) -> tuple[str, dict]:
+    """(the first entry of ``architectures``, the whole config) of a model's ``config.json``."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -443,7 +451,7 @@ def arch_from_config(path: Path) -> str:
     archs = data.get("architectures") if isinstance(data, dict) else None
     if not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
         raise UserError(f"{path}: key 'architectures' must be a non-empty list of class names")
-    return archs[0]
+    return archs[0], data
 
 
 def check_wheel(wheel: Path, patches_dir: Path, arch: str, workdir: Path, *, log=None) -> Report:
@@ -467,15 +475,17 @@ def check_wheel(wheel: Path, patches_dir: Path, arch: str, workdir: Path, *, log
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m sglang_stack.patching.audit",
-        description="Check, from the source, that a model class provides every method the EAGLE-3 path calls on "
-        "the target model. Exit 0: all present; 1: some missing (one line each); 3: none missing, but some the "
+        description="Check that a model class provides every method the EAGLE-3 path calls on the target model: "
+        "the call sites read from the source, the class asked of Python (imported with stand-ins, built as the loader "
+        "builds it). Exit 0: all present; 1: some missing (one line each); 3: none missing, but some the "
         "source cannot settle (one 'undecided' line each, with why; --allow-undecided passes them); 2: bad input, "
         "or a tree the audit no longer understands.",
     )
     parser.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--arch", help=f"model class name, as in config.json 'architectures' (default {DEFAULT_ARCH})")
-    which.add_argument("--model-config", type=Path, help="a model's config.json: audit its first 'architectures' entry")
+    which.add_argument("--model-config", type=Path, help="a model's config.json: audit its first 'architectures' entry, "
+                       "and build the class with it")
     parser.add_argument("--dynamic", action="store_true", help="also import the class (needs torch and SGLang's "
                         "imports: the runtime image) and bind every call site to its real signature")  # fmt: skip
     parser.add_argument("--allow-undecided", action="store_true", help="exit 0 when nothing is missing, even if some "
@@ -483,8 +493,8 @@ def main(argv=None) -> int:
     parser.add_argument("--verbose", "-v", action="store_true", help="also list every call site and each provider")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
-    arch = args.arch or (arch_from_config(args.model_config) if args.model_config else DEFAULT_ARCH)
-    report = audit(args.sglang_src, arch)
+    arch, config = model_config(args.model_config) if args.model_config else (args.arch or DEFAULT_ARCH, None)
+    report = audit(args.sglang_src, arch, config)
     report.allow_undecided = args.allow_undecided
     if args.dynamic:
         confirm(report, args.sglang_src)
