@@ -27,24 +27,17 @@ from pathlib import Path
 from sglang_stack.errors import UserError, run_main
 from sglang_stack.patching import runtime
 from sglang_stack.patching.callsites import calls, is_self
+from sglang_stack.patching.probe import NN_MODULE_METHODS
 from sglang_stack.patching.source import FUNCTIONS, CallSite, Cls, Tree, chain_of, member, signature_of, statements
 from sglang_stack.patching.patches import tree_version
 
 DEFAULT_ARCH = "KimiK25ForConditionalGeneration"
 MODELS_PACKAGE, REGISTRY_NAME = "sglang.srt.models", "EntryClass"  # the registry reads top-level modules
 
-# Bases outside the tree whose methods are known. torch.nn.Module's public methods (torch 2.9); its
-# __getattr__ returns parameters, buffers and submodules only, never a method: the 0.5.9 crash is
-# its AttributeError.
+# Bases outside the tree whose methods are known: torch.nn.Module's public methods (NN_MODULE_METHODS, torch
+# 2.9, shared with the run); its __getattr__ returns parameters, buffers and submodules only, never a
+# method: the 0.5.9 crash is its AttributeError.
 NN_MODULE = "torch.nn.Module"
-NN_MODULE_METHODS = frozenset("""
-add_module apply bfloat16 buffers children compile cpu cuda double eval extra_repr float forward get_buffer
-get_extra_state get_parameter get_submodule half ipu load_state_dict modules mtia named_buffers named_children
-named_modules named_parameters parameters register_backward_hook register_buffer register_forward_hook
-register_forward_pre_hook register_full_backward_hook register_full_backward_pre_hook
-register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module register_parameter
-register_state_dict_post_hook register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule
-share_memory state_dict to to_empty train type xpu zero_grad""".split())
 NN_MODULES = {NN_MODULE, "torch.nn.modules.module.Module"}
 KNOWN_BASES = {"object", "abc.ABC", "typing.Generic", "typing.Protocol", *NN_MODULES}
 PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}

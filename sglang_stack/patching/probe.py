@@ -22,6 +22,7 @@ parent falls back to the source for it. So every verdict this script gives is Py
 
 from __future__ import annotations
 
+import abc
 import ast
 import importlib
 import importlib.abc
@@ -173,7 +174,7 @@ for _op in ("add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod 
     setattr(StandIn, f"__{_op}__", _operator(_op))
 
 
-class OpaqueMeta(type):
+class OpaqueMeta(abc.ABCMeta):  # an ABCMeta, so that a class may take an opaque base beside abc.ABC
     def __getattr__(cls, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
