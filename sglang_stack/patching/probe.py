@@ -31,6 +31,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
 import time
 import types
@@ -331,7 +332,7 @@ class Config:
             setattr(self, key, Config(value) if isinstance(value, dict) else value)
 
 
-def class_body_guessed(cls: type, trees: dict) -> str:
+def class_body_guessed(cls: type, trees: Trees) -> str:
     """Where the creation of ``cls`` took the truth of a stand-in: in its body, or in a module-level statement
     that defines or names it; or the stand-in decorator applied to it. "" if nowhere."""
     if cls in State.decorated:
@@ -343,13 +344,13 @@ def class_body_guessed(cls: type, trees: dict) -> str:
         if qualname == cls.__qualname__:
             return f"the body of {cls.__qualname__} took the {what} ({os.path.basename(file)}:{line})"
         if qualname == "<module>":
-            stmt = next((s for s in trees.get(file, ()) if s.lineno <= line <= s.end_lineno), None)
+            stmt = next((s for s in trees.body(file) if s.lineno <= line <= s.end_lineno), None)
             if stmt is not None and cls.__name__ in ast.unparse(stmt):
                 return f"a module-level statement about {cls.__name__} took the {what} ({os.path.basename(file)}:{line})"
     return ""
 
 
-def on_class(cls: type, method: str, trees: dict) -> dict:
+def on_class(cls: type, method: str, trees: Trees) -> dict:
     """What the class itself (its MRO) gives for ``method``, or why that cannot be known here."""
     for klass in cls.__mro__:
         if klass is object:
@@ -372,27 +373,52 @@ def on_class(cls: type, method: str, trees: dict) -> dict:
 MISSING = object()
 
 
-_setters: dict = {}
+class Trees:
+    """The real modules' source, by file: read when a rule needs it, parsed when one needs the tree."""
+
+    def __init__(self, paths: list):
+        self.paths, self._text, self._body = set(paths), {}, {}
+        self._setters: dict | None = None
+
+    def text(self, path: str) -> str:
+        if path not in self._text:
+            with open(path, encoding="utf-8") as fh:
+                self._text[path] = fh.read()
+        return self._text[path]
+
+    def body(self, path: str) -> list:
+        if path not in self.paths:
+            return []
+        if path not in self._body:
+            self._body[path] = ast.parse(self.text(path)).body
+        return self._body[path]
+
+    def setters(self) -> dict:
+        """Attribute name -> where a real module sets it on some object (``x.name = ...``, ``setattr(x, "name",
+        ...)``), and "*" where a ``setattr`` takes a name it computes. Read from the text: no parse."""
+        if self._setters is None:
+            self._setters = {}
+            for path in sorted(self.paths):
+                text, base = self.text(path), os.path.basename(path)
+                for m in SETS_ATTRIBUTE.finditer(text):
+                    self._setters.setdefault(m.group(1), f"{base}:{text.count(chr(10), 0, m.start()) + 1} sets it")
+                for m in SETATTR.finditer(text):
+                    name = m.group(2) or "*"
+                    self._setters.setdefault(name, f"{base}:{text.count(chr(10), 0, m.start()) + 1} sets attributes by setattr")
+        return self._setters
 
 
-def sets_anywhere(method: str, trees: dict) -> str:
+SETS_ATTRIBUTE = re.compile(r"\.\s*(\w+)\s*(?::[^=\n]*)?(?:[-+*/%|&^@]|//|\*\*|<<|>>)?=(?!=)")
+SETATTR = re.compile(r"\bsetattr\(\s*[^,()]+,\s*(?:(['\"])(\w+)\1)?")
+
+
+def sets_anywhere(method: str, trees: Trees) -> str:
     """Where the real modules may set ``method`` on an instance: ``X.method = ...`` or a ``setattr``; "" if nowhere."""
-    if not _setters:  # one walk of the real modules: attribute name -> where, and "*" for a setattr by name
-        for path, body in trees.items():
-            for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
-                targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                    for t in targets:
-                        if isinstance(t, ast.Attribute):
-                            _setters.setdefault(t.attr, f"{os.path.basename(path)}:{node.lineno} sets it")
-                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and len(node.args) > 1:
-                    name = node.args[1].value if isinstance(node.args[1], ast.Constant) else "*"
-                    _setters.setdefault(name, f"{os.path.basename(path)}:{node.lineno} sets attributes by setattr")
-        _setters.setdefault("", "")
-    return _setters.get(method) or _setters.get("*", "")
+    setters = trees.setters()
+    return setters.get(method) or setters.get("*", "")
 
 
-def settle(cls: type, obj, method: str, sites: list, built: str, trees: dict) -> dict:
+def settle(cls: type, obj, method: str, sites: list, built: str, trees: Trees) -> dict:
     """The verdict for one method: found (with each site's binding), absent, not a method, or unknown."""
     found = on_class(cls, method, trees)
     if found["kind"] == "unknown":
@@ -478,18 +504,18 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: dict) ->
 _defs: dict = {}
 
 
-def function_node(func, trees: dict) -> ast.FunctionDef | None:
+def function_node(func, trees: Trees) -> ast.FunctionDef | None:
     """The def of ``func`` in the real modules' source."""
     code = func.__code__
     if code.co_filename not in _defs:  # every def of the module, by the lines its code may start at
         _defs[code.co_filename] = {(node.name, line): node
-                                   for node in ast.walk(ast.Module(body=list(trees.get(code.co_filename, ())), type_ignores=[]))
+                                   for node in ast.walk(ast.Module(body=list(trees.body(code.co_filename)), type_ignores=[]))
                                    if isinstance(node, ast.FunctionDef)
                                    for line in (node.lineno, *(d.lineno for d in node.decorator_list))}
     return _defs[code.co_filename].get((func.__name__, code.co_firstlineno))
 
 
-def held_class(cls: type, attr: str, trees: dict) -> type | None:
+def held_class(cls: type, attr: str, trees: Trees) -> type | None:
     """The class of ``self.attr`` where the first ``__init__`` of the MRO sets it once, at its top level, to a
     call of a name that Python resolves (in that module's globals) to a class the probe runs; else None."""
     init = next((k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__), None)
@@ -512,7 +538,7 @@ def held_class(cls: type, attr: str, trees: dict) -> type | None:
     return made if isinstance(made, type) and not getattr(made, "standin", False) else None
 
 
-def forwarded(func, method: str, trees: dict) -> str:
+def forwarded(func, method: str, trees: Trees) -> str:
     """``X`` where ``func``'s body calls ``self.X.method(...)``: the method forwards to what ``self.X`` holds."""
     node = function_node(func, trees)
     for call in ast.walk(node) if node is not None else ():
@@ -553,13 +579,7 @@ def main() -> None:
                 built += f", guessing {len(took)} times (first: the {took[0][4]})"
                 out["construct_guessed"] = True
         out["built"] = built
-    trees = {}
-    for name in Finder.real:
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None)
-        if path:
-            with open(path, encoding="utf-8") as fh:
-                trees[path] = ast.parse(fh.read()).body
+    trees = Trees([path for name in Finder.real if (path := getattr(sys.modules.get(name), "__file__", None))])
     busy = time.perf_counter() - started
     calls = json.loads(sys.stdin.readline() or "{}")  # the parent is still reading the source: not our time
     started = time.perf_counter()
