@@ -400,3 +400,14 @@ def test_a_probe_that_cannot_run_leaves_everything_to_the_source(tmp_path, monke
     assert report.passed, report.lines()
     assert report.run == "run: the probe failed (exit 1): no probe here", report.run
     assert all(how.startswith("source") for how in report.decided.values()), report.decided
+
+
+def test_what_the_model_prints_or_opens_does_not_disturb_the_run(tmp_path):
+    """Model code that prints, and opens a path that is a stand-in (it names no file, never a descriptor)."""
+    module = (NN + "from vendor_io import checkpoint_path\n\nprint('loading the model module')\n\n\nclass Edited(nn.Module):\n"
+              "    def __init__(self, config=None, quant_config=None):\n        super().__init__()\n        print('building')\n"
+              "        try:\n            with open(checkpoint_path) as fh:\n                fh.read()\n        except OSError:\n"
+              "            pass\n\n" + SETS + EMBEDS + "\n\nEntryClass = Edited\n")
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module}), "Edited")
+    assert report.passed and set(report.decided.values()) == {"run"}, report.lines(verbose=True)
+    assert "built Edited(config=..., quant_config=None)" in report.run, report.run
