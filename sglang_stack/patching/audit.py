@@ -27,7 +27,7 @@ from pathlib import Path
 from sglang_stack.errors import UserError, run_main
 from sglang_stack.patching import runtime
 from sglang_stack.patching.callsites import calls, is_self
-from sglang_stack.patching.probe import NN_MODULE_METHODS
+from sglang_stack.patching.standins import NN_MODULE_METHODS
 from sglang_stack.patching.source import FUNCTIONS, CallSite, Cls, Tree, chain_of, member, signature_of, statements
 from sglang_stack.patching.patches import tree_version
 
