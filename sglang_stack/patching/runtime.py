@@ -1,6 +1,6 @@
 """The provider side decided by running Python: the audit's side of ``probe.py``, which runs in a subprocess.
 
-``Probe.start`` picks the modules to run for real and starts the probe, which imports them and builds
+``Probe(...)`` picks the modules to run for real and starts the probe, which imports them and builds
 the class while the audit reads the call sites; ``Probe.finish`` sends the call sites and takes Python's
 verdict for each method. A verdict the probe cannot give (it rests on a guess about a stand-in, an
 opaque base, an instance it could not build) is left to the source: ``audit.provider``. Which rule
@@ -41,7 +41,8 @@ def candidates(tree: Tree, arch: str) -> list[str]:
 
 def real_set(tree: Tree, start: list[str], arch: Cls | None) -> list[str]:
     """What the probe runs from source: the candidates, the modules of the class's MRO, and every models
-    module they import, transitively (at any depth of the module: under an ``if``, a ``try``, a def). The rest of SGLang (layers, managers, distributed) is stood in for."""
+    module they import, transitively (at any depth of the module: under an ``if``, a ``try``, a def).
+    The rest of SGLang (layers, managers, distributed) is stood in for."""
     bases = {c.module for c in tree.mro(arch) if isinstance(c, Cls)} if arch else set()
     seen, queue = set(), [*start, *sorted(bases)]
     while queue:
