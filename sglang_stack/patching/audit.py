@@ -428,11 +428,6 @@ def imported(cls: type, method: str, report: Report) -> Provider | None:
     return Provider("found", where, sig, isinstance(static, (staticmethod, classmethod)))
 
 
-def arch_from_config(path: Path) -> str:
-    """The first entry of ``architectures`` in a model's ``config.json``."""
-    return model_config(path)[0]
-
-
 def model_config(path: Path) -> tuple[str, dict]:
     """(the first entry of ``architectures``, the whole config) of a model's ``config.json``."""
     try:

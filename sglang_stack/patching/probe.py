@@ -154,10 +154,12 @@ class Trees:
             for path in sorted(self.paths):
                 text, base = self.text(path), os.path.basename(path)
                 for m in SETS_ATTRIBUTE.finditer(text):
-                    self._setters.setdefault(m.group(1), f"{base}:{text.count(chr(10), 0, m.start()) + 1} sets it")
+                    if m.group(1) not in self._setters:  # the first place only: its line is counted once
+                        self._setters[m.group(1)] = f"{base}:{text.count(chr(10), 0, m.start()) + 1} sets it"
                 for m in SETATTR.finditer(text):
-                    name = m.group(2) or "*"
-                    self._setters.setdefault(name, f"{base}:{text.count(chr(10), 0, m.start()) + 1} sets attributes by setattr")
+                    if (m.group(2) or "*") not in self._setters:
+                        where = f"{base}:{text.count(chr(10), 0, m.start()) + 1} sets attributes by setattr"
+                        self._setters[m.group(2) or "*"] = where
         return self._setters
 
 
@@ -213,15 +215,13 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: Trees) -
     if obj is None and inspect.isfunction(value) and not isinstance(inspect.getattr_static(cls, method), staticmethod):
         sig = sig.replace(parameters=list(sig.parameters.values())[1:])  # bound to an instance: self is given
     func = inspect.unwrap(getattr(value, "__func__", value))
-    if found.get("owner") == "torch.nn.Module":
-        pass
-    elif inspect.isfunction(func):
+    if inspect.isfunction(func) and found.get("owner") != "torch.nn.Module":  # the modelled methods have no source
         if not on_instance:
             shown = inspect.signature(getattr(value, "__func__", value))  # self included, as the source writes it
         path = os.path.relpath(func.__code__.co_filename, Finder.src)
         named = f"{func.__qualname__}{shown} ({path}:{func.__code__.co_firstlineno})"
         where = f"attribute set on the instance: {named}" if on_instance else f"{where}{shown} ({path}:{func.__code__.co_firstlineno})"
-    else:
+    elif found.get("owner") != "torch.nn.Module":
         where = f"attribute set on the instance: {value!r}{shown}" if on_instance else f"{where}{shown}"
     bad = {}
     for site, args, keywords, star in sites:
