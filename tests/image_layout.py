@@ -18,7 +18,7 @@ IN_IMAGE_ROOT = "/opt/sglang-stack/"
 def copies() -> list[tuple[list[str], str]]:
     """``(sources, destination)`` of every COPY of package files from the build context."""
     out = []
-    for line in DOCKERFILE.read_text().splitlines():
+    for line in DOCKERFILE.read_text().replace("\\\n", " ").splitlines():
         words = line.split()
         if words[:1] == ["COPY"] and not words[1].startswith("--") and words[1].startswith("sglang_stack/"):
             out.append((words[1:-1], words[-1]))

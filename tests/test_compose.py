@@ -289,7 +289,8 @@ def test_ports_bind_loopback_by_default():
     moved = resolved(BIND_ADDRESS="0.0.0.0", EAGLE3_PORT="31001")
     assert moved["services"]["eagle3"]["ports"] == ["0.0.0.0:31001:30000"], f"BIND_ADDRESS/EAGLE3_PORT: {moved['services']['eagle3']['ports']}"
     for name, spec in gpu_services(config):
-        assert spec["environment"]["SGLANG_PORT"] == "30000", f"{name}: the probe must know the container port"
+        assert "SGLANG_PORT" not in spec["environment"], \
+            f"{name}: SGLANG_PORT is SGLang's: with TP > 1 its message queue would bind the API port first"
 
 
 def test_nccl_and_runtime_knobs_reach_the_container():

@@ -142,17 +142,19 @@ def test_refused_connection_is_unhealthy():
     assert result.stdout.startswith("unhealthy:"), f"expected one 'unhealthy:' line: {result.stdout!r}"
 
 
-def test_defaults_come_from_sglang_port(server):
-    """With no arguments (the image's HEALTHCHECK), the URL comes from SGLANG_PORT."""
+def test_defaults_come_from_the_probes_own_port_setting(server):
+    """With no arguments (the image's HEALTHCHECK), the URL comes from SGLANG_STACK_PORT."""
     port = str(server.server_address[1])
-    result = run_probe(env={"SGLANG_PORT": port})
-    assert result.returncode == 0, f"no-argument probe with SGLANG_PORT={port} should reach the server: {result.stdout}"
+    result = run_probe(env={"SGLANG_STACK_PORT": port})
+    assert result.returncode == 0, f"no-argument probe with SGLANG_STACK_PORT={port} should reach the server: {result.stdout}"
     assert server.state["requests"][-1]["path"] == "/health", f"the default path must be /health: {server.state['requests']}"
 
 
 def test_default_url_and_timeout():
     assert health.default_url({}) == "http://127.0.0.1:30000/health", "default port must be SGLang's 30000"
-    assert health.default_url({"SGLANG_PORT": "31000"}) == "http://127.0.0.1:31000/health", "SGLANG_PORT must set the port"
+    assert health.default_url({"SGLANG_STACK_PORT": "31000"}) == "http://127.0.0.1:31000/health", "SGLANG_STACK_PORT must set the port"
+    assert health.default_url({"SGLANG_PORT": "31000"}) == "http://127.0.0.1:30000/health", \
+        "SGLANG_PORT is SGLang's (get_open_port), never the probe's"
     assert health.default_timeout({}) == 30, "default timeout must be SGLang's 20 s plus 10"
     assert health.default_timeout({"SGLANG_HEALTH_CHECK_TIMEOUT": "45"}) == 55, "a raised SGLang timeout must raise the probe's"
     assert health.default_timeout({"SGLANG_HEALTH_CHECK_TIMEOUT": "5"}) > 20, "the probe must never undercut 20 s"

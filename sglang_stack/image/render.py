@@ -6,6 +6,7 @@ always give the same bytes. The template sees one context object, ``lock``.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -21,6 +22,7 @@ import jinja2
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.atomic import write as atomic_write
+from sglang_stack.image import envset
 from sglang_stack.image.lock import Artifact, Lock
 from sglang_stack.patching.patches import read_series
 
@@ -64,6 +66,7 @@ class Context:
     router_base_name: str
     router_base_digest: str
     router_requirements_sha256: str
+    env_audit_lines: tuple[str, ...] = ()  # NAME=WHERE arguments of the environment audit, a few a line
     generated_header: str = HEADER
 
 
@@ -139,11 +142,28 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
     )
 
 
+def wrap(words: list[str], width: int = 100) -> tuple[str, ...]:
+    """Words joined by spaces into lines of at most about ``width`` characters."""
+    lines, line = [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return tuple(lines + [line] if line else lines)
+
+
 def render_text(lock: Lock, *, template_dir: Path = TEMPLATE_DIR, patches_dir: Path = ROOT / "patches") -> str:
     """The Dockerfile's text for ``lock``."""
     env = environment(template_dir)
     try:
-        return env.get_template(TEMPLATE).render(lock=context(lock, patches_dir))
+        template = env.get_template(TEMPLATE)
+        ctx = context(lock, patches_dir)
+        # Two passes: the environment audit's list includes the names the Dockerfile's own ENV sets.
+        first = template.render(lock=ctx)
+        lines = wrap(envset.audit_args(envset.variables_set(first, lock)))
+        return template.render(lock=dataclasses.replace(ctx, env_audit_lines=lines))
     except jinja2.UndefinedError as err:
         raise UserError(f"{template_dir / TEMPLATE}: {err.message} (is it missing from versions.lock?)") from None
     except jinja2.TemplateSyntaxError as err:

@@ -43,8 +43,12 @@ MARGIN_S = 10
 
 
 def default_url(environ=os.environ) -> str:
-    """``http://127.0.0.1:${SGLANG_PORT:-30000}/health``."""
-    port = environ.get("SGLANG_PORT") or str(DEFAULT_PORT)
+    """``http://127.0.0.1:${SGLANG_STACK_PORT:-30000}/health``.
+
+    Not ``SGLANG_PORT``: SGLang 0.5.9 reads that one too (``get_open_port()``), and with
+    tensor parallelism its message queue binds that port before the API server can.
+    """
+    port = environ.get("SGLANG_STACK_PORT") or str(DEFAULT_PORT)
     return f"http://127.0.0.1:{port}/health"
 
 
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--url",
         default=None,
-        help="URL to probe (default: http://127.0.0.1:${SGLANG_PORT:-30000}/health)",
+        help="URL to probe (default: http://127.0.0.1:${SGLANG_STACK_PORT:-30000}/health)",
     )
     parser.add_argument(
         "--timeout",

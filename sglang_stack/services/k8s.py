@@ -36,7 +36,7 @@ TEMPLATE_DIR = ROOT / "deploy" / "k8s"
 VALUES = TEMPLATE_DIR / "values.yaml"
 OUTPUTS = {"namespace.yaml": "namespace.yaml.j2", "sglang.yaml": "sglang.yaml.j2", "router.yaml": "router.yaml.j2",
            "monitoring.yaml": "monitoring.yaml.j2"}
-SGLANG_PORT, DIST_PORT, ROUTER_PORT, ROUTER_METRICS_PORT = 30000, 20000, 30080, 29000
+SERVER_PORT, DIST_PORT, ROUTER_PORT, ROUTER_METRICS_PORT = 30000, 20000, 30080, 29000
 PROBE_PERIOD_S = 15
 PRE_STOP_S = 15  # before SIGTERM: time for the router and the EndpointSlices to drop a terminating pod
 LWS_LEADER_LABEL = ("leaderworkerset.sigs.k8s.io/worker-index", "0")
@@ -74,7 +74,7 @@ class Context:
     host_network: bool
     sglang_version: str
     router_version: str
-    sglang_port: int = SGLANG_PORT
+    sglang_port: int = SERVER_PORT
     dist_port: int = DIST_PORT
     router_port: int = ROUTER_PORT
     router_metrics_port: int = ROUTER_METRICS_PORT
@@ -93,7 +93,7 @@ def load_values(path: Path = VALUES) -> dict:
 
 def _server_args(v: dict) -> list[str]:
     args = ["--model-path", "/models/target", "--served-model-name", v["served_model_name"], "--host", "0.0.0.0",
-            "--port", str(SGLANG_PORT), "--tp", str(v["tp_size"]), "--trust-remote-code", "--tool-call-parser", "kimi_k2",
+            "--port", str(SERVER_PORT), "--tp", str(v["tp_size"]), "--trust-remote-code", "--tool-call-parser", "kimi_k2",
             "--reasoning-parser", "kimi_k2", "--enable-metrics"]
     if v["service"] == "eagle3":
         args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/draft",
@@ -113,10 +113,10 @@ def _router_args(v: dict, name: str, selector: dict) -> list[str]:
         # sglang-router's own Kubernetes discovery: Running and Ready pods that match are added,
         # deleted ones removed, so a scale, a restart or a rescheduled pod is followed.
         args += ["--service-discovery", "--selector", *(f"{k}={val}" for k, val in selector.items()),
-                 "--service-discovery-port", str(SGLANG_PORT), "--service-discovery-namespace", v["namespace"]]
+                 "--service-discovery-port", str(SERVER_PORT), "--service-discovery-namespace", v["namespace"]]
     else:
         # Each replica's leader (or only pod) has a stable DNS name through the headless Service.
-        workers = ",".join(f"http://{name}-{i}.{name}.{v['namespace']}.svc.cluster.local:{SGLANG_PORT}"
+        workers = ",".join(f"http://{name}-{i}.{name}.{v['namespace']}.svc.cluster.local:{SERVER_PORT}"
                            for i in range(v["replicas"]))
         args += ["--worker-urls", workers]
     return args + v["router_extra_args"]
@@ -124,7 +124,6 @@ def _router_args(v: dict, name: str, selector: dict) -> list[str]:
 
 def _env(v: dict) -> list[dict]:
     env = {
-        "SGLANG_PORT": str(SGLANG_PORT),
         "SGLANG_HEALTH_CHECK_TIMEOUT": "20",
         # /health answers without generating (still 503 while loading or draining), for the
         # liveness probe; /health_generate generates, for readiness and the router.

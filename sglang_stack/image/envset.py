@@ -1,0 +1,90 @@
+"""What this project sets in SGLang's environment, and where: the image's ENV, compose.yaml, the Kubernetes render.
+
+``invoke render`` writes the list into docker/Dockerfile, where ``image/envaudit.py`` checks
+each name against docker/environment.toml and the installed trees during the build (a
+variable a dependency reads must be declared with what it does there). The same list is
+checked here, on the host, by ``undeclared``, so CI names a missing declaration before a build.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sglang_stack import ROOT, yaml_file
+from sglang_stack.errors import UserError
+
+DECLARATIONS = ROOT / "docker" / "environment.toml"
+COMPOSE = ROOT / "compose.yaml"
+# The stages whose ENV the server runs with: runtime and what it is built FROM, and the
+# sglang stage, whose tree it copies.
+RUNTIME_STAGES = ("base", "deps", "sglang", "runtime")
+# docker/Dockerfile's instructions, continuation lines joined: `ENV A=1 \` + `    B=2`.
+_INSTRUCTION = re.compile(r"^(?P<word>[A-Z]+)\s+(?P<rest>(?:[^\n]*\\\n)*[^\n]*)", re.M)
+_ASSIGNMENT = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def image_env(dockerfile: str, stages: tuple[str, ...] = RUNTIME_STAGES) -> list[str]:
+    """The names ENV sets in ``stages`` of a rendered Dockerfile (``ENV A=1 B=2`` or ``ENV A 1``)."""
+    names, stage = [], None
+    for match in _INSTRUCTION.finditer(dockerfile):
+        word, rest = match["word"], match["rest"].replace("\\\n", " ")
+        if word == "FROM":
+            stage = rest.split()[-1] if " AS " in rest.upper() else None
+        elif word == "ENV" and stage in stages:
+            pairs = _ASSIGNMENT.findall(rest)
+            names += [name for name, _ in pairs] if pairs else rest.split()[:1]
+    return names
+
+
+def compose_env(path=COMPOSE) -> list[str]:
+    """The names compose.yaml's SGLang services set (the shared ``x-sglang`` block and each service)."""
+    data = yaml_file.load(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping")
+    blocks = [data.get("x-sglang", {})] + [s for n, s in (data.get("services") or {}).items() if n != "router"]
+    names = []
+    for block in blocks:
+        env = (block or {}).get("environment") or {}
+        names += list(env) if isinstance(env, dict) else [str(e).split("=", 1)[0] for e in env]
+    return names
+
+
+def k8s_env(lock) -> list[str]:
+    """The names the Kubernetes render sets on the servers, for the shipped values (baseline and eagle3)."""
+    from sglang_stack.services import k8s  # k8s renders through image/render's Jinja environment
+
+    names = []
+    values = k8s.load_values()
+    for service in ("baseline", "eagle3"):
+        ctx = k8s.context(lock, {**values, "service": service})
+        names += [item["name"] for item in ctx.env]
+    return names
+
+
+def variables_set(dockerfile: str, lock) -> dict[str, tuple[str, ...]]:
+    """name -> where it is set, in a stable order: ``{"HF_HOME": ("image", "compose", "k8s"), ...}``."""
+    out: dict[str, list[str]] = {}
+    for where, names in (("image", image_env(dockerfile)), ("compose", compose_env()), ("k8s", k8s_env(lock))):
+        for name in names:
+            if where not in out.setdefault(name, []):
+                out[name].append(where)
+    return {name: tuple(out[name]) for name in sorted(out)}
+
+
+def audit_args(set_: dict[str, tuple[str, ...]]) -> list[str]:
+    """The build step's arguments: ``NAME=image,compose`` for each variable."""
+    return [f"{name}={','.join(where)}" for name, where in set_.items()]
+
+
+def undeclared(set_: dict[str, tuple[str, ...]], declarations=DECLARATIONS) -> list[str]:
+    """One line per variable set but not declared in docker/environment.toml."""
+    import tomllib
+
+    from sglang_stack.errors import read_text
+
+    try:
+        declared = tomllib.loads(read_text(declarations))
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{declarations}: invalid TOML: {err}") from None
+    return [f"{name} (set by {'+'.join(where)}) is not declared in {declarations.name}"
+            for name, where in set_.items() if name not in declared]

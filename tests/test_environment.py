@@ -1,0 +1,127 @@
+"""The environment audit: what we set where SGLang runs is declared, and SGLang's own tree says who reads it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import image_layout
+from sglang_stack import ROOT
+from sglang_stack.image import envaudit, envset, lock as lockmod
+
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict[str, tuple[str, ...]]:
+    lock, _ = lockmod.check_all(download=False)
+    return envset.variables_set(DOCKERFILE.read_text(), lock)
+
+
+def run_audit(root: Path, *variables: str, declarations: Path = envset.DECLARATIONS):
+    return subprocess.run([sys.executable, "-m", "sglang_stack.image.envaudit", "--declarations", str(declarations),
+                           "--root", str(root), *variables], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_every_variable_we_set_is_declared_and_every_declaration_is_set(shipped):
+    assert envset.undeclared(shipped) == [], "declare these in docker/environment.toml"
+    declared = tomllib.loads(envset.DECLARATIONS.read_text())
+    stale = sorted(set(declared) - set(shipped))
+    assert stale == [], f"docker/environment.toml declares names nothing sets any more: {stale}"
+
+
+def test_sglang_port_is_set_nowhere(shipped):
+    assert "SGLANG_PORT" not in shipped, \
+        f"SGLANG_PORT is SGLang's own (get_open_port): set by {shipped.get('SGLANG_PORT')}"
+    assert not [n for n in shipped if n.startswith("SGL_")], "SGLang copies every SGL_* to SGLANG_* with a warning"
+
+
+def audit_steps(text: str):
+    """(first line, {name: where}) of each environment audit step of a rendered Dockerfile."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "-m sglang_stack.image.envaudit" in line:
+            args, j = [], i
+            while lines[j].rstrip().endswith("\\"):
+                j += 1
+                args += lines[j].replace("\\", " ").split()
+            yield line, envaudit.parse_set(args)
+
+
+def test_the_rendered_audit_steps_check_exactly_what_is_set(shipped):
+    steps = list(audit_steps(DOCKERFILE.read_text()))
+    assert len(steps) == 2, f"one audit in the deps stage (site-packages) and one in the sglang stage: {steps}"
+    for line, checked in steps:
+        assert checked == shipped, f"{line}: checks another list than what is set"
+
+
+def test_image_env_agrees_with_a_real_dockerfile_parser():
+    dockerfile = pytest.importorskip("dockerfile")
+    stage, expected = None, []
+    for cmd in dockerfile.parse_string(DOCKERFILE.read_text()):
+        if cmd.cmd == "FROM":
+            stage = cmd.value[-1] if len(cmd.value) >= 3 and cmd.value[-2].upper() == "AS" else None
+        elif cmd.cmd == "ENV" and stage in envset.RUNTIME_STAGES:
+            expected += list(cmd.value[0::2])
+    assert envset.image_env(DOCKERFILE.read_text()) == expected, "the ENV reader disagrees with the Dockerfile parser"
+    assert "SGL_KERNEL_VERSION" not in expected and "TORCH_VERSION" not in expected, \
+        "the URL wheels' pins are build arguments, not ENV"
+
+
+def test_the_sglang_stage_step_passes_in_the_image_layout(sglang_patched, tmp_path):
+    """The sglang stage's audit step as written in docker/Dockerfile, standard library only (python -S)."""
+    opt = image_layout.install(tmp_path / "opt" / "sglang-stack")
+    shutil.copy(envset.DECLARATIONS, opt / "environment.toml")
+    line, checked = next((l, c) for l, c in audit_steps(DOCKERFILE.read_text()) if "--root /opt/sglang " in l)
+    result = subprocess.run([sys.executable, "-S", "-m", "sglang_stack.image.envaudit", "--declarations",
+                             str(opt / "environment.toml"), "--root", str(sglang_patched), *envset.audit_args(checked)],
+                            capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(opt)}, cwd=tmp_path)
+    assert result.returncode == 0, f"the audit fails the shipped settings:\n{result.stdout}{result.stderr}"
+    assert "warning" not in result.stdout, f"a declared reader is missing from the patched tree:\n{result.stdout}"
+    assert result.stdout.strip().endswith("clean"), result.stdout
+
+
+def test_a_planted_sglang_port_fails_and_names_sglangs_reader(sglang_patched, shipped):
+    result = run_audit(sglang_patched, *envset.audit_args(shipped), "SGLANG_PORT=compose")
+    assert result.returncode == 1, f"an undeclared variable SGLang reads must fail the build:\n{result.stdout}{result.stderr}"
+    line = next((l for l in result.stderr.splitlines() if "SGLANG_PORT" in l), "")
+    assert "sglang/srt/utils/common.py:" in line and "not declared" in line, f"the error must name the reader: {line!r}"
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_name_meant_for_us_that_sglang_reads_fails(sglang_patched, tmp_path):
+    declarations = tmp_path / "environment.toml"
+    declarations.write_text('[SGLANG_PORT]\nreader = "sglang-stack"\neffect = "the health probe\'s port"\n')
+    result = run_audit(sglang_patched, "SGLANG_PORT=image", declarations=declarations)
+    assert result.returncode == 1, f"our own name read by SGLang must fail:\n{result.stdout}{result.stderr}"
+    assert "meant for sglang-stack only, but sglang/srt/utils/common.py" in result.stderr, result.stderr
+
+
+def test_sglangs_prefix_copy_counts_as_a_reader(sglang_patched):
+    readers = envaudit.scan([sglang_patched], {"SGL_KERNEL_VERSION", "SGLANG_STACK_PORT"})
+    assert any("srt/environ.py" in r and "SGL_*" in r for r in readers.found.get("SGL_KERNEL_VERSION", [])), \
+        f"SGLang copies SGL_* to SGLANG_*: {readers.found}"
+    assert "SGLANG_STACK_PORT" not in readers.found, \
+        f"the probe's own setting must be a name SGLang does not read: {readers.found.get('SGLANG_STACK_PORT')}"
+
+
+def test_a_shared_library_holding_the_name_is_a_reader(tmp_path):
+    lib = tmp_path / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF" + b"\x00" * 16 + b"\x00NCCL_DEBUG\x00NCCL_DEBUG_SUBSYSX\x00")
+    readers = envaudit.scan([tmp_path], {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"})
+    assert readers.found == {"NCCL_DEBUG": ["nvidia/nccl/lib/libnccl.so.2"]}, f"only whole NUL-terminated names: {readers.found}"
+    assert "nvidia/nccl" in readers.packages
+
+
+def test_a_bad_declaration_is_one_line(tmp_path):
+    declarations = tmp_path / "environment.toml"
+    declarations.write_text('[HF_HOME]\nreader = "huggingface_hub"\n')
+    result = run_audit(tmp_path, "HF_HOME=image", declarations=declarations)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == f"error: {declarations}: [HF_HOME]: effect must say what setting it does", result.stderr
