@@ -79,7 +79,7 @@ class Layer:
     def __init__(self, i):
         self.i = i
 
-    def __call__(self, positions, hidden_states, forward_batch, residual, *rest):
+    def __call__(self, positions, hidden_states, forward_batch, residual, *rest, **kwargs):
         new_residual = hidden_states if residual is None else hidden_states + residual
         return (self.i + 1) * 100.0, new_residual
 

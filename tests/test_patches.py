@@ -75,6 +75,7 @@ def test_touched_files_names_every_file_of_each_patch():
         "0003-sm120-torch-symm-mem.patch": [SIZES, SYMM],
         "0004-eagle3-aux-layers-before-graph-capture.patch": [GRAPH_RUNNER, MODEL_RUNNER],
         "0005-server-args-redact-api-keys.patch": [SERVER_ARGS],
+        "0006-deepseek-v2-eagle3-capture-after-fused-allreduce.patch": [DEEPSEEK],
     }, f"touched_files: {got}"
 
 
@@ -215,7 +216,7 @@ def test_an_already_applied_series_is_reported_not_skipped(sglang_tree):
     before = snapshot(sglang_tree)
     with pytest.raises(UserError) as err:
         patches.apply_series(sglang_tree, PATCHES, quiet=True)
-    assert "already applied" in str(err.value) and "all 5 patches" in str(err.value), f"error: {err.value}"
+    assert "already applied" in str(err.value) and f"all {len(patches.read_series(PATCHES))} patches" in str(err.value), f"error: {err.value}"
     assert snapshot(sglang_tree) == before, "re-applying changed the tree"
 
 
@@ -415,13 +416,23 @@ def stub(patch_text: str) -> str:
     return parsed.header + heads
 
 
+def shared_files() -> set[str]:
+    """Files that more than one patch of the series changes (0002 and 0006: deepseek_v2.py)."""
+    owners = [f for p in patches.read_series(PATCHES) for f in patches.touched_files(p.path)]
+    return {f for f in owners if owners.count(f) > 1}
+
+
 def test_refresh_regenerates_the_committed_series_exactly(sglang_pristine, sglang_tree, tmp_path):
     edited = patched(sglang_tree)
     pdir = copy_patches(tmp_path)
-    for patch in patches.read_series(pdir):
-        patch.path.write_text(stub(patch.path.read_text()))
+    # A file of one patch is regenerated from the edited tree alone; a shared file's patches
+    # are re-diffed from their own hunks, so those keep their bodies.
+    stubbed = [p.name for p in patches.read_series(pdir) if not set(patches.touched_files(p.path)) & shared_files()]
+    assert len(stubbed) < len(patches.read_series(pdir)) and DEEPSEEK in shared_files(), shared_files()
+    for name in stubbed:
+        (pdir / name).write_text(stub((pdir / name).read_text()))
     changed = refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
-    assert len(changed) == len(patches.read_series(PATCHES)), f"refresh rewrote {changed}"
+    assert changed == stubbed, f"refresh rewrote {changed}"
     for patch in patches.read_series(PATCHES):
         assert (pdir / patch.name).read_bytes() == patch.path.read_bytes(), f"{patch.name} is not what refresh writes"
     assert (pdir / "series").read_text() == (PATCHES / "series").read_text(), "refresh changed an up-to-date series"
@@ -455,11 +466,26 @@ def test_refresh_refuses_an_edit_that_belongs_to_no_patch(sglang_pristine, sglan
 
 def test_refresh_refuses_a_patch_that_became_empty(sglang_pristine, sglang_tree, tmp_path):
     edited = patched(sglang_tree)
-    shutil.copy(sglang_pristine / DEEPSEEK, edited / DEEPSEEK)  # as if upstream had merged 0002
+    shutil.copy(sglang_pristine / KIMI, edited / KIMI)  # as if upstream had merged 0001
     pdir = copy_patches(tmp_path)
     with pytest.raises(UserError) as err:
         refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
-    assert "0002-deepseek-v2-eagle3-embedding-capture.patch no longer changes anything" in str(err.value), f"error: {err.value}"
+    assert "0001-kimi-k25-eagle3-delegation.patch no longer changes anything" in str(err.value), f"error: {err.value}"
+
+
+def test_refresh_keeps_each_patch_of_a_shared_file_to_its_own_change(sglang_pristine, sglang_tree, tmp_path):
+    edited = patched(sglang_tree)
+    pdir = copy_patches(tmp_path)
+    names = [p.name for p in patches.read_series(pdir) if DEEPSEEK in patches.touched_files(p.path)]
+    before = {name: (pdir / name).read_bytes() for name in names}
+    refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    assert {name: (pdir / name).read_bytes() for name in names} == before, "re-diffing a shared file moved its hunks"
+    deepseek = edited / DEEPSEEK
+    deepseek.write_text(deepseek.read_text().replace("aux_hidden_states = []", "aux_hidden_states = []  # edited"))
+    with pytest.raises(UserError) as err:
+        refresh_mod.refresh(edited, sglang_pristine, pdir, log=lambda _: None)
+    assert "cannot tell which patch" in str(err.value) and all(n in str(err.value) for n in names), str(err.value)
+    assert {name: (pdir / name).read_bytes() for name in names} == before, "a refused refresh wrote a patch"
 
 
 def test_refresh_moves_the_series_target_to_the_new_release(sglang_pristine, sglang_tree, tmp_path):
@@ -494,7 +520,7 @@ def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_invoke_patch_applies_then_reports_an_applied_series(sglang_tree):
     first = invoke("patch", "--sglang-src", str(sglang_tree))
     assert first.returncode == 0, f"{first.stdout}{first.stderr}"
-    assert "applied 5 patches to sglang 0.5.9" in first.stdout, first.stdout
+    assert f"applied {len(patches.read_series(PATCHES))} patches to sglang 0.5.9" in first.stdout, first.stdout
     again = invoke("patch", "--sglang-src", str(sglang_tree))
     assert again.returncode == 1, f"re-applying must fail: {again.returncode}"
     assert again.stderr.strip().startswith("error:") and "already applied" in again.stderr, again.stderr
@@ -509,7 +535,8 @@ def test_invoke_patch_unpack_then_refresh_round_trip(sglang_pristine, tmp_path):
     pdir = copy_patches(tmp_path)
     proc = invoke("patch", "--sglang-src", str(site), "--refresh", "--pristine", str(sglang_pristine), "--patches-dir", str(pdir))
     assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}"
-    assert proc.stdout.count("unchanged") == 5, f"refresh of an unchanged edit rewrote patches: {proc.stdout}"
+    assert proc.stdout.count("unchanged") == len(patches.read_series(PATCHES)), \
+        f"refresh of an unchanged edit rewrote patches: {proc.stdout}"
     refused = invoke("patch", "--sglang-src", str(site), "--refresh", "--dry-run")
     assert refused.returncode == 2 and "--refresh" in refused.stderr, refused.stderr
 

@@ -260,10 +260,23 @@ def plan(sglang_src: Path, patches_dir: Path) -> Plan:
     series = read_series(patches_dir)
     if not series:
         raise UserError(f"{patches_dir / 'series'}: names no patch")
+    parsed_series = [parse_patch(_decode(patch.path.read_bytes()), patch.name) for patch in series]
+    # Whether each patch is applied: undone from the last patch back, so a patch sees its file
+    # as it was right after it, also where a later patch changed the same file.
+    reverse_ok: dict[str, bool] = {}
+    undone: dict[str, str | None] = {}
+    for patch, parsed in zip(reversed(series), reversed(parsed_series)):
+        try:
+            back = {fd.path: _apply_file(undone[fd.path] if fd.path in undone else _read(sglang_src, fd.path), fd,
+                                         reverse=True)[0] for fd in parsed.files}
+        except _NoMatch:
+            reverse_ok[patch.name] = False
+        else:
+            reverse_ok[patch.name] = True
+            undone.update(back)
     work: dict[str, str | None] = {}
     states: list[PatchState] = []
-    for patch in series:
-        parsed = parse_patch(_decode(patch.path.read_bytes()), patch.name)
+    for patch, parsed in zip(series, parsed_series):
 
         def current(rel):
             return work[rel] if rel in work else _read(sglang_src, rel)
@@ -279,14 +292,8 @@ def plan(sglang_src: Path, patches_dir: Path) -> Plan:
                 ]
             except _NoMatch as miss:
                 failures.append(Failure(patch.name, fd.path, miss.hunk, miss.reason))
-        reverse_ok = True
-        for fd in parsed.files:
-            try:
-                _apply_file(current(fd.path), fd, reverse=True)
-            except _NoMatch:
-                reverse_ok = False
-                break
-        if not failures and reverse_ok:
+        applied = reverse_ok[patch.name]
+        if not failures and applied:
             failures.append(
                 Failure(patch.name, parsed.files[0].path, None, "matches both unapplied and applied; widen its context")
             )
@@ -294,7 +301,7 @@ def plan(sglang_src: Path, patches_dir: Path) -> Plan:
         elif not failures:
             work.update(forward)
             states.append(PatchState(patch, parsed, UNAPPLIED, offsets=offsets))
-        elif reverse_ok:
+        elif applied:
             states.append(PatchState(patch, parsed, APPLIED))
         else:
             states.append(PatchState(patch, parsed, CONFLICT, failures))

@@ -2,7 +2,8 @@
 
 ``refresh`` regenerates each patch's diff from the tree at ``--sglang-src`` against a
 pristine tree, keeping each patch's header, and refuses, writing nothing, an edit that
-belongs to no patch, a file claimed by two patches, or a patch with nothing left to change.
+belongs to no patch, an edit of a shared file beyond what its patches do, or a patch with nothing
+left to change.
 Standard library only, like ``patches.py``: the image may run it.
 """
 
@@ -20,6 +21,8 @@ from sglang_stack.patching.patches import (  # noqa: F401 (what a refresh reads 
     NO_NEWLINE,
     TARGET_RE,
     UNAPPLIED,
+    _apply_file,
+    _NoMatch,
     _decode,
     _encode,
     _lines,
@@ -55,10 +58,13 @@ def refresh(
 ) -> list[str]:
     """Regenerate every patch's diff from ``edited_src`` against ``pristine_src``; keep each header.
 
-    Each file belongs to one patch: the patch whose diff names it (to give a
-    patch a new file, add its ``--- a/PATH`` / ``+++ b/PATH`` lines by hand).
-    Fails, writing nothing, if an edited file belongs to no patch, if two
-    patches claim one file, or if a patch would become empty. Updates the
+    A file belongs to the patches whose diffs name it (to give a patch a new
+    file, add its ``--- a/PATH`` / ``+++ b/PATH`` lines by hand). A file of one
+    patch gets its whole edit; a file of several keeps each patch's own change,
+    re-diffed in series order, and may not be edited beyond them (a refresh
+    cannot tell which patch such an edit belongs to). Fails, writing nothing,
+    if an edited file belongs to no patch, if a shared file is edited beyond
+    its patches, or if a patch would become empty. Updates the
     series' ``# target:`` line to the pristine tree's version. Returns the
     names of the patches whose text changed.
     """
@@ -68,15 +74,14 @@ def refresh(
         if not (tree / "sglang").is_dir():
             raise UserError(f"{tree}: no sglang/ package here; pass the directory that contains sglang/")
     series = read_series(patches_dir)
-    owner: dict[str, str] = {}
+    owner: dict[str, list[str]] = {}
     parsed: list[ParsedPatch] = []
     for patch in series:
         p = parse_patch(_decode(patch.path.read_bytes()), patch.name)
         for fd in p.files:
-            if fd.path in owner:
-                raise UserError(f"{fd.path} is in both {owner[fd.path]} and {patch.name}; a file belongs to one patch")
-            owner[fd.path] = patch.name
+            owner.setdefault(fd.path, []).append(patch.name)
         parsed.append(p)
+    steps = _shared_steps(owner, parsed, pristine_src, edited_src)
     stray = sorted(set(_changed_files(pristine_src, edited_src)) - set(owner))
     if stray:
         raise UserError(
@@ -85,7 +90,9 @@ def refresh(
         )
     texts: dict[str, str] = {}
     for patch, p in zip(series, parsed):
-        body = "".join(unified_diff(_read(pristine_src, fd.path), _read(edited_src, fd.path), fd.path) for fd in p.files)
+        body = "".join(unified_diff(*steps[(patch.name, fd.path)], fd.path) if (patch.name, fd.path) in steps
+                       else unified_diff(_read(pristine_src, fd.path), _read(edited_src, fd.path), fd.path)
+                       for fd in p.files)
         if not body:
             raise UserError(
                 f"{patch.name} no longer changes anything against {pristine_src} (merged upstream?); "
@@ -124,6 +131,33 @@ def refresh(
         _write_text(patches_dir / "series", series_text)
         say(f"series now targets sglang {version}")
     return changed
+
+
+def _shared_steps(owner: dict[str, list[str]], parsed: list[ParsedPatch], pristine: Path,
+                  edited: Path) -> dict[tuple[str, str], tuple[str | None, str | None]]:
+    """(patch, file) -> (before, after) for each file that several patches change, in series order.
+
+    Each patch's hunks are applied to what the patches before it made of the pristine file;
+    the last state must be the edited file.
+    """
+    steps: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+    for rel, names in owner.items():
+        if len(names) < 2:
+            continue
+        content = _read(pristine, rel)
+        for p in parsed:
+            for fd in (f for f in p.files if f.path == rel):
+                try:
+                    after, _ = _apply_file(content, fd, reverse=False)
+                except _NoMatch as miss:
+                    raise UserError(f"{rel} is changed by {' and '.join(names)}; {p.name}'s part of it no longer "
+                                    f"applies to {pristine} ({miss.reason}): rebase that patch by hand") from None
+                steps[(p.name, rel)] = (content, after)
+                content = after
+        if content != _read(edited, rel):
+            raise UserError(f"{rel} is changed by {' and '.join(names)}, and {edited} changes it beyond what they do: "
+                            "a refresh cannot tell which patch that edit belongs to; edit the patch by hand")
+    return steps
 
 
 def _write_text(path: Path, text: str) -> None:
