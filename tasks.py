@@ -526,6 +526,69 @@ def k8s(c, out, values=None):
         print(f"wrote {path}")
 
 
+@task(
+    help={
+        "image": "run SGLang in this image (default: the one versions.lock tags, sglang-stack:0.5.9-cu130)",
+        "python": "run SGLang with this interpreter instead of an image: one where sglang 0.5.9 and its "
+        "stack import (default: none)",
+        "engine": "docker or podman, for --image (default: stack.engine)",
+        "model-dir": "a directory holding the target's config.json (default: deploy/models/Kimi-K2.5)",
+        "draft-dir": "a directory holding the drafter's config.json (default: deploy/models/Kimi-K2.5-eagle3)",
+        "profile": "only this host profile: h200x8, rtxpro6000x8 or h200x1 (default: all three)",
+        "write": "write docker/settings.json and docs/settings.md (default: off: print the table)",
+        "check": "exit 1 if SGLang now decides otherwise than docker/settings.json records (default: off)",
+    }
+)
+@user_errors
+def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=None, profile=None, write=False,
+             check=False):
+    """What SGLang decides at our settings, per host: run its own ServerArgs and ports, as compose and k8s start it.
+
+    For 8x H200, 8x RTX PRO 6000 and one GPU, and for each argument list we pass to
+    sglang.launch_server (compose's baseline and eagle3, the Kubernetes render), SGLang 0.5.9's
+    ServerArgs and PortArgs run in the image with the container's environment; only the GPU is
+    stood in for. Prints the attention and sampling backends, the all-reduce fusion, the MoE runner,
+    the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md).
+    The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
+    """
+    from pathlib import Path
+
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.services import derive
+    from sglang_stack.services.settings import PROFILES
+
+    if write and check:
+        raise UserError("--write and --check: choose one")
+    if profile and profile not in PROFILES:
+        raise UserError(f"--profile {profile!r}: choose {', '.join(PROFILES)}")
+    if profile and (write or check):
+        raise UserError("--profile: the table has every profile; --write and --check take them all")
+    result, _ = lockmod.check_all(download=False)
+    if not python:
+        from sglang_stack import engine as enginemod
+
+        image = image or result.tag
+        if (engine or c.stack.engine) == "docker":
+            enginemod.reachable()
+    runner = derive.Runner(image=image if not python else None, engine=engine or c.stack.engine, python=python,
+                           model_dir=Path(model_dir) if model_dir else derive.MODEL_DIR,
+                           draft_dir=Path(draft_dir) if draft_dir else derive.DRAFT_DIR)
+    data = derive.derive(runner, result, (profile,) if profile else tuple(PROFILES))
+    if write:
+        for path in derive.write(data):
+            print(f"wrote {path.relative_to(ROOT)}")
+        return
+    print(derive.markdown(data))
+    if check:
+        changed = derive.differences(derive.load(), data)
+        for line in changed:
+            print(f"changed: {line}")
+        if changed:
+            raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
+                       "values): review them, then run `invoke settings --write`", code=1)
+        print("settings: as docker/settings.json records")
+
+
 # --- smoke --------------------------------------------------------------------
 
 

@@ -326,7 +326,7 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
             result.timings[f"{name} up"] = time.monotonic() - t0
             body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
             try:
-                status, raw = http_post(svc.url, "/generate", svc.env.get("SGLANG_API_KEY") or None, 300, body)
+                status, raw = http_post(svc.url, "/generate", compose.api_key(svc.env), 300, body)
             except RequestFailed as err:
                 status, raw = 0, str(err).encode()
             answer = json.loads(raw) if status == 200 else {}

@@ -183,14 +183,14 @@ class ComposeProject:
     def __init__(self, name: str, overrides: list[Path], env: dict[str, str]):
         self.name = name
         files = ["compose.yaml"] + [str(Path(o).relative_to(ROOT)) if Path(o).is_relative_to(ROOT) else str(o) for o in overrides]
+        # No secret of the developer's shell: a project has a key or a token only when a test gives it one.
+        inherited = {k: v for k, v in os.environ.items()
+                     if k not in ("SGLANG_API_KEY", "HF_TOKEN", "SGLANG_API_KEY_FILE", "HF_TOKEN_FILE")}
         self.env = {
-            **os.environ,
+            **inherited,
             "COMPOSE_PROJECT_NAME": name,
             "COMPOSE_FILE": os.pathsep.join(files),
             **{var: str(free_port()) for var in PORT_VARIABLES.values()},
-            # compose.yaml's secret is read from this variable; empty means no key (compose.up_env).
-            "SGLANG_API_KEY": "",
-            "HF_TOKEN": "",
             **env,
         }
 

@@ -199,7 +199,12 @@ CASES = [
     Case("env-unterminated-quote", ["status"], [env_file('SGLANG_EXTRA_ARGS="--foo\n')], [".env:1"]),
     Case("env-health-interval", ["doctor"], [env_file("HEALTH_INTERVAL=abc\n")], ["HEALTH_INTERVAL"], code=1, check="config"),
     Case("env-health-timeout", ["doctor"], [env_file("HEALTH_TIMEOUT=5s\n")], ["HEALTH_TIMEOUT"], code=1, check="config"),
-    Case("env-api-key-split", ["doctor"], [env_file('SGLANG_API_KEY="two words"\n')], ["SGLANG_API_KEY"], code=1, check="api-key"),
+    Case("env-api-key-split", ["doctor"], [write("key", "two words\n"), env_file("SGLANG_API_KEY_FILE=key\n")],
+         ["SGLANG_API_KEY_FILE", "whitespace"], code=1, check="api-key"),
+    Case("env-api-key-missing", ["doctor"], [env_file("SGLANG_API_KEY_FILE=secrets/nosuch\n")],
+         ["SGLANG_API_KEY_FILE", "no such file"], code=1, check="api-key"),
+    Case("env-api-key-legacy", ["doctor"], [env_file("SGLANG_API_KEY=left-from-before\n")],
+         ["SGLANG_API_KEY", "no longer read"], code=1, check="api-key"),
     Case("env-model-dir", ["doctor"], [env_file("MODEL_DIR=/nonexistent/model\n")], ["/nonexistent/model"], code=1, check="model"),
     # compose files
     Case("compose-not-utf8", ["status"], [append("compose.yaml", b"\n# \xff\n")], ["compose.yaml", "not UTF-8"]),

@@ -63,11 +63,12 @@ def pair_run(tmp_path_factory):
     """One interleaved run of baseline and eagle3 at concurrency 1 and 2, 2 repeats."""
     tmp = tmp_path_factory.mktemp("pair")
     prompts = write_prompts(tmp / "prompts.jsonl", count=2)
+    (tmp / "key").write_text("sk-test\n")
     with SGLangServer(BASE) as base, SGLangServer(SPEC) as spec:
         out = bench.run(
             endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"],
             levels="1,2", repeats=2, warmup=1, prompts=prompts, out=tmp / "results",
-            environ={"SGLANG_API_KEY": "sk-test"}, progress=False, clock=ReadingClock(CLOCK_S),
+            environ={"SGLANG_API_KEY_FILE": str(tmp / "key")}, progress=False, clock=ReadingClock(CLOCK_S),
         )
         yield {"out": out, "doc": load(out), "base": base, "spec": spec}
 
@@ -177,7 +178,7 @@ def test_requests_use_sglang_native_streaming_api(pair_run):
         f"sampling params: {body['sampling_params']}"
     )
     assert body["text"].startswith("prompt number"), f"prompt text not sent raw: {body['text']!r}"
-    assert base.headers[-1].get("Authorization") == "Bearer sk-test", "SGLANG_API_KEY not sent as a bearer token"
+    assert base.headers[-1].get("Authorization") == "Bearer sk-test", "SGLANG_API_KEY_FILE's key not sent as a bearer token"
     # 1 warm-up + 2 repeats x (2 prompts at c=1 + 6 at c=2: the prompts cycled, 3 per worker)
     assert len(base.bodies) == 1 + 2 * (2 + rounds.round_size(2, 2)) == 17, f"baseline got {len(base.bodies)} requests"
     assert base.flushes == 4, f"prefix cache flushed {base.flushes} times, wanted once per round (4)"
@@ -384,11 +385,12 @@ def test_server_failing_mid_run_leaves_partial_results(tmp_path, failure, messag
 
 
 def test_wrong_api_key_fails_with_the_status(tmp_path):
+    (tmp_path / "key").write_text("wrong")
     with SGLangServer(Behaviour(api_key="right")) as server:
         with pytest.raises(UserError, match=r"HTTP 401"):
             bench.run(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,
                       prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r",
-                      environ={"SGLANG_API_KEY": "wrong"}, progress=False)
+                      environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
 
 
 # --- prompt files --------------------------------------------------------------------

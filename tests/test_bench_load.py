@@ -283,10 +283,11 @@ def test_live_progress_on_a_terminal_plain_lines_otherwise(monkeypatch):
 def test_provenance_is_recorded_and_no_secret_is(tmp_path):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     key = "sk-provenance-test-key"
+    (tmp_path / "key").write_text(key)
     with SGLangServer(Behaviour(api_key=key, server_info={"version": "0.5.9", "tp_size": 8})) as server:
         out = tmp_path / "r"
         bench.run(endpoints=[f"e={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=out,
-                  environ={"SGLANG_API_KEY": key}, progress=False)
+                  environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
     doc = json.loads((out / report.JSON_NAME).read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert doc["metadata"]["provenance"]["stack"]["commit"] == head

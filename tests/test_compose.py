@@ -44,8 +44,8 @@ SHARED_WITH_BENCH = {
     "SGLANG_SPEC_NUM_STEPS": "3",
     "SGLANG_SPEC_EAGLE_TOPK": "1",
     "SGLANG_SPEC_NUM_DRAFT_TOKENS": "4",
-    "SGLANG_API_KEY": None,
-    "HF_TOKEN": None,
+    "SGLANG_API_KEY_FILE": None,
+    "HF_TOKEN_FILE": None,
 }
 
 
@@ -102,7 +102,7 @@ SCENARIOS = {
         "GPU_IDS": "0,1,2,3",
         "TP_SIZE": "4",
         "BIND_ADDRESS": "0.0.0.0",
-        "SGLANG_API_KEY": "k-123",
+        "SGLANG_API_KEY_FILE": "secrets/sglang_api_key",
         "SGLANG_EXTRA_ARGS": "--mem-fraction-static 0.85 --enable-torch-symm-mem",
         "HEALTH_START_PERIOD": "45m",
         "NCCL_P2P_LEVEL": "SYS",
@@ -227,7 +227,7 @@ def test_baseline_command():
         assert flag_value(argv, flag) == value, f"baseline: {flag} should be {value}: {argv}"
     assert "--trust-remote-code" in argv, f"baseline needs --trust-remote-code for Kimi-K2.5: {argv}"
     assert not [a for a in argv if a.startswith("--speculative")], f"baseline must not speculate: {argv}"
-    assert not [a for a in argv if a.startswith("--api-key")], f"no --api-key unless SGLANG_API_KEY is set: {argv}"
+    assert not [a for a in argv if a.startswith("--api-key")], f"the key is never a flag: {argv}"
 
 
 def test_eagle3_command_and_overrides():
@@ -252,15 +252,16 @@ def test_eagle3_command_and_overrides():
 
 
 def test_the_api_key_is_a_secret_file_never_a_flag_or_a_variable():
-    config = resolved(SGLANG_API_KEY="k-123", SGLANG_EXTRA_ARGS="--mem-fraction-static 0.85")
-    assert config["secrets"]["sglang_api_key"] == {"environment": "SGLANG_API_KEY"}, config.get("secrets")
+    config = resolved(SGLANG_API_KEY_FILE="/etc/keys/api", HF_TOKEN_FILE="/etc/keys/hub",
+                      SGLANG_EXTRA_ARGS="--mem-fraction-static 0.85")
+    assert config["secrets"]["sglang_api_key"] == {"file": "/etc/keys/api"}, config.get("secrets")
     for name in (*compose.SERVICES, "router"):
         spec = config["services"][name]
         argv = shlex.split(spec["command"])
-        assert not [a for a in argv if "k-123" in a or a.startswith("--api-key")], f"{name}: the key is on the command line: {argv}"
+        assert not [a for a in argv if "keys" in a or a.startswith("--api-key")], f"{name}: the key is on the command line: {argv}"
         assert "SGLANG_API_KEY" not in (spec.get("environment") or {}), f"{name}: the key would show in docker inspect"
         assert "sglang_api_key" in (spec.get("secrets") or []), f"{name}: the key does not reach the container"
-    assert config["secrets"]["hf_token"] == {"environment": "HF_TOKEN"}, config.get("secrets")
+    assert config["secrets"]["hf_token"] == {"file": "/etc/keys/hub"}, config.get("secrets")
     for name in compose.SERVICES:
         spec = config["services"][name]
         assert "HF_TOKEN" not in (spec.get("environment") or {}), f"{name}: the Hub token would show in docker inspect"
@@ -270,16 +271,27 @@ def test_the_api_key_is_a_secret_file_never_a_flag_or_a_variable():
     assert argv[-2:] == ["--mem-fraction-static", "0.85"], f"SGLANG_EXTRA_ARGS must be appended: {argv}"
 
 
-def test_up_defines_an_unset_key_as_empty_and_keeps_one_that_is_set(tmp_path, monkeypatch):
+def test_without_a_key_or_a_token_the_secrets_are_empty_files():
+    """A fresh clone has no .env: each secret is /dev/null, so Compose has a file and the server no key."""
+    config = resolved()
+    assert config["secrets"] == {"sglang_api_key": {"file": "/dev/null"}, "hf_token": {"file": "/dev/null"}}, config["secrets"]
+
+
+def test_the_clients_read_the_key_file_the_server_gets(tmp_path):
     from sglang_stack.services import variables
 
-    monkeypatch.setattr(variables, "ENV_FILE", tmp_path / ".env")
-    assert compose.up_env({"PATH": "/bin"})["SGLANG_API_KEY"] == "", "compose refuses a secret from an unset variable"
-    assert compose.up_env({"SGLANG_API_KEY": "k"})["SGLANG_API_KEY"] == "k"
-    (tmp_path / ".env").write_text("SGLANG_API_KEY=from-dotenv\n")
-    assert "SGLANG_API_KEY" not in compose.up_env({"PATH": "/bin"}), "a key in .env must not be shadowed by an empty one"
-    assert compose.up_env({"PATH": "/bin"})["HF_TOKEN"] == "", "the Hub token's secret needs its variable defined too"
-    assert compose.up_env({"HF_TOKEN": "hf_x"})["HF_TOKEN"] == "hf_x"
+    key = tmp_path / "api"
+    key.write_text("k-123\n")
+    env = variables.Environment({"SGLANG_API_KEY_FILE": str(key)}, {"SGLANG_API_KEY_FILE": ".env:3"})
+    assert compose.api_key(env) == "k-123", "clients send what the entrypoint reads"
+    assert compose.api_key(variables.Environment({})) is None, "no file: no key"
+    key.write_text("two words\n")
+    with pytest.raises(UserError) as err:
+        compose.api_key(env)
+    assert str(err.value).startswith(f"SGLANG_API_KEY_FILE={key} (.env:3): ") and "whitespace" in str(err.value), err.value
+    missing = variables.Environment({"SGLANG_API_KEY_FILE": str(tmp_path / "gone")})
+    with pytest.raises(UserError, match="no such file"):
+        compose.api_key(missing)
 
 
 def test_ports_bind_loopback_by_default():
@@ -308,14 +320,14 @@ def test_no_secret_values_in_the_files():
     for name, spec in raw["services"].items():
         env = spec.get("environment") or {}
         for secret in ("HF_TOKEN", "SGLANG_API_KEY"):
-            assert env.get(secret) is None, f"{name}: {secret} must be passed through, never given a value in compose.yaml"
+            assert secret not in env, f"{name}: {secret} must never be a variable of the container"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), "compose.yaml contains something that looks like a Hugging Face token"
-    assert raw["secrets"]["sglang_api_key"] == {"environment": "SGLANG_API_KEY"}, "the API key must come from the variable, as a secret"
+    assert raw["secrets"]["sglang_api_key"] == {"file": "${SGLANG_API_KEY_FILE:-/dev/null}"}, \
+        "the API key must come from the file .env names, as a secret"
     for line in ENV_EXAMPLE.read_text().splitlines():
-        match = re.match(r"\s*(HF_TOKEN|SGLANG_API_KEY)\s*=\s*(.*)", line)
-        assert not match or not match.group(2).strip(), f".env.example gives a secret a value: {line!r}"
+        assert not re.match(r"\s*#?\s*(HF_TOKEN|SGLANG_API_KEY)\s*=", line), f".env.example holds a secret itself: {line!r}"
     ignored = (ROOT / ".gitignore").read_text().split()
-    assert ".env" in ignored, ".env holds secrets and must be git-ignored"
+    assert ".env" in ignored and "/secrets/" in ignored, ".env and secrets/ hold secrets and must be git-ignored"
 
 
 def _compose_variables() -> set[str]:
@@ -354,8 +366,9 @@ def test_env_example_shows_the_real_defaults():
     defaults = dict(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-([^}]*)\}", text))
     documented = _documented()
     for name, default in defaults.items():
-        if name in ("MODEL_DIR", "DRAFT_MODEL_DIR", "SGLANG_EXTRA_ARGS", "ROUTER_WORKER_URLS", "ROUTER_EXTRA_ARGS", "DIST_INIT_ADDR"):
-            continue  # .env.example gives an example value / empty value on purpose
+        if name in ("MODEL_DIR", "DRAFT_MODEL_DIR", "SGLANG_EXTRA_ARGS", "ROUTER_WORKER_URLS", "ROUTER_EXTRA_ARGS", "DIST_INIT_ADDR",
+                    "SGLANG_API_KEY_FILE", "HF_TOKEN_FILE"):
+            continue  # .env.example gives an example value / empty value on purpose (the secrets: a file to make)
         assert documented.get(name) == default, f".env.example shows {name}={documented.get(name)!r}, compose.yaml's default is {default!r}"
     for name, default in SHARED_WITH_BENCH.items():
         if default is not None:

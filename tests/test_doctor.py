@@ -409,7 +409,8 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     draft = make_model(tmp_path / "draft", DRAFT_ARCH, shards=1)
     fake = fake_cli.install(
         tmp_path / "bin", smi="rtxpro6000x8", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3", ps_rows=[],
-        image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"]}, "Size": 3.1e10, "Created": "2026-11-29"},
+        image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
+                          "Labels": {doctor.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"},
         audit_output="KimiK25ForConditionalGeneration: ok", audit_exit=0,
     )
     proc = run_module("sglang_stack.services.doctor", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
@@ -417,9 +418,10 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     lines = proc.stdout.splitlines()
     names = [line.split()[1] for line in lines[1:-1]]
     expected = ["config", "model", "drafter", "api-key", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
-                "sm120", "sm120", "shm", "memlock", "disk", "image", "audit"]
+                "sm120", "sm120", "shm", "memlock", "disk", "image", "kernels", "audit"]
     assert names == expected, f"checks printed: {names}\n{proc.stdout}"
-    for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "image", "audit"):
+    for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "image", "kernels",
+                 "audit"):
         line = next(line for line in lines if line.split()[1:2] == [name])
         assert line.startswith("ok "), f"{name} should pass on the RTX fixture: {line}"
     any_fail = any(line.startswith("FAIL") for line in lines)
@@ -499,21 +501,65 @@ def test_up_refuses_without_gpu_runtime(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "values, status, text",
+    "content, values, status, text",
     [
-        ({"SGLANG_API_KEY": "two words"}, FAIL, "contains ' ', which compose would split or expand"),
-        ({"SGLANG_API_KEY": "key$HOME"}, FAIL, "contains '$'"),
-        ({"SGLANG_API_KEY": "back`tick`"}, FAIL, "contains '`'"),
-        ({"BIND_ADDRESS": "0.0.0.0"}, WARN, "BIND_ADDRESS=0.0.0.0 publishes the API beyond this host, and SGLANG_API_KEY is unset"),
-        ({"BIND_ADDRESS": "0.0.0.0", "SGLANG_API_KEY": "Zm9vYmFyYmF6-_.~+/="}, OK, "set (SGLANG_API_KEY (shell))"),
-        ({}, OK, "unset; the API listens on 127.0.0.1 only"),
+        ("two words\n", {}, FAIL, "the API key contains whitespace"),
+        (None, {}, FAIL, "no such file"),
+        (None, {"BIND_ADDRESS": "0.0.0.0", "SGLANG_API_KEY_FILE": ""}, WARN,
+         "BIND_ADDRESS=0.0.0.0 publishes the API beyond this host, and no SGLANG_API_KEY_FILE is set"),
+        ("Zm9vYmFyYmF6-_.~+/=\n", {"BIND_ADDRESS": "0.0.0.0"}, OK, "set (SGLANG_API_KEY_FILE="),
+        (None, {"SGLANG_API_KEY_FILE": ""}, OK, "none; the API listens on 127.0.0.1 only"),
+        (None, {"SGLANG_API_KEY_FILE": "", "SGLANG_API_KEY": "left-in-dotenv"}, FAIL,
+         "SGLANG_API_KEY (shell) is no longer read: compose takes secrets from files"),
     ],
 )
-def test_api_key_reaches_sglang_as_one_argument_and_an_open_bind_is_named(values, status, text):
-    check = doctor.check_api_key(svc_of("eagle3", **values))
+def test_the_key_file_is_read_as_the_server_reads_it(tmp_path, content, values, status, text):
+    key = tmp_path / "sglang_api_key"
+    if content is not None:
+        key.write_text(content)
+    check = doctor.check_api_key(svc_of("eagle3", **{"SGLANG_API_KEY_FILE": str(key), **values}))
     assert check.status == status and text in check.detail, check.line()
     if status != OK:
         assert check.fix, check.line()
-    secret = values.get("SGLANG_API_KEY")
-    if secret:
-        assert secret not in check.line(), "the doctor must not print the key"
+    for secret in ([content.strip()] if content else []) + [values.get("SGLANG_API_KEY", "")]:
+        if secret:
+            assert secret not in check.line(), "the doctor must not print the key"
+
+
+def test_a_key_file_the_container_user_cannot_read_fails(tmp_path):
+    key = tmp_path / "sglang_api_key"
+    key.write_text("k-123\n")
+    key.chmod(0o600)
+    check = doctor.check_api_key(svc_of("eagle3", SGLANG_API_KEY_FILE=str(key)))
+    assert check.status == FAIL and "mode 600" in check.detail and "uid 10001" in check.detail, check.line()
+    assert check.fix.startswith("chmod 644"), check.fix
+
+
+# --- the image's FlashInfer architectures against the GPUs --------------------------------------------
+
+
+def image_with_arch_label(arch_list: str | None) -> dict:
+    labels = {} if arch_list is None else {doctor.ARCH_LABEL: arch_list}
+    return {"Config": {"Entrypoint": ["python3", "-m", "sglang_stack.services.serve"], "Labels": labels},
+            "Size": 9.6e9, "Created": "2026-12-01T00:00:00Z"}
+
+
+def test_kernels_fail_on_a_gpu_outside_the_image_arch_list():
+    b200 = "0, NVIDIA B200, 10.0, 580.159.04, 183359\n"
+    check = doctor.check_kernels(facts_for(b200, "", image=image_with_arch_label("9.0a 12.0a")))
+    assert check.status == FAIL and "10.0" in check.detail and "9.0a 12.0a" in check.detail, check
+    assert check.fix.startswith('invoke build --cuda-arch-list "10.0a"'), check.fix
+
+
+@pytest.mark.parametrize("query", [H200_QUERY, RTX_QUERY], ids=["h200", "rtxpro6000x8"])
+def test_kernels_pass_on_the_gpus_it_was_built_for(query):
+    check = doctor.check_kernels(facts_for(query, "", image=image_with_arch_label("9.0a 12.0a")))
+    assert check.status == OK, check
+
+
+def test_kernels_warn_without_aot_modules_and_note_an_unlabelled_image():
+    empty = doctor.check_kernels(facts_for(H200_QUERY, "", image=image_with_arch_label("")))
+    assert empty.status == WARN and "compiles them at first use" in empty.detail, empty
+    old = doctor.check_kernels(facts_for(H200_QUERY, "", image=image_with_arch_label(None)))
+    assert old.status == NOTE, old
+    assert doctor.check_kernels(facts_for(H200_QUERY, "", image=None)).status == SKIP

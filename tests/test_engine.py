@@ -123,6 +123,11 @@ def test_compose_up_wait_reaches_healthy_and_serves(service, standin_image, comp
     models = get_json(f"{url}/v1/models")
     assert [m["id"] for m in models["data"]] == ["kimi-k2.5"], f"served model name from compose.yaml: {models}"
     assert models["data"][0]["root"] == "/models/target", f"the model is mounted where compose.yaml says: {models}"
+    # A fresh clone: no .env and no secret variable, so each secret is /dev/null and the API needs no key.
+    assert not {"SGLANG_API_KEY", "HF_TOKEN", "SGLANG_API_KEY_FILE", "HF_TOKEN_FILE"} & set(project.env), project.env
+    (container,) = [c["ID"] for c in project.containers() if service in c["Names"]]
+    secrets = engine.docker("exec", container, "sh", "-c", "wc -c < /run/secrets/sglang_api_key; wc -c < /run/secrets/hf_token")
+    assert secrets.stdout.split() == ["0", "0"], f"the unset secrets must be empty files: {secrets.stdout!r}"
 
     # Plain `docker compose down` ignores services in inactive profiles; naming the profile is the user's command.
     project.compose("--profile", service, "down")
@@ -273,16 +278,21 @@ def test_unreachable_engine_is_one_line(docker_engine, compose_project, model_di
 # --- the API key stays in its secret -------------------------------------------------------------
 
 
-def test_the_api_key_reaches_the_server_and_nothing_else(standin_image, compose_project, model_dirs):
-    """A key and a Hub token set in the shell: the server demands the key, and inspect, compose config, ps, the
-    processes' environments and the log never show either."""
+def test_the_api_key_reaches_the_server_and_nothing_else(standin_image, compose_project, model_dirs, tmp_path):
+    """A key and a Hub token in the files .env names: the server demands the key, and inspect, compose config, ps,
+    the processes' environments and the log never show either."""
     import secrets
     import urllib.error
 
     key = "sk-" + secrets.token_hex(16)
     token = "hf_" + secrets.token_hex(16)
-    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs, "SGLANG_API_KEY": key,
-                                             "HF_TOKEN": token})
+    key_file, token_file = tmp_path / "sglang_api_key", tmp_path / "hf_token"
+    key_file.write_text(key + "\n")
+    token_file.write_text(token)
+    for path in (key_file, token_file):
+        path.chmod(0o644)  # the image's user (uid 10001) reads the bind-mounted file
+    project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs,
+                                             "SGLANG_API_KEY_FILE": str(key_file), "HF_TOKEN_FILE": str(token_file)})
     project.compose("up", "-d", "--wait", "eagle3", timeout=300)
     url = project.url("eagle3")
     request = urllib.request.Request(f"{url}/v1/models")

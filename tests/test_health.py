@@ -161,12 +161,15 @@ def test_default_url_and_timeout():
     assert health.default_timeout({"SGLANG_HEALTH_CHECK_TIMEOUT": "junk"}) == 30, "junk falls back to the default"
 
 
-def test_api_key_header_sent_when_set(server):
-    run_probe("--url", url_of(server), "--timeout", "5", env={"SGLANG_API_KEY": "k-123"})
-    run_probe("--url", url_of(server), "--timeout", "5")
+def test_api_key_header_sent_from_the_secret_file(server, tmp_path):
+    """The key compose mounts as a file (what the entrypoint reads); an environment variable is never read."""
+    key_file = tmp_path / "sglang_api_key"
+    key_file.write_text("k-123\n")
+    run_probe("--url", url_of(server), "--timeout", "5", env={"SGLANG_API_KEY_FILE": str(key_file)})
+    run_probe("--url", url_of(server), "--timeout", "5", env={"SGLANG_API_KEY": "from-the-environment"})
     with_key, without_key = server.state["requests"]
-    assert with_key["authorization"] == "Bearer k-123", f"SGLANG_API_KEY should be sent as a bearer token: {with_key}"
-    assert without_key["authorization"] is None, f"no Authorization header without SGLANG_API_KEY: {without_key}"
+    assert with_key["authorization"] == "Bearer k-123", f"the secret file's key should be sent as a bearer token: {with_key}"
+    assert without_key["authorization"] is None, f"no Authorization header without a key file: {without_key}"
 
 
 def test_proxy_variables_are_ignored(server):
@@ -196,7 +199,8 @@ def test_probe_uses_standard_library_only():
     outside = sorted(name for name in imported if name not in sys.stdlib_module_names and name not in ("__future__", "sglang_stack"))
     assert not outside, f"sglang_stack/services/health.py imports non-stdlib modules: {outside}"
     package = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang_stack")}
-    assert package <= {"sglang_stack.errors"}, f"health.py may import only the stdlib-only errors module from the package: {package}"
+    assert package <= {"sglang_stack.errors", "sglang_stack.services"}, \
+        f"health.py may import only the stdlib-only errors and serve modules from the package: {package}"
 
 
 def test_probe_runs_from_a_bare_copy(tmp_path: Path, server):

@@ -253,9 +253,12 @@ def test_invoke_status_says_the_router_is_down_and_invoke_up_brings_it_back(rout
 
 
 def test_bench_measures_through_the_router_with_an_api_key(router_project, run_id, tmp_path):
-    # As docs/scaling.md sets up replicas: one SGLANG_API_KEY for the router and its workers.
-    # invoke bench reads it from the environment, as a user's .env gives it.
-    project = router_project(SGLANG_API_KEY=f"key-{run_id}")
+    # As docs/scaling.md sets up replicas: one key file for the router and its workers.
+    # invoke bench reads the same file, as a user's .env names it.
+    key_file = tmp_path / "sglang_api_key"
+    key_file.write_text(f"key-{run_id}\n")
+    key_file.chmod(0o644)  # the images' user (uid 10001) reads the bind-mounted file
+    project = router_project(SGLANG_API_KEY_FILE=str(key_file))
     project.compose(*UP, timeout=300)
     url = project.url("router")
     refused = generate(url, 0)

@@ -209,7 +209,7 @@ def probe_openai(endpoint: Endpoint, api_key: str | None, timeout: float = 30.0)
     except RequestFailed as err:
         return _unreachable(err, "/v1/models", timeout)
     if status == 401:
-        return "refuses the API key: HTTP 401 from /v1/models (set SGLANG_API_KEY)"
+        return "refuses the API key: HTTP 401 from /v1/models (set SGLANG_API_KEY_FILE)"
     if status != 200:
         return f"is not an OpenAI-compatible server: HTTP {status} from /v1/models (wrong port or URL?)"
     return None

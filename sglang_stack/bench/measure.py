@@ -232,7 +232,7 @@ def run(
     prompt_set = choose_prompts(prompts, dataset, options, random_input_len, random_output_len, random_range_ratio)
     if out:
         atomic.check_creatable(Path(out), "--out")  # before the probes: nothing is created for a run that cannot start
-    api_key = env.get("SGLANG_API_KEY") or None
+    api_key = compose.api_key(env)
     chosen = resolve_endpoints(endpoints, env, api_key, min(options.timeout, 30.0), target)
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))

@@ -17,6 +17,7 @@ spread in mind.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +130,7 @@ def compose_restart(
     shell.require(engine, f"the sweep restarts {service} with {engine} compose; install it with its compose plugin")
 
     def restart(point: GridPoint) -> None:
-        shell.run(compose_argv(engine, service, wait_timeout), env=compose_env(point, compose.up_env()),
+        shell.run(compose_argv(engine, service, wait_timeout), env=compose_env(point, dict(os.environ)),
                   what=f"{engine} compose up {service} ({point.label(service)})")
 
     return restart
@@ -335,7 +336,7 @@ def run(
         restart = compose_restart(engine, service, ready)
         log_tail = log_tail or (lambda: compose_log_tail(engine, service))
     out_dir = bench.results_dir(out)
-    api_key = env.get("SGLANG_API_KEY") or None
+    api_key = compose.api_key(env)
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None
     results = Results(out_dir, meta)

@@ -14,8 +14,15 @@ So each module is built once, for every architecture in ``FLASHINFER_CUDA_ARCH_L
 needs no GPU), and copied there: the first request finds it, in compose, in Kubernetes with an
 emptyDir, and on a read-only root file system alike.
 
-Run in the image build:  python3 -m sglang_stack.image.aot --arch-list "9.0a 12.0a" sampling
-Needs flashinfer and the CUDA compiler (toolchain.py); no GPU.
+Run in the image build:  python3 -m sglang_stack.image.aot --arch-list "9.0a 12.0a" sampling trtllm_comm
+Needs flashinfer and the CUDA compiler (toolchain.py); no GPU. The list it was built for is written
+to ``--record`` (the entrypoint's ``ARCH_FILE``) and becomes a label of the image: an AOT module holds SASS for exactly those
+architectures and no PTX, and FlashInfer loads it whatever the GPU, so on any other GPU its first
+call would fail with "no kernel image". The entrypoint (``services/serve.py``) and ``invoke doctor``
+refuse such a GPU instead. No PTX on purpose: ``sm_90a``/``sm_120a`` code uses architecture-specific
+features that no PTX carries forward, and a driver JIT of these modules at first start is the
+minutes-long, unannounced compile the ahead-of-time build exists to avoid; an image for another GPU
+is built for it (``invoke build --cuda-arch-list "10.0a"``, docs/image.md).
 """
 
 from __future__ import annotations
@@ -29,9 +36,13 @@ import tempfile
 import time
 from pathlib import Path
 
-# Module name -> (FlashInfer module, generator): what SGLang 0.5.9 builds for Kimi-K2.5.
+# Module name -> (FlashInfer module, generator): what SGLang 0.5.9 builds for Kimi-K2.5. Which of
+# them an image gets follows from what SGLang decides on each GPU (docker/settings.json).
 MODULES = {
     "sampling": ("flashinfer.jit.sampling", "gen_sampling_module"),
+    # The fused all-reduce + RMSNorm that SGLang turns on by default on SM90/SM100 at TP > 1.
+    # Its generator builds only majors 9 and 10 of the arch list: from "9.0a 12.0a", 9.0a.
+    "trtllm_comm": ("flashinfer.jit.comm", "gen_trtllm_comm_module"),
 }
 
 
@@ -72,12 +83,16 @@ def build(names: list[str], arch_list: str) -> list[tuple[str, Path, float, int]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch-list", required=True, help='FLASHINFER_CUDA_ARCH_LIST, e.g. "9.0a 12.0a"')
+    parser.add_argument("--record", type=Path, help="write the arch list here once built (default: nowhere)")
     parser.add_argument("modules", nargs="*", default=list(MODULES), help=f"modules to build (default: {' '.join(MODULES)})")
     args = parser.parse_args(argv)
     if not args.arch_list.split():
         print("error: --arch-list is empty; give the GPU architectures, e.g. \"9.0a 12.0a\"", file=sys.stderr)
         return 2
     build(args.modules, args.arch_list)
+    if args.record:  # the architectures the modules were built for, where the entrypoint checks the GPU
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(" ".join(args.arch_list.split()) + "\n")
     return 0
 
 

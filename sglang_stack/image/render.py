@@ -23,6 +23,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.image import envset
+from sglang_stack.services import derive, serve
 from sglang_stack.image.lock import Artifact, Lock
 from sglang_stack.patching.patches import read_series
 
@@ -34,8 +35,9 @@ LABEL_PREFIX = "io.sglang-stack"
 HEADER = """\
 # ------------------------------------------------------------------------------
 # GENERATED FILE: do not edit. Rendered by `invoke render` from docker/Dockerfile.j2,
-# versions.lock, requirements*.lock.txt and patches/series; `invoke render --check`
-# fails when this file and its sources disagree.
+# versions.lock, requirements*.lock.txt, patches/series, docker/settings.json and the variables
+# compose.yaml and the Kubernetes render set; `invoke render --check` fails when this file and
+# its sources disagree.
 # ------------------------------------------------------------------------------"""
 
 
@@ -66,6 +68,8 @@ class Context:
     router_base_name: str
     router_base_digest: str
     router_requirements_sha256: str
+    aot_modules: tuple[str, ...]  # FlashInfer modules built ahead of time: what SGLang chooses (docker/settings.json)
+    aot_arch_file: str
     env_audit_lines: tuple[str, ...] = ()  # NAME=WHERE arguments of the environment audit, a few a line
     generated_header: str = HEADER
 
@@ -139,6 +143,8 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         router_base_name=f"{lock.router_table['base']['image']}:{lock.router_table['base']['tag']}",
         router_base_digest=lock.router_table["base"]["digest"],
         router_requirements_sha256=hashlib.sha256(lock.path.with_name("requirements.router.lock.txt").read_bytes()).hexdigest(),
+        aot_modules=tuple(module for module, _ in derive.aot_modules(derive.load())),
+        aot_arch_file=serve.ARCH_FILE,
     )
 
 

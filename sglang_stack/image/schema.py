@@ -141,7 +141,6 @@ def _check_jit(data: dict, need, bad) -> None:
     """[jit], [[constraint]] and [[binary_exception]]: their shape (what they refer to is checked later)."""
     jit = data["jit"]
     need(jit, "toolchain", list, "jit.")
-    need(jit, "flashinfer_aot", list, "jit.")
     need(jit, "arch_list", str, "jit.")
     for req in jit.get("toolchain", []) if isinstance(jit.get("toolchain"), list) else []:
         try:

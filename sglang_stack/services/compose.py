@@ -385,22 +385,32 @@ def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] 
     return argv + list(args)
 
 
-SECRET_VARIABLES = ("SGLANG_API_KEY", "HF_TOKEN")
-"""The variables compose.yaml's secrets are read from."""
+SECRET_FILES = {"sglang_api_key": "SGLANG_API_KEY_FILE", "hf_token": "HF_TOKEN_FILE"}
+"""compose.yaml's secrets, each a file named by a variable (unset: /dev/null, no secret)."""
+LEGACY_SECRETS = ("SGLANG_API_KEY", "HF_TOKEN")  # what .env held before the secrets became files
 
 
-def up_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for ``docker compose up``: each secret's variable defined, empty when neither the shell nor .env sets it.
+def secret_path(env: Environment, variable: str) -> Path | None:
+    """The file ``variable`` names, relative to this directory as Compose takes it; None when unset."""
+    raw = env.get(variable) or ""
+    if not raw:
+        return None
+    path = Path(os.path.expanduser(raw))
+    return path if path.is_absolute() else ROOT / path
 
-    compose.yaml passes the API key and the Hub token as secrets read from variables, and
-    Compose refuses to create a secret from a variable that is not set at all; empty means none.
-    """
-    env = dict(os.environ if base is None else base)
-    known = environment(shell_env=env)
-    for var in SECRET_VARIABLES:
-        if var not in env and known.get(var) is None:
-            env[var] = ""
-    return env
+
+def api_key(env: Environment | None = None) -> str | None:
+    """The API key compose.yaml hands the server (SGLANG_API_KEY_FILE), read as the entrypoint reads it; None: none."""
+    from sglang_stack.services import serve
+
+    env = env if env is not None else environment()
+    path = secret_path(env, "SGLANG_API_KEY_FILE")
+    if path is None:
+        return None
+    try:
+        return serve.api_key({"SGLANG_API_KEY_FILE": str(path)})
+    except serve.KeyError_ as err:
+        raise UserError(f"{env.where('SGLANG_API_KEY_FILE')}: {err}") from None
 
 
 def require_engine(engine: str) -> None:
@@ -453,7 +463,7 @@ def up(
         f"progress every {interval:g}s, full log: invoke logs {name}")
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, env=up_env())
+        proc = subprocess.Popen(argv)
     except FileNotFoundError:
         raise UserError(f"{engine}: not found on PATH: install Docker Engine with the compose plugin") from None
     last_key: tuple | None = None

@@ -20,7 +20,7 @@ import resource
 import socket
 from typing import Callable
 
-from sglang_stack.services import compose, variables
+from sglang_stack.services import compose, serve, variables
 from sglang_stack.errors import UserError
 from sglang_stack.services.inputs import (  # noqa: F401 (the checks of what the server is handed)
     LOOPBACK, check_api_key, check_models, readable_by, unreadable,
@@ -237,8 +237,9 @@ def check_arch(facts: Facts, svc: compose.Service | None) -> list[Check]:
         fusion = "--enable-flashinfer-allreduce-fusion"
         asked = svc is not None and fusion in svc.argv
         out.append(Check("sm120", WARN if asked else NOTE,
-                         f"{fusion} is a no-op here: SGLang 0.5.9 gates it to SM90/SM100 and flashinfer 0.6.4 "
-                         "builds its all-reduce kernels for SM90/SM100 only",
+                         f"{fusion} is a no-op here: SGLang 0.5.9 accepts it, but its own per-layer gate "
+                         "(apply_flashinfer_allreduce_fusion) wants SM90 or SM100, so no layer fuses and FlashInfer's "
+                         "trtllm_comm (majors 9 and 10 only) is never built or loaded (docs/settings.md, run in SGLang)",
                          f"drop {fusion} from SGLANG_EXTRA_ARGS" if asked else ""))
         out.append(Check("sm120", NOTE,
                          "patches that matter: Kimi-K2.5 EAGLE-3 methods (eagle3 dies after loading without them); "
@@ -318,6 +319,30 @@ def check_image(facts: Facts, svc: compose.Service | None) -> Check:
     return Check("image", OK, detail + (f"; {CACHE_DIR} owned by uid {owner}" if facts.cache_owner else ""))
 
 
+ARCH_LABEL = "io.sglang-stack.flashinfer.arch-list"
+
+
+def check_kernels(facts: Facts) -> Check:
+    """The GPUs against the architectures the image's FlashInfer modules were built for (its label)."""
+    if not facts.image:
+        return Check("kernels", SKIP, "skipped: no image to read the label of")
+    labels = (facts.image.get("Config") or {}).get("Labels") or {}
+    if ARCH_LABEL not in labels:
+        return Check("kernels", NOTE, f"the image has no {ARCH_LABEL} label (built before it was recorded)")
+    arch_list = labels[ARCH_LABEL].strip()
+    if not arch_list:
+        return Check("kernels", WARN, "the image has no ahead-of-time FlashInfer modules (built with --cuda-arch-list ''): "
+                     "FlashInfer compiles them at first use, for minutes", "invoke build (with the default arch list)")
+    if not facts.gpus:
+        return Check("kernels", SKIP, f"FlashInfer modules built for {arch_list}; skipped: nvidia-smi listed no GPU")
+    missing = serve.unsupported_gpus(arch_list, [gpu.compute_cap for gpu in facts.gpus])
+    if missing:
+        return Check("kernels", FAIL, f"the image's FlashInfer modules are built for {arch_list}, not for compute "
+                     f"capability {', '.join(missing)}: the entrypoint refuses this GPU (a sampled request would fail "
+                     "with 'no kernel image')", serve.rebuild_hint(missing))
+    return Check("kernels", OK, f"FlashInfer modules built for {arch_list} cover these GPUs")
+
+
 def check_audit(facts: Facts, svc: compose.Service | None) -> Check:
     if facts.audit is None:
         return Check("audit", SKIP, facts.audit_skip or "skipped")
@@ -381,9 +406,9 @@ def check_multinode(facts: Facts, svc: compose.Service) -> list[Check]:
                              f"set {var} in .env to one of the host's interfaces"))
         else:
             out.append(Check("netif", OK, f"{var}={value}"))
-    if svc.bind_address in ("0.0.0.0", "::") and not env.get("SGLANG_API_KEY"):
-        out.append(Check("exposure", WARN, f"host networking with SGLANG_HOST={svc.bind_address} and no SGLANG_API_KEY: the API is open on every interface",
-                         "set SGLANG_HOST=127.0.0.1 in .env, or set SGLANG_API_KEY"))
+    if svc.bind_address in ("0.0.0.0", "::") and not env.get("SGLANG_API_KEY_FILE"):
+        out.append(Check("exposure", WARN, f"host networking with SGLANG_HOST={svc.bind_address} and no SGLANG_API_KEY_FILE: the API is open on every interface",
+                         "set SGLANG_HOST=127.0.0.1 in .env, or set SGLANG_API_KEY_FILE"))
     return out
 
 
@@ -418,7 +443,8 @@ def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_erro
         checks += check_arch(facts, svc)
     if svc is not None and svc.nnodes > 1:
         checks += check_multinode(facts, svc)
-    checks += [check_shm(facts), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc), check_audit(facts, svc)]
+    checks += [check_shm(facts), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc),
+               check_kernels(facts), check_audit(facts, svc)]
     return checks
 
 

@@ -19,8 +19,9 @@ Why ``/health`` and these defaults:
   ``timeout`` in compose.yaml must exceed that in turn, or Docker kills the
   probe first and records a failure that says nothing.
 - ``/health`` bypasses ``--api-key`` in 0.5.9 (``sglang/srt/utils/auth.py``),
-  but the probe sends ``Authorization: Bearer $SGLANG_API_KEY`` when that is
-  set, so it keeps working if a later SGLang stops exempting it.
+  but the probe sends the key when the container has one, so it keeps working if a
+  later SGLang stops exempting it. It reads the key where the entrypoint does: the
+  secret file (``$SGLANG_API_KEY_FILE``, default ``/run/secrets/sglang_api_key``).
 
 Standard library only: this module runs inside the image, which has no curl.
 """
@@ -36,6 +37,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from sglang_stack.errors import run_main
+from sglang_stack.services import serve
 
 DEFAULT_PORT = 30000
 SGLANG_DEFAULT_HEALTH_TIMEOUT = 20  # SGLang 0.5.9's SGLANG_HEALTH_CHECK_TIMEOUT default
@@ -128,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     timeout = args.timeout if args.timeout is not None else default_timeout()
     if timeout <= 0:
         parser.error(f"--timeout must be positive, got {timeout:g}")
-    result = check(args.url or default_url(), timeout, os.environ.get("SGLANG_API_KEY") or None)
+    try:
+        key = serve.api_key()
+    except serve.KeyError_:
+        key = None  # the server refuses to start on such a file; its /health needs no key in 0.5.9
+    result = check(args.url or default_url(), timeout, key)
     print(result.line, flush=True)
     return 0 if result.healthy else 1
 

@@ -118,23 +118,38 @@ def _pin_check(name: str, directory: Path, detail: str) -> Check:
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-SPLITS = set(" \t\n'\"\\$`")
+
+
+# The container (uid 10001) reads the bind-mounted file itself, so the file is readable by all and
+# the directory private: other users of the host cannot reach it.
+KEY_FIX = ("mkdir -m 700 secrets; openssl rand -base64 32 > secrets/sglang_api_key; chmod 644 secrets/sglang_api_key, "
+           "then SGLANG_API_KEY_FILE=secrets/sglang_api_key in .env")
 
 
 def check_api_key(svc: compose.Service) -> Check:
-    """The key must reach SGLang as one argument, and an API open beyond loopback should have one."""
-    key = svc.env.get("SGLANG_API_KEY") or ""
-    where = f"SGLANG_API_KEY ({svc.env.origin.get('SGLANG_API_KEY', 'shell')})"  # never the value
-    if key and (bad := sorted(SPLITS & set(key))):
-        shown = ", ".join(repr(c) for c in bad)
-        return Check("api-key", FAIL, f"{where}: contains {shown}, which compose would split or expand on the command line",
-                     "use a key of letters, digits and -_.~+/= (e.g. `openssl rand -base64 32`)")
+    """The key file the server and the clients read, and an API open beyond loopback should have one."""
+    for legacy in compose.LEGACY_SECRETS:
+        if svc.env.get(legacy):
+            file_var = f"{legacy}_FILE"
+            return Check("api-key", FAIL, f"{legacy} ({svc.env.origin.get(legacy, 'shell')}) is no longer read: compose "
+                         f"takes secrets from files, so this value reaches no container",
+                         f"write it to a file (umask 077) and set {file_var} to that file in .env, then remove {legacy}")
+    where = svc.env.where("SGLANG_API_KEY_FILE")
+    try:
+        key = compose.api_key(svc.env)
+    except UserError as err:
+        return Check("api-key", FAIL, str(err), KEY_FIX)
     if not key and svc.bind_address not in LOOPBACK:
-        return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and SGLANG_API_KEY is unset",
-                     "set SGLANG_API_KEY in .env, or BIND_ADDRESS=127.0.0.1")
+        return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and no "
+                     "SGLANG_API_KEY_FILE is set", KEY_FIX + ", or BIND_ADDRESS=127.0.0.1")
     if key:
+        st = compose.secret_path(svc.env, "SGLANG_API_KEY_FILE").stat()
+        if not readable_by(st, IMAGE_USER_UID, IMAGE_USER_UID):
+            return Check("api-key", FAIL, f"{where}: mode {st.st_mode & 0o777:o}, owner {st.st_uid}: the container's user "
+                         f"(uid {IMAGE_USER_UID}) cannot read it, so SGLang would not start",
+                         "chmod 644 it, in a directory only you can enter (mkdir -m 700 secrets)")
         return Check("api-key", OK, f"set ({where}); clients send it as a Bearer token")
-    return Check("api-key", OK, f"unset; the API listens on {svc.bind_address} only")
+    return Check("api-key", OK, f"none; the API listens on {svc.bind_address} only")
 
 
 def check_models(svc: compose.Service) -> list[Check]:

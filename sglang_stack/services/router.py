@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if flag := serve.key_on_command_line(args):
         raise UserError(f"{flag} on the command line shows in docker inspect and every process list; "
-                        "set SGLANG_API_KEY in .env (compose passes it as the secret file /run/secrets/sglang_api_key)")
+                        "write the key to a file and set SGLANG_API_KEY_FILE in .env (compose mounts it as /run/secrets/sglang_api_key)")
     try:
         key = serve.api_key()
     except serve.KeyError_ as err:

@@ -14,19 +14,94 @@ missing file means no key. A key given on the command line anyway is refused, an
 keeps the key out of SGLang's own ``server_args=`` log line.
 
 ``SGLANG_STACK_SERVER`` names the module to run (default ``sglang.launch_server``).
-Stdlib only: it runs inside the image.
+
+Before SGLang starts, the GPUs are checked against the architectures the image's FlashInfer
+modules were built for (``/opt/sglang-stack/flashinfer-arch-list``, also the image label
+``io.sglang-stack.flashinfer.arch-list``): those modules hold code for exactly those GPUs and
+FlashInfer loads them whatever the GPU, so on another one the first sampled request would fail
+with "no kernel image" after a model load of many minutes. Such a GPU is refused at once, with
+the build command that fits it. ``nvidia-smi`` answers (the NVIDIA runtime mounts it); without
+it the check says so and lets SGLang start. Stdlib only: it runs inside the image.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
 DEFAULT_KEY_FILE = "/run/secrets/sglang_api_key"
 SERVER = "sglang.launch_server"
 KEY_FLAGS = ("--api-key", "--admin-api-key")
+
+
+ARCH_FILE = "/opt/sglang-stack/flashinfer-arch-list"  # written by sglang_stack.image.aot in the image build
+
+
+def arch_covers(arch: str, capability: str) -> bool:
+    """Whether code built for ``arch`` (``9.0a``, ``12.0``, ``10.0f``) runs on a GPU of ``capability`` (``9.0``).
+
+    ``a`` targets use features of exactly that GPU; ``f`` ones run on its family (same major,
+    minor at least theirs); plain ones on the same major with a minor at least theirs.
+    """
+    m = re.fullmatch(r"(\d+)\.(\d+)([af]?)", arch.strip())
+    c = re.fullmatch(r"(\d+)\.(\d+)", capability.strip())
+    if not m or not c:
+        return False
+    major, minor, kind = int(m[1]), int(m[2]), m[3]
+    have = (int(c[1]), int(c[2]))
+    if kind == "a":
+        return have == (major, minor)
+    return have[0] == major and have[1] >= minor
+
+
+def unsupported_gpus(arch_list: str, capabilities: list[str]) -> list[str]:
+    """The compute capabilities in ``capabilities`` that no architecture of ``arch_list`` covers."""
+    archs = arch_list.split()
+    return sorted({c for c in capabilities if not any(arch_covers(a, c) for a in archs)})
+
+
+def rebuild_hint(capabilities: list[str]) -> str:
+    archs = " ".join(f"{c}a" for c in capabilities)
+    return f'invoke build --cuda-arch-list "{archs}" (docs/image.md, GPUs the image is built for)'
+
+
+def gpu_capabilities() -> tuple[list[str] | None, str]:
+    """Each visible GPU's compute capability from nvidia-smi, or None and why not."""
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, f"nvidia-smi did not answer ({err.__class__.__name__})"
+    caps = [line.strip() for line in proc.stdout.splitlines() if re.fullmatch(r"\d+\.\d+", line.strip())]
+    if proc.returncode != 0 or not caps:
+        return None, f"nvidia-smi listed no GPU (exit {proc.returncode})"
+    return caps, ""
+
+
+def check_gpus(arch_file: str | None = None) -> str | None:
+    """An error line when a visible GPU is outside the image's FlashInfer architectures; notes go to stdout."""
+    try:
+        arch_list = Path(arch_file or ARCH_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None  # not this stack's runtime image (or an older one): nothing to check against
+    if not arch_list:
+        print("serve: this image has no ahead-of-time FlashInfer modules (built with --cuda-arch-list ''): "
+              "FlashInfer compiles each one at first use, for minutes", flush=True)
+        return None
+    caps, why = gpu_capabilities()
+    if caps is None:
+        print(f"serve: GPU architecture not checked against {arch_list}: {why}", flush=True)
+        return None
+    missing = unsupported_gpus(arch_list, caps)
+    if missing:
+        return (f"this image's FlashInfer kernels are built for {arch_list}, and this GPU is compute capability "
+                f"{', '.join(missing)}: its first sampled request would fail with 'no kernel image'; build the "
+                f"image for it: {rebuild_hint(missing)}")
+    return None
 
 
 class KeyError_(Exception):
@@ -58,12 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if flag := key_on_command_line(args):
         print(f"error: {flag} on the command line shows in docker inspect and every process list; set "
-              "SGLANG_API_KEY in .env (compose passes it as the secret file /run/secrets/sglang_api_key)", file=sys.stderr)
+              "write the key to a file and set SGLANG_API_KEY_FILE in .env (compose mounts it as /run/secrets/sglang_api_key)", file=sys.stderr)
         return 2
     try:
         key = api_key()
     except KeyError_ as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if refusal := check_gpus():
+        print(f"error: {refusal}", file=sys.stderr)
         return 2
     os.environ.pop("SGLANG_API_KEY", None)
     module = os.environ.get("SGLANG_STACK_SERVER") or SERVER

@@ -1,0 +1,256 @@
+"""The settings table: SGLang's own decisions at the settings compose.yaml and the Kubernetes render pass, per host.
+
+For each host profile (8x H200, 8x RTX PRO 6000, one GPU) and each argument list we hand to
+``sglang.launch_server`` (compose's ``baseline`` and ``eagle3``, the Kubernetes render's server),
+``services/settings.py`` runs SGLang 0.5.9's ``ServerArgs`` and ``PortArgs`` in the image (or in
+any Python where that SGLang imports) with the container's environment, and reports what SGLang
+chose. ``invoke settings --write`` keeps the result in docker/settings.json and docs/settings.md;
+the image's ahead-of-time FlashInfer modules follow from it (``aot_modules``), and the tests
+fail when compose's arguments, a pin or a patch change what SGLang decides without a new table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_stack import ROOT
+from sglang_stack.atomic import write as atomic_write
+from sglang_stack.errors import UserError, read_text
+from sglang_stack.services.settings import DRAFT, PROFILES, TARGET
+
+TABLE_JSON = ROOT / "docker" / "settings.json"
+TABLE_MD = ROOT / "docs" / "settings.md"
+MODELS = ROOT / "deploy" / "models"
+MODEL_DIR, DRAFT_DIR = MODELS / "Kimi-K2.5", MODELS / "Kimi-K2.5-eagle3"
+FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"
+# FlashInfer modules SGLang 0.5.9 compiles on first use, and the setting that makes it use each.
+AOT_RULES = (
+    ("sampling", "sampling", "sampling_backend", "flashinfer"),  # top-k/top-p sampling of any non-greedy request
+    ("trtllm_comm", "all-reduce", "fusion_runs", True),  # the fused all-reduce + RMSNorm, where a layer takes it
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One argument list on one host profile, with the environment the container gives SGLang."""
+
+    profile: str
+    source: str
+    argv: tuple[str, ...]
+    env: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.profile} / {self.source}"
+
+
+def runs(lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> list[Run]:
+    """Every (profile, argument list) of the table, read from compose.yaml (its defaults) and the k8s render."""
+    from sglang_stack.services import compose, k8s
+    from sglang_stack.services.variables import Environment
+
+    out = []
+    values = k8s.load_values()
+    for name in profiles:
+        gpus = PROFILES[name].gpus
+        env = Environment({"TP_SIZE": str(gpus)}, {"TP_SIZE": "profile"})
+        for service in ("baseline", "eagle3"):
+            svc = compose.service(service, env, compose.COMPOSE_FILE)
+            container_env = {k: str(v) for k, v in svc.environment.items() if v is not None}
+            out.append(Run(name, f"compose {service}", tuple(svc.argv), container_env))
+        ctx = k8s.context(lock, {**values, "service": "eagle3", "tp_size": gpus, "nnodes": 1})
+        out.append(Run(name, "k8s eagle3", tuple(ctx.args), {e["name"]: e["value"] for e in ctx.env}))
+        if PROFILES[name].capability[0] == 12:  # what the flag our reference deployment passed does on SM120
+            eagle3 = next(r for r in out if r.profile == name and r.source == "compose eagle3")
+            out.append(Run(name, f"compose eagle3 {FUSION_FLAG}", (*eagle3.argv, FUSION_FLAG), eagle3.env))
+    return out
+
+
+class Runner:
+    """Where ``python3 -m sglang_stack.services.settings`` runs: in an image, or with a given interpreter."""
+
+    def __init__(self, *, image: str | None = None, engine: str = "docker", python: str | None = None,
+                 model_dir: Path = MODEL_DIR, draft_dir: Path = DRAFT_DIR):
+        if bool(image) == bool(python):
+            raise UserError("settings: give an image or a Python to run SGLang in, not both")
+        for path in (model_dir, draft_dir):
+            if not (Path(path) / "config.json").is_file():
+                raise UserError(f"{path}: no config.json (the model's, for ServerArgs)")
+        self.image, self.engine, self.python = image, engine, python
+        self.model_dir, self.draft_dir = Path(model_dir).resolve(), Path(draft_dir).resolve()
+        self.where = f"image {image}" if image else f"python {python}"
+
+    def argv(self, run: Run) -> tuple[list[str], dict[str, str]]:
+        module = ["-m", "sglang_stack.services.settings", "--profile", run.profile]
+        if self.image:
+            cmd = [self.engine, "run", "--rm", "--network", "none", "--entrypoint", "python3",
+                   "-v", f"{self.model_dir}:{TARGET}:ro", "-v", f"{self.draft_dir}:{DRAFT}:ro"]
+            for key, value in sorted(run.env.items()):
+                cmd += ["-e", f"{key}={value}"]
+            return [*cmd, self.image, *module, "--model-dir", TARGET, "--draft-dir", DRAFT, "--", *run.argv], dict(os.environ)
+        # The container's environment, not this shell's: only PATH and HOME pass through.
+        env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | run.env | {"PYTHONPATH": str(ROOT)}
+        return [self.python, *module, "--model-dir", str(self.model_dir), "--draft-dir", str(self.draft_dir), "--",
+                *run.argv], env
+
+    def resolve(self, run: Run, timeout: float = 300) -> dict:
+        argv, env = self.argv(run)
+        print(f"settings: {run.key}: $ {shlex.join(argv[:12])} ...", flush=True)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            raise UserError(f"settings: {argv[0]}: not found") from None
+        except subprocess.TimeoutExpired:
+            raise UserError(f"settings: {run.key}: SGLang did not resolve its settings within {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise UserError(f"settings: {run.key} in {self.where}: {last}")
+        try:
+            return json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            raise UserError(f"settings: {run.key}: no JSON from the settings module: {proc.stdout[-200:]!r}") from None
+
+
+def derive(runner: Runner, lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> dict:
+    """The whole table: every run's arguments and what SGLang resolved."""
+    results = []
+    for run in runs(lock, profiles):
+        result = runner.resolve(run)
+        results.append({"profile": run.profile, "source": run.source, "argv": list(run.argv),
+                        "environment": dict(sorted(run.env.items())), "resolved": result})
+    return {"sglang": results[0]["resolved"]["sglang"] if results else "", "runs": results}
+
+
+def load(path: Path = TABLE_JSON) -> dict:
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}:{err.lineno}: not JSON: {err.msg} (regenerate it: invoke settings --write)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise UserError(f"{path}: expected {{'runs': [...]}} (regenerate it: invoke settings --write)")
+    return data
+
+
+def aot_modules(data: dict) -> list[tuple[str, tuple[str, ...]]]:
+    """FlashInfer modules to build ahead of time, each with the architectures whose runs use it."""
+    out = []
+    for module, concern, name, wanted in AOT_RULES:
+        archs = sorted({r["resolved"]["arch"] for r in data["runs"]
+                        if r["resolved"]["settings"].get(concern, {}).get(name) == wanted},
+                       key=lambda arch: tuple(int(x) for x in arch.rstrip("af").split(".")))
+        if archs:
+            out.append((module, tuple(archs)))
+    return out
+
+
+def stale(data: dict, lock) -> list[str]:
+    """Runs whose arguments or environment differ from what compose.yaml and the k8s render pass today."""
+    recorded = {(r["profile"], r["source"]): r for r in data["runs"]}
+    problems = []
+    for run in runs(lock):
+        have = recorded.get((run.profile, run.source))
+        if have is None:
+            problems.append(f"{run.key}: not in the table")
+        elif tuple(have["argv"]) != run.argv or have.get("environment") != dict(sorted(run.env.items())):
+            problems.append(f"{run.key}: the table was derived from other arguments or another environment")
+    return problems
+
+
+# --- docs/settings.md --------------------------------------------------------------------------
+
+ROWS = (
+    ("attention backend", "attention", "attention_backend"),
+    ("sampling backend", "sampling", "sampling_backend"),
+    ("all-reduce fusion (the flag)", "all-reduce", "enable_flashinfer_allreduce_fusion"),
+    ("all-reduce fusion runs", "all-reduce", "fusion_runs"),
+    ("custom all-reduce disabled", "all-reduce", "disable_custom_all_reduce"),
+    ("torch symmetric memory", "all-reduce", "enable_torch_symm_mem"),
+    ("DP attention", "all-reduce", "enable_dp_attention"),
+    ("MoE runner", "moe", "moe_runner_backend"),
+    ("MoE all-to-all", "moe", "moe_a2a_backend"),
+    ("CUDA graphs disabled", "cuda graphs", "disable_cuda_graph"),
+    ("CUDA graph max batch", "cuda graphs", "cuda_graph_max_bs"),
+    ("CUDA graph batch sizes", "cuda graphs", "cuda_graph_bs"),
+    ("piecewise CUDA graphs", "cuda graphs", "enable_piecewise_cuda_graph"),
+    ("static memory fraction", "memory", "mem_fraction_static"),
+    ("chunked prefill", "memory", "chunked_prefill_size"),
+    ("max running requests", "memory", "max_running_requests"),
+    ("speculative algorithm", "speculative", "speculative_algorithm"),
+    ("steps / top-k / draft tokens", "speculative", ("speculative_num_steps", "speculative_eagle_topk",
+                                                     "speculative_num_draft_tokens")),
+    ("overlap scheduler disabled", "speculative", "disable_overlap_schedule"),
+)
+
+
+def _cell(value) -> str:
+    if isinstance(value, list):
+        if len(value) > 6:
+            return f"{len(value)} sizes, {value[0]}..{value[-1]}"
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "—" if value is None else str(value).replace("|", "\\|")
+
+
+def markdown(data: dict) -> str:
+    lines = ["<!-- GENERATED FILE: do not edit. Written by `invoke settings --write` from what SGLang "
+             f"{data.get('sglang', '')} resolves; docker/settings.json holds the same, with every argument. -->",
+             "", "# What SGLang decides at our settings", "",
+             "SGLang picks its backends, fusions, graph sizes and ports itself, from the arguments, the model's",
+             "config and the GPU. This table is not read from its source: `invoke settings` runs SGLang's own",
+             "`ServerArgs` and `PortArgs` (and the tensor-parallel message queue, bound for real) with exactly the",
+             "arguments and environment that compose.yaml and the Kubernetes render pass, on each host profile.",
+             "Only the GPU is stood in for (torch's device queries and `nvidia-smi`); see",
+             "`sglang_stack/services/settings.py`. The image's ahead-of-time FlashInfer modules follow from it:",
+             ""]
+    for module, archs in aot_modules(data):
+        lines.append(f"- `{module}` for {', '.join(archs)}")
+    stood = sorted({s.split(" (")[0] for r in data["runs"] for s in r["resolved"].get("stood_in", [])})
+    if stood:
+        lines += ["", f"Derived where these could not load, with stand-ins that nothing calls: {', '.join(stood)}."]
+    by_profile: dict[str, list[dict]] = {}
+    for r in data["runs"]:
+        by_profile.setdefault(r["profile"], []).append(r)
+    for profile, rs in by_profile.items():
+        first = rs[0]["resolved"]
+        lines += ["", f"## {first['profile']} ({first['arch']}, TP {first['tp_size']})", "",
+                  "| | " + " | ".join(r["source"] for r in rs) + " |", "|---" * (len(rs) + 1) + "|"]
+        for title, concern, names in ROWS:
+            names = names if isinstance(names, tuple) else (names,)
+            cells = [" / ".join(_cell(r["resolved"]["settings"][concern].get(n)) for n in names) for r in rs]
+            lines.append(f"| {title} | " + " | ".join(cells) + " |")
+        for title, key in (("API port", "api"), ("API port binds", "api_binds"),
+                           ("TP message queue port", "tp_message_queue"), ("NCCL port", "nccl")):
+            lines.append(f"| {title} | " + " | ".join(_cell(r["resolved"]["ports"].get(key)) for r in rs) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(data: dict) -> list[Path]:
+    atomic_write(TABLE_JSON, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    atomic_write(TABLE_MD, markdown(data))
+    return [TABLE_JSON, TABLE_MD]
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    """One line per resolved value that changed: ``h200x8 / compose eagle3: all-reduce.enable_...: True -> False``."""
+    before = {(r["profile"], r["source"]): r["resolved"] for r in old.get("runs", [])}
+    out = []
+    for r in new["runs"]:
+        key = f"{r['profile']} / {r['source']}"
+        was = before.get((r["profile"], r["source"]))
+        if was is None:
+            out.append(f"{key}: new")
+            continue
+        for concern, fields in r["resolved"]["settings"].items():
+            for name, value in fields.items():
+                if was["settings"].get(concern, {}).get(name) != value:
+                    out.append(f"{key}: {concern}.{name}: {was['settings'].get(concern, {}).get(name)!r} -> {value!r}")
+        for name, value in r["resolved"]["ports"].items():
+            if was["ports"].get(name) != value:
+                out.append(f"{key}: ports.{name}: {was['ports'].get(name)!r} -> {value!r}")
+    return out
