@@ -418,10 +418,11 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False, allow_unde
         "timeout": "whole seconds to wait for /health to generate a token (default 0: the healthcheck's "
         "start period plus its retries, 32 min with compose.yaml's defaults)",
         "interval": "seconds between progress lines while the model loads (default 15)",
+        "skip-acceptance": "for eagle3, do not run `invoke acceptance eagle3` once it is healthy (default: off: it runs)",
     }
 )
 @user_errors
-def up(c, service, timeout=None, interval=None):
+def up(c, service, timeout=None, interval=None, skip_acceptance=False):
     """Start SERVICE (baseline or eagle3 on every GPU, or router) and wait until it really serves.
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
@@ -442,6 +443,71 @@ def up(c, service, timeout=None, interval=None):
     svc = compose.router_service() if service == compose.ROUTER else compose.service(service)
     wait = wait or compose.wait_timeout(svc)
     compose.up(c.stack.engine, service, wait_timeout=wait, interval=pause)
+    if service == "eagle3" and not skip_acceptance:
+        # A healthy eagle3 can still have lost its acceptance silently (docs/services.md, Acceptance).
+        acceptance(c, "eagle3")
+
+
+@task(
+    help={
+        "service": "the EAGLE-3 service: eagle3 (required; its URL comes from compose.yaml and .env)",
+        "url": "probe this server instead, e.g. a replica on another box (default: the service's published address)",
+        "accept-min": "fail below this accept length; 0 turns the check off (default: the drafter's expectation in "
+        "models.lock, else 1.2)",
+        "out": "also write the measurement as JSON here, for `invoke models-lock --accept-baseline` (default: none)",
+        "timeout": "seconds per request (default: 300)",
+    }
+)
+@user_errors
+def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
+    """EAGLE-3 acceptance on this host: accept length and per-position acceptance from SGLang's own meta_info.
+
+    Sends a short fixed probe (six prompts of the shipped set, greedy, 256 tokens each) to
+    the running server's /generate and pools SGLang's meta_info: completion tokens over verify
+    passes, and spec_accept_histogram per draft position. Compares the accept length with the
+    drafter's expectation in models.lock (at the same speculative settings), else with a floor
+    of 1.2. Every silent EAGLE-3 loss upstream showed only as a lower accept length. Exit 1 with
+    one line below the threshold; a server that reports no speculative figures is an error.
+    """
+    from pathlib import Path
+
+    from sglang_stack.flags import parse_seconds
+    from sglang_stack.services import acceptance as acceptmod
+    from sglang_stack.services import compose, models
+
+    if service != "eagle3":
+        raise UserError(f"{service!r}: only eagle3 speculates; `invoke acceptance eagle3`")
+    env = compose.environment()
+    threshold = None
+    if accept_min is not None:
+        try:
+            threshold = float(str(accept_min).strip())
+        except ValueError:
+            raise UserError(f"--accept-min {accept_min!r}: not a number (tokens per verify pass, e.g. 2.5; 0 turns it off)") \
+                from None
+        if not 0 <= threshold <= 64:
+            raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
+    target = url or compose.endpoint(service, env)
+    if out and not Path(out).resolve().parent.is_dir():
+        raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
+    pins = models.load()
+    drafter = pins.get("drafter")
+    expected = acceptmod.Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
+    print(f"acceptance: {len(acceptmod.probe_prompts())} greedy requests of {acceptmod.MAX_NEW_TOKENS} tokens to {target}",
+          flush=True)
+    m = acceptmod.measure(target, compose.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
+    passed, line = acceptmod.verdict(m, expected, threshold)
+    print(f"{service}: {m.line()}")
+    if out:
+        import json
+
+        from sglang_stack.atomic import write as atomic_write
+
+        atomic_write(Path(out), json.dumps(acceptmod.report(m, passed, line), indent=1) + "\n")
+        print(f"wrote {out}")
+    if not passed:
+        raise Exit(f"error: {service}: {line}", code=1)
+    print(f"{service}: {line}")
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})

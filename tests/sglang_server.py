@@ -86,6 +86,14 @@ class SGLangServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def histogram(self, counts: list[int]) -> list[int]:
+        """SGLang's spec_accept_histogram of a schedule: verify steps by draft tokens accepted (tokens added - 1)."""
+        accepted = [b - a - 1 for a, b in zip(counts, counts[1:])]
+        hist = [0] * (max(accepted, default=0) + 1)
+        for n in accepted:
+            hist[n] += 1
+        return hist
+
     def schedule(self, max_new_tokens: int) -> list[int]:
         """Cumulative completion_tokens of each event: 1 from prefill, then ``accept`` counts."""
         counts, total, i = [1], 1, 0
@@ -296,8 +304,7 @@ def _handler(server: SGLangServer):
                         meta["spec_accept_token_num"] = tokens - verify
                         meta["spec_draft_token_num"] = verify * 3
                         meta["spec_verify_ct"] = verify
-                        if b.histogram:
-                            meta["spec_accept_histogram"] = list(b.histogram)
+                        meta["spec_accept_histogram"] = list(b.histogram) if b.histogram else server.histogram(counts)
                     with server.lock:
                         server.served.append({"tokens": tokens, "verify": verify, "events": len(counts), "start": start,
                                               "end": time.perf_counter(), "sent": sent})
@@ -357,18 +364,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--speculative-algorithm", default=None)
+    for flag in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"):
+        parser.add_argument(flag, type=int, default=None)
     # Stand-in only, passed through SGLANG_EXTRA_ARGS as a user passes SGLang flags.
     parser.add_argument("--standin-load-seconds", type=float, default=2.0)
+    parser.add_argument("--standin-accept", default="2,3,2",
+                        help="tokens each verify step delivers, cycled (with EAGLE-3): 1,1,1 is a drafter that never hits")
     parser.add_argument("--standin-crash", action="store_true")
     args, ignored = parser.parse_known_args(argv)
     config = os.path.join(args.model_path, "config.json")
     if args.model_path and not os.path.isfile(config):
         sys.exit(f"stand-in: {config}: no such file (is the model directory mounted?)")
     spec = args.speculative_algorithm is not None
+    accept = tuple(int(n) for n in args.standin_accept.split(",")) if spec else (1,)
     behaviour = Behaviour(
-        step_s=0.004, ttft_s=0.01, accept=(2, 3, 2) if spec else (1,), spec=spec, api_key=args.api_key,
+        step_s=0.004, ttft_s=0.01, accept=accept, spec=spec, api_key=args.api_key,
         served_model_name=args.served_model_name or args.model_path or "default", model_path=args.model_path,
-        health_status=503, log_requests=True, server_info={"model_path": args.model_path, "speculative_algorithm": args.speculative_algorithm},
+        health_status=503, log_requests=True, server_info={
+            "model_path": args.model_path, "speculative_algorithm": args.speculative_algorithm,
+            "speculative_num_steps": args.speculative_num_steps, "speculative_eagle_topk": args.speculative_eagle_topk,
+            "speculative_num_draft_tokens": args.speculative_num_draft_tokens},
     )
     server = SGLangServer(behaviour, host=args.host, port=args.port)
     signal.signal(signal.SIGUSR1, lambda *_: setattr(behaviour, "wedged", True))

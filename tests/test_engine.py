@@ -174,6 +174,26 @@ def test_invoke_up_says_why_a_server_died(standin_image, compose_project, model_
     assert "CUDA out of memory" in up.stdout + up.stderr, "the server's last log lines are shown"
 
 
+def test_invoke_up_eagle3_checks_acceptance_and_fails_a_drafter_that_never_hits(standin_image, compose_project, model_dirs):
+    """The real engine and compose.yaml: `invoke up eagle3` ends with `invoke acceptance`; a low acceptance is exit 1."""
+    low = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs,
+                                         "SGLANG_EXTRA_ARGS": "--standin-accept 1,1,1"})
+    up = low.invoke("up", "eagle3", "--interval", "1", check=False, timeout=300)
+    assert low.health("eagle3") == "healthy", "the server is healthy: acceptance is what is wrong"
+    assert up.returncode == 1 and "Traceback" not in up.stderr, up.stdout[-1500:] + up.stderr[-1500:]
+    assert up.stderr.strip().splitlines()[-1].startswith("error: eagle3: accept length 1.00 is below 1.20"), up.stderr[-500:]
+    assert "at 3/1/4 (steps/top-k/draft tokens)" in up.stdout, "the speculative settings come from compose.yaml"
+    low.compose("--profile", "eagle3", "down")
+
+    normal = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
+    normal.compose("up", "-d", "--wait", "eagle3", timeout=300)
+    checked = normal.invoke("acceptance", "eagle3", check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    lines = checked.stdout.strip().splitlines()
+    assert lines[-1].startswith("eagle3: accept length 2.3") and "at or above 1.20" in lines[-1], checked.stdout
+    assert "per position P(>=1)" in checked.stdout, "per-position acceptance from spec_accept_histogram"
+
+
 def test_the_preflight_skips_gpu_checks_only_when_the_override_drops_the_gpus(standin_image, compose_project, model_dirs):
     project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
     doctor = project.invoke("doctor", "--service", "eagle3", check=False).stdout

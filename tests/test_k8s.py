@@ -189,7 +189,7 @@ def test_the_lws_check_can_fail(lock, lws_schema, tmp_path):
 
 def test_pod_monitors_select_what_serves_metrics(lock):
     docs = documents(lock, metrics={"pod_monitor": True})
-    monitors = {d["metadata"]["name"]: d for d in docs["monitoring.yaml"]}
+    monitors = {d["metadata"]["name"]: d for d in docs["monitoring.yaml"] if d["kind"] == "PodMonitor"}
     assert set(monitors) == {"sglang-eagle3", "sglang-eagle3-router"}
     server, router = monitors["sglang-eagle3"], monitors["sglang-eagle3-router"]
     sts, deploy = kind(docs, "StatefulSet"), kind(docs, "Deployment")
@@ -200,6 +200,30 @@ def test_pod_monitors_select_what_serves_metrics(lock):
     ports = {p["name"]: p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
     assert ports[router["spec"]["podMetricsEndpoints"][0]["port"]] == 29000
     assert "monitoring.yaml" not in documents(lock), "off by default: not every cluster runs the Prometheus Operator"
+
+
+def acceptance_rule(docs) -> dict | None:
+    rules = [d for d in docs.get("monitoring.yaml", []) if d["kind"] == "PrometheusRule"]
+    return rules[0]["spec"]["groups"][0]["rules"][0] if rules else None
+
+
+def test_eagle3_alerts_on_sglangs_own_accept_length(lock, tmp_path, monkeypatch):
+    from sglang_stack.services import acceptance, models
+
+    rule = acceptance_rule(documents(lock, metrics={"pod_monitor": True}))
+    assert rule and rule["alert"] == "SGLangEagle3AcceptanceLow", rule
+    assert "sglang:spec_accept_length" in rule["expr"], "SGLang 0.5.9's own gauge (metrics/collector.py)"
+    assert f"< {acceptance.FLOOR}" in rule["expr"] and "> 0" in rule["expr"], f"no expectation yet: the floor: {rule['expr']}"
+    assert acceptance_rule(documents(lock, service="baseline", metrics={"pod_monitor": True})) is None, "baseline drafts nothing"
+    overridden = acceptance_rule(documents(lock, metrics={"pod_monitor": True, "accept_length_min": 2.4}))
+    assert "< 2.4" in overridden["expr"], overridden["expr"]
+    # A drafter whose expectation models.lock records: the alert fires below its minimum.
+    pinned = tmp_path / "models.lock"
+    pinned.write_text(models.MODELS_LOCK.read_text())
+    models.record_acceptance(acceptance.Expectation(3.05, 0.15, "3/1/4", "a first run accepted"), pinned)
+    monkeypatch.setattr(models, "MODELS_LOCK", pinned)
+    expected = acceptance_rule(documents(lock, metrics={"pod_monitor": True}))
+    assert "< 2.9" in expected["expr"], expected["expr"]
 
 
 # --- values and the task ------------------------------------------------------------------------
@@ -213,6 +237,8 @@ def test_pod_monitors_select_what_serves_metrics(lock):
         ({"namespace": "Bad_NS"}, "namespace: 'Bad_NS' is not a Kubernetes name"),
         ({"image": "no spaces allowed"}, "image: 'no spaces allowed' is not an image reference"),
         ({"replicas": 0}, "replicas: 0 must be 1 or more"),
+        ({"metrics": {"accept_length_min": "high"}}, "metrics.accept_length_min: 'high' should be a number"),
+        ({"metrics": {"accept_length_min": 0.5}}, "accept_length_min: 0.5 should be a number of tokens per verify pass"),
         ({"replicas": "auto"}, "replicas: 'auto' should be a number, or \"external\""),
         ({"router": {"policy": "fastest"}}, "router.policy: 'fastest'"),
         ({"router": {"polcy": "random"}}, "router.polcy: not a known value"),

@@ -74,6 +74,7 @@ class Context:
     host_network: bool
     sglang_version: str
     router_version: str
+    accept_length_min: float  # the alert's threshold on sglang:spec_accept_length (eagle3)
     sglang_port: int = SERVER_PORT
     dist_port: int = DIST_PORT
     router_port: int = ROUTER_PORT
@@ -179,7 +180,20 @@ def context(lock: Lock, values: dict, where: str = "values.yaml") -> Context:
         host_network=rdma and v["rdma"]["network"] == "host",
         sglang_version=lock.sglang.version,
         router_version=lock.router.version,
+        accept_length_min=_accept_length_min(v),
     )
+
+
+def _accept_length_min(v: dict) -> float:
+    """The values' threshold, else what `invoke acceptance` expects of the drafter, else its floor."""
+    from sglang_stack.services import acceptance, models
+
+    if v["accept_length_min"] is not None:
+        return float(v["accept_length_min"])
+    drafter = models.load().get("drafter")
+    if drafter and drafter.acceptance:
+        return acceptance.Expectation(**drafter.acceptance).minimum
+    return acceptance.FLOOR
 
 
 def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:

@@ -32,7 +32,7 @@ SECTIONS = {
                   "topology_spread"},
     "lifecycle": {"startup_minutes", "drain_seconds", "cache_size", "cache_storage_class"},
     "rdma": {"enabled", "resource", "count", "network", "allow_tcp"},
-    "metrics": {"pod_monitor"},
+    "metrics": {"pod_monitor", "accept_length_min"},
     "router": {"replicas", "policy", "discovery", "drain_seconds", "extra_args"},
 }
 TOP = {"namespace", "create_namespace", "service", "replicas", "nnodes", "tp_size", "image", "router_image",
@@ -201,7 +201,14 @@ def read(values: dict, where: str) -> dict:
             raise UserError(f"{where}: nccl.{key}: {value!r} should be a string (quote it)")
     out["nccl"] = {k: str(v) for k, v in sorted(nccl.items())}
 
-    out["pod_monitor"] = top.section("metrics").get("pod_monitor", bool, False)
+    metrics = top.section("metrics")
+    out["pod_monitor"] = metrics.get("pod_monitor", bool, False)
+    # None: the drafter's expectation in models.lock, else the floor (services/acceptance.py).
+    out["accept_length_min"] = metrics.data.get("accept_length_min")
+    if out["accept_length_min"] is not None:
+        value = metrics.get("accept_length_min", (int, float))
+        if not 1.0 <= value <= 64:
+            raise metrics.fail("accept_length_min", f"{value!r} should be a number of tokens per verify pass, 1 to 64")
 
     router = top.section("router")
     out["router_policy"] = router.get("policy", str, "cache_aware")

@@ -39,6 +39,8 @@ HEADER = """\
 #
 # Written by `invoke models-lock`: edit `repo` or `track`, then run it again. An empty `revision`
 # is a repository not pinned yet. `sha256` is the Hub's LFS hash; `git_sha1` its git blob id.
+# The drafter's `acceptance` is what `invoke acceptance` expects of it (`invoke models-lock
+# --accept-baseline FILE` records a run you accept); it is dropped when the drafter's commit changes.
 """
 
 
@@ -57,6 +59,7 @@ class Model:
     track: str
     revision: str = ""
     files: tuple[ModelFile, ...] = field(default_factory=tuple)
+    acceptance: dict | None = None  # the drafter's expected EAGLE-3 accept length (services/acceptance.py)
 
     @property
     def pinned(self) -> bool:
@@ -79,7 +82,7 @@ def load(path: Path | None = None) -> dict[str, Model]:
     out = {}
     for i, entry in enumerate(data.get("model", [])):
         where = f"{path.name}: model[{entry.get('role', i)}]"
-        unknown = set(entry) - {"role", "repo", "track", "revision", "files"}
+        unknown = set(entry) - {"role", "repo", "track", "revision", "files", "acceptance"}
         if unknown:
             raise UserError(f"{where}: unknown key {sorted(unknown)[0]!r}")
         role, repo = entry.get("role"), entry.get("repo")
@@ -103,8 +106,27 @@ def load(path: Path | None = None) -> dict[str, Model]:
             files.append(ModelFile(name, size, sha, sha1))
         if files and not revision:
             raise UserError(f"{where}: files without a revision")
-        out[role] = Model(role, repo, entry.get("track", "main"), revision, tuple(files))
+        acceptance = entry.get("acceptance")
+        if acceptance is not None:
+            _check_acceptance(acceptance, f"{where}.acceptance", role)
+        out[role] = Model(role, repo, entry.get("track", "main"), revision, tuple(files), acceptance)
     return out
+
+
+ACCEPTANCE_KEYS = {"accept_length": (int, float), "tolerance": (int, float), "settings": str, "source": str}
+
+
+def _check_acceptance(value, where: str, role: str) -> None:
+    if role != "drafter":
+        raise UserError(f"{where}: only the drafter has an acceptance expectation")
+    if not isinstance(value, dict) or set(value) != set(ACCEPTANCE_KEYS):
+        raise UserError(f"{where}: expected {{ {', '.join(ACCEPTANCE_KEYS)} }}")
+    for key, kind in ACCEPTANCE_KEYS.items():
+        if not isinstance(value[key], kind) or isinstance(value[key], bool):
+            raise UserError(f"{where}.{key}: {value[key]!r} is not a {'number' if kind != str else 'string'}")
+    if not 1.0 <= value["accept_length"] <= 64 or not 0 <= value["tolerance"] < value["accept_length"]:
+        raise UserError(f"{where}: accept_length {value['accept_length']!r} (tokens per verify pass, at least 1) and "
+                        f"tolerance {value['tolerance']!r} (0 or more, below it)")
 
 
 def _toml(value) -> str:
@@ -124,7 +146,30 @@ def render(models: dict[str, Model]) -> str:
             lines.append(f"    {{ name = {_toml(f.name)}, size = {f.size}, {digest} }},")
         if model.files:
             lines.append("]")
+        if model.acceptance:
+            a = model.acceptance
+            lines.append(f"acceptance = {{ accept_length = {a['accept_length']}, tolerance = {a['tolerance']}, "
+                         f"settings = {_toml(a['settings'])}, source = {_toml(a['source'])} }}")
     return "\n".join(lines) + "\n"
+
+
+def record_acceptance(expectation, path: Path | None = None) -> str:
+    """Write the drafter's acceptance expectation into models.lock (atomically); one line saying what."""
+    from dataclasses import asdict
+
+    from sglang_stack.atomic import write as atomic_write
+
+    path = path or MODELS_LOCK
+    models = load(path)
+    if "drafter" not in models:
+        raise UserError(f"{path.name}: no [[model]] with role 'drafter' to record an acceptance for")
+    drafter = models["drafter"]
+    value = asdict(expectation)
+    _check_acceptance(value, f"{path.name}: model[drafter].acceptance", "drafter")
+    models["drafter"] = Model(drafter.role, drafter.repo, drafter.track, drafter.revision, drafter.files, value)
+    atomic_write(path, render(models))
+    return (f"drafter {drafter.repo}: expects accept length {expectation.accept_length:.2f} (at least "
+            f"{expectation.accept_length - expectation.tolerance:.2f}) at {expectation.settings or 'any settings'}")
 
 
 def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str, tuple[ModelFile, ...]]:
@@ -161,7 +206,12 @@ def lock_models(path: Path | None = None, token: str | None = None) -> list[str]
     for role, model in models.items():
         commit, files = hub_record(model.repo, model.track, token)
         was = f"was {model.revision[:12]}" if model.revision and model.revision != commit else "unchanged" if model.revision else "new"
-        models[role] = Model(role, model.repo, model.track, commit, files)
+        # An accept length measured with other weights says nothing about these.
+        kept = model.acceptance if model.revision == commit else None
+        if model.acceptance and kept is None:
+            lines.append(f"{role}: the acceptance expectation of {model.revision[:12]} is dropped: measure the new "
+                         "commit and accept it (invoke acceptance, then invoke models-lock --accept-baseline FILE)")
+        models[role] = Model(role, model.repo, model.track, commit, files, kept)
         lines.append(f"{role}: {model.repo}@{model.track} -> {commit} ({was}); {len(files)} files, "
                      f"{sum(f.size for f in files) / 1e9:.2f} GB")
     atomic_write(path, render(models))

@@ -25,21 +25,41 @@ def _pinned(role: str):
     return pins[role]
 
 
-@task(help={"token-file": "file holding a Hugging Face token, for gated repositories (default: $HF_TOKEN, if set)"})
+@task(help={
+    "token-file": "file holding a Hugging Face token, for gated repositories (default: $HF_TOKEN, if set)",
+    "accept-baseline": "instead of the Hub: record the drafter's expected accept length from this file, an "
+    "`invoke acceptance --out` report or an `invoke bench` bench.json you accept (offline; default: none)",
+    "accept-tolerance": "with --accept-baseline: how far below it still passes (default: 0.15 for an acceptance "
+    "report, 0.3 for a bench.json)",
+})
 @user_errors
-def models_lock(c, token_file=None):
+def models_lock(c, token_file=None, accept_baseline=None, accept_tolerance=None):
     """Pin each model repository of models.lock by commit, with every file's size and hash (network: the Hub).
 
     Resolves each [[model]]'s `track` (a branch or tag, `main` by default) to the commit
     it names now, and records the files as the Hub lists them: the LFS sha256 of each weight
     file, the git blob id of each small one. Writes models.lock atomically; commit it.
+    With --accept-baseline, records instead what `invoke acceptance` expects of the drafter.
     """
     import os
 
-    from sglang_stack.services import models
-
     from sglang_stack.errors import read_text
+    from sglang_stack.services import acceptance, models
 
+    if accept_baseline:
+        if token_file:
+            raise UserError("--accept-baseline records an expectation offline: it takes no --token-file")
+        tolerance = None
+        if accept_tolerance is not None:
+            try:
+                tolerance = float(str(accept_tolerance).strip())
+            except ValueError:
+                raise UserError(f"--accept-tolerance {accept_tolerance!r}: not a number") from None
+        print(models.record_acceptance(acceptance.baseline_from(Path(accept_baseline), tolerance)))
+        print(f"wrote {models.MODELS_LOCK.name}")
+        return
+    if accept_tolerance is not None:
+        raise UserError("--accept-tolerance goes with --accept-baseline")
     token = read_text(Path(token_file)).strip() if token_file else os.environ.get("HF_TOKEN") or None
     for line in models.lock_models(token=token):
         print(line)

@@ -1,0 +1,177 @@
+"""EAGLE-3 acceptance on the user's host: a short fixed probe, SGLang's own figures, an expectation per drafter.
+
+    invoke acceptance [SERVICE] [--url URL] [--accept-min X] [--out FILE]
+
+Every silent EAGLE-3 loss upstream showed only as a drop in accept length, never as an error:
+aux layers set after CUDA graph capture (sgl-project/sglang#22836, patch 0004: zero acceptance),
+an aux-id offset (#25454, about -0.10), per-rank partial sums under the fused all-reduce
+(#28343, patch 0006). So the check sends a fixed probe (six prompts of the shipped set, two per
+category, greedy, 256 tokens each) through SGLang's native ``/generate`` and reads what SGLang
+reports in ``meta_info``: completion tokens over verify passes (the accept length, pooled over
+the probe, SGLang's own definition) and ``spec_accept_histogram`` (the share of verify passes
+that accepted at least k draft tokens, per position k).
+
+It compares the accept length with the drafter's expectation in models.lock: a value, the
+tolerance below it that still passes, the speculative settings it was measured at, and its
+source (a model card, or a first run the user accepted with ``invoke models-lock
+--accept-baseline FILE``). Without an expectation, or at other settings, only the floor holds:
+below 1.2 tokens per verify pass the drafter contributes nothing. Greedy decoding on the same
+stack gives the same tokens every time, so a tight tolerance is meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sglang_stack.bench import client, stats
+from sglang_stack.bench.promptset import DEFAULT_PROMPTS, load_prompts
+from sglang_stack.errors import UserError, read_text
+
+CATEGORIES = ("chat", "code", "math")
+PER_CATEGORY = 2
+MAX_NEW_TOKENS = 256
+FLOOR = 1.2  # tokens per verify pass: below it the drafter contributes nothing (#22836 showed ~1.0)
+TOLERANCE = {"acceptance": 0.15, "bench": 0.3}  # default tolerance of an accepted baseline, by what measured it
+REPORT_KIND = "sglang-stack acceptance"
+WHAT_TO_CHECK = ("check the all-reduce fusion (docs/settings.md; patch 0006), the patch series (invoke verify), "
+                 "and the drafter's revision (invoke models-verify --role drafter)")
+
+
+@dataclass
+class Measurement:
+    url: str
+    requests: int = 0
+    completion_tokens: int = 0
+    verify_passes: int = 0
+    accept_length: float | None = None
+    accept_by_position: list[float] | None = None
+    settings: str = ""  # "steps/topk/draft tokens" as the server reports them
+    server: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        where = f" at {self.settings} (steps/top-k/draft tokens)" if self.settings else ""
+        positions = ", ".join(f"P(>={k}) {p:.2f}" for k, p in enumerate(self.accept_by_position or [], 1))
+        return (f"accept length {self.accept_length:.2f}{where}: {self.completion_tokens} tokens in "
+                f"{self.verify_passes} verify passes over {self.requests} requests"
+                + (f"; per position {positions}" if positions else "") + f" ({self.seconds:.1f} s)")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    accept_length: float
+    tolerance: float
+    settings: str
+    source: str
+
+    @property
+    def minimum(self) -> float:
+        return round(self.accept_length - self.tolerance, 3)
+
+
+def probe_prompts(path: Path = DEFAULT_PROMPTS):
+    """The fixed probe: the first two prompts of each category of the shipped set, in file order."""
+    prompts = load_prompts(path).prompts
+    chosen = [p for c in CATEGORIES for p in [q for q in prompts if q.category == c][:PER_CATEGORY]]
+    if len(chosen) != len(CATEGORIES) * PER_CATEGORY:
+        raise UserError(f"{path}: the probe needs {PER_CATEGORY} prompts of each of {', '.join(CATEGORIES)}")
+    return chosen
+
+
+def _settings(info: dict) -> str:
+    numbers = [info.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")]
+    return "/".join(str(n) for n in numbers) if all(n is not None for n in numbers) else ""
+
+
+def measure(url: str, api_key: str | None, timeout: float = 300.0, name: str = "eagle3") -> Measurement:
+    """Send the probe to ``url`` one request at a time; SGLang's own figures, pooled."""
+    endpoint = client.Endpoint(name, url)
+    if why := client.probe(endpoint, api_key, timeout=min(timeout, 30.0)):
+        raise UserError(f"{name} at {url} {why}")
+    info = client.server_info(endpoint, api_key, timeout=min(timeout, 30.0))
+    m = Measurement(url=url, settings=_settings(info), server=info)
+    histograms = []
+    start = time.monotonic()
+    for prompt in probe_prompts():
+        body = {"text": prompt.prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": MAX_NEW_TOKENS}}
+        try:
+            sample = client.generate_once(url, body, api_key, timeout, client.Timing())
+        except client.RequestFailed as err:
+            raise UserError(f"{name} at {url}: the probe's request {prompt.id} failed: {err}") from None
+        if not sample.spec_verify_ct:
+            raise UserError(f"{name} at {url} reports no speculative figures (meta_info.spec_verify_ct) for {prompt.id}: "
+                            "it does not run EAGLE-3 (is this baseline, or a server without --speculative-algorithm?)")
+        m.requests += 1
+        m.completion_tokens += sample.output_tokens
+        m.verify_passes += sample.spec_verify_ct
+        histograms.append(sample.spec_accept_histogram)
+    m.seconds = time.monotonic() - start
+    m.accept_length = m.completion_tokens / m.verify_passes
+    # A drafter that never hits sends a histogram of one bucket: no draft position was ever accepted.
+    m.accept_by_position = stats.accept_by_position(histograms) or ([0.0] if any(histograms) else None)
+    return m
+
+
+def verdict(m: Measurement, expected: Expectation | None, accept_min: float | None) -> tuple[bool, str]:
+    """(passed, one line): the threshold is --accept-min, else the expectation at the same settings, else the floor."""
+    if accept_min is not None:
+        if accept_min == 0:
+            return True, "the check is off (--accept-min 0)"
+        threshold, why = accept_min, f"--accept-min {accept_min:g}"
+    elif expected is not None and (not expected.settings or not m.settings or expected.settings == m.settings):
+        threshold = expected.minimum
+        why = (f"models.lock expects {expected.accept_length:.2f} - {expected.tolerance:.2f} at {expected.settings or 'its settings'}"
+               f" ({expected.source})")
+    else:
+        threshold = FLOOR
+        why = (f"the floor {FLOOR} (models.lock's expectation is for {expected.settings}, the server runs {m.settings})"
+               if expected else f"the floor {FLOOR}: models.lock records no expectation for the drafter yet "
+               "(accept a first run: invoke acceptance --out acceptance.json, then invoke models-lock --accept-baseline "
+               "acceptance.json)")
+    if m.accept_length < threshold:
+        return False, (f"accept length {m.accept_length:.2f} is below {threshold:.2f} ({why}): {WHAT_TO_CHECK}")
+    return True, f"accept length {m.accept_length:.2f} is at or above {threshold:.2f} ({why})"
+
+
+def report(m: Measurement, passed: bool, line: str) -> dict:
+    return {"kind": REPORT_KIND, "passed": passed, "verdict": line, "probe": {
+        "prompts": [p.id for p in probe_prompts()], "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0.0},
+        **asdict(m)}
+
+
+# --- an accepted baseline, for models.lock ---------------------------------------------------------
+
+
+def baseline_from(path: Path, tolerance: float | None = None) -> Expectation:
+    """An expectation from an ``invoke acceptance --out`` report or an ``invoke bench`` bench.json."""
+    try:
+        doc = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}:{err.lineno}: not JSON ({err.msg})") from None
+    day = time.strftime("%Y-%m-%d", time.gmtime(path.stat().st_mtime))
+    if isinstance(doc, dict) and doc.get("kind") == REPORT_KIND:
+        value, settings = doc.get("accept_length"), doc.get("settings") or ""
+        source, kind = f"a first run accepted on {day}: {path.name}, the acceptance probe against {doc.get('url')}", "acceptance"
+    elif isinstance(doc, dict) and isinstance(doc.get("summary"), dict):
+        rows = [r for r in doc["summary"].get("rows", []) if isinstance(r, dict) and r.get("accept_length")]
+        if not rows:
+            raise UserError(f"{path}: no endpoint of this bench run reports an accept length (was eagle3 measured?)")
+        row = min(rows, key=lambda r: r.get("level") or 0)
+        value = row["accept_length"]
+        info = next((e.get("server_info") or {} for e in (doc.get("metadata") or {}).get("endpoints", [])
+                     if isinstance(e, dict) and e.get("name") == row.get("endpoint")), {})
+        settings = _settings(info)
+        source = (f"a first run accepted on {day}: {path.name}, invoke bench endpoint {row.get('endpoint')} at "
+                  f"concurrency {row.get('level')} (its own prompt set)")
+        kind = "bench"
+    else:
+        raise UserError(f"{path}: neither an `invoke acceptance --out` report nor an `invoke bench` bench.json")
+    if not isinstance(value, (int, float)) or not 1.0 <= value <= 64:
+        raise UserError(f"{path}: accept length {value!r} is not a number of tokens per verify pass")
+    tol = TOLERANCE[kind] if tolerance is None else tolerance
+    if not 0 <= tol < value:
+        raise UserError(f"--accept-tolerance {tol:g}: must be at least 0 and below the accept length {value:.2f}")
+    return Expectation(round(float(value), 3), round(float(tol), 3), settings, source)
