@@ -21,7 +21,11 @@ reference (cold), then a second fresh process over the filled cache does the sam
                      (apply_rope_with_cos_sin_cache_inplace)
   flashinfer         sampling (top-k/top-p sampling and renorm), first as JIT, then built
                      ahead of time by sglang_stack.image.aot for "9.0a 12.0a" into FlashInfer's
-                     AOT dir and loaded with FLASHINFER_DISABLE_JIT=1 (what the image ships)
+                     AOT dir and loaded with FLASHINFER_DISABLE_JIT=1 (what the image ships);
+                     the fused all-reduce module trtllm_comm, built ahead of time the same way
+                     (SGLang fuses the all-reduce by default on SM90 at TP > 1: docs/settings.md),
+                     loaded with JIT disabled and run: its Lamport-buffer initialisation kernel
+                     on this one GPU (the all-reduce itself needs TP > 1: tests/test_patch_fused_capture.py)
   triton             a kernel compiled through TRITON_PTXAS_PATH (the tree's ptxas)
 Prints one line per kernel and phase, and a JSON summary.
 """
@@ -41,6 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ["marlin_repack", "store_cache", "rope", "flashinfer_sampling", "triton"]
+AOT_KERNELS = {"sampling": "flashinfer_sampling", "trtllm_comm": "flashinfer_trtllm_comm"}
 
 
 # --- the kernels, each run in a child process --------------------------------------------------------
@@ -177,6 +182,20 @@ def run_flashinfer_sampling():
     return seconds, bool(err < 1e-4 and allowed), f"renorm max abs error {err:.2e}; every sample inside top-k and top-p"
 
 
+def run_flashinfer_trtllm_comm():
+    """The fused all-reduce module: its Lamport initialisation writes -0.0 into every element of a buffer."""
+    import torch
+    from flashinfer.comm import trtllm_ar
+
+    buf = torch.ones(1 << 22, dtype=torch.bfloat16, device="cuda")
+    start = time.monotonic()
+    trtllm_ar.trtllm_lamport_initialize(buf.data_ptr(), buf.numel(), torch.bfloat16)
+    torch.cuda.synchronize()
+    seconds = time.monotonic() - start
+    neg_zero = int(((buf == 0) & torch.signbit(buf)).sum().item())
+    return seconds, neg_zero == buf.numel(), f"Lamport initialisation: {neg_zero}/{buf.numel()} elements are -0.0"
+
+
 def run_triton():
     import torch
     import triton
@@ -230,12 +249,14 @@ def directory_stats(path: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--child", choices=KERNELS)
+    parser.add_argument("--child", choices=KERNELS + list(AOT_KERNELS.values()))
     parser.add_argument("--toolchain", type=Path)
     parser.add_argument("--flashinfer-site", type=Path)
     parser.add_argument("--sglang-site", type=Path)
     parser.add_argument("--stub", type=Path)
     parser.add_argument("--arch-list", default="9.0a 12.0a", help="the image's AOT architectures")
+    parser.add_argument("--aot-modules", nargs="+", default=list(AOT_KERNELS), choices=list(AOT_KERNELS),
+                        help="the FlashInfer modules the image builds ahead of time (default: all of them)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--aot-only", action="store_true", help="only the ahead-of-time build and its load")
     parser.add_argument("--aot-without-gpu", action="store_true",
@@ -279,34 +300,37 @@ def main() -> int:
                   f"process {r.get('process_s', '-')} s  {r.get('detail', '')} {r.get('error', '')}", flush=True)
             if phase == "cold":
                 caches[kernel] = directory_stats(cache)
-    # What the image ships: FlashInfer's sampling built ahead of time for every target architecture.
+    # What the image ships: FlashInfer's modules built ahead of time for every target architecture.
     aot_site = work / "aot-site"
     shutil.copytree(args.flashinfer_site.resolve(), aot_site, symlinks=True)
     env_aot = dict(env, PYTHONPATH=os.pathsep.join([str(aot_site), str(args.sglang_site.resolve()), str(ROOT)]))
     env_build = dict(env_aot, CUDA_VISIBLE_DEVICES="") if args.aot_without_gpu else env_aot
-    start = time.monotonic()
-    build = subprocess.run([sys.executable, "-m", "sglang_stack.image.aot", "--arch-list", args.arch_list],
-                           env=env_build, capture_output=True, text=True, timeout=3600)
-    aot_seconds = time.monotonic() - start
-    print(build.stdout.strip() or build.stderr.strip()[-2000:])
-    aot_so = list((aot_site / "flashinfer" / "data" / "aot").rglob("*.so"))
-    empty = work / "aot-empty"
-    empty.mkdir()
-    r = spawn("flashinfer_sampling", dict(env_aot, FLASHINFER_WORKSPACE_BASE=str(empty), HOME=str(empty),
-                                          FLASHINFER_DISABLE_JIT="1"))
-    r.update(phase="aot", build_s=round(aot_seconds, 1), arch_list=args.arch_list, build_rc=build.returncode,
-             build_saw_gpu=not args.aot_without_gpu,
-             aot_mb=round(sum(p.stat().st_size for p in aot_so) / 1e6, 1), jit_dir_after=directory_stats(empty))
-    results.append(r)
-    print(f"aot   flashinfer_sampling  {'ok' if r['ok'] else 'FAIL'}  built for {args.arch_list} in {aot_seconds:.1f} s "
-          f"({r['aot_mb']} MB); loaded with FLASHINFER_DISABLE_JIT=1: first call {r.get('first_call_s')} s "
-          f"{r.get('error', '')}", flush=True)
+    builds = []
+    for module in args.aot_modules:
+        start = time.monotonic()
+        build = subprocess.run([sys.executable, "-m", "sglang_stack.image.aot", "--arch-list", args.arch_list, module],
+                               env=env_build, capture_output=True, text=True, timeout=3600)
+        aot_seconds = time.monotonic() - start
+        builds.append(build.returncode)
+        print(build.stdout.strip() or build.stderr.strip()[-2000:], flush=True)
+        aot_so = list((aot_site / "flashinfer" / "data" / "aot" / module).rglob("*.so"))
+        empty = work / f"aot-empty-{module}"
+        empty.mkdir()
+        kernel = AOT_KERNELS[module]
+        r = spawn(kernel, dict(env_aot, FLASHINFER_WORKSPACE_BASE=str(empty), HOME=str(empty), FLASHINFER_DISABLE_JIT="1"))
+        r.update(phase="aot", module=module, build_s=round(aot_seconds, 1), arch_list=args.arch_list,
+                 build_rc=build.returncode, build_saw_gpu=not args.aot_without_gpu,
+                 aot_mb=round(sum(p.stat().st_size for p in aot_so) / 1e6, 1), jit_dir_after=directory_stats(empty))
+        results.append(r)
+        print(f"aot   {kernel:22} {'ok' if r['ok'] else 'FAIL'}  built for {args.arch_list} in {aot_seconds:.1f} s "
+              f"({r['aot_mb']} MB); loaded with FLASHINFER_DISABLE_JIT=1: first call {r.get('first_call_s')} s "
+              f"{r.get('detail', '')} {r.get('error', '')}", flush=True)
     summary = {"nvcc": version, "caches_after_cold": caches, "results": results}
     text = json.dumps(summary, indent=2)
     if args.json:
         args.json.write_text(text)
     print(text)
-    return 0 if all(r["ok"] for r in results) and build.returncode == 0 else 1
+    return 0 if all(r["ok"] for r in results) and not any(builds) else 1
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """On a GPU: the slim runtime's JIT path (benchmarks/jit_path.py) builds and runs every first-start kernel.
 
 The pieces of the image come in through environment variables, since a GPU host that runs this
-has them unpacked somewhere of its own choosing (docs/image.md, "The JIT path, proven"):
+has them unpacked somewhere of its own choosing (docs/image.md, "The JIT path, proven";
+`python benchmarks/jit_inputs.py --out DIR` makes all four from the pinned wheels and writes
+DIR/env.sh that sets them). The JSON results stay in build/measurements/jit-path.json:
   SGLANG_STACK_JIT_TOOLCHAIN  the pip nvidia/cu13 tree (nvcc, nvvm, crt, cccl, runtime, curand headers)
   SGLANG_STACK_JIT_FLASHINFER flashinfer-python 0.6.4 and apache-tvm-ffi, unpacked
   SGLANG_STACK_JIT_SGLANG     the sglang 0.5.9 wheel, unpacked
@@ -29,8 +31,9 @@ pytestmark = [
 ]
 
 
-def test_every_first_start_kernel_builds_and_matches_its_reference(tmp_path):
-    out = tmp_path / "jit_path.json"
+def test_every_first_start_kernel_builds_and_matches_its_reference():
+    out = ROOT / "build" / "measurements" / "jit-path.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, str(ROOT / "benchmarks" / "jit_path.py"),
             "--toolchain", os.environ["SGLANG_STACK_JIT_TOOLCHAIN"], "--flashinfer-site", os.environ["SGLANG_STACK_JIT_FLASHINFER"],
             "--sglang-site", os.environ["SGLANG_STACK_JIT_SGLANG"], "--stub", os.environ["SGLANG_STACK_JIT_STUB"], "--json", str(out)]
@@ -41,4 +44,6 @@ def test_every_first_start_kernel_builds_and_matches_its_reference(tmp_path):
     assert not failed, "kernels failed:\n" + "\n".join(failed)
     phases = {(r["phase"], r["kernel"]) for r in results}
     assert ("aot", "flashinfer_sampling") in phases, "the ahead-of-time FlashInfer build was not exercised"
+    assert ("aot", "flashinfer_trtllm_comm") in phases, "the fused all-reduce module, built ahead of time, was not run"
+    print(f"results: {out}")
     assert proc.returncode == 0, proc.stdout[-3000:]
