@@ -445,69 +445,9 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False):
     compose.up(c.stack.engine, service, wait_timeout=wait, interval=pause)
     if service == "eagle3" and not skip_acceptance:
         # A healthy eagle3 can still have lost its acceptance silently (docs/services.md, Acceptance).
-        acceptance(c, "eagle3")
+        from sglang_stack.services.tasks import acceptance as check_acceptance
 
-
-@task(
-    help={
-        "service": "the EAGLE-3 service: eagle3 (required; its URL comes from compose.yaml and .env)",
-        "url": "probe this server instead, e.g. a replica on another box (default: the service's published address)",
-        "accept-min": "fail below this accept length; 0 turns the check off (default: the drafter's expectation in "
-        "models.lock, else 1.2)",
-        "out": "also write the measurement as JSON here, for `invoke models-lock --accept-baseline` (default: none)",
-        "timeout": "seconds per request (default: 300)",
-    }
-)
-@user_errors
-def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
-    """EAGLE-3 acceptance on this host: accept length and per-position acceptance from SGLang's own meta_info.
-
-    Sends a short fixed probe (six prompts of the shipped set, greedy, 256 tokens each) to
-    the running server's /generate and pools SGLang's meta_info: completion tokens over verify
-    passes, and spec_accept_histogram per draft position. Compares the accept length with the
-    drafter's expectation in models.lock (at the same speculative settings), else with a floor
-    of 1.2. Every silent EAGLE-3 loss upstream showed only as a lower accept length. Exit 1 with
-    one line below the threshold; a server that reports no speculative figures is an error.
-    """
-    from pathlib import Path
-
-    from sglang_stack.flags import parse_seconds
-    from sglang_stack.services import acceptance as acceptmod
-    from sglang_stack.services import compose, models
-
-    if service != "eagle3":
-        raise UserError(f"{service!r}: only eagle3 speculates; `invoke acceptance eagle3`")
-    env = compose.environment()
-    threshold = None
-    if accept_min is not None:
-        try:
-            threshold = float(str(accept_min).strip())
-        except ValueError:
-            raise UserError(f"--accept-min {accept_min!r}: not a number (tokens per verify pass, e.g. 2.5; 0 turns it off)") \
-                from None
-        if not 0 <= threshold <= 64:
-            raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
-    target = url or compose.endpoint(service, env)
-    if out and not Path(out).resolve().parent.is_dir():
-        raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
-    pins = models.load()
-    drafter = pins.get("drafter")
-    expected = acceptmod.Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
-    print(f"acceptance: {len(acceptmod.probe_prompts())} greedy requests of {acceptmod.MAX_NEW_TOKENS} tokens to {target}",
-          flush=True)
-    m = acceptmod.measure(target, compose.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
-    passed, line = acceptmod.verdict(m, expected, threshold)
-    print(f"{service}: {m.line()}")
-    if out:
-        import json
-
-        from sglang_stack.atomic import write as atomic_write
-
-        atomic_write(Path(out), json.dumps(acceptmod.report(m, passed, line), indent=1) + "\n")
-        print(f"wrote {out}")
-    if not passed:
-        raise Exit(f"error: {service}: {line}", code=1)
-    print(f"{service}: {line}")
+        check_acceptance(c, "eagle3")
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})
@@ -592,69 +532,6 @@ def k8s(c, out, values=None):
         print(f"wrote {path}")
 
 
-@task(
-    help={
-        "image": "run SGLang in this image (default: the one versions.lock tags, sglang-stack:0.5.9-cu130)",
-        "python": "run SGLang with this interpreter instead of an image: one where sglang 0.5.9 and its "
-        "stack import (default: none)",
-        "engine": "docker or podman, for --image (default: stack.engine)",
-        "model-dir": "a directory holding the target's config.json (default: deploy/models/Kimi-K2.5)",
-        "draft-dir": "a directory holding the drafter's config.json (default: deploy/models/Kimi-K2.5-eagle3)",
-        "profile": "only this host profile: h200x8, rtxpro6000x8 or h200x1 (default: all three)",
-        "write": "write docker/settings.json and docs/settings.md (default: off: print the table)",
-        "check": "exit 1 if SGLang now decides otherwise than docker/settings.json records (default: off)",
-    }
-)
-@user_errors
-def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=None, profile=None, write=False,
-             check=False):
-    """What SGLang decides at our settings, per host: run its own ServerArgs and ports, as compose and k8s start it.
-
-    For 8x H200, 8x RTX PRO 6000 and one GPU, and for each argument list we pass to
-    sglang.launch_server (compose's baseline and eagle3, the Kubernetes render), SGLang 0.5.9's
-    ServerArgs and PortArgs run in the image with the container's environment; only the GPU is
-    stood in for. Prints the attention and sampling backends, the all-reduce fusion, the MoE runner,
-    the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md).
-    The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
-    """
-    from pathlib import Path
-
-    from sglang_stack.image import lock as lockmod
-    from sglang_stack.services import derive
-    from sglang_stack.services.settings import PROFILES
-
-    if write and check:
-        raise UserError("--write and --check: choose one")
-    if profile and profile not in PROFILES:
-        raise UserError(f"--profile {profile!r}: choose {', '.join(PROFILES)}")
-    if profile and (write or check):
-        raise UserError("--profile: the table has every profile; --write and --check take them all")
-    result, _ = lockmod.check_all(download=False)
-    if not python:
-        from sglang_stack import engine as enginemod
-
-        image = image or result.tag
-        if (engine or c.stack.engine) == "docker":
-            enginemod.reachable()
-    runner = derive.Runner(image=image if not python else None, engine=engine or c.stack.engine, python=python,
-                           model_dir=Path(model_dir) if model_dir else derive.MODEL_DIR,
-                           draft_dir=Path(draft_dir) if draft_dir else derive.DRAFT_DIR)
-    data = derive.derive(runner, result, (profile,) if profile else tuple(PROFILES))
-    if write:
-        for path in derive.write(data):
-            print(f"wrote {path.relative_to(ROOT)}")
-        return
-    print(derive.markdown(data))
-    if check:
-        changed = derive.differences(derive.load(), data)
-        for line in changed:
-            print(f"changed: {line}")
-        if changed:
-            raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
-                       "values): review them, then run `invoke settings --write`", code=1)
-        print("settings: as docker/settings.json records")
-
-
 # --- smoke --------------------------------------------------------------------
 
 
@@ -700,7 +577,8 @@ from sglang_stack.bench.tasks import bench, bench_compare  # noqa: E402,F401 (co
 from sglang_stack.image.tasks import fetch, verify  # noqa: E402,F401 (collected into ns below)
 
 # `invoke models-lock`, `models-verify`, `model-revision` (the weights by commit): sglang_stack/services/tasks.py.
-from sglang_stack.services.tasks import model_revision, models_lock, models_verify  # noqa: E402,F401
+# `invoke acceptance` (EAGLE-3 on this host) and `invoke settings` (what SGLang decides): the same file.
+from sglang_stack.services.tasks import acceptance, model_revision, models_lock, models_verify, settings  # noqa: E402,F401
 
 
 ns = Collection.from_module(sys.modules[__name__])
