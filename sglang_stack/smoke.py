@@ -258,8 +258,24 @@ def broken_patch_copy(workdir: Path) -> tuple[Path, str]:
     return dest, first.name
 
 
+def planted_variable_copy(workdir: Path, name: str = "SGLANG_PORT") -> Path:
+    """A throwaway copy of the build context whose sglang-stage environment audit is told compose sets ``name``.
+
+    What ``invoke render`` writes when compose.yaml sets a variable docker/environment.toml does not
+    declare: the build must fail at the audit, naming the variable and the SGLang file that reads it.
+    """
+    dest = copy_context(workdir / "planted")
+    dockerfile = dest / "docker" / "Dockerfile"
+    marker = "--root /opt/sglang \\\n"
+    text = dockerfile.read_text()
+    if marker not in text:
+        raise UserError(f"{dockerfile}: no environment audit of /opt/sglang to plant {name} into")
+    dockerfile.write_text(text.replace(marker, f"{marker}    {name}=compose \\\n", 1))
+    return dest
+
+
 def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) -> SmokeResult:
-    """Build the sglang stage on the Debian base, check it from inside, then prove a bad patch fails.
+    """Build the sglang stage on the Debian base, check it from inside, then prove a bad patch and a planted variable fail.
 
     Removes exactly what it made, by name, unless ``keep``: its two images, and the
     base image if it had to make it (see ``store.BaseLease``).
@@ -267,8 +283,9 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
     require("buildah", "install buildah (apt-get install buildah)")
     result = SmokeResult()
     run_id = store.run_id()
-    tag, broken = f"{SMOKE_NAME}-{run_id}:sglang", f"{SMOKE_NAME}-{run_id}:broken"
-    print(f"smoke: this run's images: {tag} {broken}" + ("" if keep else " (removed at the end; --keep keeps them)"), flush=True)
+    tag, broken, planted = (f"{SMOKE_NAME}-{run_id}:{kind}" for kind in ("sglang", "broken", "planted"))
+    print(f"smoke: this run's images: {tag} {broken} {planted}" + ("" if keep else " (removed at the end; --keep keeps them)"),
+          flush=True)
     start = time.monotonic()
     with store.BaseLease("buildah", base, make=base == BASE_IMAGE, keep=keep, run=run_id) as leased:
         result.timings["base image"] = time.monotonic() - start
@@ -286,9 +303,15 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
                     proc = build_sglang_stage(leased, broken, ca=ca, token=None, context=context, capture=True)
                     output = proc.stdout + proc.stderr
                     result.record("a broken patch fails the build and is named", proc.returncode != 0 and name in output, name)
+                    proc = build_sglang_stage(leased, planted, ca=ca, token=None, context=planted_variable_copy(workdir),
+                                              capture=True)
+                    output = proc.stdout + proc.stderr
+                    named = "SGLANG_PORT (set by compose) is not declared" in output and "sglang/srt/utils/common.py:" in output
+                    result.record("a variable SGLang reads, set but undeclared, fails the build and names its reader",
+                                  proc.returncode != 0 and named, "SGLANG_PORT: sglang/srt/utils/common.py")
         finally:
             if not keep:
-                store.remove("buildah", tag, broken)
+                store.remove("buildah", tag, broken, planted)
     result.timings["total"] = time.monotonic() - start
     return result
 

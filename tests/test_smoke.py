@@ -76,3 +76,17 @@ def test_a_broken_patch_fails_the_build_and_is_named(smoke_base, run_id, tmp_pat
     output = proc.stdout + proc.stderr
     assert name in output, f"the failing patch {name} is not named in the build output:\n{output[-2000:]}"
     assert (ROOT / "patches" / name).read_text() != (context / "patches" / name).read_text(), "the real patch is untouched"
+
+
+def test_a_planted_variable_sglang_reads_fails_the_build_and_names_its_reader(smoke_base, run_id, tmp_path):
+    """The environment audit in the real build: SGLANG_PORT set by compose but undeclared (SGLang reads it)."""
+    context = smoke.planted_variable_copy(tmp_path)
+    ca, _, _, _ = smoke.smoke_secrets(tmp_path)
+    tag = f"localhost/sglang-stack-test-{run_id}:planted"
+    proc = smoke.build_sglang_stage(smoke_base, tag, ca=ca, token=None, context=context, capture=True)
+    store.remove("buildah", tag)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"an undeclared variable SGLang reads must fail the build:\n{output[-2000:]}"
+    line = next((l for l in output.splitlines() if "SGLANG_PORT" in l and "not declared" in l), "")
+    assert "sglang/srt/utils/common.py:" in line, f"the build must name SGLang's reader:\n{output[-2000:]}"
+    assert "patch 0006-" in output, "the audit runs after the whole series has applied"

@@ -210,6 +210,9 @@ def markdown(data: dict) -> str:
              ""]
     for module, archs in aot_modules(data):
         lines.append(f"- `{module}` for {', '.join(archs)}")
+    lines += ["", "What ServerArgs leaves to the model load: a MoE runner of `auto` is picked when the weights load,",
+              "by their quantization method (Kimi-K2.5's INT4 `compressed-tensors` experts: Marlin, repacked at load",
+              "by SGLang's `jit_kernel`, docs/image.md)."]
     stood = sorted({s.split(" (")[0] for r in data["runs"] for s in r["resolved"].get("stood_in", [])})
     if stood:
         lines += ["", f"Derived where these could not load, with stand-ins that nothing calls: {', '.join(stood)}."]
