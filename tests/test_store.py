@@ -72,7 +72,7 @@ def test_smoke_leaves_images_it_did_not_make(smoke_base, run_id):
         assert store.exists("buildah", foreign), "invoke smoke removed an image it did not make"
         named = next((line for line in output if line.startswith("smoke: this run's images: ")), "")
         made = named.removeprefix("smoke: this run's images: ").split(" (")[0].split()
-        assert len(made) == 2, f"the smoke run names its images: {named!r}"
+        assert len(made) == 3, f"the smoke run names its images (built, broken patch, planted variable): {named!r}"
         leftover = [ref for ref in made if store.exists("buildah", ref)]
         assert not leftover, f"invoke smoke left its own images behind: {leftover}"
         assert store.exists("buildah", smoke_base), "the leased base stays for the session that holds it"
