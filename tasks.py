@@ -12,11 +12,12 @@ import sys
 from invoke import Collection, Exit, task
 
 from sglang_stack import ROOT
-from sglang_stack.cli import check_project_config, shape_parse_errors, user_errors
+from sglang_stack.cli import check_project_config, quiet_interrupts, shape_parse_errors, user_errors
 from sglang_stack.errors import UserError
 
 
 if "invoke.main" in sys.modules:  # run by the `invoke` command (or python -m invoke), not imported by a test
+    quiet_interrupts()
     shape_parse_errors(sys.modules["invoke.main"].program)
     check_project_config(ROOT)
 

@@ -12,21 +12,38 @@ from pathlib import Path
 
 def write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, str):
-        data = data.encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    write_all({Path(path): data})
+
+
+def write_all(files: dict[Path, str | bytes]) -> None:
+    """Write a set of files whole or not at all: every one to a temporary file beside it first, then,
+    once all are on disk, each renamed into place (a rename needs no space, so a full disk fails the
+    set before any file changes). A failure names the file it was writing; no temporary file stays."""
+    temps: list[tuple[str, Path]] = []
+    current = None
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        for path, data in files.items():
+            current = path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            temps.append((tmp, path))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data.encode() if isinstance(data, str) else data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o644)
+        for tmp, path in temps:
+            current = path
+            os.replace(tmp, path)
+        temps = []
+    except OSError as err:
+        if err.filename is None and current is not None:
+            raise OSError(err.errno, err.strerror, str(current)) from None
+        raise
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def check_creatable(path: Path, flag: str = "--out") -> None:
@@ -50,12 +67,12 @@ def check_creatable(path: Path, flag: str = "--out") -> None:
         raise UserError(f"{flag} {path}: cannot write there ({probe}: permission denied)")
 
 
-def prepare_dir(path: Path, flag: str = "--out") -> Path:
+def prepare_dir(path: Path, flag: str = "--out", need: int = 1 << 20) -> Path:
     """Create ``path`` (and its parents) and prove it writable, before any work that will write there.
 
     A long run must not learn at its end that its output cannot be written: a path under a
-    file, an unwritable parent or a read-only mount is one ``UserError`` naming the flag and
-    the path, at once.
+    file, an unwritable parent, a read-only mount or less free space than ``need`` bytes is one
+    ``UserError`` naming the flag and the path, at once.
     """
     from sglang_stack.errors import UserError
 
@@ -67,8 +84,12 @@ def prepare_dir(path: Path, flag: str = "--out") -> Path:
         fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
         os.close(fd)
         os.unlink(probe)
+        free = os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
     except OSError as err:
         raise UserError(f"{flag} {path}: cannot write there ({err.strerror or err.__class__.__name__}"
                         f"{': ' + err.filename if err.filename and str(err.filename) != str(path) else ''})") from None
+    if free < need:
+        raise UserError(f"{flag} {path}: only {free // 1024} KiB free there, and this writes up to "
+                        f"{need // 1024} KiB: free some space, or write elsewhere")
     return path
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -12,17 +14,106 @@ from invoke import Exit, ParseError
 from sglang_stack.errors import UserError, format_error, read_text
 
 
+BUG = ("error: this is a bug in sglang-stack, not something you did: please report it with the traceback above "
+       "and the command you ran")
+# Exception classes (by name, anywhere in the class's MRO) that mean the network failed: requests',
+# httpx's (huggingface_hub), urllib3's, urllib's and the socket layer's.
+NETWORK = {"ConnectionError", "ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout", "Timeout",
+           "TimeoutException", "TimeoutError", "ProxyError", "SSLError", "SSLCertVerificationError", "RemoteDisconnected",
+           "IncompleteRead", "URLError", "gaierror", "NetworkError", "TransportError", "RequestException", "ProtocolError",
+           "ChunkedEncodingError", "ContentDecodingError", "MaxRetryError", "NewConnectionError", "LocalProtocolError",
+           "RemoteProtocolError"}
+MALFORMED = {"JSONDecodeError", "TOMLDecodeError", "YAMLError", "ParserError", "ScannerError", "BadZipFile"}
+DISK = {errno.ENOSPC: "no space left on the device: free some, or write elsewhere",
+        errno.EDQUOT: "disk quota exceeded: free some, or write elsewhere",
+        errno.EROFS: "read-only file system: write elsewhere",
+        errno.EACCES: "permission denied", errno.EPERM: "operation not permitted"}
+
+
+def _names(err: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(err).__mro__}
+
+
+def _innermost(err: BaseException) -> BaseException:
+    seen = set()
+    while (err.__cause__ or err.__context__) is not None and id(err) not in seen:
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return err
+
+
+def expected_failure(err: BaseException) -> str | None:
+    """One line for a failure the world caused (network, disk, encoding, malformed data); None for a bug."""
+    names = _names(err)
+    if names & NETWORK or isinstance(err, (ConnectionError, socket.timeout, socket.gaierror)):
+        request = getattr(err, "request", None)
+        url = getattr(request, "url", None) or ""
+        inner = _innermost(err)
+        reason = str(getattr(inner, "reason", None) or inner).splitlines()[0][:200] or type(inner).__name__
+        where = f" {url}" if url else ""
+        return (f"the network failed{where}: {type(err).__name__}: {reason} (check the connection, the proxy "
+                "variables and DNS; a timeout may need retrying)")
+    if isinstance(err, UnicodeError):
+        return f"not valid text: {err} (save the file as UTF-8)"
+    if names & MALFORMED:
+        return f"malformed data: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+    if isinstance(err, OSError) and err.errno is not None:
+        what = err.filename or ""
+        why = DISK.get(err.errno) or (err.strerror or str(err))
+        return f"{what}: {why}" if what else f"{why} ({type(err).__name__})"
+    if isinstance(err, MemoryError):
+        return "out of memory: the input is too large for this machine"
+    return None
+
+
 def user_errors(body):
-    """Turn a ``UserError`` into one line on stderr and exit code 2 (no traceback)."""
+    """The error boundary of every task: a failure the user or the world caused is one line, never a traceback.
+
+    A ``UserError`` keeps its code (2, or 1 for a failed check); a network, disk, encoding or
+    malformed-data failure becomes one line with exit 2; Ctrl-C is one line and exit 130. Every
+    line goes through the redaction step (``sglang_stack.redact``) first. Anything else is a bug:
+    its traceback, then one line that says so.
+    """
 
     @functools.wraps(body)
     def wrapper(*args, **kwargs):
+        from sglang_stack.redact import redact
+
         try:
             return body(*args, **kwargs)
         except UserError as err:
-            raise Exit(format_error(err), code=err.code) from None
+            raise Exit(redact(format_error(err)), code=err.code) from None
+        except KeyboardInterrupt:
+            raise Exit("error: interrupted", code=130) from None
+        except (Exit, SystemExit):
+            raise
+        except Exception as err:  # noqa: BLE001 - the boundary: classify, or report a bug
+            line = expected_failure(err)
+            if line is None:
+                import traceback
 
+                print(redact(traceback.format_exc()), file=sys.stderr, end="")
+                raise Exit(BUG, code=70) from None
+            raise Exit(redact(f"error: {line}"), code=2) from None
+
+    wrapper.__boundary__ = True
     return wrapper
+
+
+def quiet_interrupts() -> None:
+    """Ctrl-C before a task runs (while Invoke and its imports load): one line, not a traceback.
+
+    Python still exits by SIGINT after its excepthook, so the shell sees the interrupt.
+    """
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            print("error: interrupted", file=sys.stderr)
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def repeated_flag(argv: list[str]) -> str | None:

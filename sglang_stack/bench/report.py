@@ -424,13 +424,19 @@ def _within_spread(row: dict | None, best: dict) -> bool:
 
 
 def write_results(out_dir: Path, doc: dict, plot: bool = False) -> None:
-    """bench.json and bench.md, and with ``plot`` bench.png; the JSON goes last."""
+    """bench.json and bench.md, and with ``plot`` bench.png: the set whole or not at all (a full disk
+    leaves the previous set as it was); URL credentials and known secrets are masked first."""
+    from sglang_stack.redact import redactor
+
+    doc = json.loads(redactor().text(json.dumps(doc, default=str)))
+    files = {}
     if plot:
         from sglang_stack.bench import plot as plotting
 
-        atomic.write(out_dir / PLOT_NAME, plotting.png(doc))
-    atomic.write(out_dir / MARKDOWN_NAME, markdown(doc).encode())
-    atomic.write(out_dir / JSON_NAME, (json.dumps(doc, indent=1, default=str) + "\n").encode())
+        files[out_dir / PLOT_NAME] = plotting.png(doc)
+    files[out_dir / MARKDOWN_NAME] = markdown(doc).encode()
+    files[out_dir / JSON_NAME] = (json.dumps(doc, indent=1, default=str) + "\n").encode()
+    atomic.write_all(files)
 
 
 def load_results(path: Path) -> dict:

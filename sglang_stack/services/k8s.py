@@ -26,7 +26,7 @@ from pathlib import Path
 import jinja2
 
 from sglang_stack import ROOT, yaml_file
-from sglang_stack.atomic import prepare_dir, write as atomic_write
+from sglang_stack.atomic import prepare_dir, write_all
 from sglang_stack.errors import UserError
 from sglang_stack.image.lock import Lock
 from sglang_stack.image.render import environment
@@ -216,11 +216,10 @@ def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_d
 def write(lock: Lock, out_dir: Path, values_path: Path = VALUES) -> list[Path]:
     """Render every manifest into ``out_dir``, each file atomically; remove those this render no longer makes."""
     texts = render_text(lock, load_values(values_path), values_path.name)
-    prepare_dir(out_dir, "--out")
-    written = []
-    for name, text in texts.items():
-        atomic_write(out_dir / name, text)
-        written.append(out_dir / name)
+    prepare_dir(out_dir, "--out", need=64 << 10)
+    # The set whole or not at all: `kubectl apply -f DIR` must never meet half a render.
+    write_all({out_dir / name: text for name, text in texts.items()})
+    written = [out_dir / name for name in texts]
     for name in set(OUTPUTS) - set(texts):
         stale = out_dir / name
         if stale.is_file() and stale.read_text().startswith(HEADER.splitlines()[0]):
