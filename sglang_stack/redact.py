@@ -101,8 +101,11 @@ _FLAG_IN_TEXT = re.compile(r"(?P<flag>--[a-z][a-z-]*)(?P<sep>=|\s+)(?P<value>'[^
 
 
 def _mask_flags(text: str) -> str:
+    # In free text, only forms that cannot be one of our own flags (`invoke bench --api chat`): the
+    # whole word before the last hyphen, and at least one letter after it (`--api-k`, `--admin-api-k`).
     def mask(m: re.Match) -> str:
-        if key_flag(m["flag"]) and not m["value"].startswith("--"):
+        full = key_flag(m["flag"])
+        if full and len(m["flag"]) > full.rfind("-") + 1 and not m["value"].startswith("--"):
             return f"{m['flag']}{m['sep']}{MASK}"
         return m.group(0)
 

@@ -49,6 +49,7 @@ from sglang_stack.bench.promptset import (  # noqa: F401 (callers read the promp
     DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, load_prompts, random_prompts,
 )
 from sglang_stack.errors import UserError
+from sglang_stack.redact import redact
 from sglang_stack.flags import parse_count, parse_positive, parse_seconds
 
 DEFAULT_LEVELS = (1, 4, 16)
@@ -165,8 +166,8 @@ def resolve_endpoints(
             f"no endpoint answers ({detail}): start a service (invoke up baseline) or pass --endpoint NAME=URL"
         )
     for endpoint, why in down:
-        say(f"bench: skipping {endpoint.name} at {endpoint.url}, which {why}; "
-            "to compare services that cannot run together, see `invoke bench-compare`")
+        say(redact(f"bench: skipping {endpoint.name} at {endpoint.url}, which {why}; "
+                   "to compare services that cannot run together, see `invoke bench-compare`"))
     return [e for e, _ in up]
 
 
@@ -244,7 +245,7 @@ def run(
     meta["provenance"] = provenance.collect(chosen, env, engine)
     results = Results(out_dir, meta)
     bar = Progress(planned_rounds(options, len(chosen)), enabled=progress)
-    bar.line(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}")
+    bar.line(redact(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}"))
     execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
     return out_dir
 

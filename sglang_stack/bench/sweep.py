@@ -29,6 +29,7 @@ from sglang_stack import shell
 from sglang_stack.bench.measure import Options, Progress, PromptSet, Results
 from sglang_stack.bench.client import Endpoint, RequestFailed
 from sglang_stack.errors import UserError
+from sglang_stack.redact import redact
 
 SERVICE = "eagle3"
 ENV_STEPS = "SGLANG_SPEC_NUM_STEPS"
@@ -350,7 +351,7 @@ def run(
         "best": None,
     }
     bar = Progress(bench.planned_rounds(options, len(points)), enabled=progress)
-    bar.line(f"bench: sweeping {service} ({endpoint.url}) over {len(points)} settings; results in {out_dir}")
+    bar.line(redact(f"bench: sweeping {service} ({endpoint.url}) over {len(points)} settings; results in {out_dir}"))
     bench.execute(results, lambda: run_points(endpoint, points, prompt_set, options, api_key, results, restart,
                                               ready, rank_level, service, bar, ready_interval, log_tail))
     return out_dir

@@ -197,7 +197,7 @@ def service(name: str, env: Environment | None = None, path: Path | None = None)
     try:
         argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
     except ValueError as err:
-        raise UserError(f"{path}: services.{name}.command: {err} (check SGLANG_EXTRA_ARGS and SGLANG_API_KEY)") from None
+        raise UserError(f"{path}: services.{name}.command: {err} (check SGLANG_EXTRA_ARGS)") from None
     mounts = {m.get("target"): m.get("source") for m in spec.get("volumes", []) if isinstance(m, dict)}
     if TARGET_MOUNT not in mounts:
         raise UserError(f"{path}: services.{name} mounts nothing at {TARGET_MOUNT}")
@@ -578,7 +578,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _redacted(argv: list[str]) -> list[str]:
-    return [re.sub(r"^(--api-key=).+", r"\1***", a) for a in argv]
+    from sglang_stack.redact import redactor
+
+    return redactor().argv(argv)
 
 
 if __name__ == "__main__":

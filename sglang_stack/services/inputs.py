@@ -134,6 +134,12 @@ def check_api_key(svc: compose.Service) -> Check:
             return Check("api-key", FAIL, f"{legacy} ({svc.env.origin.get(legacy, 'shell')}) is no longer read: compose "
                          f"takes secrets from files, so this value reaches no container",
                          f"write it to a file (umask 077) and set {file_var} to that file in .env, then remove {legacy}")
+    from sglang_stack.services.serve import key_on_command_line
+
+    if flag := key_on_command_line(svc.argv):
+        return Check("api-key", FAIL, f"the command line holds {flag}, which SGLang takes as a key flag: the key would "
+                     "show in docker inspect and every process list, and the entrypoint refuses it",
+                     f"remove {flag} from SGLANG_EXTRA_ARGS; set SGLANG_API_KEY_FILE instead")
     where = svc.env.where("SGLANG_API_KEY_FILE")
     try:
         key = compose.api_key(svc.env)

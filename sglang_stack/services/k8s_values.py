@@ -85,9 +85,14 @@ class Reader:
         return value
 
     def strings(self, key: str) -> list[str]:
+        from sglang_stack.redact import key_flag
+
         value = self.get(key, list, [])
         if not all(isinstance(a, str) for a in value):
             raise self.fail(key, "every item must be a string, e.g. [\"--flag\", \"value\"]")
+        if flag := next((a for a in value if key_flag(a)), None):
+            raise self.fail(key, f"{flag.split('=', 1)[0]!r} is taken as {key_flag(flag)}: a key there would be "
+                            "rendered in clear; the Secret (values: secret) carries it as a file")
         return value
 
     def section(self, key: str) -> Reader:

@@ -33,9 +33,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglang_stack.redact import key_flag
+
 DEFAULT_KEY_FILE = "/run/secrets/sglang_api_key"
 SERVER = "sglang.launch_server"
-KEY_FLAGS = ("--api-key", "--admin-api-key")
 
 
 ARCH_FILE = "/opt/sglang-stack/flashinfer-arch-list"  # written by sglang_stack.image.aot in the image build
@@ -125,8 +126,9 @@ def api_key(environ=os.environ) -> str | None:
 
 
 def key_on_command_line(argv: list[str]) -> str | None:
-    """The first flag in ``argv`` that would put a key on the command line."""
-    return next((a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in KEY_FLAGS), None)
+    """The first flag in ``argv`` that SGLang's argparse would take as a key flag: exact, or a prefix
+    (``--api-ke`` is ``--api-key``: allow_abbrev), so the key would be on the command line."""
+    return next((a.split("=", 1)[0] for a in argv if key_flag(a)), None)
 
 
 def main(argv: list[str] | None = None) -> int:

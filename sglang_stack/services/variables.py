@@ -69,28 +69,51 @@ def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[
         key, sep, rest = line.partition("=")
         key = key.strip()
         if not _KEY.match(key):
-            raise UserError(f"{path}:{lineno}: expected KEY=VALUE, got {raw.strip()!r}")
+            shown = raw.strip() if not SECRET_WORD.search(raw) else f"{key.split()[0] if key.split() else key}=***"
+            raise UserError(f"{path}:{lineno}: expected KEY=VALUE, got {shown!r}")
         if not sep:  # a bare KEY takes its value from the shell, as in Compose
             if key in lookup:
                 values[key], origin[key] = lookup[key], "shell"
             continue
-        rest = rest.strip()
-        scope = {**lookup, **values}
-        if rest[:1] == "'":
-            end = rest.find("'", 1)
-            if end < 0:
-                raise UserError(f"{path}:{lineno}: {key}: unterminated single quote")
-            value = rest[1:end]
-            _expect_comment(rest[end + 1 :], path, lineno, key)
-        elif rest[:1] == '"':
-            value, end = _double_quoted(rest, path, lineno, key)
-            _expect_comment(rest[end + 1 :], path, lineno, key)
-            value = interpolate(value, scope, f"{where} {key}")
-        else:
-            value = re.split(r"\s+#", rest, maxsplit=1)[0].strip()
-            value = interpolate(value, scope, f"{where} {key}")
+        try:
+            value = _value(rest.strip(), {**lookup, **values}, path, lineno, key, where)
+        except UserError as err:
+            if SECRET_NAME.search(key):  # a malformed secret is named, its value never shown
+                raise UserError(f"{path}:{lineno}: {key}: not a valid value ({_kind(str(err))}); "
+                                "the value is not shown") from None
+            raise
         values[key], origin[key] = value, where
     return values, origin
+
+
+# A variable whose value is a secret: its value never appears in an error line.
+# SGLANG_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD (not KEY or a *_FILE naming a file).
+SECRET_NAME = re.compile(r"_(API_KEY|KEY|TOKEN|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
+SECRET_WORD = re.compile(r"API_KEY|_TOKEN\b|SECRET|PASSW", re.I)  # in a line that is not even KEY=VALUE
+
+
+def _kind(message: str) -> str:
+    """What was wrong, without the text it was wrong in."""
+    for words in ("unterminated single quote", "unterminated double quote", "unexpected text after the closing quote",
+                  "invalid interpolation", "required variable"):
+        if words in message:
+            return words
+    return "malformed"
+
+
+def _value(rest: str, scope: Mapping[str, str], path: Path, lineno: int, key: str, where: str) -> str:
+    """One ``.env`` value as Compose reads it: quoted, with comments, interpolated."""
+    if rest[:1] == "'":
+        end = rest.find("'", 1)
+        if end < 0:
+            raise UserError(f"{path}:{lineno}: {key}: unterminated single quote")
+        _expect_comment(rest[end + 1 :], path, lineno, key)
+        return rest[1:end]
+    if rest[:1] == '"':
+        value, end = _double_quoted(rest, path, lineno, key)
+        _expect_comment(rest[end + 1 :], path, lineno, key)
+        return interpolate(value, scope, f"{where} {key}")
+    return interpolate(re.split(r"\s+#", rest, maxsplit=1)[0].strip(), scope, f"{where} {key}")
 
 
 def _double_quoted(rest: str, path: Path, lineno: int, key: str) -> tuple[str, int]:
