@@ -525,11 +525,13 @@ def k8s(c, out, values=None):
     """
     from pathlib import Path
 
+    from sglang_stack.atomic import out_path
     from sglang_stack.image import lock as lockmod
     from sglang_stack.services import k8s as k8smod
 
+    out = out_path(out)  # before the lock is read
     result, _ = lockmod.check_all(download=False)
-    for path in k8smod.write(result, Path(out), Path(values) if values else k8smod.VALUES):
+    for path in k8smod.write(result, out, Path(values) if values else k8smod.VALUES):
         print(f"wrote {path}")
 
 

@@ -67,6 +67,15 @@ def check_creatable(path: Path, flag: str = "--out") -> None:
         raise UserError(f"{flag} {path}: cannot write there ({probe}: permission denied)")
 
 
+def out_path(value: str | Path, flag: str = "--out") -> Path:
+    """A user's output directory as a Path; an empty one is refused (``Path("")`` is the current directory)."""
+    from sglang_stack.errors import UserError
+
+    if not str(value).strip():
+        raise UserError(f"{flag} {str(value)!r}: empty: name a directory (an empty path would write into the current one)")
+    return Path(value)
+
+
 def prepare_dir(path: Path, flag: str = "--out", need: int = 1 << 20) -> Path:
     """Create ``path`` (and its parents) and prove it writable, before any work that will write there.
 

@@ -256,6 +256,15 @@ def test_eagle3_alerts_on_sglangs_own_accept_length(lock, tmp_path, monkeypatch)
         ({"nccl": {"NCCL_ALGO_FAST": "1"}}, "nccl.NCCL_ALGO_FAST: not one of the variables compose.yaml passes"),
         ({"nccl": {"NCCL_IB_HCA": ["mlx5_0"]}}, "nccl.NCCL_IB_HCA: ['mlx5_0'] should be a string"),
         ({"replicas": "external", "router": {"discovery": False}}, "router.discovery: false needs a fixed replicas count"),
+        # a trailing newline is not a valid name: it would end a comment line and start YAML of its own
+        ({"placement": {"exclusive_topology": "kubernetes.io/hostname\nkind: Secret"}}, "is not a node label key"),
+        ({"placement": {"exclusive_topology": "kubernetes.io/hostname\n"}}, "is not a node label key"),
+        ({"namespace": "sglang\n"}, "namespace: 'sglang\\n' is not a Kubernetes name"),
+        ({"replicas": 2**31}, "replicas: 2147483648 is more than the 2147483647 the Kubernetes API field"),
+        ({"lifecycle": {"startup_minutes": 2**31}}, "lifecycle.startup_minutes: 2147483648 is more than the 536870911"),
+        ({"lifecycle": {"drain_seconds": 2**63}}, "lifecycle.drain_seconds: 9223372036854775808 is more than"),
+        ({"resources": {"cpu": "0"}}, "resources.cpu: '0' must be more than 0"),
+        ({"resources": {"ephemeral_storage": "0.0"}}, "resources.ephemeral_storage: '0.0' must be more than 0"),
     ],
 )
 def test_bad_values_are_one_line_errors(lock, values, message):
@@ -295,3 +304,8 @@ def test_invoke_k8s_writes_the_files_and_drops_stale_ones(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "invoke", "k8s", "--out", str(out), "--values", str(bad)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip() == "error: bad.yaml: nnodes: 0 must be 1 or more", proc.stderr
+    before = sorted(p.name for p in ROOT.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "invoke", "k8s", "--out", ""], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --out '': empty: name a directory"), proc.stderr
+    assert sorted(p.name for p in ROOT.iterdir()) == before, "nothing is written into the repository root"

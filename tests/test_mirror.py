@@ -94,14 +94,21 @@ def test_fetch_resumes_prunes_and_names_a_reupload(lock, tmp_path):
     wheel = dest / "wheels" / lock.sglang.filename
     stamp = wheel.stat().st_mtime_ns
     (dest / "wheels" / ".stale.whl.part").write_bytes(b"half")  # what a killed run leaves
-    stray = dest / "wheels" / "stray-1.0-py3-none-any.whl"
+    retired = dest / "wheels" / "retired-1.0-py3-none-any.whl"  # a wheel an earlier fetch recorded, unpinned since
+    retired.write_bytes(b"an old pin")
+    manifest["files"].append({"path": f"wheels/{retired.name}", "sha256": "1" * 64, "size": 10})
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    stray = dest / "wheels" / "stray-1.0-py3-none-any.whl"  # someone else's file: never deleted
     stray.write_bytes(b"not in the lock")
     tool = dest / "wheels" / lock.build_tools[0].filename
     tool.write_bytes(b"tampered")  # a file whose hash is wrong: deleted and fetched again
     again = mirror.fetch(lock, "sglang", {}, "buildah", dest)
     assert wheel.stat().st_mtime_ns == stamp, "a good file stays, it is not downloaded again"
-    assert not (dest / "wheels" / ".stale.whl.part").exists() and not stray.exists()
-    assert any(line.startswith("removed stray-1.0-py3-none-any.whl: no pin of this lock allows") for line in again)
+    assert not (dest / "wheels" / ".stale.whl.part").exists() and not retired.exists()
+    assert any(line.startswith(f"removed {retired.name}: no pin of this lock allows") for line in again)
+    assert stray.read_bytes() == b"not in the lock"
+    assert any(line.startswith(f"left {stray.name}: not written by invoke fetch") for line in again)
+    assert stray.name not in (dest / "manifest.json").read_text()
     from sglang_stack.fetch import sha256_of
 
     assert sha256_of(tool) == lock.build_tools[0].sha256
@@ -130,6 +137,93 @@ def test_a_mirror_of_another_lock_or_with_a_file_missing_is_refused(lock, tmp_pa
     (dest / "manifest.json").write_text("{")
     with pytest.raises(UserError, match="not valid JSON"):
         mirror.check(lock, "router", {}, dest)
+
+
+# --- the mirror is sealed: nothing outside it is read, written or deleted ------------------
+
+
+def manifest_with(the_lock, **fields) -> str:
+    return json.dumps({"schema": 1, "lock": mirror.lock_hashes(the_lock), "targets": ["base"], "files": [],
+                       "images": [], **fields})
+
+
+@pytest.mark.parametrize("path, says", [
+    ("../outside.whl", "leaves the mirror"),
+    ("/etc/passwd", "leaves the mirror"),
+    ("wheels/../../outside.whl", "leaves the mirror"),
+    ("", "is not a relative file name"),
+    (7, "is not a relative file name"),
+    ("out/x.whl", "leads outside the mirror"),  # through a symlink
+])
+def test_a_manifest_path_outside_the_mirror_is_refused(lock, tmp_path, path, says):
+    dest = tmp_path / "mirror"
+    dest.mkdir()
+    (dest / "out").symlink_to(tmp_path)
+    (dest / "manifest.json").write_text(manifest_with(lock, files=[{"path": path, "sha256": "a" * 64, "size": 1}]))
+    with pytest.raises(UserError, match=f"files\\[0\\]: path .* {says}"):
+        mirror.read_manifest(dest)
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"files": {}}, "'files' must be a list"),
+    ({"files": [["wheels/a.whl"]]}, "files\\[0\\]: needs path, sha256, size"),
+    ({"files": [{"path": "wheels/a.whl", "sha256": "A" * 64, "size": 1}]}, "sha256 'AAAA.* is not a sha256"),
+    ({"files": [{"path": "wheels/a.whl", "sha256": "a" * 64, "size": True}]}, "size True is not a byte count"),
+    ({"images": [{"arg": "BASE_IMAGE", "ref": "r", "path": "images/b.tar", "size": -1}]}, "size -1 is not a byte count"),
+    ({"lock": []}, "'lock' and 'targets' must be a mapping and a list"),
+])
+def test_a_manifest_of_another_shape_is_named_not_a_traceback(lock, tmp_path, fields, says):
+    (tmp_path / "manifest.json").write_text(manifest_with(lock, **fields))
+    with pytest.raises(UserError, match=says):
+        mirror.read_manifest(tmp_path)
+
+
+def test_a_symlinked_mirror_folder_is_refused_before_anything_is_written(lock, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "someone-else-1.0-py3-none-any.whl").write_bytes(b"theirs")
+    dest = tmp_path / "mirror"
+    dest.mkdir()
+    (dest / "wheels").symlink_to(elsewhere)
+    with pytest.raises(UserError, match="wheels: is a symbolic link .*replace the link with a directory"):
+        mirror.fetch(lock, "sglang", {}, "buildah", dest)
+    assert [p.name for p in elsewhere.iterdir()] == ["someone-else-1.0-py3-none-any.whl"]
+
+
+def test_a_changed_base_image_archive_is_refused_before_a_build_loads_it(lock, tmp_path):
+    archive = tmp_path / "images" / "base-image.tar"
+    archive.parent.mkdir()
+    archive.write_bytes(b"the saved image")
+    from sglang_stack.fetch import sha256_of
+
+    entry = {"arg": "BASE_IMAGE", "ref": "cuda:13", "id": "sha256:" + "b" * 64, "path": "images/base-image.tar",
+             "size": archive.stat().st_size, "sha256": sha256_of(archive)}
+    (tmp_path / "manifest.json").write_text(manifest_with(lock, images=[entry]))
+    assert mirror.check(lock, "base", {"BASE_IMAGE": "cuda:13"}, tmp_path)
+    archive.write_bytes(b"the saved imagf")  # the same size, other bytes
+    with pytest.raises(UserError, match="base-image.tar: its sha256 is not the one the fetch recorded"):
+        mirror.check(lock, "base", {"BASE_IMAGE": "cuda:13"}, tmp_path)
+    (tmp_path / "manifest.json").write_text(manifest_with(lock, images=[{**entry, "sha256": None}]))
+    with pytest.raises(UserError, match="records no sha256 for it"):
+        mirror.check(lock, "base", {"BASE_IMAGE": "cuda:13"}, tmp_path)
+
+
+def test_two_fetches_on_one_mirror_take_turns(tmp_path, capfd):
+    """A second fetch waits for the first (a real flock held by another process) and says so."""
+    import sys
+    import time
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        f"h = open({str(tmp_path / '.fetch.lock')!r}, 'a+')\n"
+        "fcntl.flock(h, fcntl.LOCK_EX); print('held', flush=True); time.sleep(1.5)")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    start = time.monotonic()
+    with mirror.locked(tmp_path):
+        waited = time.monotonic() - start
+    holder.wait()
+    assert waited > 0.5, "the second fetch went ahead while the first held the mirror"
+    assert f"another invoke fetch is filling {tmp_path}: waiting" in capfd.readouterr().err
 
 
 def test_a_mirror_outside_the_build_context_is_refused(lock, tmp_path):
@@ -192,6 +286,11 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
         mirror.prepare(again, lock, context / "mirror")
         made.append(again.tag)
         assert buildmod.build(again)[1] == ids["router"], "a mirror build is reproducible too"
+        impostor = mirror.local_name(buildmod.BASE_ARG.get("router", "BASE_IMAGE"), base)
+        store.remove("buildah", impostor)
+        store.tag("buildah", again.tag, impostor)  # another image under the mirror's name
+        with pytest.raises(UserError, match=f"{impostor} in the buildah store is not the image the mirror's archive"):
+            mirror.prepare(_request("buildah", "router", again.tag, base, context), lock, context / "mirror")
     finally:
         store.remove("buildah", base, *made)
 

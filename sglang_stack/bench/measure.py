@@ -123,7 +123,7 @@ def timestamp() -> str:
 
 def results_dir(out: str | Path | None, root: Path = DEFAULT_RESULTS) -> Path:
     """``out`` or ``bench-results/<UTC timestamp>``; never one that already holds results."""
-    path = Path(out) if out else root / timestamp()
+    path = atomic.out_path(out) if out is not None else root / timestamp()
     if path.is_dir() and (path / report.JSON_NAME).exists():
         raise UserError(f"{path}: already holds {report.JSON_NAME}; pick another --out or move it away")
     return atomic.prepare_dir(path, "--out")  # before any request: a long run must not fail at its first write

@@ -105,7 +105,7 @@ def bench(
         repeats=repeats or cfg.repeats,
         warmup=cfg.warmup if warmup is None else warmup,
         prompts=prompts,
-        out=out or _results_dir(cfg.results),
+        out=_results_dir(cfg.results) if out is None else out,
         timeout=timeout or cfg.timeout,
         ignore_eos=ignore_eos,
         prompt_template=prompt_template,
@@ -159,7 +159,7 @@ def bench_compare(c, results=None, out=None, reference=None):
     """
     from sglang_stack.bench import measure as bench_mod
 
-    bench_mod.compare(results or [], out=out or _results_dir(c.config.stack.bench.results), reference=reference)
+    bench_mod.compare(results or [], out=_results_dir(c.config.stack.bench.results) if out is None else out, reference=reference)
 
 
 def _results_dir(root):

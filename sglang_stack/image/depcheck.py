@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sglang_stack.image.binaries import normalize as canonical  # one name normalizer for both checks
 
-CONFLICT = re.compile(r"^(?P<of>\S+) (?P<ver>\S+) has requirement (?P<req>.+), but you have (?P<pkg>\S+) (?P<have>\S+)\.$")
+CONFLICT = re.compile(r"(?P<of>\S+) (?P<ver>\S+) has requirement (?P<req>.+), but you have (?P<pkg>\S+) (?P<have>\S+)\.")
 MISSING = re.compile(r"^(?P<of>\S+) (?P<ver>\S+) requires (?P<req>.+), which is not installed\.$")
 
 
@@ -41,7 +41,7 @@ def parse(output: str) -> tuple[set[tuple[str, str, str]], list[str]]:
         line = line.strip()
         if not line or line == "No broken requirements found.":
             continue
-        if m := CONFLICT.match(line):
+        if m := CONFLICT.fullmatch(line):
             found.add((canonical(m["of"]), requirement_name(m["req"]), "version"))
         elif m := MISSING.match(line):
             found.add((canonical(m["of"]), requirement_name(m["req"]), "omit"))

@@ -40,7 +40,7 @@ from pathlib import Path
 
 OURS = "sglang-stack"
 WHERE = ("image", "compose", "k8s")
-NAME = re.compile(r"[A-Z_][A-Z0-9_]*\Z")
+NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 # A loop that takes every variable of a prefix: `for key, value in os.environ.items():` and, within
 # three lines, `if key.startswith("SGL_"):` (SGLang's environ.py turns each into SGLANG_*).
 PREFIX_COPY = re.compile(r"""for [^\n]*\bin os\.environ[^\n]*\n(?:[^\n]*\n){0,2}?[^\n]*\.startswith\(\s*["']([A-Z][A-Z0-9]*_)["']\s*\)""")
@@ -85,7 +85,7 @@ def load_declarations(path: Path) -> dict[str, Declaration]:
     out = {}
     for name, entry in data.items():
         where = f"{path}: [{name}]"
-        if not NAME.match(name) or not isinstance(entry, dict):
+        if not NAME.fullmatch(name) or not isinstance(entry, dict):
             raise SystemExit(f"error: {where}: expected a table named after an environment variable")
         reader = entry.get("reader")
         reader = [reader] if isinstance(reader, str) else reader
@@ -161,7 +161,7 @@ def parse_set(items: list[str]) -> dict[str, tuple[str, ...]]:
     for item in items:
         name, _, where = item.partition("=")
         places = tuple(w for w in where.split(",") if w)
-        if not NAME.match(name) or not places or set(places) - set(WHERE):
+        if not NAME.fullmatch(name) or not places or set(places) - set(WHERE):
             raise SystemExit(f"error: {item!r}: expected NAME=WHERE[,WHERE] with WHERE one of {', '.join(WHERE)}")
         out[name] = places
     return out

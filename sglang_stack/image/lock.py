@@ -33,8 +33,8 @@ LOCK_PATH = ROOT / "versions.lock"
 REQUIREMENTS_PATH = ROOT / "requirements.lock.txt"
 ROUTER_REQUIREMENTS_PATH = ROOT / "requirements.router.lock.txt"
 
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 STATUSES = ("checked", "published")
 TARGET_ENV = {  # the image's interpreter; python_version is filled in from the lock
     "sys_platform": "linux",
@@ -287,10 +287,10 @@ def _key(lock: Lock, art: Artifact) -> str:
 def _check_artifacts(lock: Lock, bad) -> None:
     for art in (lock.sglang, *lock.wheels, lock.router, *lock.build_tools):
         key = _key(lock, art)
-        if not SHA256.match(art.sha256):
+        if not SHA256.fullmatch(art.sha256):
             bad(f"{key}.sha256", f"{art.sha256!r} is not 64 lowercase hex digits")
         for old in art.superseded:
-            if not SHA256.match(old):
+            if not SHA256.fullmatch(old):
                 bad(f"{key}.superseded", f"{old!r} is not 64 lowercase hex digits")
         if art.status not in STATUSES:
             bad(f"{key}.status", f"{art.status!r} is not one of {', '.join(STATUSES)}")
@@ -487,7 +487,7 @@ def check_all(path: Path = LOCK_PATH, *, download: bool) -> tuple[Lock, bool]:
     """
     table = load(path).get("sglang")
     wheel = None
-    if isinstance(table, dict) and SHA256.match(str(table.get("sha256", ""))) and isinstance(table.get("url"), str):
+    if isinstance(table, dict) and SHA256.fullmatch(str(table.get("sha256", ""))) and isinstance(table.get("url"), str):
         wheel = sglang_wheel(table["url"], table["sha256"], download=download)
     requires = wheel_requires(wheel) if wheel else None
     return check(path, sglang_requires=requires), wheel is not None

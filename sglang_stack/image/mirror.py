@@ -9,19 +9,29 @@ with the build's network off:
     mirror/manifest.json   each file's sha256, size and source, and the hashes of the lock files it serves
 
 A file stays only if its sha256 is one the lock allows: a download whose hash differs is
-deleted and named (a URL wheel re-uploaded upstream under the same name), and a wheel that
-no pin of the lock allows any more is removed. A second run keeps what is already good
-(resuming an interrupted one) and writes the manifest last, atomically.
+deleted and named (a URL wheel re-uploaded upstream under the same name), and a wheel an
+earlier fetch recorded that no pin of the lock allows any more is removed, each named before it
+goes. A file the mirror never recorded is never deleted: it is left, and said. A second run
+keeps what is already good (resuming an interrupted one) and writes the manifest last,
+atomically; two runs on one mirror take turns (a lock file), so neither deletes the other's
+downloads in progress.
+
+The mirror is sealed: its folders are plain directories (a symlink out is refused), every path
+the manifest names stays inside it, each base-image archive is hashed when saved and checked
+before a build loads it, and an image in the store under the mirror's name is used only when it
+is the image the archive recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
@@ -118,17 +128,82 @@ def _hash(path: Path, known: dict) -> str:
     return sha256_of(path)
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+MANIFEST_LIMIT = 16 << 20  # a manifest lists a few hundred files: anything this large is not one
+
+
+def sealed(mirror: Path) -> None:
+    """The mirror and its folders are plain directories of their own: a symlink would let a fetch
+    write, or prune, outside it."""
+    for path in (mirror, mirror / "wheels", mirror / "images"):
+        if path.is_symlink():
+            raise UserError(f"{path}: is a symbolic link (to {os.readlink(path)}): the mirror must be a plain "
+                            "directory, so nothing outside it is written or deleted; replace the link with a directory")
+
+
+def _inside(mirror: Path, rel: object, where: str) -> str:
+    """``rel`` as a path inside ``mirror``: relative, no ``..``, not through a symlink out."""
+    if not isinstance(rel, str) or not rel:
+        raise UserError(f"{where}: path {rel!r} is not a relative file name")
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts or "\\" in rel or "\0" in rel:
+        raise UserError(f"{where}: path {rel!r} leaves the mirror: only names inside it are allowed")
+    resolved = (mirror / rel).resolve()
+    if not resolved.is_relative_to(mirror.resolve()):
+        raise UserError(f"{where}: path {rel!r} leads outside the mirror (to {resolved})")
+    return rel
+
+
 def read_manifest(mirror: Path) -> dict:
+    """manifest.json, checked whole: its shape, every hash, and every path inside the mirror."""
     path = mirror / MANIFEST
     if not path.is_file():
         return {}
+    if path.stat().st_size > MANIFEST_LIMIT:
+        raise UserError(f"{path}: {path.stat().st_size} bytes, more than a manifest ever holds "
+                        f"({MANIFEST_LIMIT >> 20} MiB): delete it and run `invoke fetch` again")
     try:
         data = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid JSON ({err}): delete it and run `invoke fetch` again") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{path}: not a manifest of schema {SCHEMA}: delete it and run `invoke fetch` again")
+    fix = "delete it and run `invoke fetch` again"
+    if not isinstance(data.get("lock"), dict) or not isinstance(data.get("targets"), list):
+        raise UserError(f"{path}: 'lock' and 'targets' must be a mapping and a list: {fix}")
+    for key, fields in (("files", ("path", "sha256", "size")), ("images", ("arg", "ref", "path", "size"))):
+        entries = data.get(key)
+        if not isinstance(entries, list):
+            raise UserError(f"{path}: {key!r} must be a list: {fix}")
+        for i, entry in enumerate(entries):
+            where = f"{path}: {key}[{i}]"
+            if not isinstance(entry, dict) or any(f not in entry for f in fields):
+                raise UserError(f"{where}: needs {', '.join(fields)}: {fix}")
+            _inside(mirror, entry["path"], where)
+            if not isinstance(entry["size"], int) or isinstance(entry["size"], bool) or entry["size"] < 0:
+                raise UserError(f"{where}: size {entry['size']!r} is not a byte count: {fix}")
+            digest = entry.get("sha256")
+            if (key == "files" or digest is not None) and not (isinstance(digest, str) and SHA256.fullmatch(digest)):
+                raise UserError(f"{where}: sha256 {digest!r} is not a sha256: {fix}")
     return data
+
+
+@contextlib.contextmanager
+def locked(mirror: Path):
+    """One fetch at a time per mirror: a second waits, and says so, instead of deleting the first's downloads."""
+    import fcntl
+
+    mirror.mkdir(parents=True, exist_ok=True)
+    with open(mirror / ".fetch.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"fetch: another invoke fetch is filling {mirror}: waiting for it to finish", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _pip_download(wanted: PyPISet, wheels: Path) -> list[str]:
@@ -194,15 +269,23 @@ def image_file(arg: str) -> str:
 def fetch(lock: Lock, target: str, images: dict[str, str], engine: str, mirror: Path = MIRROR,
           optional: bool = False) -> list[str]:
     """Fill ``mirror`` for ``target``; returns the report lines. Raises naming every re-uploaded file."""
+    want = plan(lock, target, images, optional)
+    sealed(mirror)
+    with locked(mirror):
+        return _fetch(lock, target, want, engine, mirror)
+
+
+def _fetch(lock: Lock, target: str, want: Plan, engine: str, mirror: Path) -> list[str]:
     from sglang_stack.fetch import fetch as download
+    from sglang_stack.fetch import sha256_of
     from sglang_stack.image import store
 
-    want = plan(lock, target, images, optional)
     wheels, archives = mirror / "wheels", mirror / "images"
     wheels.mkdir(parents=True, exist_ok=True)
     archives.mkdir(parents=True, exist_ok=True)
+    sealed(mirror)
     for stale in (*wheels.glob(".*.part"), *archives.glob(".*.part")):
-        stale.unlink()  # what an interrupted run left
+        stale.unlink()  # what an interrupted run left: no other run is filling this mirror now
     old = read_manifest(mirror)
     known = {f["path"].rsplit("/", 1)[-1]: f for f in old.get("files", [])}
     report, changed = [], []
@@ -222,10 +305,18 @@ def fetch(lock: Lock, target: str, images: dict[str, str], engine: str, mirror: 
     ok = allowed(lock)
     files = []
     for path in sorted(wheels.glob("*.whl")):
+        if path.is_symlink():
+            print(f"fetch: left {path.name}: a symbolic link, not a file invoke fetch wrote", file=sys.stderr, flush=True)
+            continue
         digest = _hash(path, known)
         if digest not in ok:
-            path.unlink()
-            report.append(f"removed {path.name}: no pin of this lock allows sha256 {digest}")
+            if path.name in known:  # written and recorded by an earlier fetch: ours to remove
+                print(f"fetch: removing {path.name}: no pin of this lock allows sha256 {digest}", file=sys.stderr, flush=True)
+                path.unlink()
+                report.append(f"removed {path.name}: no pin of this lock allows sha256 {digest}")
+            else:
+                report.append(f"left {path.name}: not written by invoke fetch, and no pin of this lock allows it "
+                              "(it is not in the manifest; remove it yourself if it is not yours)")
             continue
         st = path.stat()
         files.append({"path": f"wheels/{path.name}", "sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
@@ -238,8 +329,12 @@ def fetch(lock: Lock, target: str, images: dict[str, str], engine: str, mirror: 
         if not (dest.is_file() and prior and prior.get("ref") == ref and (not image_id or prior.get("id") == image_id)):
             _save_image(engine, arg, ref, dest)
             image_id = store.image_id(engine, ref)
+            prior = None
+        st = dest.stat()
+        same = prior and prior.get("size") == st.st_size and prior.get("mtime_ns") == st.st_mtime_ns
         kept_images[arg] = {"arg": arg, "ref": ref, "id": image_id or prior["id"], "path": f"images/{dest.name}",
-                            "size": dest.stat().st_size, "format": "docker-archive"}
+                            "size": st.st_size, "mtime_ns": st.st_mtime_ns, "format": "docker-archive",
+                            "sha256": prior["sha256"] if same and prior.get("sha256") else sha256_of(dest)}
     manifest = {"schema": SCHEMA, "lock": lock_hashes(lock), "targets": sorted({target, *old.get("targets", [])}),
                 "files": files, "images": [kept_images[k] for k in sorted(kept_images)]}
     atomic_write(mirror / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -254,6 +349,7 @@ def check(lock: Lock, target: str, images: dict[str, str], mirror: Path = MIRROR
 
     Returns the manifest. pip checks every wheel's sha256 again as it installs it.
     """
+    sealed(mirror)
     manifest = read_manifest(mirror)
     if not manifest:
         raise UserError(f"{mirror / MANIFEST}: missing: run `invoke fetch --target {target}` where the network reaches")
@@ -278,7 +374,23 @@ def check(lock: Lock, target: str, images: dict[str, str], mirror: Path = MIRROR
     for arg, ref in want.images.items():
         if kept.get(arg, {}).get("ref") != ref:
             raise UserError(f"{mirror}: no archive of {arg}={ref}: run `invoke fetch --target {target}` (with the same --base-image)")
+        _check_archive(mirror, kept[arg], target)
     return manifest
+
+
+def _check_archive(mirror: Path, entry: dict, target: str) -> None:
+    """A base image's archive is the bytes the fetch saved: its size, and its sha256 read again now."""
+    from sglang_stack.fetch import sha256_of
+
+    archive = mirror / entry["path"]
+    if not archive.is_file() or archive.stat().st_size != entry["size"]:
+        raise UserError(f"{archive}: missing or truncated: run `invoke fetch --target {target}`")
+    if not entry.get("sha256"):
+        raise UserError(f"{archive}: the manifest records no sha256 for it (an older fetch): run `invoke fetch "
+                        f"--target {target}` again")
+    if sha256_of(archive) != entry["sha256"]:
+        raise UserError(f"{archive}: its sha256 is not the one the fetch recorded: the archive was changed; "
+                        f"run `invoke fetch --target {target}` again")
 
 
 def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Path = MIRROR) -> dict[str, str]:
@@ -294,12 +406,20 @@ def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Pat
             out[arg] = ref
             continue
         name = local_name(arg, ref)
+        recorded = entries[arg].get("id") or ""
+        if store.exists(engine, name) and recorded and store.image_id(engine, name) != recorded:
+            raise UserError(f"{name} in the {engine} store is not the image the mirror's archive recorded "
+                            f"({store.image_id(engine, name)[:19]}, recorded {recorded[:19]}): a name is not trusted; "
+                            f"remove it ({engine} rmi {name}) and build again")
         if not store.exists(engine, name):
             archive = mirror / entries[arg]["path"]
             if engine == "buildah":
                 run(["buildah", "pull", f"docker-archive:{archive}"], what=f"buildah pull {archive.name}")
             else:
                 run([engine, "load", "--input", str(archive)], what=f"{engine} load {archive.name}")
+            if recorded and store.image_id(engine, name) != recorded:
+                raise UserError(f"{archive}: loads as {store.image_id(engine, name)[:19]}, not the image the fetch "
+                                f"saved ({recorded[:19]}): run `invoke fetch` again")
         out[arg] = name
     return out
 

@@ -12,7 +12,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 STATUSES = ("checked", "published")
 
 
@@ -59,7 +59,7 @@ def check_structure(data: dict, bad) -> None:
             continue
         for key in ("image", "tag", "digest", "status"):
             need(base, key, str, prefix)
-        if isinstance(base.get("digest"), str) and not DIGEST.match(base["digest"]):
+        if isinstance(base.get("digest"), str) and not DIGEST.fullmatch(base["digest"]):
             bad(f"{prefix}digest", f"{base['digest']!r} is not sha256:<64 hex>")
         if isinstance(base.get("status"), str) and base["status"] not in STATUSES:
             bad(f"{prefix}status", f"{base['status']!r} is not one of {', '.join(STATUSES)}")

@@ -37,8 +37,7 @@ VALUES = TEMPLATE_DIR / "values.yaml"
 OUTPUTS = {"namespace.yaml": "namespace.yaml.j2", "sglang.yaml": "sglang.yaml.j2", "router.yaml": "router.yaml.j2",
            "monitoring.yaml": "monitoring.yaml.j2"}
 SERVER_PORT, DIST_PORT, ROUTER_PORT, ROUTER_METRICS_PORT = 30000, 20000, 30080, 29000
-PROBE_PERIOD_S = 15
-PRE_STOP_S = 15  # before SIGTERM: time for the router and the EndpointSlices to drop a terminating pod
+PROBE_PERIOD_S, PRE_STOP_S = k8s_values.PROBE_PERIOD_S, k8s_values.PRE_STOP_S
 LWS_LEADER_LABEL = ("leaderworkerset.sigs.k8s.io/worker-index", "0")
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU Feature Discovery, in MiB

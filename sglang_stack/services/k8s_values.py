@@ -15,16 +15,22 @@ from sglang_stack.errors import UserError
 from sglang_stack.services.router import POLICIES
 
 # A DNS-1123 label: names, namespaces, claims and Secrets.
-NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # [registry/]repository[:tag][@sha256:digest]
-IMAGE = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|K|M|G|T)?$")
-SUBPATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+IMAGE = re.compile(r"[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
+QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|K|M|G|T)?")
+SUBPATH = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 # A label key: an optional DNS prefix and a name (the node labels of GFD, topology keys).
-LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 HOST_MEMORY_MIN = 32 * 2**30  # what SGLang holds in host memory beside the shm, at the least
+# The widths of the Kubernetes API's integer fields (replicas, failureThreshold: int32;
+# terminationGracePeriodSeconds: int64): a value past them renders, and the API server refuses it.
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+PROBE_PERIOD_S = 15
+PRE_STOP_S = 15  # before SIGTERM: time for the router and the EndpointSlices to drop a terminating pod
+GRACE_MARGIN_S = PRE_STOP_S + 30  # the most a grace period adds to a drain (k8s.py)
 
 SECTIONS = {
     "resources": {"cpu", "memory", "ephemeral_storage"},
@@ -66,22 +72,29 @@ class Reader:
             raise self.fail(key, f"{value!r} should be {names}")
         return value
 
-    def integer(self, key: str, default: int, minimum: int = 1) -> int:
+    def integer(self, key: str, default: int, minimum: int = 1, maximum: int = INT32_MAX) -> int:
         value = self.get(key, int, default)
         if value < minimum:
             raise self.fail(key, f"{value} must be {minimum} or more")
+        if value > maximum:
+            raise self.fail(key, f"{value} is more than the {maximum} the Kubernetes API field it sets can hold")
         return value
 
     def name(self, key: str, default: str = "", empty: bool = False) -> str:
         value = self.get(key, str, default)
-        if not (empty and value == "") and not NAME.match(value):
+        if not (empty and value == "") and not NAME.fullmatch(value):
             raise self.fail(key, f"{value!r} is not a Kubernetes name (lowercase letters, digits, '-')")
         return value
 
-    def quantity(self, key: str, default: str) -> str:
+    def quantity(self, key: str, default: str, zero: str = "") -> str:
+        """A quantity above 0; or, where ``zero`` says what 0 means, 0 spelled "0"."""
         value = str(self.data.get(key, default))
-        if not QUANTITY.match(value):
+        if not QUANTITY.fullmatch(value):
             raise self.fail(key, f"{value!r} is not a quantity such as 64Gi or 500m")
+        if zero and quantity_bytes(value) == 0:
+            return "0"
+        if not quantity_bytes(value) > 0:  # a zero request is no request: the pod would not be QoS Guaranteed
+            raise self.fail(key, f"{value!r} must be more than 0 (equal requests and limits above 0 keep the pod Guaranteed)")
         return value
 
     def strings(self, key: str) -> list[str]:
@@ -106,7 +119,7 @@ class Reader:
 def _labels(reader: Reader, key: str) -> dict[str, str]:
     value = reader.get(key, dict, {})
     for k, v in value.items():
-        if not isinstance(k, str) or not LABEL_KEY.match(k) or not isinstance(v, str) or not LABEL_VALUE.match(v):
+        if not isinstance(k, str) or not LABEL_KEY.fullmatch(k) or not isinstance(v, str) or not LABEL_VALUE.fullmatch(v):
             raise reader.fail(key, f"{k!r}: {v!r} is not a node label and value (quote numbers: \"8\")")
     return value
 
@@ -148,12 +161,12 @@ def read(values: dict, where: str) -> dict:
     out["create_namespace"] = top.get("create_namespace", bool, True)
     for key in ("image", "router_image"):
         out[key] = top.get(key, str, "")
-        if out[key] and not IMAGE.match(out[key]):
+        if out[key] and not IMAGE.fullmatch(out[key]):
             raise top.fail(key, f"{out[key]!r} is not an image reference (repository[:tag][@sha256:...])")
     out["shm_size"] = top.quantity("shm_size", "64Gi")
     for key, default in (("model_subpath", "Kimi-K2.5"), ("draft_subpath", "Kimi-K2.5-eagle3")):
         out[key] = top.get(key, str, default)
-        if not SUBPATH.match(out[key]) or ".." in out[key].split("/"):
+        if not SUBPATH.fullmatch(out[key]) or ".." in out[key].split("/"):
             raise top.fail(key, f"{out[key]!r} is not a relative path inside the claim")
     out["model_claim"] = top.name("model_claim")
     out["served_model_name"] = top.get("served_model_name", str, "kimi-k2.5")
@@ -170,19 +183,21 @@ def read(values: dict, where: str) -> dict:
                                  "for SGLang itself: the memory-backed /dev/shm counts against the limit")
 
     place = top.section("placement")
-    out["min_gpu_memory_mib"] = place.integer("min_gpu_memory_mib", 90000, minimum=0)
+    out["min_gpu_memory_mib"] = place.integer("min_gpu_memory_mib", 90000, minimum=0, maximum=INT64_MAX)
     out["node_selector"] = _labels(place, "node_selector")
     out["tolerations"] = _objects(place, "tolerations", {"operator"})
     out["priority_class"] = place.name("priority_class", "", empty=True)
     out["exclusive_topology"] = place.get("exclusive_topology", str, "")
-    if out["exclusive_topology"] and not LABEL_KEY.match(out["exclusive_topology"]):
+    if out["exclusive_topology"] and not LABEL_KEY.fullmatch(out["exclusive_topology"]):
         raise place.fail("exclusive_topology", f"{out['exclusive_topology']!r} is not a node label key")
     out["topology_spread"] = _objects(place, "topology_spread", {"maxSkew", "topologyKey", "whenUnsatisfiable"})
 
     life = top.section("lifecycle")
-    out["startup_minutes"] = life.integer("startup_minutes", 30)
-    out["drain_seconds"] = life.integer("drain_seconds", 300, minimum=0)
-    out["cache_size"] = life.quantity("cache_size", "50Gi")
+    # failureThreshold (int32) = minutes * 60 / the probe period: the minutes that keep it in range.
+    out["startup_minutes"] = life.integer("startup_minutes", 30, maximum=INT32_MAX * PROBE_PERIOD_S // 60)
+    # terminationGracePeriodSeconds (int64) = preStop + drain + a margin.
+    out["drain_seconds"] = life.integer("drain_seconds", 300, minimum=0, maximum=INT64_MAX - GRACE_MARGIN_S)
+    out["cache_size"] = life.quantity("cache_size", "50Gi", zero="no cache: the JIT kernels compile at every start")
     out["cache_storage_class"] = life.name("cache_storage_class", "", empty=True)
 
     rdma = top.section("rdma")
@@ -191,7 +206,7 @@ def read(values: dict, where: str) -> dict:
                    "allow_tcp": rdma.get("allow_tcp", bool, False)}
     if not re.fullmatch(r"[a-z0-9.-]+/[A-Za-z0-9._-]+", out["rdma"]["resource"]):
         raise rdma.fail("resource", f"{out['rdma']['resource']!r} is not an extended resource such as rdma/ib")
-    if out["rdma"]["network"] != "host" and not NAME.match(out["rdma"]["network"].rsplit("/", 1)[-1]):
+    if out["rdma"]["network"] != "host" and not NAME.fullmatch(out["rdma"]["network"].rsplit("/", 1)[-1]):
         raise rdma.fail("network", f"{out['rdma']['network']!r} is neither host nor a NetworkAttachmentDefinition name")
     if out["nnodes"] > 1 and not out["rdma"]["enabled"] and not out["rdma"]["allow_tcp"]:
         raise rdma.fail("enabled", f"nnodes {out['nnodes']} without RDMA: NCCL would run tensor parallelism over TCP on "
@@ -221,7 +236,7 @@ def read(values: dict, where: str) -> dict:
         raise router.fail("policy", f"{out['router_policy']!r} should be one of {', '.join(POLICIES)}")
     out["router_replicas"] = router.integer("replicas", 1)
     out["router_discovery"] = router.get("discovery", bool, True)
-    out["router_drain_seconds"] = router.integer("drain_seconds", 180, minimum=0)
+    out["router_drain_seconds"] = router.integer("drain_seconds", 180, minimum=0, maximum=INT64_MAX - GRACE_MARGIN_S)
     out["router_extra_args"] = router.strings("extra_args")
     if out["router_discovery"] is False and out["replicas"] is None:
         raise router.fail("discovery", "false needs a fixed replicas count: a static worker list cannot follow a scale")

@@ -28,8 +28,8 @@ from sglang_stack.errors import UserError, read_text
 MODELS_LOCK = ROOT / "models.lock"
 SCHEMA = 1
 ROLES = ("target", "drafter")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 HEADER = """\
 # models.lock: each model repository by commit, with every file's size and hash as the Hub records them.
 #
@@ -91,7 +91,7 @@ def load(path: Path | None = None) -> dict[str, Model]:
         if not isinstance(repo, str) or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
             raise UserError(f"{where}.repo: {repo!r} is not a Hub repository (OWNER/NAME)")
         revision = entry.get("revision", "")
-        if revision and not (isinstance(revision, str) and COMMIT.match(revision)):
+        if revision and not (isinstance(revision, str) and COMMIT.fullmatch(revision)):
             raise UserError(f"{where}.revision: {revision!r} is not a 40-hex commit (run `invoke models-lock`)")
         files = []
         for j, f in enumerate(entry.get("files", [])):
@@ -101,7 +101,7 @@ def load(path: Path | None = None) -> dict[str, Model]:
             if not isinstance(size, int) or size < 0:
                 raise UserError(f"{where}.files[{j}] ({name}).size: {size!r} is not a byte count")
             sha, sha1 = f.get("sha256", ""), f.get("git_sha1", "")
-            if not (SHA256.match(sha) if sha else re.fullmatch(r"[0-9a-f]{40}", sha1 or "")):
+            if not (SHA256.fullmatch(sha) if sha else re.fullmatch(r"[0-9a-f]{40}", sha1 or "")):
                 raise UserError(f"{where}.files[{j}] ({name}): needs a sha256 or a git_sha1")
             files.append(ModelFile(name, size, sha, sha1))
         if files and not revision:

@@ -21,7 +21,7 @@ ENV_FILE = ROOT / ".env"
 
 # --- .env ------------------------------------------------------------------------------------
 
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[
             line = line[len("export ") :].lstrip()
         key, sep, rest = line.partition("=")
         key = key.strip()
-        if not _KEY.match(key):
+        if not _KEY.fullmatch(key):
             shown = raw.strip() if not SECRET_WORD.search(raw) else f"{key.split()[0] if key.split() else key}=***"
             raise UserError(f"{path}:{lineno}: expected KEY=VALUE, got {shown!r}")
         if not sep:  # a bare KEY takes its value from the shell, as in Compose
