@@ -8,26 +8,36 @@ and read them here.
 
 from __future__ import annotations
 
+import re
+
 from sglang_stack.errors import UserError
 
+INTEGER = re.compile(r"[0-9]{1,18}")  # ASCII digits: int() also takes "١٢" and "1_000", and "²" raises
 
-def parse_count(flag: str, value, minimum: int) -> int:
-    """A whole number of at least ``minimum``."""
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} {value!r}: not an integer") from None
+
+def parse_count(flag: str, value, minimum: int, maximum: int | None = None) -> int:
+    """A whole number of at least ``minimum`` (and at most ``maximum``, the cap named in the refusal)."""
+    text = str(value).strip()
+    if not INTEGER.fullmatch(text.removeprefix("-")):
+        raise UserError(f"{flag} {value!r}: not an integer")
+    number = int(text)
     if number < minimum:
         raise UserError(f"{flag} {value!r}: must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise UserError(f"{flag} {value!r}: must be at most {maximum}")
     return number
+
+
+def _number(flag: str, value, what: str) -> float:
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        raise UserError(f"{flag} {value!r}: not a {what}") from None
 
 
 def parse_seconds(flag: str, value) -> float:
     """A number of seconds above 0 (a fraction is fine)."""
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} {value!r}: not a number of seconds") from None
+    number = _number(flag, value, "number of seconds")
     if not number > 0:  # also refuses nan
         raise UserError(f"{flag} {value!r}: must be more than 0 seconds")
     if number == float("inf"):
@@ -35,12 +45,11 @@ def parse_seconds(flag: str, value) -> float:
     return number
 
 
-def parse_positive(flag: str, value) -> float:
-    """A finite number above 0 (a rate, a shape)."""
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} {value!r}: not a number") from None
+def parse_positive(flag: str, value, low: float = 0.0, high: float = float("inf")) -> float:
+    """A finite number above 0 (a rate, a shape); within [``low``, ``high``] where those are given."""
+    number = _number(flag, value, "number")
     if not number > 0 or number == float("inf"):  # also refuses nan
         raise UserError(f"{flag} {value!r}: must be a number above 0")
+    if not low <= number <= high:
+        raise UserError(f"{flag} {value!r}: must be between {low:g} and {high:g}")
     return number

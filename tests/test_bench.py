@@ -527,6 +527,21 @@ def test_task_empty_prompt_file_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr, "a traceback for a user mistake"
 
 
+def test_a_prompt_file_is_sized_before_the_probe_and_read_only_after_it(tmp_path):
+    huge = tmp_path / "huge.jsonl"
+    with open(huge, "wb") as handle:
+        handle.truncate((1 << 30) + 1)  # sparse: a 1 GiB file that costs no disk
+    port = free_port()
+    proc = invoke("bench", "--prompts", str(huge), "--endpoint", f"gone=http://127.0.0.1:{port}", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: {huge}: 1.0 GiB, more than the 1 GiB a prompt file may hold (every prompt is kept in memory for the "
+        "run): pass a subset"), proc.stderr
+    unread = tmp_path / "later.jsonl"
+    unread.write_text("not json at all\n")  # read only once an endpoint answers: the probe speaks first
+    proc = invoke("bench", "--prompts", str(unread), "--endpoint", f"gone=http://127.0.0.1:{port}", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "not reachable" in proc.stderr and "later.jsonl" not in proc.stderr, proc.stderr
+
+
 def test_task_runs_end_to_end(tmp_path):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     with SGLangServer(BASE) as server:

@@ -43,7 +43,7 @@ def test_bad_grids_are_one_line_errors():
         sweep.grid([], [1], [])
     with pytest.raises(UserError, match=r"--sweep-topk '1,x': 'x'"):
         sweep.parse_ints("--sweep-topk", "1,x")
-    with pytest.raises(UserError, match=r"--sweep-draft-tokens '1': '1' is not an integer of at least 2"):
+    with pytest.raises(UserError, match=r"--sweep-draft-tokens '1': '1' is not an integer from 2 to 1024"):
         sweep.parse_ints("--sweep-draft-tokens", "1", minimum=2)
 
 

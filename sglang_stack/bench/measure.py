@@ -22,6 +22,7 @@ import platform
 import re
 import socket
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -46,13 +47,22 @@ from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
 from sglang_stack.bench.display import Progress, say, tell  # noqa: F401 (what a run shows while it runs)
 from sglang_stack.bench.promptset import (  # noqa: F401 (callers read the prompt set through measure)
-    DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, load_prompts, random_prompts,
+    DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, check_size, load_prompts, random_prompts,
 )
 from sglang_stack.errors import UserError
 from sglang_stack.redact import redact
-from sglang_stack.flags import parse_count, parse_positive, parse_seconds
+from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds
 
 DEFAULT_LEVELS = (1, 4, 16)
+# Bounds a run is checked against before anything starts: past them a run would hang the client or
+# outlive any timeout (each cap is named in its refusal).
+MAX_CONCURRENCY = 10_000  # requests in flight from one client process
+MAX_LEVELS = 64
+RATE_RANGE = (1e-3, 1e6)  # requests/s: one per 17 minutes up to far past any one server
+BURSTINESS_RANGE = (1e-2, 1e2)  # the gamma shape of the arrivals
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 1 << 20  # one prompt's input or output length: past every served context
+MAX_RANDOM_TOKENS = 1 << 26  # the whole random set, held in memory as ids and words
 DEFAULT_RESULTS = ROOT / "bench-results"
 
 
@@ -100,13 +110,22 @@ def parse_endpoints(specs: Iterable[str]) -> list[Endpoint]:
     return out
 
 
-def parse_levels(text: str | Sequence[int]) -> list[int]:
-    """``"1,4,16"`` -> ``[1, 4, 16]``: distinct positive integers, kept in order."""
-    items = [str(x).strip() for x in (text.split(",") if isinstance(text, str) else text)]
+def parse_levels(text: str | int | Sequence[int]) -> list[int]:
+    """``"1,4,16"`` -> ``[1, 4, 16]``: distinct positive integers up to ``MAX_CONCURRENCY``, kept in order.
+
+    Also a bare number or a list, as invoke.yaml's ``stack.bench.levels`` may hold."""
+    if isinstance(text, str):
+        items = [x.strip() for x in text.split(",")]
+    elif isinstance(text, (list, tuple)):
+        items = [str(x).strip() for x in text]
+    else:
+        items = [str(text).strip()]
+    if len(items) > MAX_LEVELS:
+        raise UserError(f"--levels {text!r}: {len(items)} levels; at most {MAX_LEVELS} in one run")
     levels: list[int] = []
     for item in items:
-        if not item.isdigit() or int(item) < 1:
-            raise UserError(f"--levels {text!r}: {item!r} is not a positive integer (e.g. --levels 1,4,16)")
+        if not INTEGER.fullmatch(item) or not 1 <= int(item) <= MAX_CONCURRENCY:
+            raise UserError(f"--levels {text!r}: {item!r} is not an integer from 1 to {MAX_CONCURRENCY} (e.g. --levels 1,4,16)")
         if int(item) not in levels:
             levels.append(int(item))
     if not levels:
@@ -212,7 +231,7 @@ def run(
     target = Target(parse_api(api), stream=bool(stream), model=model or None)
     rate = parse_rate(request_rate)
     options = Options(
-        levels=[parse_count("--max-concurrency", max_concurrency, 0) if max_concurrency not in (None, "") else 0]
+        levels=[parse_count("--max-concurrency", max_concurrency, 0, MAX_CONCURRENCY) if max_concurrency not in (None, "") else 0]
         if rate is not None else parse_levels(levels),
         repeats=parse_count("--repeats", repeats, 1),
         warmup=parse_count("--warmup", warmup, 0),
@@ -223,14 +242,14 @@ def run(
         reference=reference or None,
         target=target,
         request_rate=rate,
-        burstiness=parse_positive("--burstiness", burstiness),
+        burstiness=parse_positive("--burstiness", burstiness, *BURSTINESS_RANGE),
         seed=parse_count("--seed", seed, 0),
-        num_requests=parse_count("--num-requests", num_requests, 1) if num_requests not in (None, "") else None,
+        num_requests=parse_count("--num-requests", num_requests, 1, MAX_REQUESTS) if num_requests not in (None, "") else None,
         percentiles=parse_percentiles(percentiles),
         slo=stats.parse_slo(slo),
         clock=clock,
     )
-    prompt_set = choose_prompts(prompts, dataset, options, random_input_len, random_output_len, random_range_ratio)
+    source = parse_dataset(prompts, dataset, options, random_input_len, random_output_len, random_range_ratio)
     if out:
         atomic.check_creatable(Path(out), "--out")  # before the probes: nothing is created for a run that cannot start
     api_key = compose.api_key(env)
@@ -238,6 +257,7 @@ def run(
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     out_dir = results_dir(out)  # created and proven writable before the first request
+    prompt_set = source.load()
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -253,7 +273,7 @@ def run(
 def parse_rate(value) -> float | None:
     if value in (None, "", "inf"):
         return None
-    return parse_positive("--request-rate", value)
+    return parse_positive("--request-rate", value, *RATE_RANGE)
 
 
 def parse_percentiles(value) -> tuple[float, ...]:
@@ -272,24 +292,54 @@ def parse_percentiles(value) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
-def choose_prompts(prompts, dataset, options: Options, input_len, output_len, range_ratio) -> PromptSet:
-    """The prompt set: --prompts (our JSONL or a ShareGPT file), or --dataset random."""
+@dataclass(frozen=True)
+class Dataset:
+    """Where a run's prompts come from, checked whole before any request; ``load`` reads or makes them
+    (after the endpoints answered: a large file is not read for a run that cannot start)."""
+
+    path: Path | None = None  # a JSONL or ShareGPT file; None for random
+    num_prompts: int = 0
+    input_len: int = 0
+    output_len: int = 0
+    range_ratio: float = 0.0
+    seed: int = 0
+
+    def load(self) -> PromptSet:
+        if self.path is None:
+            return random_prompts(self.num_prompts, self.input_len, self.output_len, self.range_ratio, self.seed)
+        return load_prompts(self.path)
+
+
+def parse_dataset(prompts, dataset, options: Options, input_len, output_len, range_ratio) -> Dataset:
+    """--prompts (our JSONL or a ShareGPT file), or --dataset random with its lengths, within the caps."""
     kind = (dataset or "prompts").strip()
     if kind == "random":
         if prompts:
             raise UserError("--prompts and --dataset random: choose one")
-        return random_prompts(options.num_requests or 64, parse_count("--random-input-len", input_len, 1),
-                              parse_count("--random-output-len", output_len, 1), parse_fraction(range_ratio), options.seed)
+        n = options.num_requests or 64
+        ratio = parse_fraction(range_ratio)
+        out = Dataset(None, n, parse_count("--random-input-len", input_len, 1, MAX_TOKENS),
+                      parse_count("--random-output-len", output_len, 1, MAX_TOKENS), ratio, options.seed)
+        if n * out.input_len * (1 + ratio) > MAX_RANDOM_TOKENS:
+            raise UserError(f"--dataset random: {n} prompts of up to {round(out.input_len * (1 + ratio))} tokens is more than "
+                            f"{MAX_RANDOM_TOKENS} tokens in all (they are held in memory): lower --num-requests or "
+                            "--random-input-len")
+        return out
     if kind != "prompts":
         raise UserError(f"--dataset {dataset!r}: choose prompts (--prompts, the default set or a ShareGPT file) or random")
-    return load_prompts(Path(prompts) if prompts else DEFAULT_PROMPTS)
+    path = Path(prompts) if prompts else DEFAULT_PROMPTS
+    check_size(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)")
+    return Dataset(path)
 
 
 def parse_fraction(value) -> float:
     try:
-        return float(value)
+        ratio = float(value)
     except (TypeError, ValueError):
         raise UserError(f"--random-range-ratio {value!r}: not a number") from None
+    if not 0.0 <= ratio < 1.0:  # also refuses nan
+        raise UserError(f"--random-range-ratio {value!r}: must be at least 0 and below 1")
+    return ratio
 
 
 def check_template(template: str | None) -> str | None:

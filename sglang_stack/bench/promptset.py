@@ -4,7 +4,7 @@
 - ShareGPT-format JSON (a list of ``{"conversations": [{"from": "human", "value": ...}, ...]}``),
   read from a local file, never downloaded: the first human turn of each conversation is a
   prompt, and ``output_len`` its ``max_new_tokens`` (no tokenizer runs here to count the
-  original answer). ``num_prompts`` and ``seed`` pick a reproducible subset.
+  original answer). The file is read whole, within ``PROMPTS_LIMIT``; JSON Lines stream.
 - ``random``: ``num_prompts`` prompts of random token ids (``input_len`` each) and
   ``output_len`` tokens to generate, both varied by ``range_ratio``, from ``seed``. The native
   API and completions send the ids themselves, so the input length is exact; chat sends
@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_stack.errors import UserError, read_text
+from sglang_stack.errors import UserError
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = PROMPTS_DIR / "v2.jsonl"
@@ -49,23 +50,69 @@ class PromptSet:
     """jsonl, sharegpt or random: how the set was made (the report says so)."""
 
 
+PROMPTS_LIMIT = 1 << 30  # ShareGPT's V3 file, the largest in common use, is 0.64 GB
+
+
+def check_size(path: Path, hint: str = "") -> int:
+    """A prompt file's size, refused past ``PROMPTS_LIMIT`` before a byte is read."""
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found{hint}") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
+    if not Path(path).is_file():
+        raise UserError(f"{path}: is not a file{hint}")
+    if st.st_size == 0:  # cheap enough to say before the endpoints are probed
+        raise UserError(f"{path}: the prompt file holds no prompts (one JSON object per line)")
+    if st.st_size > PROMPTS_LIMIT:
+        raise UserError(f"{path}: {st.st_size / 2**30:.1f} GiB, more than the {PROMPTS_LIMIT >> 30} GiB a prompt file may "
+                        "hold (every prompt is kept in memory for the run): pass a subset")
+    return st.st_size
+
+
 def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
-    """Read a prompt set: JSON Lines, one prompt per line, all of one ``version``.
+    """Read a prompt set: JSON Lines, one prompt per line, all of one ``version``; or a ShareGPT file.
 
     Each line holds ``version`` (int), ``id``, ``category`` (chat, code, math),
-    ``output`` (short, long), ``max_new_tokens`` (int > 0) and ``prompt``.
+    ``output`` (short, long), ``max_new_tokens`` (int > 0) and ``prompt``. Lines are read
+    one at a time (the file is hashed as it streams); a ShareGPT file, one JSON array, is
+    read whole, within ``PROMPTS_LIMIT``.
     """
     path = Path(path)
-    raw = read_text(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)").encode()
-    if raw.lstrip().startswith(b"[") and _is_sharegpt(raw):
-        return load_sharegpt(path, raw)
+    check_size(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096).lstrip()
+            handle.seek(0)
+            if not head.startswith(b"["):
+                return _load_jsonl(path, handle)
+            raw = handle.read()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
+        return load_sharegpt(path, doc, hashlib.sha256(raw).hexdigest())
+    return _load_jsonl(path, io.BytesIO(raw))  # not ShareGPT's layout: each line is named as JSON Lines
+
+
+def _load_jsonl(path: Path, handle) -> PromptSet:
+    digest = hashlib.sha256()
     prompts: list[Prompt] = []
     versions: set[int] = set()
     seen: set[str] = set()
-    for lineno, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+    for lineno, raw in enumerate(handle, 1):
+        digest.update(raw)
+        where = f"{path}:{lineno}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(f"{where}: not UTF-8 (byte {raw[err.start]:#04x}): save it as UTF-8") from None
         if not line.strip():
             continue
-        where = f"{path}:{lineno}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
@@ -89,24 +136,11 @@ def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
         raise UserError(f"{path}: the prompt file holds no prompts (one JSON object per line)")
     if len(versions) > 1:
         raise UserError(f"{path}: mixed prompt-set versions {sorted(versions)}: one file is one version")
-    return PromptSet(path, versions.pop(), tuple(prompts), hashlib.sha256(raw).hexdigest())
+    return PromptSet(path, versions.pop(), tuple(prompts), digest.hexdigest())
 
 
-def _is_sharegpt(raw: bytes) -> bool:
-    """A whole-file JSON array of objects: ShareGPT's layout (a JSON Lines file is one object per line)."""
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return False
-    return isinstance(doc, list) and bool(doc) and all(isinstance(r, dict) for r in doc)
-
-
-def load_sharegpt(path: Path, raw: bytes, num_prompts: int | None = None, output_len: int = 256, seed: int = 0) -> PromptSet:
-    """A ShareGPT-format file: the first human turn of each conversation, ``output_len`` tokens each."""
-    try:
-        records = json.loads(raw)
-    except ValueError as err:
-        raise UserError(f"{path}: not valid JSON: {err}") from None
+def load_sharegpt(path: Path, records: list[dict], sha256: str, output_len: int = 256) -> PromptSet:
+    """A ShareGPT-format file's records: the first human turn of each conversation, ``output_len`` tokens each."""
     prompts = []
     for i, record in enumerate(records if isinstance(records, list) else []):
         turns = record.get("conversations") if isinstance(record, dict) else None
@@ -117,9 +151,7 @@ def load_sharegpt(path: Path, raw: bytes, num_prompts: int | None = None, output
     if not prompts:
         raise UserError(f"{path}: no conversation with a human turn (expected ShareGPT's "
                         '[{"conversations": [{"from": "human", "value": ...}]}])')
-    if num_prompts:
-        prompts = random.Random(seed).sample(prompts, min(num_prompts, len(prompts)))
-    return PromptSet(path, 0, tuple(prompts), hashlib.sha256(raw).hexdigest(), kind="sharegpt")
+    return PromptSet(path, 0, tuple(prompts), sha256, kind="sharegpt")
 
 
 def random_prompts(num_prompts: int, input_len: int, output_len: int, range_ratio: float = 0.0, seed: int = 0) -> PromptSet:

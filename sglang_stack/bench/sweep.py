@@ -29,6 +29,7 @@ from sglang_stack import shell
 from sglang_stack.bench.measure import Options, Progress, PromptSet, Results
 from sglang_stack.bench.client import Endpoint, RequestFailed
 from sglang_stack.errors import UserError
+from sglang_stack.flags import INTEGER
 from sglang_stack.redact import redact
 
 SERVICE = "eagle3"
@@ -54,16 +55,23 @@ class PointFailed(Exception):
     """This grid point's server did not come up; the sweep records it and goes on."""
 
 
-def parse_ints(flag: str, text: str | Sequence[int], minimum: int = 1) -> list[int]:
-    items = [str(x).strip() for x in (text.split(",") if isinstance(text, str) else text)]
+MAX_GRID = 256  # server restarts in one sweep: each is minutes of model load
+MAX_STEPS, MAX_TOPK, MAX_DRAFT_TOKENS = 32, 64, 1024
+
+
+def parse_ints(flag: str, text: str | int | Sequence[int], minimum: int = 1, maximum: int = MAX_DRAFT_TOKENS) -> list[int]:
+    """Distinct integers in ``[minimum, maximum]``, in the order given."""
+    items = [str(x).strip() for x in (text.split(",") if isinstance(text, str) else
+                                      text if isinstance(text, (list, tuple)) else [text])]
     items = [x for x in items if x]
-    out: list[int] = []
+    if len(items) > MAX_GRID:
+        raise UserError(f"{flag} {text!r}: {len(items)} values; a sweep takes at most {MAX_GRID} points")
+    out: dict[int, None] = {}
     for item in items:
-        if not item.isdigit() or int(item) < minimum:
-            raise UserError(f"{flag} {text!r}: {item!r} is not an integer of at least {minimum}")
-        if int(item) not in out:
-            out.append(int(item))
-    return out
+        if not INTEGER.fullmatch(item) or not minimum <= int(item) <= maximum:
+            raise UserError(f"{flag} {text!r}: {item!r} is not an integer from {minimum} to {maximum}")
+        out[int(item)] = None
+    return list(out)
 
 
 def max_draft_tokens(steps: int, topk: int) -> int:
@@ -94,14 +102,17 @@ def grid(steps: Sequence[int], topks: Sequence[int], draft_tokens: Sequence[int]
         raise UserError(
             f"--sweep-topk {','.join(map(str, topks))}: a topk above 1 needs --sweep-draft-tokens (e.g. 4,8,16)"
         )
-    points: list[GridPoint] = []
+    size = len(steps) * len(topks) * max(1, len(draft_tokens))
+    if size > MAX_GRID:  # before the points are built: a sweep this large would restart the server for days
+        raise UserError(f"--sweep-steps x --sweep-topk x --sweep-draft-tokens: {len(steps)} x {len(topks)} x "
+                        f"{max(1, len(draft_tokens))} = {size} points; a sweep takes at most {MAX_GRID}")
+    points: dict[GridPoint, None] = {}
     for s in steps:
         for k in topks:
             counts = [s + 1] if k == 1 else [d for d in draft_tokens if 2 <= d <= max_draft_tokens(s, k)]
             for d in counts:
-                point = GridPoint(s, k, d)
-                if point not in points:
-                    points.append(point)
+                points[GridPoint(s, k, d)] = None
+    points = list(points)
     if not points:
         raise UserError(
             f"--sweep-draft-tokens {','.join(map(str, draft_tokens))}: no count fits the trees of "
@@ -317,14 +328,14 @@ def run(
         percentiles=bench.parse_percentiles(load.get("percentiles")),
         clock=clock,
     )
-    points = grid(parse_ints("--sweep-steps", steps), parse_ints("--sweep-topk", topk),
+    points = grid(parse_ints("--sweep-steps", steps, maximum=MAX_STEPS), parse_ints("--sweep-topk", topk, maximum=MAX_TOPK),
                   parse_ints("--sweep-draft-tokens", draft_tokens, minimum=2))
     rank_level = min(options.levels) if level in (None, "") else bench.parse_count("--sweep-level", level, 1)
     if rank_level not in options.levels:
         raise UserError(f"--sweep-level {rank_level}: not one of --levels {','.join(map(str, options.levels))}")
     ready = bench.parse_seconds("--ready-timeout", ready_timeout)
-    prompt_set = bench.choose_prompts(prompts, load.get("dataset"), options, load.get("random_input_len", 512),
-                                      load.get("random_output_len", 256), load.get("random_range_ratio", 0.0))
+    source = bench.parse_dataset(prompts, load.get("dataset"), options, load.get("random_input_len", 512),
+                                 load.get("random_output_len", 256), load.get("random_range_ratio", 0.0))
     if endpoints:
         given = bench.parse_endpoints(endpoints)
         if len(given) != 1 or given[0].name != service:
@@ -338,6 +349,7 @@ def run(
         log_tail = log_tail or (lambda: compose_log_tail(engine, service))
     out_dir = bench.results_dir(out)
     api_key = compose.api_key(env)
+    prompt_set = source.load()
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None
     results = Results(out_dir, meta)
