@@ -167,3 +167,70 @@ def test_flush_cache_reports_whether_it_happened():
         assert server.flushes == 1, "the server was not asked to flush"
     with SGLangServer(Behaviour(flush_status=400)) as server:
         assert client.flush_cache(Endpoint("x", server.url), None, 1.0) == (False, "answered HTTP 400 (requests still pending)")
+
+
+# --- answers of an unexpected shape: a failed request, never a crash ----------------------
+
+
+@contextlib.contextmanager
+def answering(raw: bytes, content_type: str = "text/event-stream"):
+    """A loopback server that answers every POST with ``raw``, as it is."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def events(*payloads: str) -> bytes:
+    return b"".join(f"data: {p}\n\n".encode() for p in payloads) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("raw, says", [
+    (events("null"), "an event that is not a JSON object in the stream: b'null'"),
+    (events("5"), "an event that is not a JSON object"),
+    (events('["a"]'), "an event that is not a JSON object"),
+    (events('{"meta_info": []}'), "event without meta_info.completion_tokens"),
+    (events('{"meta_info": {"completion_tokens": 1, "finish_reason": "stop", "spec_accept_length": "x"}}'),
+     "meta_info.spec_accept_length is 'x', not the figure SGLang sends"),
+    (events('{"meta_info": {"completion_tokens": 1, "finish_reason": "stop", "spec_accept_histogram": [1, "2"]}}'),
+     "meta_info.spec_accept_histogram is"),
+])
+def test_a_generate_stream_of_another_shape_fails_the_request(raw, says):
+    with answering(raw) as url:
+        with pytest.raises(RequestFailed, match=says):
+            client.stream_generate(url, body(2), None, 5.0)
+
+
+@pytest.mark.parametrize("api, stream, raw", [
+    ("chat", True, events("null")),
+    ("chat", True, events('{"choices": "x"}')),
+    ("chat", True, events('{"choices": [null]}')),
+    ("chat", True, events('{"choices": [{"delta": "x"}], "usage": 7}')),
+    ("completions", True, events('{"choices": [{"text": 5}]}')),
+    ("completions", False, b'[1, 2]'),
+    ("completions", False, b'{"choices": 3, "usage": []}'),
+])
+def test_an_openai_answer_of_another_shape_fails_the_request(api, stream, raw):
+    from sglang_stack.bench import targets
+
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    with answering(raw, "text/event-stream" if stream else "application/json") as url:
+        with pytest.raises(RequestFailed):
+            targets.openai_request(url, path, api, {"stream": stream}, None, 5.0, client.Timing())

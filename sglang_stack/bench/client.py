@@ -283,6 +283,8 @@ def sse_events(resp, clock, start: float):
             event = json.loads(data)
         except ValueError:
             raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
+        if not isinstance(event, dict):  # `data: null`, a bare number or list: no SGLang or OpenAI event
+            raise RequestFailed(f"an event that is not a JSON object in the stream: {data[:120]!r}")
         if "error" in event:
             err = event["error"]
             raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
@@ -316,7 +318,7 @@ def stream_generate(
             raise RequestFailed(f"HTTP {resp.status} {resp.reason}: {detail[:300]}")
         for now, event in sse_events(resp, clock, start):
             meta = event.get("meta_info") or {}
-            tokens = meta.get("completion_tokens")
+            tokens = meta.get("completion_tokens") if isinstance(meta, dict) else None
             if not isinstance(tokens, int):
                 raise RequestFailed("event without meta_info.completion_tokens: is this SGLang's /generate?")
             sample.chunks += 1
@@ -346,10 +348,16 @@ SPEC_FIELDS = ("spec_accept_length", "spec_verify_ct", "spec_accept_rate", "spec
 
 
 def keep_spec(sample: Timing, meta: dict) -> None:
-    """Copy every ``spec_*`` figure of a final ``meta_info`` into ``sample``, unchanged."""
+    """Copy every ``spec_*`` figure of a final ``meta_info`` into ``sample``, unchanged; one of another
+    type (not a number, the histogram not a list of counts) fails the request, naming it."""
     for key in SPEC_FIELDS:
-        if meta.get(key) is not None:
-            setattr(sample, key, meta[key])
+        value = meta.get(key)
+        if value is None:
+            continue
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        if not (all(number(v) for v in value) if key == "spec_accept_histogram" and isinstance(value, list) else number(value)):
+            raise RequestFailed(f"meta_info.{key} is {str(value)[:60]!r}, not the figure SGLang sends")
+        setattr(sample, key, value)
 
 
 def generate_once(url: str, body: dict, api_key: str | None, timeout: float, sample: Timing, clock=time.perf_counter) -> Timing:

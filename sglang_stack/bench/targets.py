@@ -84,28 +84,37 @@ def served_model(endpoint: Endpoint, api_key: str | None, timeout: float) -> str
     """The first model ``/v1/models`` lists: what an OpenAI request names when ``--model`` is not given."""
     try:
         status, raw = http_get(endpoint.url, "/v1/models", api_key, timeout)
-        models = json.loads(raw).get("data") if status == 200 else None
-    except (RequestFailed, ValueError, AttributeError):
-        models = None
-    if not models or not isinstance(models[0], dict) or not models[0].get("id"):
+        doc = json.loads(raw) if status == 200 else None
+    except (RequestFailed, ValueError):
+        doc = None
+    models = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(models, list) or not models or not isinstance(models[0], dict) or not models[0].get("id"):
         raise UserError(f"endpoint {endpoint.name} at {endpoint.url}: /v1/models names no model; pass --model NAME")
     return str(models[0]["id"])
 
 
+def _choice(event: dict) -> dict:
+    """The first choice of an answer or event, ``{}`` where there is none of the expected shape."""
+    choices = event.get("choices")
+    return choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _content(event: dict, api: str) -> str:
-    choices = event.get("choices") or []
-    if not choices:
-        return ""
-    choice = choices[0]
+    choice = _choice(event)
     if api == "chat":
         delta = choice.get("delta") or choice.get("message") or {}
-        return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
-    return choice.get("text") or ""
+        if not isinstance(delta, dict):
+            return ""
+        return _text(delta.get("content")) + _text(delta.get("reasoning_content"))
+    return _text(choice.get("text"))
 
 
 def _finish(event: dict):
-    choices = event.get("choices") or []
-    return choices[0].get("finish_reason") if choices else None
+    return _choice(event).get("finish_reason")
 
 
 def openai_request(url: str, path: str, api: str, body: dict, api_key: str | None, timeout: float,
@@ -124,13 +133,15 @@ def openai_request(url: str, path: str, api: str, body: dict, api_key: str | Non
             raise RequestFailed(f"HTTP {resp.status} from {path}: {detail[:300]}")
         if not body.get("stream"):
             answer = json.loads(resp.read())
+            if not isinstance(answer, dict):
+                raise RequestFailed(f"{path} answered JSON that is not an object: {str(answer)[:120]!r}")
             sample.latency_s = clock() - start
             sample.finish_reason = _finish(answer)
-            usage = answer.get("usage") or None
+            usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else None
             sample.chunks = 1
         else:
             for now, event in sse_events(resp, clock, start):
-                if event.get("usage"):
+                if isinstance(event.get("usage"), dict):
                     usage = event["usage"]
                 if _content(event, api):
                     stamps.append(now)
