@@ -12,12 +12,15 @@ import sys
 from invoke import Collection, Exit, task
 
 from sglang_stack import ROOT
-from sglang_stack.cli import check_project_config, quiet_interrupts, shape_parse_errors, user_errors
+from sglang_stack.cli import check_project_config, optional_positionals, quiet_interrupts, shape_parse_errors, user_errors
 from sglang_stack.errors import UserError
 
 
 if "invoke.main" in sys.modules:  # run by the `invoke` command (or python -m invoke), not imported by a test
     quiet_interrupts()
+    # Before shape_parse_errors wraps it again: `invoke doctor eagle3`, like `invoke up eagle3`.
+    optional_positionals(sys.modules["invoke.main"].program,
+                         {"doctor": "service", "status": "service", "model-revision": "role", "models-verify": "role"})
     shape_parse_errors(sys.modules["invoke.main"].program)
     check_project_config(ROOT)
 
@@ -475,16 +478,17 @@ def logs(c, service, follow=True, tail="200"):
     compose.logs(c.stack.engine, service, follow=follow, tail=tail)
 
 
-@task
+@task(help={"service": "only this service: baseline, eagle3 or router, also positionally (default: every one)"})
 @user_errors
-def status(c):
+def status(c, service=None):
     """One line per service: state, health, published address, uptime; says when the router is down."""
     from sglang_stack.services import compose
 
-    compose.status(c.stack.engine)
+    compose.status(c.stack.engine, only=compose.check_service_name(service) if service else None)
 
 
-@task(help={"service": "which service to check for: baseline, eagle3 or router (default: eagle3, which also needs the drafter)"})
+@task(help={"service": "which service to check for: baseline, eagle3 or router, also positionally (default: eagle3, "
+                       "which also needs the drafter)"})
 @user_errors
 def doctor(c, service="eagle3"):
     """Check this host for SERVICE, one line per check, each FAIL with its fix.

@@ -170,11 +170,41 @@ def shape_parse_errors(program) -> None:
             except ParseError as err:
                 raise Exit(f"error: {parse_error_line(err, sys.argv[1:])}", code=2) from None
 
+        wrapper.__shaped__ = True
         return wrapper
 
     for name in ("parse_tasks", "parse_cleanup"):
-        if not hasattr(getattr(program, name), "__wrapped__"):
+        if not getattr(getattr(program, name), "__shaped__", False):
             setattr(program, name, shaped(getattr(program, name)))
+
+
+def optional_positionals(program, flags: dict[str, str]) -> None:
+    """Let ``invoke doctor eagle3`` mean ``invoke doctor --service eagle3``, as ``invoke up eagle3`` does.
+
+    Invoke fills a positional argument only while it has no value, so one with a default
+    (``doctor``'s eagle3, ``status``'s every service) can never be given positionally, and
+    Invoke has no optional positionals (pyinvoke/invoke#159). ``flags`` maps a task to the
+    flag its first bare word stands for: a word right after that task's name that is neither
+    a flag nor a task gets the flag put before it, before Invoke parses the tasks.
+    """
+    step = program.parse_tasks
+    if getattr(step, "__positionals__", False):
+        return
+
+    @functools.wraps(step)
+    def wrapper():
+        tasks = set(program.collection.task_names) | {a for v in program.collection.task_names.values() for a in v}
+        argv, out = list(program.core.unparsed), []
+        for i, token in enumerate(argv):
+            out.append(token)
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if token in flags and nxt is not None and not nxt.startswith("-") and nxt not in tasks:
+                out.append(f"--{flags[token]}")
+        program.core.unparsed = out
+        return step()
+
+    wrapper.__positionals__ = True
+    program.parse_tasks = wrapper
 
 
 def check_project_config(root: Path) -> None:

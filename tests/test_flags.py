@@ -106,3 +106,43 @@ def test_numbers_parse_and_bad_ones_name_the_flag():
     for bad in ("-1", "0", "nan", "-inf"):
         with pytest.raises(UserError, match=rf"^--interval {bad!r}: must be more than 0 seconds$"):
             parse_seconds("--interval", bad)
+
+
+# --- every service- or role-taking task takes it positionally, as `invoke up eagle3` does ---------
+
+
+@pytest.mark.parametrize("task, word, flag", [("model-revision", "drafter", "--role"), ("models-verify", "drafter", "--role"),
+                                              ("doctor", "nosuch", "--service"), ("status", "nosuch", "--service")])
+def test_the_first_word_is_the_service_or_role(capsys, task, word, flag):
+    positional = run_invoke(capsys, task, word)
+    assert positional == run_invoke(capsys, task, flag, word), f"`invoke {task} {word}` is not `invoke {task} {flag} {word}`"
+    code, err = positional
+    assert code != 0 and "no such task or flag" not in err and "Traceback" not in err, err
+    assert word in err or "lightseekorg" in err, err
+
+
+def test_a_task_name_after_a_task_is_still_a_task(capsys):
+    """`invoke doctor status`: two tasks, not a service called status."""
+    from sglang_stack.cli import optional_positionals
+
+    class Core:
+        unparsed = ["doctor", "status", "model-revision", "drafter", "doctor", "--service", "router"]
+
+    class Program:
+        core = Core()
+        collection = type("C", (), {"task_names": {"doctor": [], "status": [], "model-revision": ["rev"]}})()
+
+        def parse_tasks(self):
+            return list(self.core.unparsed)
+
+    program = Program()
+    optional_positionals(program, {"doctor": "service", "status": "service", "model-revision": "role"})
+    assert program.parse_tasks() == ["doctor", "status", "model-revision", "--role", "drafter", "doctor", "--service", "router"]
+
+
+def test_a_missing_revision_stops_the_download_line():
+    """The README's `rev=$(invoke model-revision ROLE) && hf download ...`: no pin, no download."""
+    proc = subprocess.run(["bash", "-c", f"rev=$({sys.executable} -m invoke model-revision bogus) && echo downloading"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "downloading" not in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == "error: --role 'bogus': choose one of target, drafter", proc.stderr

@@ -186,3 +186,36 @@ def test_bench_records_the_pins_and_whether_the_directories_match(pinned, tmp_pa
                                                   "dir": str(directory), "matches": True}}
     (directory / "config.json").unlink()
     assert provenance.models(env)["drafter"]["matches"] is False
+
+
+PIN = f'[[model]]\nrole = "drafter"\nrepo = "lightseekorg/kimi-k2.5-eagle3"\ntrack = "main"\nrevision = "{COMMIT}"\n'
+
+
+@pytest.mark.parametrize("body, says", [
+    ("schema = true\n", "schema: expected 1, got True"),
+    ("schema = 1\nmodel = 3\n", "model: each model is a [[model]] table"),
+    ("schema = 1\nmodel = [1, 2]\n", "model: each model is a [[model]] table"),
+    ("schema = 1\n" + PIN + "files = 7\n", "model[drafter].files: a list of"),
+    ("schema = 1\n" + PIN + 'files = ["a"]\n', "model[drafter].files[0]: 'a' is not a { name, size"),
+    ("schema = 1\n" + PIN + 'files = [{ name = "a\\u0000b", size = 1, sha256 = "' + "a" * 64 + '" }]\n',
+     "files[0].name: 'a\\x00b' is not a relative file name"),
+    ("schema = 1\n" + PIN + 'files = [{ name = "a\\\\b", size = 1, sha256 = "' + "a" * 64 + '" }]\n', "is not a relative file name"),
+    ("schema = 1\n" + PIN + 'files = [{ name = "a", size = true, sha256 = "' + "a" * 64 + '" }]\n', "size: True is not a byte count"),
+    ("schema = 1\n" + PIN + 'files = [{ name = "a", size = 1, sha256 = 5 }]\n', "sha256 and git_sha1 are hex strings"),
+    ("schema = 1\n" + PIN.replace('track = "main"', "track = 3"), "model[drafter].track: 3 is not a branch or tag name"),
+    ("schema = 1\n" + PIN.replace(f'revision = "{COMMIT}"', "revision = 0"), "model[drafter].revision: 0 is not a 40-hex"),
+])
+def test_a_models_lock_of_another_shape_is_one_line(tmp_path, body, says):
+    path = tmp_path / "models.lock"
+    path.write_text(body)
+    with pytest.raises(UserError) as err:
+        models.load(path)
+    assert says in str(err.value) and "\n" not in str(err.value), err.value
+
+
+def test_the_doctor_names_a_bad_models_lock_instead_of_crashing(tmp_path, monkeypatch):
+    monkeypatch.setattr(models, "MODELS_LOCK", tmp_path / "models.lock")
+    (tmp_path / "models.lock").write_text("schema = 1\n" + PIN + 'files = [{ name = "a\\u0000b", size = 1, sha256 = "'
+                                          + "a" * 64 + '" }]\n')
+    check = inputs._pin_check("drafter", model_dir(tmp_path), "D")
+    assert check.status == "FAIL" and "is not a relative file name" in check.detail, check

@@ -539,15 +539,15 @@ def logs(engine: str, name: str, follow: bool, tail: str) -> None:
     shell.run(compose_argv(engine, *args, profiles=[name]), what="docker compose logs")
 
 
-def status(engine: str, out: Callable[[str], None] = print) -> list[dict]:
-    """One line per service container; a service that is not up says how to start it.
+def status(engine: str, out: Callable[[str], None] = print, only: str | None = None) -> list[dict]:
+    """One line per service container (or for ``only``); a service that is not up says how to start it.
 
     A router that is not running says it is down in so many words: clients of its
     address get connection refused even while every worker is healthy.
     """
     check_services(ALL_SERVICES)
     require_engine(engine)
-    rows = ps(engine)
+    rows = [row for row in ps(engine) if only is None or row.get("Service") == only]
     seen = {row.get("Service") for row in rows}
     for row in rows:
         line = describe(row)
@@ -555,7 +555,7 @@ def status(engine: str, out: Callable[[str], None] = print) -> list[dict]:
             why = "no worker answers /health" if row.get("State") == "running" else "clients get connection refused"
             line += f"  -- router DOWN: {why}; invoke logs router, invoke up router"
         out(line)
-    for name in ALL_SERVICES:
+    for name in ALL_SERVICES if only is None else (only,):
         if name not in seen:
             hint = "router down (not created): invoke up router" if name == ROUTER else f"invoke up {name}"
             out(f"{name:<9} {'not created':<22} {'-':<26} {hint}")

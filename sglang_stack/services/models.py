@@ -30,12 +30,14 @@ SCHEMA = 1
 ROLES = ("target", "drafter")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+# A file of a Hub repository, as a relative POSIX path: printable, no backslash, no leading slash.
+FILE_NAME = re.compile(r"(?!/)[^\x00-\x1f\x7f\\]{1,1024}")
 HEADER = """\
 # models.lock: each model repository by commit, with every file's size and hash as the Hub records them.
 #
 #   invoke models-lock             resolve each `track` to its commit and record the files (network: the Hub)
 #   invoke models-verify           hash MODEL_DIR (--role drafter: DRAFT_MODEL_DIR) against it, in parallel
-#   hf download REPO --revision "$(invoke model-revision ROLE)" --local-dir DIR
+#   rev=$(invoke model-revision ROLE) && hf download REPO --revision "$rev" --local-dir DIR
 #
 # Written by `invoke models-lock`: edit `repo` or `track`, then run it again. An empty `revision`
 # is a repository not pinned yet. `sha256` is the Hub's LFS hash; `git_sha1` its git blob id.
@@ -77,11 +79,14 @@ def load(path: Path | None = None) -> dict[str, Model]:
         data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"{path}: invalid TOML: {err}") from None
-    if data.get("schema") != SCHEMA:
+    if type(data.get("schema")) is not int or data["schema"] != SCHEMA:
         raise UserError(f"{path}: schema: expected {SCHEMA}, got {data.get('schema')!r}")
+    entries = data.get("model", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UserError(f"{path}: model: each model is a [[model]] table")
     out = {}
-    for i, entry in enumerate(data.get("model", [])):
-        where = f"{path.name}: model[{entry.get('role', i)}]"
+    for i, entry in enumerate(entries):
+        where = f"{path.name}: model[{entry['role'] if isinstance(entry.get('role'), str) else i}]"
         unknown = set(entry) - {"role", "repo", "track", "revision", "files", "acceptance"}
         if unknown:
             raise UserError(f"{where}: unknown key {sorted(unknown)[0]!r}")
@@ -91,16 +96,27 @@ def load(path: Path | None = None) -> dict[str, Model]:
         if not isinstance(repo, str) or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
             raise UserError(f"{where}.repo: {repo!r} is not a Hub repository (OWNER/NAME)")
         revision = entry.get("revision", "")
-        if revision and not (isinstance(revision, str) and COMMIT.fullmatch(revision)):
+        if not isinstance(revision, str) or revision and not COMMIT.fullmatch(revision):
             raise UserError(f"{where}.revision: {revision!r} is not a 40-hex commit (run `invoke models-lock`)")
+        track = entry.get("track", "main")
+        if not isinstance(track, str) or not re.fullmatch(r"[\w./-]{1,255}", track):
+            raise UserError(f"{where}.track: {track!r} is not a branch or tag name")
+        listed = entry.get("files", [])
+        if not isinstance(listed, list):
+            raise UserError(f"{where}.files: a list of {{ name, size, sha256 | git_sha1 }} tables")
         files = []
-        for j, f in enumerate(entry.get("files", [])):
+        for j, f in enumerate(listed):
+            if not isinstance(f, dict):
+                raise UserError(f"{where}.files[{j}]: {f!r} is not a {{ name, size, sha256 | git_sha1 }} table")
             name, size = f.get("name"), f.get("size")
-            if not isinstance(name, str) or not name or name.startswith("/") or ".." in Path(name).parts:
-                raise UserError(f"{where}.files[{j}].name: {name!r} is not a relative file name")
-            if not isinstance(size, int) or size < 0:
+            if not isinstance(name, str) or not FILE_NAME.fullmatch(name) or ".." in name.split("/"):
+                raise UserError(f"{where}.files[{j}].name: {name!r} is not a relative file name (no control "
+                                "characters, backslashes, leading /, or ..)")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise UserError(f"{where}.files[{j}] ({name}).size: {size!r} is not a byte count")
             sha, sha1 = f.get("sha256", ""), f.get("git_sha1", "")
+            if not isinstance(sha, str) or not isinstance(sha1, str):
+                raise UserError(f"{where}.files[{j}] ({name}): sha256 and git_sha1 are hex strings")
             if not (SHA256.fullmatch(sha) if sha else re.fullmatch(r"[0-9a-f]{40}", sha1 or "")):
                 raise UserError(f"{where}.files[{j}] ({name}): needs a sha256 or a git_sha1")
             files.append(ModelFile(name, size, sha, sha1))
@@ -109,7 +125,7 @@ def load(path: Path | None = None) -> dict[str, Model]:
         acceptance = entry.get("acceptance")
         if acceptance is not None:
             _check_acceptance(acceptance, f"{where}.acceptance", role)
-        out[role] = Model(role, repo, entry.get("track", "main"), revision, tuple(files), acceptance)
+        out[role] = Model(role, repo, track, revision, tuple(files), acceptance)
     return out
 
 

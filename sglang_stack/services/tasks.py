@@ -108,10 +108,13 @@ def models_verify(c, role="target", dir=None, workers=None):
     print(f"ok   {directory}: all {len(model.files)} files ({model.size / 1e9:.2f} GB) match {model.repo}@{model.revision}")
 
 
-@task(help={"role": "target or drafter (default: target)"})
+@task(help={"role": "target or drafter, also positionally (default: target)"})
 @user_errors
 def model_revision(c, role="target"):
-    """Print the commit models.lock pins for ROLE, for `hf download REPO --revision "$(invoke model-revision)"`."""
+    """Print the commit models.lock pins for ROLE, for `hf download REPO --revision "$(invoke model-revision ROLE)"`.
+
+    Prints nothing but the commit, and exits non-zero with the reason on stderr when there
+    is none: under `set -e` (or with `|| exit`) the download stops instead of fetching main."""
     print(_pinned(role).revision)
 
 
