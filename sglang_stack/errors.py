@@ -19,15 +19,23 @@ class UserError(Exception):
         self.code = code
 
 
-def read_text(path: Path, hint: str = "") -> str:
+TEXT_LIMIT = 4 << 20  # the largest file a user edits here (requirements.lock.txt) is 0.3 MB
+
+
+def read_text(path: Path, hint: str = "", limit: int = TEXT_LIMIT) -> str:
     """The UTF-8 text of a file the user provides or edits; anything wrong with it is one line naming it.
 
     Covers what a hand-edited tree meets: the file missing, a directory in its
-    place, no permission, and bytes that are not UTF-8 (a Latin-1 editor, a
-    stray binary paste). ``hint`` is appended to the "not found" line.
+    place, no permission, bytes that are not UTF-8 (a Latin-1 editor, a stray
+    binary paste), and a file far larger than its kind ever is (``limit`` bytes,
+    refused before it is read, the cap in the message). ``hint`` is appended to
+    the "not found" line.
     """
     path = Path(path)
     try:
+        size = path.stat().st_size if path.is_file() else 0
+        if size > limit:
+            raise UserError(f"{path}: {size} bytes, more than the {limit} such a file may hold: is it the right file?")
         data = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: not found{hint}") from None

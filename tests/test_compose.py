@@ -610,3 +610,67 @@ def test_latest_state_of_a_log(log, latest):
 def test_logs_refuses_an_unknown_service():
     with pytest.raises(UserError, match="unknown service"):
         compose.logs("docker", "nope", follow=False, tail="1")
+
+
+# --- one reader of .env: ours agrees with Compose's own, on the same bytes -----------------------
+
+ENV_CASES = {
+    "plain": b"A=1\nB=two words\nC=\n",
+    "bom": b"\xef\xbb\xbfA=1\nB=2\n",
+    "crlf": b"A=1\r\nB=2\r\nC=3",
+    "export and spaces": b"export A=1\n  B = 2  \nC=3 # comment\n# D=4\n",
+    "quotes": b"A='single ${X}'\nB=\"double # not a comment\"\nC=\"esc\\\\aped\\\"\"\n",
+    "interpolation": b"A=base\nB=${A}-x\nC=${UNSET:-fallback}\n",
+    "separator inside a value": "A=1\nB=\"q\u2028r\"\n".encode(),  # refused by ours, named: see below
+    "last wins": b"A=1\nA=2\n",
+}
+
+
+def compose_reads(tmp_path: Path, data: bytes) -> dict[str, str]:
+    """The values `docker compose config` resolves from ``data`` as the project's .env (no engine needed)."""
+    import shutil
+
+    if not shutil.which("docker") or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode:
+        from conftest import need
+
+        need("the docker CLI with its compose plugin")
+    (tmp_path / ".env").write_bytes(data)
+    names = "ABC"
+    (tmp_path / "compose.yaml").write_text("services:\n  s:\n    image: x\n    environment:\n"
+                                           + "".join(f"      {n}: ${{{n}-(unset)}}\n" for n in names))
+    proc = subprocess.run(["docker", "compose", "--project-directory", str(tmp_path), "config", "--format", "json"],
+                          capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    env = json.loads(proc.stdout)["services"]["s"]["environment"]
+    # `config` prints a literal $ as $$, so that its output reads back the same
+    return {n: v.replace("$$", "$") for n, v in env.items() if v != "(unset)"}
+
+
+@pytest.mark.parametrize("case", sorted(ENV_CASES))
+def test_the_doctor_reads_dotenv_as_compose_does(tmp_path, case):
+    theirs = compose_reads(tmp_path, ENV_CASES[case])
+    if case == "separator inside a value":
+        assert theirs["B"] == "q\u2028r", theirs  # Compose keeps it: ours names it instead of reading another value
+        with pytest.raises(UserError, match=r"\.env:2: U\+2028 LINE SEPARATOR in the line"):
+            variables.read_env_file(tmp_path / ".env", {})
+        return
+    ours, _ = variables.read_env_file(tmp_path / ".env", {})
+    assert {k: v for k, v in ours.items() if k in "ABC"} == theirs
+
+
+@pytest.mark.parametrize("data, says", [
+    ("A=1\nTP_SIZE=1\u2028TP_SIZE=8\n".encode(), ":2: U+2028 LINE SEPARATOR"),
+    (b"A=1\x0cB=2\n", ":1: U+000C a control character"),
+    (b"A=1\nB=\xef\xbb\xbf2\n", ":2: U+FEFF ZERO WIDTH NO-BREAK SPACE"),
+])
+def test_what_an_editor_hides_in_dotenv_is_named(tmp_path, data, says):
+    (tmp_path / ".env").write_bytes(data)
+    with pytest.raises(UserError, match=re.escape(says)):
+        variables.read_env_file(tmp_path / ".env", {})
+
+
+def test_a_dotenv_far_larger_than_any_is_refused_unread(tmp_path):
+    with open(tmp_path / ".env", "wb") as handle:
+        handle.truncate(40 << 20)
+    with pytest.raises(UserError, match=r"\.env: 41943040 bytes, more than the 1048576 such a file may hold"):
+        variables.read_env_file(tmp_path / ".env", {})

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
+from sglang_stack.errors import UserError
 from sglang_stack.image import lock as lockmod
 from sglang_stack.image import resolve as resolvemod
 
@@ -370,3 +371,11 @@ def test_cli_lock_check_names_a_version_edited_against_foreign_hashes(repo_copy)
     assert len(errors) == 1, f"one line for the one edited pin: {errors}"
     assert errors[0].startswith(f"error: requirements.lock.txt:{line}: jinja2==3.1.5: hash sha256:"), errors[0]
     assert "belongs to no file of that release" in errors[0], errors[0]
+
+
+def test_a_lock_far_larger_than_any_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "versions.lock"
+    with open(path, "wb") as handle:
+        handle.truncate(200 << 20)  # sparse: 200 MB that cost no disk
+    with pytest.raises(UserError, match=r"versions.lock: 209715200 bytes, more than the 4194304 such a file may hold"):
+        lockmod.load(path)

@@ -443,7 +443,7 @@ def load_results(path: Path) -> dict:
     """A ``bench.json`` (or the directory holding it), checked for the fields ``summarize`` reads."""
     file = path / JSON_NAME if path.is_dir() else path
     try:
-        doc = json.loads(read_text(file, " (pass a results directory written by invoke bench)"))
+        doc = json.loads(read_text(file, " (pass a results directory written by invoke bench)", limit=1 << 30))
     except ValueError as err:
         raise UserError(f"{file}: not valid JSON: {err}") from None
     if not isinstance(doc, dict) or doc.get("schema") not in SCHEMAS:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -17,6 +18,10 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 
 ENV_FILE = ROOT / ".env"
+ENV_LIMIT = 1 << 20  # .env.example is 7.5 KB
+# Characters that end or hide a line for an editor but not for Compose: C0/C1 controls but the tab,
+# the BOM past the start, and Unicode's line and paragraph separators.
+_ODD = frozenset({*map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u2028", "\u2029", "\ufeff"} - {"\t"})
 
 
 # --- .env ------------------------------------------------------------------------------------
@@ -58,8 +63,15 @@ def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[
     lookup = dict(lookup if lookup is not None else os.environ)
     values: dict[str, str] = {}
     origin: dict[str, str] = {}
-    text = read_text(path)
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    text = read_text(path, limit=ENV_LIMIT).removeprefix("\ufeff")  # Compose skips a UTF-8 BOM too
+    # Compose ends a line at \n (and \r\n) only; str.splitlines() would also end one at U+2028,
+    # U+0085 or \x0c, and then the doctor and Compose would read different values.
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        raw = raw.removesuffix("\r")
+        if odd := next((ch for ch in raw if ch in _ODD), None):
+            name = unicodedata.name(odd, "a control character")
+            raise UserError(f"{path}:{lineno}: U+{ord(odd):04X} {name} in the line: Compose keeps it inside the value "
+                            "(an editor may show a line break or nothing); remove it")
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
