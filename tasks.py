@@ -250,8 +250,12 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
 
     from sglang_stack.flags import parse_count
 
+    from sglang_stack.image import store
+
     if target not in ("runtime", "sglang", "router"):
         raise UserError(f"--target {target!r}: choose runtime, sglang or router")
+    if image is not None:
+        store.reference(image, "--image")
     top = parse_count("--top", top, 0) if top is not None else 12
     try:
         margin = 0.15 if margin is None else float(str(margin).strip())
@@ -564,7 +568,10 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False):
     on a GPU host instead (see docs/smoke.md).
     """
     from sglang_stack import smoke as smokemod
+    from sglang_stack.image import store
 
+    if base_image is not None:
+        store.reference(base_image, "--base-image")
     if gpu:
         result = smokemod.gpu_smoke(engine=c.stack.engine, keep=keep)
     else:

@@ -64,7 +64,8 @@ def test_build_args_are_sorted_and_validated():
     [
         (dict(engine="kaniko"), "--engine 'kaniko': unsupported"),
         (dict(target="devel"), "--target 'devel': not a stage"),
-        (dict(tag="Sglang Stack"), "--tag 'Sglang Stack': not a valid image reference"),
+        (dict(tag="Sglang Stack"), "--tag 'Sglang Stack': not an image reference"),
+        (dict(base_image="--help"), "--base-image '--help': not an image reference"),
         (dict(ca_bundle=Path("/nonexistent/ca.pem")), "--ca-bundle /nonexistent/ca.pem: no such file"),
         (dict(ca_bundle=ROOT / "versions.lock"), "not a PEM certificate bundle"),
         (dict(isolation="chroot"), "--isolation applies to --engine podman|buildah only"),
@@ -79,6 +80,9 @@ def test_bad_build_input_is_one_line(kwargs, message):
 def test_valid_references_pass():
     for tag in ("sglang-stack:0.5.9-cu130", "registry.example.com:5000/team/sglang-stack:v1", "localhost/x"):
         request(tag=tag).validate()
+    pinned = "docker.io/nvidia/cuda:13.0.1-base-ubuntu24.04@sha256:" + "f" * 64
+    for base in (pinned, "sha256:" + "a" * 64, "0123456789ab"):
+        request(base_image=base).validate()
 
 
 def test_default_tag_follows_the_target():

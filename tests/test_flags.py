@@ -49,6 +49,19 @@ BAD_VALUES = [
      "error: --dataset random: 1000000 prompts of up to 1000 tokens is more than 67108864 tokens in all (they are held "
      "in memory): lower --num-requests or --random-input-len"),
     (("bench", "--dataset", "random", "--random-range-ratio", "1"), "error: --random-range-ratio '1': must be at least 0 and below 1"),
+    # option injection: an image reference that an engine would read as its own option
+    (("size", "--image", "--help"), "error: --image '--help': not an image reference ([registry/]name[:tag][@sha256:digest], "
+     "lowercase) or image ID"),
+    (("verify", "--image", "--format={{.Id}}"), "error: --image '--format={{.Id}}': not an image reference "
+     "([registry/]name[:tag][@sha256:digest], lowercase) or image ID"),
+    (("verify", "--image", "x", "--rebuild", "--base-image", "-q"), "error: --base-image '-q': not an image reference "
+     "([registry/]name[:tag][@sha256:digest], lowercase) or image ID"),
+    (("settings", "--image", "--privileged"), "error: --image '--privileged': not an image reference "
+     "([registry/]name[:tag][@sha256:digest], lowercase) or image ID"),
+    (("smoke", "--base-image", "--rm"), "error: --base-image '--rm': not an image reference "
+     "([registry/]name[:tag][@sha256:digest], lowercase) or image ID"),
+    (("fetch", "--target", "router", "--base-image", "--all-tags"), "error: --base-image '--all-tags': not an image "
+     "reference ([registry/]name[:tag][@sha256:digest], lowercase) or image ID"),
     (("bench", "--sweep", "--sweep-steps", "a"), "error: --sweep-steps 'a': 'a' is not an integer from 1 to 32"),
     (("bench", "--sweep", "--sweep-topk", "0"), "error: --sweep-topk '0': '0' is not an integer from 1 to 64"),
     (("bench", "--sweep", "--sweep-steps", ",".join(map(str, range(1, 33))), "--sweep-topk", "2,3,4,5,6,7,8,9",

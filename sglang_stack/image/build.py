@@ -26,10 +26,6 @@ TARGETS = ("base", "deps", "sglang", "runtime", "router")
 # The build argument --base-image replaces: the router stage has its own slim Python base.
 BASE_ARG = {"router": "ROUTER_BASE_IMAGE"}
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
-# [registry[:port]/]name[/name...][:tag], as the engines accept it.
-REFERENCE = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::\w[\w.-]{0,127})?$"
-)
 
 
 def arch_list(text: str) -> str:
@@ -82,8 +78,9 @@ class BuildRequest:
             raise UserError(f"--engine {self.engine!r}: unsupported (choose one of {', '.join(ENGINES)})")
         if self.target not in TARGETS:
             raise UserError(f"--target {self.target!r}: not a stage of {self.dockerfile.name} (choose one of {', '.join(TARGETS)})")
-        if not REFERENCE.match(self.tag):
-            raise UserError(f"--tag {self.tag!r}: not a valid image reference (lowercase name[:tag])")
+        store.reference(self.tag, "--tag")
+        if self.base_image:
+            store.reference(self.base_image, "--base-image")
         for flag, path in (("--ca-bundle", self.ca_bundle), ("--hf-token-file", self.hf_token_file)):
             if path is not None and not Path(path).is_file():
                 raise UserError(f"{flag} {path}: no such file")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -26,6 +27,23 @@ from sglang_stack.errors import UserError
 from sglang_stack.shell import require, run, show
 
 STORES = ("docker", "buildah", "podman")  # podman and buildah share one store
+# [registry[:port]/]name[/name...][:tag][@sha256:digest], as the engines accept it; or an image ID.
+REFERENCE = re.compile(
+    r"(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::\w[\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
+IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{12,64}")
+
+
+def reference(value: str, flag: str) -> str:
+    """``value`` as an image reference or ID, or a one-line refusal naming ``flag``.
+
+    Checked whole before it reaches an engine's command line, where ``--help`` or
+    ``--format=...`` would be read as an option of the engine's own."""
+    if not isinstance(value, str) or not (REFERENCE.fullmatch(value) or IMAGE_ID.fullmatch(value)):
+        raise UserError(f"{flag} {value!r}: not an image reference ([registry/]name[:tag][@sha256:digest], "
+                        "lowercase) or image ID")
+    return value
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_SUITE = "bookworm"
 # What the SGLang stage needs from a base: python3 with venv and pip, patch, CA certificates.

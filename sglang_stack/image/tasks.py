@@ -14,7 +14,11 @@ def _images(engine: str, target: str, base_image: str | None) -> dict[str, str]:
     """ARG -> reference of every base image ``target``'s build starts from."""
     from sglang_stack.image import build as buildmod
 
+    from sglang_stack.image import store
+
     stages = {"all": ("runtime", "router")}.get(target, (target,))
+    if base_image is not None:
+        store.reference(base_image, "--base-image")
     if base_image and len(stages) > 1:
         raise UserError("--base-image: name the stage it is the base of with --target (runtime, sglang, router, ...)")
     out = {}
@@ -76,6 +80,11 @@ def verify(c, image, engine=None, rebuild=False, base_image=None, mirror=False):
     """
     from sglang_stack.image import verify_image
 
+    from sglang_stack.image import store
+
+    store.reference(image, "--image")
+    if base_image is not None:
+        store.reference(base_image, "--base-image")
     engine = engine or c.config.stack.engine
     if mirror and not rebuild:
         raise UserError("--mirror applies to --rebuild only")

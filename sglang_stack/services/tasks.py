@@ -217,6 +217,10 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
         raise UserError(f"--profile {profile!r}: choose {', '.join(PROFILES)}")
     if profile and (write or check):
         raise UserError("--profile: the table has every profile; --write and --check take them all")
+    if image is not None:
+        from sglang_stack.image import store
+
+        store.reference(image, "--image")
     result, _ = lockmod.check_all(download=False)
     if not python:
         from sglang_stack import engine as enginemod
