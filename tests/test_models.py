@@ -122,6 +122,27 @@ def test_the_hubs_refusals_are_one_line(hub, tmp_path):
     assert path.read_bytes() == before, "nothing is written when the Hub refuses"
 
 
+def test_a_wedged_hub_is_an_error_after_the_timeout_it_names(monkeypatch, capfd):
+    """A Hub that accepts the connection and never answers: one line after HUB_TIMEOUT_S, not silence."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepted by the kernel, never read: the request hangs until the client gives up
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setattr(models, "HUB_TIMEOUT_S", 1.0)
+    start = time.monotonic()
+    try:
+        with pytest.raises(UserError, match=r"lightseekorg/kimi-k2.5-eagle3@main: the Hub did not answer \(timeout 1 s "
+                                            r"per request\): ReadTimeout"):
+            models.hub_record("lightseekorg/kimi-k2.5-eagle3", "main")
+    finally:
+        listener.close()
+    assert time.monotonic() - start < 30, "the timeout did not apply"
+    assert "(timeout 1 s)" in capfd.readouterr().err, "the wait is announced with its timeout"
+
+
 def test_the_git_blob_id_is_gits_own(tmp_path):
     if not shutil.which("git"):
         pytest.skip("needs git")

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tomllib
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 
 MODELS_LOCK = ROOT / "models.lock"
+HUB_TIMEOUT_S = 30.0  # per request: a wedged Hub is an error after this, not silence
 SCHEMA = 1
 ROLES = ("target", "drafter")
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -193,15 +195,23 @@ def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str,
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    print(f"asking {endpoint or 'the Hub'} for {repo}@{revision} (timeout {HUB_TIMEOUT_S:g} s)", file=sys.stderr, flush=True)
     try:
-        info = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token).model_info(
-            repo, revision=revision, files_metadata=True)
+        info = HfApi(endpoint=endpoint, token=token).model_info(repo, revision=revision, files_metadata=True,
+                                                                timeout=HUB_TIMEOUT_S)
     except RevisionNotFoundError:
         raise UserError(f"{repo}: no revision {revision!r} on the Hub") from None
     except RepositoryNotFoundError:
         raise UserError(f"{repo}: no such repository on the Hub (or it is gated: set HF_TOKEN)") from None
-    except (HfHubHTTPError, OSError) as err:
-        raise UserError(f"{repo}@{revision}: the Hub did not answer: {err.__class__.__name__}: {str(err).splitlines()[0]}") from None
+    except Exception as err:  # noqa: BLE001 (huggingface_hub raises its own, requests' and httpx's classes)
+        from sglang_stack.cli import NETWORK
+
+        if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
+            raise
+        first = (str(err).splitlines() or [""])[0]
+        raise UserError(f"{repo}@{revision}: the Hub did not answer (timeout {HUB_TIMEOUT_S:g} s per request): "
+                        f"{err.__class__.__name__}: {first}") from None
     files = []
     for s in sorted(info.siblings or [], key=lambda s: s.rfilename):
         lfs = s.lfs
