@@ -139,7 +139,7 @@ def test_default_objects(lock):
     docs = documents(lock)
     assert {f: sorted(d["kind"] for d in ds) for f, ds in docs.items()} == {
         "namespace.yaml": ["Namespace"],
-        "sglang.yaml": ["PodDisruptionBudget", "Service", "StatefulSet"],
+        "sglang.yaml": ["NetworkPolicy", "PodDisruptionBudget", "Service", "StatefulSet"],
         "router.yaml": ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"],
     }
 
@@ -158,7 +158,8 @@ def test_the_validator_can_fail(lock):
                                    {"rdma": {"enabled": True, "network": "rdma-net"}}], ids=["host-network", "exclusive", "multus"])
 def test_multinode_is_a_leaderworkerset_that_passes_the_crd_schema(lock, lws_schema, tmp_path, extra):
     docs = documents(lock, **{**MULTINODE, **extra})
-    assert sorted(d["kind"] for d in docs["sglang.yaml"]) == ["LeaderWorkerSet", "PodDisruptionBudget"]
+    policy = ["NetworkPolicy"] if "rdma" in extra else []  # host-network pods are outside any NetworkPolicy
+    assert sorted(d["kind"] for d in docs["sglang.yaml"]) == ["LeaderWorkerSet", *policy, "PodDisruptionBudget"]
     lws = kind(docs, "LeaderWorkerSet")
     result = lws_check(lws, lws_schema, tmp_path)
     assert result.returncode == 0, f"the LeaderWorkerSet fails the LWS v1 CRD schema:\n{result.stdout}{result.stderr}"

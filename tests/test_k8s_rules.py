@@ -331,18 +331,55 @@ def test_secrets_are_files_and_nothing_secret_is_rendered(lock):
     container = pod["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert not {"SGLANG_API_KEY", "HF_TOKEN"} & set(env), "no secret may be an environment variable"
-    assert env["HF_TOKEN_PATH"]["value"] == "/run/secrets/hf/hf_token"
+    assert env["HF_TOKEN_PATH"]["value"] == "/run/secrets/sglang-stack/hf_token"
+    assert env["SGLANG_API_KEY_FILE"]["value"] == "/run/secrets/sglang-stack/sglang_api_key"
     mounts = {m["name"]: m for m in container["volumeMounts"]}
-    assert mounts["api-key"] == {"name": "api-key", "mountPath": "/run/secrets/sglang_api_key", "subPath": "sglang_api_key",
-                                 "readOnly": True}
-    assert "subPath" not in mounts["hf-token"], "an optional key mounted by subPath would become a directory"
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["api-key"]["secret"]["items"] == [{"key": "SGLANG_API_KEY", "path": "sglang_api_key"}]
-    assert not volumes["api-key"]["secret"].get("optional"), "a missing key must stop the pod, not start it open"
-    assert volumes["hf-token"]["secret"]["optional"] is True
+    # the whole directory, never a subPath: the kubelet swaps a rotated Secret in place only then
+    assert mounts["secrets"] == {"name": "secrets", "mountPath": "/run/secrets/sglang-stack", "readOnly": True}
+    assert not [m for m in container["volumeMounts"] if m["name"] == "secrets" and "subPath" in m]
+    sources = {s["secret"]["items"][0]["key"]: s["secret"] for s in {v["name"]: v for v in pod["volumes"]}["secrets"]["projected"]["sources"]}
+    assert sources["SGLANG_API_KEY"]["items"] == [{"key": "SGLANG_API_KEY", "path": "sglang_api_key"}]
+    assert not sources["SGLANG_API_KEY"].get("optional"), "a missing key must stop the pod, not start it open"
+    assert sources["HF_TOKEN"]["optional"] is True
     assert not [a for a in container["args"] if "api-key" in a.lower() or "hf-token" in a.lower()], container["args"]
-    router = router_pod(docs)["containers"][0]
-    assert [m["mountPath"] for m in router["volumeMounts"]] == ["/run/secrets/sglang_api_key"], "the router needs the key only"
+    router_spec = router_pod(docs)
+    router = router_spec["containers"][0]
+    assert {m["mountPath"] for m in router["volumeMounts"]} == {"/run/secrets/sglang-stack", "/tmp"}
+    assert router["env"] == [{"name": "SGLANG_API_KEY_FILE", "value": "/run/secrets/sglang-stack/sglang_api_key"}]
+    router_sources = {v["name"]: v for v in router_spec["volumes"]}["secrets"]["projected"]["sources"]
+    assert [s["secret"]["items"][0]["key"] for s in router_sources] == ["SGLANG_API_KEY"], "the router needs the key only"
     text = "".join(k8s.render_text(lock, k8s.load_values()).values())
     assert "kind: Secret\n" not in text, "no Secret object is rendered"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), "no token value is rendered"
+
+
+def test_the_servers_take_connections_only_from_the_namespace_the_router_and_each_other(lock):
+    docs = documents(lock, network_policy={"from_namespaces": {"kubernetes.io/metadata.name": "monitoring"}})
+    policy = kind(docs, "NetworkPolicy")
+    pod_labels = kind(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items(), "the policy selects the servers"
+    assert policy["spec"]["policyTypes"] == ["Ingress"], "egress stays open: the router needs the API server"
+    rules = policy["spec"]["ingress"]
+    assert rules[0] == {"from": [{"podSelector": {}}], "ports": [{"port": 30000, "protocol": "TCP"}]}, \
+        "every pod of the namespace, the router too, on SGLang's port only"
+    assert rules[1] == {"from": [{"podSelector": {"matchLabels": policy["spec"]["podSelector"]["matchLabels"]}}]}, \
+        "the servers of one set reach each other on any port (torch.distributed, NCCL)"
+    assert rules[2]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    router_labels = kind(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert router_labels, "the router is a pod of the namespace: the first rule admits it"
+    assert "NetworkPolicy" not in [d["kind"] for d in documents(lock, network_policy={"enabled": False})["sglang.yaml"]]
+    host = documents(lock, **MULTINODE)
+    assert "NetworkPolicy" not in [d["kind"] for d in host["sglang.yaml"]], "host-network pods: a policy would not apply"
+    assert "a NetworkPolicy does not apply" in k8s.render_text(lock, {**k8s.load_values(), **MULTINODE})["sglang.yaml"]
+
+
+def test_every_container_runs_on_a_read_only_root_with_its_own_tmp(lock):
+    for docs in (documents(lock), documents(lock, **MULTINODE)):
+        for spec in (server_pod(docs), router_pod(docs)):
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            for container in spec["containers"]:
+                assert container["securityContext"]["readOnlyRootFilesystem"] is True, container["name"]
+                tmp = [m for m in container["volumeMounts"] if m["mountPath"] == "/tmp"]
+                assert tmp and "emptyDir" in volumes[tmp[0]["name"]], f"{container['name']}: /tmp is writable scratch"
+                cache = [m for m in container["volumeMounts"] if m["mountPath"] == "/home/sglang/.cache"]
+                assert container["name"] == "router" or cache, "SGLang's caches (JIT, DeepGEMM, the Hub) stay writable"

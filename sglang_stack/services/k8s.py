@@ -38,6 +38,7 @@ OUTPUTS = {"namespace.yaml": "namespace.yaml.j2", "sglang.yaml": "sglang.yaml.j2
            "monitoring.yaml": "monitoring.yaml.j2"}
 SERVER_PORT, DIST_PORT, ROUTER_PORT, ROUTER_METRICS_PORT = 30000, 20000, 30080, 29000
 PROBE_PERIOD_S, PRE_STOP_S = k8s_values.PROBE_PERIOD_S, k8s_values.PRE_STOP_S
+SECRET_DIR = "/run/secrets/sglang-stack"  # not /run/secrets: /var/run/secrets/kubernetes.io lives beside it
 LWS_LEADER_LABEL = ("leaderworkerset.sigs.k8s.io/worker-index", "0")
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU Feature Discovery, in MiB
@@ -80,6 +81,8 @@ class Context:
     router_metrics_port: int = ROUTER_METRICS_PORT
     probe_period: int = PROBE_PERIOD_S
     pre_stop: int = PRE_STOP_S
+    secret_dir: str = SECRET_DIR
+    api_key_file: str = f"{SECRET_DIR}/sglang_api_key"
     lws_exclusive: str = LWS_EXCLUSIVE
     header: str = HEADER
 
@@ -133,7 +136,8 @@ def _env(v: dict) -> list[dict]:
         "TRITON_CACHE_DIR": "/home/sglang/.cache/triton",
     }
     if v["secret"]:
-        env["HF_TOKEN_PATH"] = "/run/secrets/hf/hf_token"
+        env["SGLANG_API_KEY_FILE"] = f"{SECRET_DIR}/sglang_api_key"
+        env["HF_TOKEN_PATH"] = f"{SECRET_DIR}/hf_token"
     env.update(v["nccl"])
     return [{"name": k, "value": val} for k, val in env.items()]
 

@@ -39,6 +39,7 @@ SECTIONS = {
     "lifecycle": {"startup_minutes", "drain_seconds", "cache_size", "cache_storage_class"},
     "rdma": {"enabled", "resource", "count", "network", "allow_tcp"},
     "metrics": {"pod_monitor", "accept_length_min"},
+    "network_policy": {"enabled", "from_namespaces"},
     "router": {"replicas", "policy", "discovery", "drain_seconds", "extra_args"},
 }
 TOP = {"namespace", "create_namespace", "service", "replicas", "nnodes", "tp_size", "image", "router_image",
@@ -220,6 +221,10 @@ def read(values: dict, where: str) -> dict:
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise UserError(f"{where}: nccl.{key}: {value!r} should be a string (quote it)")
     out["nccl"] = {k: str(v) for k, v in sorted(nccl.items())}
+
+    policy = top.section("network_policy")
+    out["network_policy"] = {"enabled": policy.get("enabled", bool, True),
+                             "from_namespaces": _labels(policy, "from_namespaces")}
 
     metrics = top.section("metrics")
     out["pod_monitor"] = metrics.get("pod_monitor", bool, False)
