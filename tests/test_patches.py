@@ -393,6 +393,25 @@ def test_patches_that_create_and_delete_files(tmp_path):
         patches.apply_series(tree, pdir, quiet=True)
 
 
+@pytest.mark.parametrize("target, says", [
+    ("sitecustomize.py", "a patch may change files under sglang/ only"),  # beside the package: runs in every process
+    ("sglang/../sitecustomize.py", "must be relative to the tree"),  # the diff parser's own refusal
+    ("other/x.py", "a patch may change files under sglang/ only"),
+    ("sglang/out/x.py", "leads outside sglang/ .* through a symbolic link"),
+])
+def test_a_patch_outside_the_package_is_refused_and_nothing_written(tmp_path, target, says):
+    tree = make_tree(tmp_path / "t", {"sglang/m.py": "a\n"})
+    (tree / "sglang" / "out").symlink_to(tmp_path)
+    pdir = tmp_path / "p"
+    pdir.mkdir()
+    (pdir / "evil.patch").write_text(f"--- /dev/null\n+++ b/{target}\n@@ -0,0 +1 @@\n+import os\n")
+    (pdir / "series").write_text("evil.patch\n")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with pytest.raises(UserError, match=f"evil.patch:.*{says}"):
+        patches.apply_series(tree, pdir, quiet=True)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before, "nothing was written"
+
+
 def test_later_patches_see_what_earlier_ones_did(tmp_path):
     tree = make_tree(tmp_path / "t", {"sglang/m.py": "a\nb\nc\n"})
     pdir = tmp_path / "p"

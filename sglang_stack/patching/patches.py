@@ -23,7 +23,7 @@ import re
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text, run_main
@@ -249,6 +249,18 @@ def _read(sglang_src: Path, rel: str) -> str | None:
     return _decode(path.read_bytes()) if path.is_file() else None
 
 
+def inside_package(sglang_src: Path, rel: str, patch: str) -> None:
+    """A patch changes files of the ``sglang`` package only: ``/opt/sglang`` is on the image's
+    ``sys.path``, so a ``sitecustomize.py`` beside the package would run in every Python process."""
+    parts = PurePosixPath(rel).parts
+    if (not parts or parts[0] != "sglang" or len(parts) < 2 or ".." in parts or rel.startswith("/") or "\\" in rel
+            or "\0" in rel):
+        raise UserError(f"{patch}: {rel!r}: a patch may change files under sglang/ only; nothing was changed")
+    target = (Path(sglang_src) / rel).resolve()
+    if not target.is_relative_to((Path(sglang_src) / "sglang").resolve()):
+        raise UserError(f"{patch}: {rel!r} leads outside sglang/ (to {target}) through a symbolic link; nothing was changed")
+
+
 def plan(sglang_src: Path, patches_dir: Path) -> Plan:
     """Check every patch of the series against the tree, in order, without writing anything.
 
@@ -261,6 +273,9 @@ def plan(sglang_src: Path, patches_dir: Path) -> Plan:
     if not series:
         raise UserError(f"{patches_dir / 'series'}: names no patch")
     parsed_series = [parse_patch(_decode(patch.path.read_bytes()), patch.name) for patch in series]
+    for patch, parsed in zip(series, parsed_series):
+        for fd in parsed.files:
+            inside_package(sglang_src, fd.path, patch.name)
     # Whether each patch is applied: undone from the last patch back, so a patch sees its file
     # as it was right after it, also where a later patch changed the same file.
     reverse_ok: dict[str, bool] = {}
