@@ -587,8 +587,9 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False):
 
 from sglang_stack.bench.tasks import bench, bench_compare  # noqa: E402,F401 (collected into ns below)
 
-# `invoke fetch` (the mirror) and `invoke verify` (an image against this checkout): sglang_stack/image/tasks.py.
-from sglang_stack.image.tasks import fetch, verify  # noqa: E402,F401 (collected into ns below)
+# `invoke fetch` (the mirror), `invoke verify` (an image against this checkout) and `invoke advisories` (known
+# vulnerabilities of the pins): sglang_stack/image/tasks.py.
+from sglang_stack.image.tasks import advisories, fetch, verify  # noqa: E402,F401 (collected into ns below)
 
 # `invoke models-lock`, `models-verify`, `model-revision` (the weights by commit): sglang_stack/services/tasks.py.
 # `invoke acceptance` (EAGLE-3 on this host) and `invoke settings` (what SGLang decides): the same file.

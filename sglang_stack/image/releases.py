@@ -75,7 +75,7 @@ def load_record(path: Path) -> dict[str, str] | None:
     return files if isinstance(files, dict) else None
 
 
-def _get_json(session, url: str):
+def get_json(session, url: str):
     """The decoded JSON answer at ``url``; ``None`` on 404."""
     import requests
 
@@ -100,12 +100,12 @@ def fetch_record(session, index: str, pin: Pin, directory: Path) -> dict[str, st
     the project document), the project's ``releases[VERSION]``.
     """
     url = json_url(index, pin.name, pin.version)
-    answer = _get_json(session, url)
+    answer = get_json(session, url)
     if answer is not None:
         entries = answer.get("urls") if isinstance(answer, dict) else None
     else:
         url = json_url(index, pin.name)
-        project = _get_json(session, url)
+        project = get_json(session, url)
         releases = project.get("releases") if isinstance(project, dict) else None
         if not isinstance(releases, dict) or pin.version not in releases:
             return None

@@ -106,6 +106,17 @@ def check_structure(data: dict, bad) -> None:
                 bad(f"{prefix}declared", f"{override['declared']!r} is not a version specifier")
         if isinstance(override.get("reason"), str) and len(override["reason"].strip()) < 10:
             bad(f"{prefix}reason", f"{override['reason']!r} does not explain the override")
+    advisories = data.get("advisory", [])
+    for i, entry in enumerate(advisories if isinstance(advisories, list) else [advisories]):
+        # invoke advisories: a known advisory the stack accepts
+        if not isinstance(entry, dict):
+            bad(f"advisory[{i}]", "each [[advisory]] is a table of id, package and reason")
+            continue
+        prefix = f"advisory[{entry.get('id', i)}]."
+        for key in ("id", "package", "reason"):
+            need(entry, key, str, prefix)
+        if isinstance(entry.get("reason"), str) and len(entry["reason"].strip()) < 20:
+            bad(f"{prefix}reason", f"{entry['reason']!r} does not say why the stack accepts it")
     _check_formats(data, bad)
 
 
@@ -134,7 +145,7 @@ def _check_formats(data: dict, bad) -> None:
 
 
 KNOWN_KEYS = {"schema", "image", "cuda", "python", "sglang", "resolve", "router", "jit", "wheel", "override",
-              "constraint", "binary_exception", "build_tool", "size"}
+              "constraint", "binary_exception", "build_tool", "size", "advisory"}
 
 
 def _check_jit(data: dict, need, bad) -> None:

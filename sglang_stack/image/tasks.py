@@ -1,4 +1,5 @@
-"""`invoke fetch` and `invoke verify`: the image's inputs mirrored, and a built image checked against the lock."""
+"""`invoke fetch`, `invoke verify` and `invoke advisories`: the image's inputs mirrored, a built image checked
+against the lock, and the lock's pins checked against the index's advisory data."""
 
 from __future__ import annotations
 
@@ -94,3 +95,34 @@ def verify(c, image, engine=None, rebuild=False, base_image=None, mirror=False):
     print(f"wrote {verify_image.write_record(report).relative_to(verify_image.ROOT)} (`invoke bench` cites it)")
     if not report.ok:
         raise Exit(f"error: {image}: {report.failed} of {len(report.checks)} checks failed", code=1)
+
+
+@task(
+    help={
+        "index": "the package index whose advisory data is read: its JSON API beside /simple "
+        "(default: https://pypi.org/simple)",
+    }
+)
+@user_errors
+def advisories(c, index=None):
+    """Known vulnerabilities of every pinned distribution, from the package index's own advisory data (network).
+
+    Asks the index for each release the lock installs (requirements.lock.txt, the router's,
+    and versions.lock's wheels) and prints each advisory that affects it: its id and aliases,
+    the versions that fix it, and whether the stack can take the fix (not where versions.lock
+    pins the distribution, nor where sglang's own requirement excludes every fixed version).
+    An advisory the project accepts is a [[advisory]] table of versions.lock with its reason.
+    Exit 1 while any advisory is neither fixed nor accepted.
+    """
+    from sglang_stack.image import advisories as advisories_mod
+    from sglang_stack.image import lock as lockmod
+    from sglang_stack.image.releases import DEFAULT_INDEX
+
+    lock, cross_checked = lockmod.check_all(download=False)
+    requires = lockmod.wheel_requires(lockmod.sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=True))
+    report = advisories_mod.audit(lock, requires, index or DEFAULT_INDEX)
+    for line in report.lines():
+        print(line)
+    if report.open:
+        raise Exit(f"error: {len(report.open)} advisories affect pinned distributions: take the fix, or accept each "
+                   "with its reason in versions.lock ([[advisory]])", code=1)
