@@ -174,7 +174,9 @@ def test_gpu_reservation():
 
 def test_runtime_settings():
     for name, spec in gpu_services(resolved()):
-        assert spec.get("ipc") == "host", f"{name}: NCCL/CUDA IPC need the host IPC namespace (or a big shm_size)"
+        assert "ipc" not in spec and spec["shm_size"] == "64g", f"{name}: the container's own /dev/shm, 64g by default"
+        assert spec["cap_drop"] == ["ALL"] and spec["security_opt"] == ["no-new-privileges:true"], name
+        assert spec["read_only"] is True and spec["tmpfs"] == ["/tmp:size=8g,mode=1777"], name
         assert spec["ulimits"]["memlock"] == -1, f"{name}: memlock must be unlimited: {spec['ulimits']}"
         assert spec["ulimits"]["stack"] == 67108864, f"{name}: stack must be 64 MiB: {spec['ulimits']}"
         assert spec.get("init") is True, f"{name}: an init process must reap SGLang's forked workers"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.errors import UserError
 from sglang_stack import ROOT
 from sglang_stack.services import compose, doctor, variables
 from sglang_stack.services.doctor import FAIL, NOTE, OK, SKIP, WARN, Facts, Gpu
@@ -255,6 +256,18 @@ def test_a_port_left_in_time_wait_is_free():
 # --- host limits ------------------------------------------------------------------------------
 
 
+def test_the_containers_own_shm_is_checked_against_the_hosts_memory():
+    facts = facts_for("", "", mem_bytes=2048 << 30, shm_bytes=None)  # the host's /dev/shm no longer matters
+    ok = doctor.check_shm(facts, svc_of())
+    assert ok.status == OK and ok.detail == "/dev/shm 64 GiB, the container's own (SHM_SIZE)", ok.line()
+    assert doctor.check_shm(facts, svc_of(SHM_SIZE="16g")).status == WARN
+    assert doctor.check_shm(facts, svc_of(SHM_SIZE="1024m")).status == FAIL
+    big = doctor.check_shm(facts_for("", "", mem_bytes=64 << 30), svc_of(SHM_SIZE="128g"))
+    assert big.status == WARN and "more than this host's 64 GiB of memory" in big.detail and "e.g. 32g" in big.fix, big.line()
+    with pytest.raises(UserError, match=r"SHM_SIZE='lots' \(shell\): not a size such as 64g or 32768m|SHM_SIZE=lots"):
+        svc_of(SHM_SIZE="lots")
+
+
 def test_shm_memlock_disk():
     assert doctor.check_shm(facts_for("", "", shm_bytes=1 << 30)).status == FAIL, "1 GiB /dev/shm must fail"
     assert doctor.check_shm(facts_for("", "", shm_bytes=16 << 30)).status == WARN, "16 GiB /dev/shm should warn"
@@ -372,7 +385,8 @@ def test_audit_verdicts():
 def test_every_fail_has_a_fix_and_one_line():
     facts = Facts(docker_cli=True, docker_error="Cannot connect", smi_error="nvidia-smi: not found on PATH", shm_bytes=None,
                   disk_path="/", disk_free=1 << 30)
-    checks = doctor.evaluate(facts, "docker", svc_of(MODEL_DIR="/nonexistent/k", DRAFT_MODEL_DIR="/nonexistent/d"), env=env_of())
+    checks = doctor.evaluate(facts, "docker", svc_of(MODEL_DIR="/nonexistent/k", DRAFT_MODEL_DIR="/nonexistent/d",
+                                                     SHM_SIZE="1g"), env=env_of())
     failed = [c for c in checks if c.status == FAIL]
     assert {c.name for c in failed} >= {"model", "drafter", "docker", "gpu-runtime", "driver", "shm", "disk"}, [c.line() for c in failed]
     for check in checks:
@@ -418,7 +432,7 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     lines = proc.stdout.splitlines()
     names = [line.split()[1] for line in lines[1:-1]]
     expected = ["config", "model", "drafter", "api-key", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
-                "sm120", "sm120", "shm", "memlock", "disk", "image", "kernels", "audit"]
+                "sm120", "sm120", "privilege", "shm", "memlock", "disk", "image", "kernels", "audit"]
     assert names == expected, f"checks printed: {names}\n{proc.stdout}"
     for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "image", "kernels",
                  "audit"):
@@ -563,3 +577,17 @@ def test_kernels_warn_without_aot_modules_and_note_an_unlabelled_image():
     old = doctor.check_kernels(facts_for(H200_QUERY, "", image=image_with_arch_label(None)))
     assert old.status == NOTE, old
     assert doctor.check_kernels(facts_for(H200_QUERY, "", image=None)).status == SKIP
+
+
+def test_an_override_that_widens_privilege_is_said(tmp_path):
+    assert doctor.check_privilege(svc_of()).status == OK, doctor.check_privilege(svc_of()).line()
+    override = tmp_path / "compose.override.yaml"
+    override.write_text("services:\n  eagle3:\n    privileged: true\n    cap_add: [SYS_ADMIN]\n    ipc: host\n"
+                        "    read_only: false\n    volumes:\n      - /:/host\n")
+    svc = compose.service("eagle3", env_of(COMPOSE_FILE=f"compose.yaml:{override}"))  # Compose's own merge
+    assert svc.shm_bytes == 64 << 30, "docker compose config's shm_size reads back"
+    check = doctor.check_privilege(svc)
+    assert check.status == WARN, check.line()
+    for said in ("privileged: true", "cap_add: SYS_ADMIN", "ipc: host", "read_only: false", "host paths mounted beside the "
+                 "models: /", "compose.override.yaml"):
+        assert said in check.detail, (said, check.line())

@@ -128,6 +128,15 @@ def test_compose_up_wait_reaches_healthy_and_serves(service, standin_image, comp
     (container,) = [c["ID"] for c in project.containers() if service in c["Names"]]
     secrets = engine.docker("exec", container, "sh", "-c", "wc -c < /run/secrets/sglang_api_key; wc -c < /run/secrets/hf_token")
     assert secrets.stdout.split() == ["0", "0"], f"the unset secrets must be empty files: {secrets.stdout!r}"
+    # Least privilege, measured in the serving container: the server came up healthy and answered above with
+    # no capability, no privilege to gain, a read-only root and its own /dev/shm.
+    status = dict(line.split(":\t", 1) for line in engine.docker("exec", container, "cat", "/proc/1/status").stdout.splitlines()
+                  if ":\t" in line)
+    assert status["NoNewPrivs"].strip() == "1" and int(status["CapBnd"], 16) == 0, {k: status[k] for k in ("NoNewPrivs", "CapBnd")}
+    writes = engine.docker("exec", container, "sh", "-c", "touch /opt/x 2>&1; touch /tmp/x && echo tmp-ok; "
+                           "df -k /dev/shm | tail -1", check=False).stdout
+    assert "Read-only file system" in writes and "tmp-ok" in writes, writes
+    assert int(writes.split()[-5]) == 64 << 20, f"/dev/shm is the container's own 64 GiB (SHM_SIZE): {writes}"
 
     # Plain `docker compose down` ignores services in inactive profiles; naming the profile is the user's command.
     project.compose("--profile", service, "down")

@@ -131,6 +131,9 @@ class Service:
     node_rank: int = 0
     dist_init_addr: str = ""
     host_network: bool = False
+    ipc: str = ""  # "host" where an override shares the host's IPC namespace (and its /dev/shm)
+    shm_bytes: int | None = None  # the container's own /dev/shm (shm_size); None: Docker's 64 MB
+    hardening: dict = field(default_factory=dict)  # privileged, cap_add, security_opt, read_only, host mounts
 
     @property
     def url(self) -> str:
@@ -241,6 +244,14 @@ def service(name: str, env: Environment | None = None, path: Path | None = None)
         node_rank=node_rank,
         dist_init_addr=dist_init_addr,
         host_network=host_network,
+        ipc=str(spec.get("ipc") or ""),
+        shm_bytes=_bytes(spec["shm_size"], "SHM_SIZE", env) if spec.get("shm_size") not in (None, "") else None,
+        hardening={"privileged": spec.get("privileged") is True, "cap_add": list(spec.get("cap_add") or []),
+                   "security_opt": list(spec.get("security_opt") or []), "read_only": spec.get("read_only") is True,
+                   "host_mounts": [m.get("source") for m in spec.get("volumes", []) if isinstance(m, dict)
+                                   and m.get("type") == "bind" and m.get("target") not in (TARGET_MOUNT, DRAFT_MOUNT)]
+                   + [v.split(":", 1)[0] for v in spec.get("volumes", []) if isinstance(v, str) and v.startswith(("/", "."))],
+                   "pid": str(spec.get("pid") or ""), "devices": list(spec.get("devices") or [])},
     )
 
 
@@ -318,6 +329,15 @@ def _flag(argv: list[str], name: str) -> str | None:
         elif token.startswith(name + "="):
             found = token.split("=", 1)[1]
     return found
+
+
+def _bytes(raw, var: str, env: Environment) -> int:
+    """A Docker size (``64g``, ``32768m``, ``1gb``, bytes) in bytes, or a one-line refusal naming ``var``."""
+    m = re.fullmatch(r"([0-9]{1,15})\s*([bkmg]?)b?", str(raw).strip().lower())
+    if not m or int(m.group(1)) == 0:
+        shown = env.where(var) if var in env.values else f"{var}={raw!r}"
+        raise UserError(f"{shown}: not a size such as 64g or 32768m")
+    return int(m.group(1)) * {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
 
 
 def _positive_int(raw: str, var: str, env: Environment) -> int:

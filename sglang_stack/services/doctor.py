@@ -248,7 +248,26 @@ def check_arch(facts: Facts, svc: compose.Service | None) -> list[Check]:
     return out
 
 
-def check_shm(facts: Facts) -> Check:
+def check_shm(facts: Facts, svc: compose.Service | None = None) -> Check:
+    """The /dev/shm the workers get: the container's own (shm_size, compose.yaml's way), or the host's
+    where an override sets ipc: host."""
+    if svc is not None and svc.ipc != "host":
+        if svc.shm_bytes is None:
+            return Check("shm", FAIL, "no shm_size: the container's /dev/shm is Docker's 64 MB",
+                         "set SHM_SIZE=64g in .env (compose.yaml's default), or restore shm_size in your override")
+        gib = svc.shm_bytes / GIB
+        detail = f"/dev/shm {gib:.0f} GiB, the container's own (SHM_SIZE)"
+        if facts.mem_bytes is not None and svc.shm_bytes > facts.mem_bytes:
+            # A tmpfs size is a ceiling, not a reservation: it costs memory only as it fills.
+            return Check("shm", WARN, f"{detail}: more than this host's {facts.mem_bytes / GIB:.0f} GiB of memory; "
+                         "a full /dev/shm would exhaust it", f"set SHM_SIZE to at most half the host's memory, e.g. "
+                         f"{max(1, int(facts.mem_bytes / GIB / 2))}g")
+        if gib < SHM_FAIL_GIB:
+            return Check("shm", FAIL, detail, f"set SHM_SIZE={SHM_WARN_GIB * 2}g in .env")
+        if gib < SHM_WARN_GIB:
+            return Check("shm", WARN, f"{detail}; NCCL and CUDA IPC across 8 workers want {SHM_WARN_GIB}+ GiB",
+                         f"set SHM_SIZE={SHM_WARN_GIB * 2}g in .env")
+        return Check("shm", OK, detail)
     if facts.shm_bytes is None:
         return Check("shm", FAIL, "/dev/shm is missing", "mount a tmpfs at /dev/shm (the container shares it: ipc: host)")
     gib = facts.shm_bytes / GIB
@@ -259,6 +278,36 @@ def check_shm(facts: Facts) -> Check:
         return Check("shm", WARN, f"{detail}; NCCL and CUDA IPC across 8 workers want {SHM_WARN_GIB}+ GiB",
                      f"sudo mount -o remount,size={SHM_WARN_GIB}G /dev/shm")
     return Check("shm", OK, detail)
+
+
+def check_privilege(svc: compose.Service) -> Check:
+    """compose.yaml runs SGLang with no capability, no privilege gained and a read-only root; an
+    override that widens that (privileged, cap_add, a host mount beside the models, the host's
+    PID or IPC namespace) is said, with the file it came from."""
+    h = svc.hardening
+    found = []
+    if h.get("privileged"):
+        found.append("privileged: true (every device and capability of the host)")
+    if h.get("cap_add"):
+        found.append(f"cap_add: {', '.join(map(str, h['cap_add']))}")
+    if not any(str(o).replace("=", ":").startswith("no-new-privileges:true") or o == "no-new-privileges"
+               for o in h.get("security_opt", [])):
+        found.append("no-new-privileges is off")
+    if not h.get("read_only"):
+        found.append("the root file system is writable (read_only: false)")
+    if h.get("host_mounts"):
+        found.append(f"host paths mounted beside the models: {', '.join(map(str, h['host_mounts']))}")
+    if h.get("pid") == "host":
+        found.append("pid: host")
+    if svc.ipc == "host":
+        found.append("ipc: host (the host's /dev/shm and its segments)")
+    odd = [d for d in h.get("devices", []) if "/dev/infiniband" not in str(d)]
+    if odd:
+        found.append(f"devices: {', '.join(map(str, odd))}")
+    if not found:
+        return Check("privilege", OK, "no capability, no-new-privileges, read-only root, no host mount beyond the models")
+    return Check("privilege", WARN, f"{'; '.join(found)} ({_files(svc)})",
+                 "drop it from the override unless you mean it: compose.yaml needs none of it")
 
 
 def _limit(value: int) -> str:
@@ -443,7 +492,9 @@ def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_erro
         checks += check_arch(facts, svc)
     if svc is not None and svc.nnodes > 1:
         checks += check_multinode(facts, svc)
-    checks += [check_shm(facts), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc),
+    if svc is not None:
+        checks.append(check_privilege(svc))
+    checks += [check_shm(facts, svc), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc),
                check_kernels(facts), check_audit(facts, svc)]
     return checks
 

@@ -59,6 +59,7 @@ class Facts:
     smi_error: str = ""
     nvidia_hook: bool = False
     shm_bytes: int | None = None
+    mem_bytes: int | None = None  # the host's MemTotal: a container's /dev/shm pages are host memory
     memlock: tuple = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
     disk_path: str = ""
     disk_free: int | None = None
@@ -177,6 +178,11 @@ def gather(engine: str, svc: compose.Service | None, show: bool = False, audit: 
         facts.shm_bytes = st.f_frsize * st.f_blocks
     except OSError:
         facts.shm_bytes = None
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        facts.mem_bytes = int(re.search(r"^MemTotal:\s+([0-9]+) kB", meminfo, re.M).group(1)) * 1024
+    except (OSError, AttributeError):
+        facts.mem_bytes = None
     facts.memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     root = (facts.docker_info or {}).get("DockerRootDir") or "/var/lib/docker"
     for candidate in (root, os.path.dirname(root) or "/", "/"):
