@@ -160,12 +160,15 @@ CASES = [
     Case("bench-slo", ["bench", "--slo", "ttft"], [], ["--slo 'ttft'"]),
     Case("bench-percentiles", ["bench", "--percentiles", "50,120"], [], ["--percentiles", "'120'"]),
     Case("bench-dataset", ["bench", "--dataset", "sharegpt"], [], ["--dataset 'sharegpt'"]),
-    Case("bench-sharegpt-empty", ["bench", "--prompts", "s.json"], [write("s.json", '[{"conversations": []}]')],
+    # A prompt file is read only once an endpoint answers: these two run against a live loopback server.
+    Case("bench-sharegpt-empty", ["bench", "--prompts", "s.json", "--endpoint", "live={server}"],
+         [write("s.json", '[{"conversations": []}]')],
          ["s.json", "no conversation with a human turn"]),
     Case("bench-endpoint-no-url", ["bench", "--endpoint", "eagle3"], [], ["--endpoint", "NAME=URL"]),
     Case("bench-endpoint-scheme", ["bench", "--endpoint", "e=ftp://127.0.0.1:1"], [], ["--endpoint", "ftp"]),
     Case("bench-prompts-missing", ["bench", "--prompts", "nosuch.jsonl"], [], ["nosuch.jsonl"]),
-    Case("bench-prompts-not-utf8", ["bench", "--prompts", "p.jsonl"], [write("p.jsonl", b'{"prompt": "\xff"}\n')],
+    Case("bench-prompts-not-utf8", ["bench", "--prompts", "p.jsonl", "--endpoint", "live={server}"],
+         [write("p.jsonl", b'{"prompt": "\xff"}\n')],
          ["p.jsonl"]),
     Case("bench-prompts-directory", ["bench", "--prompts", "pdir"], [directory("pdir")], ["pdir"]),
     Case("bench-out-under-file", ["bench", "--out", "afile/sub"], [write("afile", "x")], ["afile"]),
@@ -284,8 +287,17 @@ def clean_environ(home: Path, extra: dict[str, str]) -> dict[str, str]:
     return keep | {"HOME": str(home), "SGLANG_STACK_CACHE": str(home / "cache"), "NO_COLOR": "1"} | extra
 
 
+@pytest.fixture(scope="module")
+def server():
+    """A loopback server in SGLang 0.5.9's format, for the cases that need an endpoint to answer."""
+    from sglang_server import SGLangServer
+
+    with SGLangServer() as live:
+        yield live.url
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, pristine: Path, tmp_path: Path):
+def test_bad_input(case: Case, pristine: Path, tmp_path: Path, request):
     if case.as_user and os.geteuid() == 0:
         pytest.skip("root reads every file: a permission case proves nothing")
     if case.needs and not shutil.which(case.needs):
@@ -297,7 +309,11 @@ def test_bad_input(case: Case, pristine: Path, tmp_path: Path):
     before = snapshot(tree)
     home = tmp_path / "home"
     home.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "invoke", *case.argv], cwd=tree, capture_output=True, text=True,
+    argv = case.argv
+    if any("{server}" in a for a in argv):
+        url = request.getfixturevalue("server")
+        argv = [a.replace("{server}", url) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=tree, capture_output=True, text=True,
                           env=clean_environ(home, case.environ), timeout=180, stdin=subprocess.DEVNULL)
     said = proc.stdout + proc.stderr
     assert "Traceback" not in said, said

@@ -256,8 +256,8 @@ def run(
     chosen = resolve_endpoints(endpoints, env, api_key, min(options.timeout, 30.0), target)
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
+    prompt_set = source.load()  # once an endpoint answered; a bad file then leaves no results directory behind
     out_dir = results_dir(out)  # created and proven writable before the first request
-    prompt_set = source.load()
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")

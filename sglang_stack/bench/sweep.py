@@ -347,9 +347,9 @@ def run(
         preflight(engine, service)
         restart = compose_restart(engine, service, ready)
         log_tail = log_tail or (lambda: compose_log_tail(engine, service))
+    prompt_set = source.load()
     out_dir = bench.results_dir(out)
     api_key = compose.api_key(env)
-    prompt_set = source.load()
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None
     results = Results(out_dir, meta)

@@ -210,8 +210,8 @@ def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str,
         if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
             raise
         first = (str(err).splitlines() or [""])[0]
-        raise UserError(f"{repo}@{revision}: the Hub did not answer (timeout {HUB_TIMEOUT_S:g} s per request): "
-                        f"{err.__class__.__name__}: {first}") from None
+        raise UserError(f"{repo}@{revision}: the Hub at {endpoint or 'https://huggingface.co'} did not answer (timeout "
+                        f"{HUB_TIMEOUT_S:g} s per request): {err.__class__.__name__}: {first}") from None
     files = []
     for s in sorted(info.siblings or [], key=lambda s: s.rfilename):
         lfs = s.lfs
