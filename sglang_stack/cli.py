@@ -45,6 +45,10 @@ def _innermost(err: BaseException) -> BaseException:
 def expected_failure(err: BaseException) -> str | None:
     """One line for a failure the world caused (network, disk, encoding, malformed data); None for a bug."""
     names = _names(err)
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if isinstance(status, int):  # the server answered, with a refusal: not a network failure
+        url = getattr(getattr(err, "response", None), "url", None) or ""
+        return f"{url or 'the server'} answered HTTP {status}: check the address, the credentials or the pin"
     if names & NETWORK or isinstance(err, (ConnectionError, socket.timeout, socket.gaierror)):
         request = getattr(err, "request", None)
         url = getattr(request, "url", None) or ""
