@@ -2,17 +2,22 @@
 
     python audit_oracle.py provider SITE ARCH CALLS_JSON    (CALLS_JSON: [[method, positional args], ...])
     python audit_oracle.py calls SITE PLACE METHOD           (PLACE: runner or worker)
+    python audit_oracle.py serve SITE ARCH                   (the built class as the worker's target)
 
 ``provider`` imports every top-level module of ``sglang.srt.models`` the way SGLang 0.5.9's registry
 does (``pkgutil.iter_modules``, packages skipped, a module that fails to import skipped), takes the
 class its ``EntryClass`` serves for ARCH, builds it the way SGLang's loader does
 (``cls(config=..., quant_config=None)``), and makes each call. It prints ``{"serves": bool, "why": str}``.
+Where the tree has ``sglang.srt.server_args``, the global server arguments say EAGLE3 first, as in the server.
 
 ``calls`` runs the synthetic tree's ``ModelRunner.__init__`` (PLACE runner) or ``EAGLEWorker.__init__``
 (PLACE worker) with a target model that has every method but METHOD, and with one that has them all;
 the runner under EAGLE3 and with no speculation (and then no draft model). It prints
 ``{"required": bool, "why": str}``: whether the EAGLE-3 path dies for lack of METHOD (and, for the runner,
 a server without speculation does not: a call it makes too is not the EAGLE-3 path's).
+
+``serve`` builds ARCH as ``provider`` does and runs ``EAGLEWorker.__init__`` with it as the target model: the
+call sites and the class decided together. It prints ``{"serves": bool, "why": str}``.
 A case whose full-target run fails is broken, and says so (exit 1).
 
 torch is stood in for by one class, ``torch.nn.Module``, whose ``__getattr__`` raises ``AttributeError``
@@ -47,8 +52,20 @@ def setup(site: str) -> None:
     sys.path.insert(0, site)
 
 
-def provider(arch: str, calls: list) -> dict:
+def eagle3_server_args() -> None:
+    """The server's global arguments, where the tree keeps them: speculation on, EAGLE3."""
+    try:
+        server_args = importlib.import_module("sglang.srt.server_args")
+    except ImportError:
+        return
+    server_args.set_global_server_args_for_scheduler(types.SimpleNamespace(speculative_algorithm="EAGLE3"))
+
+
+def build(arch: str):
+    """(the model SGLang's loader would build for ``arch``, None) or (None, why not)."""
     import sglang.srt.models as models
+
+    eagle3_server_args()
 
     served = {}
     for info in pkgutil.iter_modules(models.__path__):
@@ -62,11 +79,17 @@ def provider(arch: str, calls: list) -> dict:
         for cls in entry if isinstance(entry, list) else [entry] if entry is not None else []:
             served[cls.__name__] = cls
     if arch not in served:
-        return {"serves": False, "why": f"{arch}: not in the registry (its module does not import, or names no such class)"}
+        return None, f"{arch}: not in the registry (its module does not import, or names no such class)"
     try:
-        model = served[arch](config=types.SimpleNamespace(), quant_config=None)
+        return served[arch](config=types.SimpleNamespace(), quant_config=None), ""
     except Exception as err:
-        return {"serves": False, "why": f"{arch}(): {type(err).__name__}: {err}"}
+        return None, f"{arch}(): {type(err).__name__}: {err}"
+
+
+def provider(arch: str, calls: list) -> dict:
+    model, why = build(arch)
+    if model is None:
+        return {"serves": False, "why": why}
     for method, positional in calls:
         try:
             getattr(model, method)(*[None] * positional)
@@ -109,12 +132,13 @@ class Target:
         return Anything()
 
 
-def run(place: str, algorithm: str, lacking: str) -> str:
-    """Build the runner or worker; "" if it went through, else what it raised."""
+def run(place: str, algorithm: str, lacking: str, target=None) -> str:
+    """Build the runner or worker (its target model ``target``, or one lacking ``lacking``); "" if it went
+    through, else what it raised."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     algo = SpeculativeAlgorithm[algorithm]
-    target = Target(lacking)
+    target = Target(lacking) if target is None else target
     if place == "runner":
         from sglang.srt.model_executor.model_runner import ModelRunner as Base
     else:
@@ -151,9 +175,19 @@ def calls(place: str, method: str) -> dict:
     return {"required": True, "why": f"without {method} the EAGLE-3 {place} dies: {dies}"}
 
 
+def serve(arch: str) -> dict:
+    model, why = build(arch)
+    if model is None:
+        return {"serves": False, "why": why}
+    dies = run("worker", "EAGLE3", "", target=model)
+    return {"serves": not dies, "why": dies or f"the EAGLE-3 worker came up with {arch} as its target"}
+
+
 if __name__ == "__main__":
     setup(sys.argv[2])
     if sys.argv[1] == "provider":
         print(json.dumps(provider(sys.argv[3], json.loads(sys.argv[4]))))
+    elif sys.argv[1] == "serve":
+        print(json.dumps(serve(sys.argv[3])))
     else:
         print(json.dumps(calls(sys.argv[3], sys.argv[4])))

@@ -38,6 +38,15 @@ SPECIAL = (list, *FUNCTIONS, ast.ClassDef, ast.If, ast.While, ast.IfExp, ast.Boo
 # What catches the AttributeError of a missing method: a handler of one of these recovers from it.
 CATCHES_ATTRIBUTE_ERROR = {"AttributeError", "Exception", "BaseException"}
 
+# A name that holds a model's method (``fn = model.m``, ``getattr(model, "m", None)``) is aliased to a
+# Bound: the call made through it later is a call of that method.
+class Bound(NamedTuple):
+    role: str
+    method: str
+    receiver: ast.expr
+    default: ast.expr | None  # getattr's default: what the name holds where the method is missing
+
+
 # Roles: what an expression holds. There is one target model, so a receiver is known by its role.
 # A loose runner is one whose owner, target or draft, its name does not tell.
 MODEL, RUNNER, WORKER, LOOSE, LOOSE_RUNNER = "model", "runner", "worker", "loose model", "loose runner"
@@ -53,6 +62,26 @@ def exits(body: list) -> bool:
 
 def stored(body: list) -> set[str]:
     return {n.id for s in body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def set_to_none(body: list) -> set[str]:
+    """Names a block binds to ``None``: ``x = None``, ``x = y = None``, ``x, y = None, None``."""
+    names = set()
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            for t in stmt.targets:
+                pairs = zip(t.elts, stmt.value.elts) if isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple) else [(t, stmt.value)]
+                names |= {n.id for n, v in pairs if isinstance(n, ast.Name) and is_none(v)}
+    return names
+
+
+def is_none(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def callable_default(node: ast.expr | None) -> bool:
+    """May a ``getattr`` default be called? A constant (``None``, ``False``) cannot: calling it raises."""
+    return node is not None and not isinstance(node, ast.Constant)
 
 
 # --- Calls on models, with their path conditions -------------------------------------------------
@@ -114,7 +143,10 @@ class Scan:
         if isinstance(node, ast.Name):
             if node.id == "self":
                 return RUNNER if f.cls is not None and f.cls.name in self.runners else None
-            return f.aliases.get(node.id) or self.named(node.id, f.module, False)
+            held = f.aliases.get(node.id)
+            if isinstance(held, (Bound, ast.Call)):  # a method or a partial, not a model
+                return None
+            return held or self.named(node.id, f.module, False)
         if isinstance(node, ast.NamedExpr):  # (m := self.model_runner.model).method()
             return self.role(node.value, f)
         if isinstance(node, (ast.Subscript, ast.Call)):  # self.mtp_model_runner(i), self.draft_runners[i]
@@ -188,27 +220,59 @@ class Scan:
         return found[1] if isinstance(found, tuple) and isinstance(found[1], ast.FunctionDef) else None
 
     def check(self, node: ast.expr, f: Frame) -> tuple | None:
-        """The (role, method) without which ``node`` is false: ``hasattr(m, "x")``, ``getattr(m, "x", None)``,
-        and ``callable(...)`` or ``... is not None`` of one."""
-        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.IsNot, ast.NotEq)):
-            return self.check(node.left, f) if getattr(node.comparators[0], "value", 0) is None else None
+        """(role, method, the value ``node`` has without the method) where that value is fixed: ``hasattr(m, "x")``,
+        ``getattr(m, "x", None)`` or a name holding one, ``callable(...)`` of those, ``... is not None`` and
+        ``... is None``."""
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and is_none(node.comparators[0]):
+            inner = self.check(node.left, f)
+            if inner is None or not isinstance(node.ops[0], (ast.IsNot, ast.NotEq, ast.Is, ast.Eq)):
+                return None
+            return inner if isinstance(node.ops[0], (ast.IsNot, ast.NotEq)) else (*inner[:2], not inner[2])
+        if isinstance(node, ast.Name) and isinstance(held := f.aliases.get(node.id), Bound):
+            falsy = isinstance(held.default, ast.Constant) and not held.default.value
+            return (held.role, held.method, False) if falsy else None
         name, args = getattr(getattr(node, "func", None), "id", ""), getattr(node, "args", [])
         if name == "callable" and len(args) == 1:
-            return self.check(args[0], f)
+            inner = self.check(args[0], f)
+            if inner is None and isinstance(args[0], ast.Name) and isinstance(held := f.aliases.get(args[0].id), Bound):
+                inner = (held.role, held.method, False) if not callable_default(held.default) else None
+            return inner
         defaulted = len(args) == 3 and isinstance(args[2], ast.Constant) and not args[2].value
         if (name == "hasattr" and len(args) == 2 or name == "getattr" and defaulted) and isinstance(
             getattr(args[1], "value", 0), str
         ):
-            return self.role(args[0], f), args[1].value
+            return self.role(args[0], f), args[1].value, False
         return None
 
     def unset(self, taken, skipped, after: ast.AST, f: Frame) -> bool:
-        """Would running ``skipped`` instead of ``taken`` leave a name unset that the code after ``after`` reads?"""
-        bound = set() if exits(skipped) else stored(taken) - stored(skipped)
-        return bool(bound) and any(
-            isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in bound and n.lineno > after.end_lineno
-            for n in ast.walk(f.scope)
-        )
+        """Would running ``skipped`` instead of ``taken`` break the code after ``after``: leave a name unset that
+        it reads, or ``None`` (the fallback's value, or the one bound before) in a name it dereferences?"""
+        bound = set() if exits(skipped) else stored(taken)
+        if not bound:
+            return False
+        before = self.bound_before(after, f)
+        unset = bound - stored(skipped) - before.keys()
+        nones = bound & set_to_none(skipped) | {n for n in bound - stored(skipped) if is_none(before.get(n, 0))}
+        for n in ast.walk(f.scope):
+            if getattr(n, "lineno", 0) <= after.end_lineno:
+                continue
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in unset:
+                return True
+            used = n.value if isinstance(n, (ast.Attribute, ast.Subscript)) else n.func if isinstance(n, ast.Call) else None
+            if isinstance(used, ast.Name) and used.id in nones:  # None.x, None[i], None(): the server dies later
+                return True
+        return False
+
+    @staticmethod
+    def bound_before(node: ast.AST, f: Frame) -> dict:
+        """Name -> the value of its last plain binding in the scope before ``node``."""
+        values = {}
+        for s in sorted((s for s in ast.walk(f.scope) if isinstance(s, ast.Assign) and s.lineno < node.lineno),
+                        key=lambda s: s.lineno):
+            for t in s.targets:
+                if isinstance(t, ast.Name):
+                    values[t.id] = s.value
+        return values
 
     def try_guard(self, node: ast.Try, f: Frame) -> str:
         """A handler that catches AttributeError (``except AttributeError``, ``Exception``, a bare ``except``) makes
@@ -388,6 +452,25 @@ class Scan:
         role = self.role(value, f)
         if role:
             f.aliases[name.id] = role
+        elif held := self.bound(value, f):
+            f.aliases[name.id] = held
+
+    def bound(self, value: ast.expr, f: Frame) -> Bound | ast.Call | None:
+        """What a name assigned ``value`` holds that a later call goes through: a model's method (``model.m``,
+        ``getattr(model, "m"[, default])``), another name's, or a ``functools.partial`` of a function."""
+        if isinstance(value, ast.Name):
+            held = f.aliases.get(value.id)
+            return held if isinstance(held, (Bound, ast.Call)) else None
+        if isinstance(value, ast.Attribute) and self.role(value.value, f) in (MODEL, LOOSE, DRAFT_MODEL):
+            return Bound(self.role(value.value, f), value.attr, value.value, None)
+        name = (chain_of(value.func) or [""])[-1] if isinstance(value, ast.Call) else ""
+        if name == "getattr" and len(value.args) in (2, 3) and self.role(value.args[0], f) in (MODEL, LOOSE, DRAFT_MODEL):
+            method = self.constant(value.args[1], f)
+            if isinstance(method, str):
+                return Bound(self.role(value.args[0], f), method, value.args[0], value.args[2] if len(value.args) == 3 else None)
+        if name == "partial" and value.args and not isinstance(value.args[0], ast.Attribute):
+            return value
+        return None
 
     @staticmethod
     def kill(target: ast.AST, f: Frame) -> None:
@@ -395,18 +478,33 @@ class Scan:
             f.aliases.pop(name, None)
 
     def call(self, node: ast.Call, f: Frame) -> None:
-        func, guard, recv, method = node.func, f.guard, None, ""
-        if isinstance(func, ast.Attribute):
+        func, guard, recv, method, role = node.func, f.guard, None, "", None
+        if isinstance(func, ast.Name) and isinstance(f.aliases.get(func.id), ast.Call):
+            func = f.aliases[func.id]  # fn = functools.partial(helper, model); fn(): the partial's call
+        if isinstance(func, ast.Call) and (chain_of(func.func) or [""])[-1] == "partial" and func.args:
+            # functools.partial(helper, model)(...) calls helper(model, ...): follow it there
+            inner = ast.copy_location(ast.Call(func.args[0], func.args[1:] + node.args, func.keywords + node.keywords), node)
+            if not isinstance(func.args[0], ast.Attribute) or self.role(func.args[0].value, f) not in (MODEL, LOOSE, DRAFT_MODEL):
+                self.call(inner, f)
+                return
+        if isinstance(func, ast.Name) and isinstance(held := f.aliases.get(func.id), Bound):
+            # fn = model.m, or getattr(model, "m", default), called later: a call of m; a default that can be
+            # called (a lambda) makes it optional, one that cannot (None) dies in the call
+            recv, method, role = held.receiver, held.method, held.role
+            guard = guard or ("getattr default" if callable_default(held.default) else "")
+        elif isinstance(func, ast.Attribute):
             recv, method = func.value, func.attr
         elif getattr(getattr(func, "func", None), "id", "") == "getattr" and len(func.args) >= 2:
-            # getattr(model, "m")(...) needs m; with a default it is optional. "m" may be a named constant.
+            # getattr(model, "m")(...) needs m; with a default that can be called it is optional, with None it
+            # dies in the call all the same. "m" may be a named constant.
             recv, method = func.args[0], self.constant(func.args[1], f)
-            guard = guard or ("getattr default" if len(func.args) > 2 else "")
+            guard = guard or ("getattr default" if len(func.args) > 2 and callable_default(func.args[2]) else "")
         if (chain_of(func) or [""])[-1] == "partial" and node.args and isinstance(node.args[0], ast.Attribute):
             # functools.partial(model.m, ...) reads model.m: it needs m, and the later call's arguments are unknown
             recv, method = node.args[0].value, node.args[0].attr
             node = ast.copy_location(ast.Call(node.args[0], [ast.Starred(ast.Name("args"))], []), node)
-        role = self.role(recv, f) if recv is not None and isinstance(method, str) else None
+        if role is None:
+            role = self.role(recv, f) if recv is not None and isinstance(method, str) else None
         if role in (MODEL, LOOSE, DRAFT_MODEL):
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             keywords = tuple(k.arg for k in node.keywords if k.arg)
@@ -488,10 +586,13 @@ class Scan:
 
     # after the walk ----------------------------------------------------------------------------
 
-    def possible(self, conds: tuple, lacking: tuple | None = None) -> bool:
-        """Can every condition hold under EAGLE3, and if ``lacking`` is a (role, method), without that method?"""
+    def possible(self, conds: tuple, lacking: tuple | None = None, present: tuple | None = None) -> bool:
+        """Can every condition hold under EAGLE3, and if ``lacking`` is a (role, method), without that method; if
+        ``present`` is one, with it?"""
         for c in conds:
-            if not self.spec.can(c.test, c.truth, {i: {False} for i, check in c.checks.items() if check == lacking}):
+            known = {i: {v if (role, name) == lacking else not v} for i, (role, name, v) in c.checks.items()
+                     if (role, name) in (lacking, present)}
+            if not self.spec.can(c.test, c.truth, known):
                 return False
         return True
 

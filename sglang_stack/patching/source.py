@@ -28,6 +28,7 @@ class CallSite:
     args: int = 0  # positional arguments
     keywords: tuple[str, ...] = ()
     star: bool = False  # *args or **kwargs: any arity binds
+    unless: tuple[str, ...] = ()  # attributes of the model whose presence keeps the call from running
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
