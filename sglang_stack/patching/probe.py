@@ -173,7 +173,7 @@ def sets_anywhere(method: str, trees: Trees) -> str:
     return setters.get(method) or setters.get("*", "")
 
 
-def settle(cls: type, obj, method: str, sites: list, built: str, trees: Trees) -> dict:
+def settle(cls: type, obj, method: str, sites: list, built: str, trees: Trees, depth: int = 0) -> dict:
     """The verdict for one method: found (with each site's binding), absent, not a method, or unknown."""
     found = on_class(cls, method, trees)
     if found["kind"] == "unknown":
@@ -231,26 +231,25 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: Trees) -
             sig.bind(*[None] * args, **dict.fromkeys(keywords))
         except TypeError as err:
             bad[site] = f"{where}: {err}"
-    if inspect.isfunction(func):  # a forwarder to self.X.method(...): X must have it on this instance
-        held = forwarded(func, method, trees)
-        if held and obj is None:  # no instance: the class its __init__ makes, as Python resolves the name
-            made = held_class(cls, held, trees)
-            if made is None:
-                return {"kind": "unknown", "why": f"{where} forwards to self.{held}, and {built}"}
-            if on_class(made, method, trees)["kind"] == "unknown":
-                return {"kind": "unknown", "why": f"{where} forwards to self.{held}, a {made.__qualname__}, whose "
-                        "classes the probe cannot all see"}
-            if not callable(getattr(made, method, None)):
-                return {"kind": "not a method", "where": f"{where} forwards to self.{held} ({made.__qualname__}), which lacks it"}
-        elif held:
-            target = getattr(obj, held, MISSING)
-            if target is MISSING:
-                return {"kind": "not a method", "where": f"{where} forwards to self.{held}, which the instance lacks"}
-            if isinstance(target, StandIn) or on_class(type(target), method, trees)["kind"] == "unknown":
-                return {"kind": "unknown", "why": f"{where} forwards to self.{held}, {target!r}, which the probe cannot see into"}
-            if not callable(getattr(target, method, None)):
-                return {"kind": "not a method", "where": f"{where} forwards to self.{held} "
-                        f"({type(target).__qualname__}), which lacks it"}
+    # What the function's self is: the instance, or the object a bound method came with (a part's method).
+    me, me_cls = (value.__self__, type(value.__self__)) if inspect.ismethod(value) and obj is not None \
+        and not isinstance(value.__self__, type) else (obj, cls)
+    for fn in unwrapped(value):  # a forwarder to self.X.Y.method(...), a wrapper's too: X.Y must have it
+        chain = forwarded(fn, method, trees)
+        reached = reach(me_cls, me, chain, method, where, built, trees, depth) if chain else None
+        if reached:
+            return reached
+        borrowed = reads_of_borrowed(me_cls, fn, found.get("owner"), trees)
+        for read in borrowed:
+            if me is None:
+                return {"kind": "unknown", "why": f"{where} is borrowed from {fn.__qualname__.rpartition('.')[0] or 'a module'} "
+                        f"and reads self.{'.'.join(read)}: only an instance can tell, and {built}"}
+            lacking, got = walk(me, read)
+            if isinstance(got, StandIn):
+                continue
+            if lacking:
+                return {"kind": "not a method", "where": f"{where} is {fn.__qualname__}, borrowed, and reads "
+                        f"self.{'.'.join(read)}, which the instance lacks (no self.{'.'.join(lacking)})"}
     return {"kind": "found", "where": where, "bad": bad}
 
 
@@ -265,7 +264,7 @@ def function_node(func, trees: Trees) -> ast.FunctionDef | None:
                                    for node in ast.walk(ast.Module(body=list(trees.body(code.co_filename)), type_ignores=[]))
                                    if isinstance(node, ast.FunctionDef)
                                    for line in (node.lineno, *(d.lineno for d in node.decorator_list))}
-    return _defs[code.co_filename].get((func.__name__, code.co_firstlineno))
+    return _defs[code.co_filename].get((code.co_name, code.co_firstlineno))  # not __name__: wraps() renames
 
 
 def held_class(cls: type, attr: str, trees: Trees) -> type | None:
@@ -291,15 +290,121 @@ def held_class(cls: type, attr: str, trees: Trees) -> type | None:
     return made if isinstance(made, type) and not getattr(made, "standin", False) else None
 
 
-def forwarded(func, method: str, trees: Trees) -> str:
-    """``X`` where ``func``'s body calls ``self.X.method(...)``: the method forwards to what ``self.X`` holds."""
+def unwrapped(value) -> list:
+    """The functions a method runs through: the function itself, then each one ``functools.wraps`` wrapped."""
+    out, func = [], getattr(value, "__func__", value)
+    while inspect.isfunction(func) and func not in out and len(out) < 8:
+        out.append(func)
+        func = getattr(func, "__wrapped__", None)
+    return out
+
+
+def evaluate(node: ast.expr, func):
+    """The value of a name the function reads: a constant, a closure variable, a global, an attribute of one."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        code = func.__code__
+        if node.id in code.co_freevars and func.__closure__:
+            try:
+                return func.__closure__[code.co_freevars.index(node.id)].cell_contents
+            except ValueError:  # an empty cell
+                return MISSING
+        return func.__globals__.get(node.id, MISSING)
+    if isinstance(node, ast.Attribute):
+        base = evaluate(node.value, func)
+        return MISSING if base is MISSING or isinstance(base, StandIn) else getattr(base, node.attr, MISSING)
+    return MISSING
+
+
+def self_chain(node: ast.expr, me: str) -> tuple:
+    """("a", "b") for ``self.a.b``; () for anything else."""
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.insert(0, node.attr)
+        node = node.value
+    return tuple(chain) if isinstance(node, ast.Name) and node.id == me else ()
+
+
+def first_parameter(node) -> str:
+    params = node.args.posonlyargs + node.args.args if node is not None else []
+    return params[0].arg if params else ""
+
+
+def forwarded(func, method: str, trees: Trees) -> tuple:
+    """``(X, Y)`` where ``func``'s body calls ``self.X.Y.method(...)``, or ``getattr(self.X.Y, NAME)(...)`` with NAME
+    the method's name (a constant, a closure variable, a global, ``fn.__name__``): the method forwards there."""
     node = function_node(func, trees)
+    me = first_parameter(node)
     for call in ast.walk(node) if node is not None else ():
         f = call.func if isinstance(call, ast.Call) else None
-        if isinstance(f, ast.Attribute) and f.attr == method and isinstance(f.value, ast.Attribute):
-            if isinstance(f.value.value, ast.Name) and f.value.value.id == "self":
-                return f.value.attr
-    return ""
+        if isinstance(f, ast.Attribute) and f.attr == method:
+            receiver = f.value
+        elif isinstance(f, ast.Call) and getattr(f.func, "id", "") == "getattr" and len(f.args) >= 2 and evaluate(f.args[1], func) == method:
+            receiver = f.args[0]
+        else:
+            continue
+        if chain := self_chain(receiver, me):
+            return chain
+    return ()
+
+
+def walk(obj, chain: tuple) -> tuple:
+    """(the shortest prefix of ``chain`` the object lacks, or (); what the chain reaches, or the stand-in it stops at)."""
+    for i, name in enumerate(chain):
+        try:
+            obj = getattr(obj, name)
+        except Exception:  # noqa: BLE001 - AttributeError, or what a property raises: the server's read raises it too
+            return chain[: i + 1], MISSING
+        if isinstance(obj, StandIn):
+            return (), obj
+    return (), obj
+
+
+def reach(cls: type, obj, chain: tuple, method: str, where: str, built: str, trees: Trees, depth: int) -> dict | None:
+    """The verdict on a forwarder to ``self.<chain>.method``: None where what it reaches has the method."""
+    path = "self." + ".".join(chain)
+    if obj is None:  # no instance: the class the first __init__ of the MRO makes, for one link
+        made = held_class(cls, chain[0], trees) if len(chain) == 1 else None
+        if made is None:
+            return {"kind": "unknown", "why": f"{where} forwards to {path}, and {built}"}
+        if on_class(made, method, trees)["kind"] == "unknown":
+            return {"kind": "unknown", "why": f"{where} forwards to {path}, a {made.__qualname__}, whose "
+                    "classes the probe cannot all see"}
+        if not callable(getattr(made, method, None)):
+            return {"kind": "not a method", "where": f"{where} forwards to {path} ({made.__qualname__}), which lacks it"}
+        return None
+    lacking, target = walk(obj, chain)
+    if lacking:
+        return {"kind": "not a method", "where": f"{where} forwards to {path}, and the instance has no self.{'.'.join(lacking)}"}
+    if isinstance(target, StandIn) or on_class(type(target), method, trees)["kind"] == "unknown":
+        return {"kind": "unknown", "why": f"{where} forwards to {path}, {target!r}, which the probe cannot see into"}
+    if depth >= 4:
+        return {"kind": "unknown", "why": f"{where} forwards through more than four objects"}
+    there = settle(type(target), target, method, [], built, trees, depth + 1)
+    if there["kind"] != "found":
+        said = there.get("where") or there.get("why", "")
+        kind = "unknown" if there["kind"] == "unknown" else "not a method"
+        return {"kind": kind, "why" if kind == "unknown" else "where":
+                f"{where} forwards to {path} ({type(target).__qualname__}), which lacks it" + (f": {said}" if said else "")}
+    return None
+
+
+def reads_of_borrowed(cls: type, func, owner, trees: Trees) -> list:
+    """The chains a function read from another class (or a module) reads on ``self``: ``[("model", "embed_tokens")]``.
+    A method of the class's own MRO, and torch's, are not borrowed."""
+    if owner == "torch.nn.Module" or func.__qualname__.rpartition(".")[0] in {k.__qualname__ for k in cls.__mro__}:
+        return []
+    node = function_node(func, trees)
+    me = first_parameter(node)
+    if node is None or not me:
+        return []
+    written = {chain[0] for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+               for chain in [self_chain(n, me)] if chain}
+    inner = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    reads = {chain for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and id(n) not in inner
+             for chain in [self_chain(n, me)] if chain and chain[0] not in written}
+    return sorted(reads)
 
 
 def main() -> None:

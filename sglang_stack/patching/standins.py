@@ -37,6 +37,10 @@ register_forward_pre_hook register_full_backward_hook register_full_backward_pre
 register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module register_parameter
 register_state_dict_post_hook register_state_dict_pre_hook requires_grad_ set_extra_state set_submodule
 share_memory state_dict to to_empty train type xpu zero_grad""".split())
+# What the server's arguments say wherever a stand-in of them is read, by attribute name: the audit asks about
+# the EAGLE-3 service (compose.yaml's eagle3: --speculative-algorithm EAGLE3), so a model that binds its hooks
+# under `get_global_server_args().speculative_algorithm == "EAGLE3"` is decided, not guessed.
+SERVER_ARGS = {"speculative_algorithm": "EAGLE3"}
 GUESS_LIMIT = 20000  # guesses before the probe gives up: a `while stand_in:` loop would never end
 
 
@@ -74,6 +78,8 @@ class StandIn:
         if name.startswith("__") and name.endswith("__") or name == "_name":
             raise AttributeError(name)
         dotted = f"{self._name}.{name}"
+        if name in SERVER_ARGS:
+            return SERVER_ARGS[name]
         return PLATFORM_VALUES[dotted] if dotted in PLATFORM_VALUES else StandIn(dotted)
 
     def __setattr__(self, name, value):
