@@ -345,6 +345,11 @@ def audit(sglang_src: Path, arch: str = DEFAULT_ARCH, config: dict | None = None
     run = probe.finish(found.on)
     if info is None and not run.cls:
         raise unread
+    # A call that runs only where the model lacks an attribute (`if hasattr(m, "language_model"): ... else:
+    # m.method()`) is never made on an instance the run built with that attribute.
+    found.on = {m: tuple(replace(s, guard=f"never runs: the built instance has {held}")
+                         if (held := next((a for a in s.unless if run.has(a)), None)) else s for s in ss)
+                for m, ss in found.on.items()}
     required = {m: tuple(s for s in ss if not s.guard) for m, ss in found.on.items() if any(not s.guard for s in ss)}
     report = Report(
         arch=arch,

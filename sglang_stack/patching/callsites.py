@@ -660,6 +660,10 @@ def calls(tree: Tree) -> Calls:
             continue
         if not site.guard and not scan.possible(conds, (role, site.method)):
             site = replace(site, guard="hasattr")  # a condition on its path cannot hold without the method
+        if not site.guard and where == "on":  # `if hasattr(m, "language_model"): ... else: m.method()`
+            unless = {name for c in conds for (r, name, _) in c.checks.values() if r == role and name != site.method}
+            unless = tuple(sorted(n for n in unless if not scan.possible(conds, present=(role, n))))
+            site = replace(site, unless=unless) if unless else site
         key, rank = (site.path, site.line, site.method, role), (where == "on", where == "on" and not site.guard)
         if key not in best or rank > best[key][0]:
             best[key] = rank, site

@@ -407,6 +407,14 @@ def reads_of_borrowed(cls: type, func, owner, trees: Trees) -> list:
     return sorted(reads)
 
 
+def present(obj, name: str) -> bool | None:
+    """Does the instance have ``name``: True, False, or None where the answer would rest on a guess."""
+    before = len(State.guesses)
+    State.phase = "lookup"
+    found = walk(obj, (name,))[0] == ()
+    return None if len(State.guesses) > before else found
+
+
 def main() -> None:
     started = time.perf_counter()
     # The answer goes out on a descriptor of its own: what the model's code prints goes to stderr.
@@ -451,6 +459,8 @@ def main() -> None:
         instance = None if out.get("construct_guessed") else obj  # what rests on the guesses is not Python's answer
         verdicts[method] = settle(cls, instance, method, spec["sites"], built, trees)
         verdicts[method].pop("value", None)
+        if instance is not None and spec.get("unless"):
+            verdicts[method]["present"] = {name: present(instance, name) for name in spec["unless"]}
     out.update(verdicts=verdicts, guesses=len(State.guesses), stand_ins=State.made, seconds=round(busy + time.perf_counter() - started, 3))
     channel.write(json.dumps(out, default=str) + "\n")
     channel.flush()

@@ -71,6 +71,7 @@ class Verdict:
     where: str = ""
     why: str = ""
     bad: dict = field(default_factory=dict)  # call site (path:line) -> why it does not bind
+    present: dict = field(default_factory=dict)  # attribute -> whether the instance has it (a site's `unless`)
 
 
 @dataclass
@@ -85,6 +86,10 @@ class Run:
     error: str = ""
     seconds: float = 0.0
     guesses: int = 0
+
+    def has(self, attribute: str) -> bool:
+        """Did the built instance show ``attribute``? False where it lacks it or none was built."""
+        return any(v.present.get(attribute) for v in self.verdicts.values())
 
     @property
     def summary(self) -> str:
@@ -116,7 +121,8 @@ class Probe:
     def finish(self, methods: dict[str, tuple[CallSite, ...]]) -> Run:
         if self.proc is None:
             return Run(error=self.error)
-        calls = {m: {"sites": [[str(s), s.args, list(s.keywords), s.star] for s in ss]} for m, ss in methods.items()}
+        calls = {m: {"sites": [[str(s), s.args, list(s.keywords), s.star] for s in ss],
+                     "unless": sorted({a for s in ss for a in s.unless})} for m, ss in methods.items()}
         try:
             out, err = self.proc.communicate(json.dumps(calls) + "\n", timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -130,7 +136,7 @@ class Probe:
         except json.JSONDecodeError:
             last = (err.strip().splitlines() or ["no output"])[-1]
             return Run(error=f"the probe failed (exit {self.proc.returncode}): {last[:300]}")
-        verdicts = {m: Verdict(v["kind"], v.get("where", ""), v.get("why", ""), v.get("bad", {}))
+        verdicts = {m: Verdict(v["kind"], v.get("where", ""), v.get("why", ""), v.get("bad", {}), v.get("present", {}))
                     for m, v in data.get("verdicts", {}).items()}
         return Run(data.get("class", ""), data.get("built", ""), data.get("real", []), data.get("failed", {}), verdicts,
                    seconds=data.get("seconds", 0.0), guesses=data.get("guesses", 0))
