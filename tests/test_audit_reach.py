@@ -18,3 +18,24 @@ def test_the_audit_agrees_with_the_oracle(tmp_path, kind, name, serves):
 def test_the_corpus_holds_both_directions_of_each_form():
     directions = [serves for _, _, serves in cases()]
     assert directions.count(True) >= 10 and directions.count(False) >= 10, directions
+
+
+PROVIDER_CASES = [(n, serves) for k, n, serves in cases() if k == "provider"]
+
+
+@pytest.mark.parametrize("name, serves", PROVIDER_CASES, ids=[n for n, _ in PROVIDER_CASES])
+def test_the_source_alone_never_passes_what_dies(tmp_path, name, serves):
+    """Where the run cannot decide, the source decides (audit.provider): it may fail closed, never pass a crash."""
+    from audit_reach import ORACLE_CALLS, PROVIDERS
+    from audit_trees import synthetic
+    from sglang_stack.patching import audit
+    from sglang_stack.patching.source import CallSite, Tree
+
+    module, extra, _ = PROVIDERS[name]
+    tree = Tree(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module, **extra}))
+    arch = audit.find_arch(tree, "Edited")
+    said = []
+    for method, args in ORACLE_CALLS:
+        p = audit.provider(tree, arch, method)
+        said.append(p.kind == "found" and not audit.binds(p, CallSite("x.py", 1, method, "model", args=args)))
+    assert serves or not all(said), f"the source passes {name}, which dies"

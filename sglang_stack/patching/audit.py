@@ -41,6 +41,9 @@ NN_MODULE = "torch.nn.Module"
 NN_MODULES = {NN_MODULE, "torch.nn.modules.module.Module"}
 KNOWN_BASES = {"object", "abc.ABC", "typing.Generic", "typing.Protocol", *NN_MODULES}
 PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}
+# Decorators that keep the method a method of the same signature; any other may replace it (a forwarder that
+# `functools.wraps` a stub), which only the run can follow.
+KEEPS = {"staticmethod", "classmethod", "abstractmethod", "override", "no_grad", "inference_mode", "cache", "lru_cache"}
 
 
 # --- Report --------------------------------------------------------------------------------------
@@ -233,9 +236,17 @@ def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
             fn = found[1] if isinstance(found, tuple) else found
         elif isinstance(fn, ast.Attribute) and isinstance(owner := tree.resolve(".".join([c.module, *(chain_of(fn.value) or ["?"])])), Cls):
             fn = member(owner.node, fn.attr)  # get_embed_and_head = DeepseekV2ForCausalLM.get_embed_and_head
+            me = fn.args.args[0].arg if isinstance(fn, FUNCTIONS) and fn.args.args else ""
+            read = next((n for n in ast.walk(fn) if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == me), None)
+            if me and read is not None and owner not in order:
+                return Provider("undecided", f"{where} is borrowed from {owner.name} and reads {ast.unparse(read)}, which "
+                                "only an instance can show")
         if isinstance(fn, (*FUNCTIONS, ast.Lambda)):  # a function assigned becomes a method
             decorated = [d.func if isinstance(d, ast.Call) else d for d in getattr(fn, "decorator_list", [])]
             decorators = {(chain_of(d) or [""])[-1] for d in decorated}
+            if isinstance(fn, FUNCTIONS) and decorators - PROPERTIES - KEEPS:
+                return Provider("undecided", f"{where} is decorated by {', '.join(sorted(decorators - PROPERTIES - KEEPS))}, "
+                                "which may replace it")
             if decorators & PROPERTIES:
                 body = [b for b in fn.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
                 value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
@@ -286,8 +297,19 @@ def delegate_lacks(tree: Tree, instance: Cls, fn: ast.FunctionDef, method: str, 
     body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     call = body[0].value if len(body) == 1 and isinstance(body[0], (ast.Return, ast.Expr)) else None
     chain = chain_of(call.func) if isinstance(call, ast.Call) else None
-    if depth > 3 or not chain or len(chain) != 3 or chain[0] != "self" or chain[2] != method:
+    if depth > 3 or not chain or len(chain) < 3 or chain[0] != "self" or chain[-1] != method:
         return "", ""
+    if len(chain) > 3:  # self.a.b.method: each link's class from the __init__ that sets it, or undecided
+        held, path = instance, "self"
+        for link in chain[1:-1]:
+            path += f".{link}"
+            held = held_by(tree, held, link)
+            if held is None:
+                return "undecided", f"{path}, whose class the source does not show"
+        kind = provider(tree, held, method, depth + 1).kind
+        if kind in ("absent", "not a method"):
+            return "not a method", f"{path} ({held.name}, {held.path}), which lacks it"
+        return ("undecided", f"{path} ({held.name}), which may lack it") if kind == "undecided" else ("", "")
     # The instance is the architecture's: its __init__ (the first in its MRO) sets what a mixin forwards to.
     owner = next((b for b in tree.mro(instance) if isinstance(b, Cls) and isinstance(member(b.node, "__init__"), ast.FunctionDef)), None)
     assigned = False
@@ -302,6 +324,17 @@ def delegate_lacks(tree: Tree, instance: Cls, fn: ast.FunctionDef, method: str, 
     if not assigned and not any(isinstance(b, Cls) and member(b.node, chain[1]) is not None for b in tree.mro(instance)):
         return "undecided", f"self.{chain[1]}, which the class never sets where the audit can see"
     return "", ""
+
+
+def held_by(tree: Tree, cls: Cls, attr: str) -> Cls | None:
+    """The in-tree class whose instance the first ``__init__`` of ``cls``'s MRO assigns to ``self.attr``, once."""
+    owner = next((b for b in tree.mro(cls) if isinstance(b, Cls) and isinstance(member(b.node, "__init__"), ast.FunctionDef)), None)
+    made = [node.value for node in statements(member(owner.node, "__init__").body) if owner is not None
+            and isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "attr", "") == attr
+            and is_self(node.targets[0].value)] if owner is not None else []
+    chain = chain_of(made[0].func) if len(made) == 1 and isinstance(made[0], ast.Call) else None
+    held = tree.resolve(".".join([owner.module, *chain])) if chain else None
+    return held if isinstance(held, Cls) else None
 
 
 def settle(report: Report, method: str, sites: tuple, p: Provider) -> None:
