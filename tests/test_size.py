@@ -91,6 +91,20 @@ def test_a_layer_off_its_budget_is_named():
     assert sizemod.parse_size("1.5GB") == 1_500_000_000 and sizemod.parse_size("12.3kB") == 12_300
 
 
+def test_the_sglang_layer_is_not_confused_with_the_stack_directory():
+    """/opt/sglang-stack/... names the requirements layer (GBs); only /opt/sglang itself is the sglang tree."""
+    sglang = sizemod.Layer("runtime", "sglang 0.5.9 (patched, compiled)", "/opt/sglang", [sizemod.Item("sglang", 49_300_000, 1, "measured")])
+    history = [
+        ("RUN /bin/sh -c python3 -m venv /opt/venv && printf '%s\\n' /opt/sglang /opt/sglang-stack > x.pth # buildkit", 20_000),
+        ("COPY requirements.lock.txt /opt/sglang-stack/requirements.lock.txt # buildkit", 40_000),
+        ("RUN /bin/sh -c pip install --no-deps -r /opt/sglang-stack/requirements.lock.txt # buildkit", 5_300_000_000),
+        ("COPY /opt/sglang /opt/sglang # buildkit", 52_000_000),
+        ("COPY /opt/sglang-stack /opt/sglang-stack # buildkit", 1_000_000),
+    ]
+    lines, off = sizemod.compare([sglang], history)
+    assert off == 0 and lines[0].startswith("ok  sglang 0.5.9 (patched, compiled): budget 49.3 MB, built 52.0 MB"), lines
+
+
 @pytest.mark.network
 def test_the_runtime_budget_is_under_ten_gigabytes():
     """The issue's bound, computed from the real lock: PyPI's figures for 162 wheels, the proxies, the recorded rest."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,7 @@ class Item:
 class Layer:
     stage: str
     what: str  # a short description; `compare` matches it against the built image's history
-    match: str  # a substring of the layer's instruction in the built image's history
+    match: str  # a path or word of the layer's instruction in the built image's history
     items: list[Item] = field(default_factory=list)
 
     @property
@@ -281,7 +282,9 @@ def compare(layers: list[Layer], built: list[tuple[str, int]], margin: float = 0
         if not layer.match:
             lines.append(f"skip {layer.what}: the base image is whatever the build used")
             continue
-        hits = [size for created, size in built if layer.match in created]
+        # A path or word of the instruction, never the prefix of a longer one: /opt/sglang is not /opt/sglang-stack/...
+        token = re.compile(re.escape(layer.match) + r"(?![\w.-])")
+        hits = [size for created, size in built if token.search(created)]
         if not hits:
             lines.append(f"skip {layer.what}: no layer of the built image runs {layer.match!r}")
             continue
