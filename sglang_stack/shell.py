@@ -9,12 +9,23 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+from collections import deque
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from sglang_stack.errors import UserError
+
+
+class CommandFailed(UserError):
+    """A streamed command failed; ``tail`` holds the last lines of what it wrote to stderr."""
+
+    def __init__(self, message: str, code: int, tail: list[str]):
+        super().__init__(message, code=code)
+        self.tail = tail
 
 
 def show(argv: Sequence[str], cwd: Path | None = None) -> None:
@@ -78,3 +89,63 @@ def run(
             detail = ": " + proc.stderr.strip().splitlines()[-1]
         raise UserError(f"{what or argv[0]} failed with exit code {proc.returncode}{detail}", code=proc.returncode or 1)
     return proc
+
+
+def stream(argv: Sequence[str], *, what: str, cwd: Path | None = None, keep: int = 80) -> None:
+    """Show ``argv`` and run it, its output passed through; a long step such as an image build.
+
+    SIGTERM and SIGHUP sent to this process are forwarded to the command, which is given 30 s to
+    stop before it is killed: a terminated ``invoke build`` leaves no ``docker buildx build``
+    behind. A failure raises ``CommandFailed`` with the last ``keep`` lines of stderr, for the
+    caller to say why.
+    """
+    argv = [str(a) for a in argv]
+    show(argv, cwd)
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE, text=True, errors="replace")
+    except FileNotFoundError as err:
+        raise UserError(f"{argv[0]}: not found on PATH") from err
+    tail: deque = deque(maxlen=keep)
+
+    def pump() -> None:
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            tail.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    received: list[int] = []
+
+    def forward(signum, _frame) -> None:
+        received.append(signum)
+        proc.send_signal(signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
+    try:
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:  # the terminal sent SIGINT to the command too: let it stop, then go
+            stop(proc)
+            raise
+        if received:
+            stop(proc)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        reader.join(timeout=5)
+    if received:
+        name = signal.Signals(received[0]).name
+        raise UserError(f"{what}: stopped by {name}, and the command with it", code=128 + received[0])
+    if code != 0:
+        raise CommandFailed(f"{what} failed with exit code {code}", code=code if code > 0 else 1, tail=list(tail))
+
+
+def stop(proc: subprocess.Popen, grace: float = 30) -> None:
+    """Wait up to ``grace`` seconds for a command told to stop, then kill it."""
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

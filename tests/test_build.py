@@ -161,3 +161,54 @@ def test_smoke_refuses_a_missing_base_image_instead_of_making_one():
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --base-image localhost/no-such-base:never: no such image"), proc.stderr
+
+
+AUDIT_FAILURE = ["#21 12.3 error: /opt/venv/lib/python3.12/site-packages/x.so: links libcudart.so.12, a CUDA 12 library",
+                 "ERROR: failed to solve: process \"/bin/sh -c python3 -m sglang_stack.image.binaries\" did not complete "
+                 "successfully: exit code: 1"]
+
+
+def test_a_failure_that_is_not_about_a_base_gets_no_base_hint():
+    """The binary audit failed, and --build-arg DEVEL_IMAGE=... replaced the devel image: no word of any base."""
+    req = request(engine="buildah", build_args={"DEVEL_IMAGE": "localhost/devel-stub:1"})
+    assert buildmod.base_images(req)["DEVEL_IMAGE"] == "localhost/devel-stub:1", "a --build-arg replaces the Dockerfile's default"
+    assert buildmod.missing_base_hint(req, AUDIT_FAILURE) == ""
+
+
+def test_a_base_the_engine_could_not_get_is_named():
+    missing = "localhost/sglang-stack-test-absent:never"
+    said = [f"ERROR: failed to solve: {missing}: pull access denied, repository does not exist"]
+    hint = buildmod.missing_base_hint(request(engine="buildah", target="sglang", base_image=missing), said)
+    assert f"{missing} is not in the buildah image store" in hint and "--base-image" in hint, hint
+
+
+WRAPPER = """
+import sys
+from sglang_stack.shell import stream
+from sglang_stack.cli import user_errors
+from invoke import Exit
+try:
+    user_errors(stream)([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(600)"],
+                        what="a long build")
+except Exit as err:  # what Invoke does with it
+    print(err.message, file=sys.stderr)
+    sys.exit(err.code)
+"""
+
+
+def test_a_terminated_build_stops_the_engine_command_too(tmp_path):
+    """SIGTERM to invoke reaches the command it runs: nothing is left building behind it."""
+    import signal
+    import time
+
+    wrapper = subprocess.Popen([sys.executable, "-c", WRAPPER], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    child = int(wrapper.stdout.readline())
+    wrapper.send_signal(signal.SIGTERM)
+    _, err = wrapper.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists(), "the command outlived a terminated invoke"
+    assert wrapper.returncode == 128 + signal.SIGTERM, (wrapper.returncode, err)
+    assert err.strip().splitlines()[-1] == "error: a long build: stopped by SIGTERM, and the command with it", err

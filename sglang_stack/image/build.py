@@ -19,7 +19,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack import engine as engine_mod
 from sglang_stack.image import store
-from sglang_stack.shell import require, run
+from sglang_stack.shell import CommandFailed, require, run, stream
 
 ENGINES = ("docker", "podman", "buildah")
 TARGETS = ("base", "deps", "sglang", "runtime", "router")
@@ -216,19 +216,32 @@ def base_images(request: BuildRequest) -> dict[str, str]:
         m = re.match(r"^ARG (\w+)=(\S+)$", line)
         if m and m.group(1) in ("BASE_IMAGE", "DEVEL_IMAGE", "ROUTER_BASE_IMAGE"):
             defaults.setdefault(m.group(1), m.group(2))
+    defaults.update({arg: value for arg, value in request.build_args.items() if arg in defaults})  # --build-arg X=...
     if request.base_image:
         defaults[BASE_ARG.get(request.target, "BASE_IMAGE")] = request.base_image
     return {arg: defaults[arg] for arg in NEEDS.get(request.target, ()) if arg in defaults}
 
 
-def missing_base_hint(request: BuildRequest) -> str:
-    """After a failed build: which base image is neither in the local store nor pulled, and what to do."""
-    missing = [ref for ref in base_images(request).values() if not store.exists(request.engine, ref)]
+def missing_base_hint(request: BuildRequest, output: list[str]) -> str:
+    """After a failed build: the base image the engine could not get, and what to do; "" where the failure was
+    another (the engine's last lines name no base this build uses that the store lacks)."""
+    said = "\n".join(output)
+    missing = [ref for ref in base_images(request).values()
+               if named(ref, said) and not store.exists(request.engine, ref)]
     if not missing:
         return ""
     return (f"; {', '.join(missing)} is not in the {request.engine} image store: pull it where the registry is "
             "reachable (`docker pull REF`, then `docker save`/`docker load` to carry it), mirror it and pass "
             "--base-image YOUR.REGISTRY/IMAGE@sha256:..., or check the stack without CUDA with `invoke smoke`")
+
+
+def named(ref: str, text: str) -> bool:
+    """Does ``text`` name the image ``ref``, in any of the forms engines print (with or without docker.io/,
+    library/, the tag or the digest)?"""
+    name = ref.split("@", 1)[0]
+    short = name.removeprefix("docker.io/").removeprefix("library/")
+    repo = short.rsplit(":", 1)[0] if ":" in short.rsplit("/", 1)[-1] else short
+    return any(form in text for form in {ref, name, short, repo})
 
 
 def build(request: BuildRequest) -> tuple[str, str]:
@@ -255,9 +268,9 @@ def build(request: BuildRequest) -> tuple[str, str]:
             token.write_text(os.environ["HF_TOKEN"])
             request.hf_token_file = token
         try:
-            run(request.command(), what=f"{request.engine} build")
-        except UserError as err:
-            raise UserError(f"{err}{missing_base_hint(request)}", code=err.code) from None
+            stream(request.command(), what=f"{request.engine} build")
+        except CommandFailed as err:
+            raise UserError(f"{err}{missing_base_hint(request, err.tail)}", code=err.code) from None
         image_id = request.iidfile.read_text().strip() if request.iidfile.exists() else ""
     if not image_id:
         raise UserError(f"{request.engine} build finished but reported no image ID for {request.tag}")
