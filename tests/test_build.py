@@ -212,3 +212,17 @@ def test_a_terminated_build_stops_the_engine_command_too(tmp_path):
     assert not Path(f"/proc/{child}").exists(), "the command outlived a terminated invoke"
     assert wrapper.returncode == 128 + signal.SIGTERM, (wrapper.returncode, err)
     assert err.strip().splitlines()[-1] == "error: a long build: stopped by SIGTERM, and the command with it", err
+
+
+@pytest.mark.parametrize("kwargs, digest", [
+    (dict(base_image="localhost/base:1"), ""),
+    (dict(base_image="docker.io/library/debian@sha256:" + "a" * 64), "sha256:" + "a" * 64),
+    (dict(target="router", base_image="localhost/py:3.11"), ""),
+    (dict(build_args={"BASE_IMAGE": "localhost/other:2"}), ""),
+])
+def test_a_replaced_base_replaces_the_oci_base_digest_label(kwargs, digest):
+    argv = request(**kwargs).command()
+    arg = "ROUTER_BASE_DIGEST" if kwargs.get("target") == "router" else "BASE_DIGEST"
+    assert ("--build-arg", f"{arg}={digest}") in list(zip(argv, argv[1:])), argv
+    assert not any(a.startswith(("BASE_DIGEST=", "ROUTER_BASE_DIGEST=")) for a in request().command()), \
+        "the pinned base keeps the Dockerfile's own digest"

@@ -86,6 +86,9 @@ def test_invoke_build_target_router_builds_the_router_stage(router_image, docker
     labels = store.labels("docker", tag)
     assert labels.get("io.sglang-stack.router.version") == lock.router.version, f"labels: {labels}"
     assert labels.get("io.sglang-stack.base.used") == docker_base, f"labels: {labels}"
+    # The OCI labels name the base this build used, not the lock's pin that --base-image replaced.
+    assert labels.get("org.opencontainers.image.base.name") == docker_base, f"labels: {labels}"
+    assert labels.get("org.opencontainers.image.base.digest") == docker_base.partition("@")[2], f"labels: {labels}"
     version = engine.docker("run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c",
                             "import importlib.metadata as m; print(m.version('sglang-router'))").stdout.strip()
     assert version == lock.router.version, f"the image holds sglang-router {version!r}"

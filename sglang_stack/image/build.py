@@ -117,6 +117,11 @@ class BuildRequest:
             argv += ["--build-arg", f"SOURCE_DATE_EPOCH={self.source_date_epoch}"]
         if self.base_image:
             argv += ["--build-arg", f"{BASE_ARG.get(self.target, 'BASE_IMAGE')}={self.base_image}"]
+        base_arg = BASE_ARG.get(self.target, "BASE_IMAGE")
+        if self.base_image or base_arg in self.build_args:
+            # The OCI base.digest label follows the base this build uses: its digest, or none where not pinned by one.
+            used = self.base_image or self.build_args[base_arg]
+            argv += ["--build-arg", f"{base_arg.removesuffix('_IMAGE')}_DIGEST={used.partition('@')[2]}"]
         if self.mirror:
             # No network in any RUN step: what the mirror lacks fails the build instead of being fetched.
             # buildah/podman's chroot isolation runs in the host's network only (it refuses "none").
