@@ -162,8 +162,9 @@ def test_a_set_is_written_whole_or_not_at_all(tiny_fs):
 
 def test_ctrl_c_while_the_tasks_load_is_one_line():
     """SIGINT before any task runs: Invoke is still importing; one line, and the shell sees the interrupt."""
-    code = ("import sys, time; sys.path.insert(0, '.'); from sglang_stack.cli import quiet_interrupts; "
-            "quiet_interrupts(); print('ready', flush=True); time.sleep(30)")
+    # Python's own SIGINT handler, as at a terminal: a job started in the background inherits SIGINT ignored.
+    code = ("import signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); sys.path.insert(0, '.'); "
+            "from sglang_stack.cli import quiet_interrupts; quiet_interrupts(); print('ready', flush=True); time.sleep(30)")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     assert proc.stdout.readline().strip() == "ready"

@@ -1,15 +1,20 @@
 """Same commit, same lock, same base: the same image bytes.
 
-Two no-cache builds of the ``sglang`` and ``router`` stages with buildah, on the session's
-local Debian base, give the same image ID: ``--timestamp`` (the commit's time) stamps every
-file and the image's dates, and the Dockerfile removes what would still differ (hash-checked
-.pyc files, useradd's account date from SOURCE_DATE_EPOCH, a sorted installed.txt).
+Two no-cache builds of the ``sglang`` and ``router`` stages with buildah, layer by layer as
+`invoke build` makes them, on the session's local Debian base, give the same image ID:
+``--timestamp`` (the commit's time) stamps every file and the image's dates, and the Dockerfile
+removes what would still differ (no pip-written .pyc, hash-checked ones per layer, useradd's
+account date from the lock's, a sorted installed.txt). Where two builds differ, the failure
+names the first differing layer and the first file in it.
 The builds download from PyPI through the host's CA bundle, as `invoke build` does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -23,10 +28,49 @@ from sglang_stack.shell import run
 
 
 def request(target: str, tag: str, base: str, epoch: int | None, oci: bool = True) -> buildmod.BuildRequest:
+    """What `invoke build --engine buildah --no-cache --reproducible` runs: with layers, as users get them (one
+    squashed layer would hide a step whose files a later step rewrites)."""
     ca = ca_bundle()
     return buildmod.BuildRequest(engine="buildah", tag=tag, target=target, base_image=base, no_cache=True,
-                                 ca_bundle=Path(ca) if ca else None, isolation="chroot", layers=False,
+                                 ca_bundle=Path(ca) if ca else None, isolation="chroot", layers=True,
                                  source_date_epoch=epoch, oci=oci)
+
+
+def layers(tag: str, out: Path) -> list[Path]:
+    """The image's layer blobs, oldest first, from an OCI layout that buildah writes."""
+    run(["buildah", "push", "--quiet", tag, f"oci:{out}"], quiet=True)
+    index = json.loads((out / "index.json").read_text())
+    blob = lambda digest: out / "blobs" / digest.replace(":", "/")  # noqa: E731
+    manifest = json.loads(blob(index["manifests"][0]["digest"]).read_text())
+    return [blob(layer["digest"]) for layer in manifest["layers"]]
+
+
+def members(path: Path) -> dict:
+    """path -> (sha256 of the content, mode, uid, gid, mtime) of a layer tarball, compressed or not."""
+    out = {}
+    with tarfile.open(path, "r:*") as tar:
+        for m in tar:
+            data = tar.extractfile(m).read() if m.isfile() else m.linkname.encode()
+            out[m.name] = (hashlib.sha256(data).hexdigest(), m.mode, m.uid, m.gid, m.mtime)
+    return out
+
+
+def first_difference(tags: list[str], tmp: Path) -> str:
+    """Where two images first differ: the layer (its number and history line) and the first file in it."""
+    a, b = (layers(tag, tmp / f"oci-{i}") for i, tag in enumerate(tags))
+    history = run(["buildah", "inspect", "--format", "{{range .Docker.History}}{{.CreatedBy}}\n{{end}}", tags[0]],
+                  capture=True, quiet=True).stdout.splitlines()
+    steps = [h for h in history if "#(nop)" not in h or "COPY" in h or "ADD" in h]
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.name == y.name:
+            continue
+        mx, my = members(x), members(y)
+        for name in sorted(set(mx) | set(my)):
+            if mx.get(name) != my.get(name):
+                step = steps[i][:160] if i < len(steps) else "?"
+                return f"layer {i + 1} of {len(a)} ({step}) first differs at {name}: {mx.get(name)} vs {my.get(name)}"
+        return f"layer {i + 1} of {len(a)} differs in its tar headers only"
+    return "no layer differs: the configs do" if len(a) == len(b) else f"{len(a)} layers vs {len(b)}"
 
 
 def diff_ids(tag: str) -> str:
@@ -35,7 +79,7 @@ def diff_ids(tag: str) -> str:
 
 @pytest.mark.container
 @pytest.mark.parametrize("target", ["sglang", "router"])
-def test_two_no_cache_builds_give_the_same_image_id(smoke_base, run_id, target):
+def test_two_no_cache_builds_give_the_same_image_id(smoke_base, run_id, target, tmp_path):
     if not shutil.which("git"):
         pytest.skip("the build's clock is the commit's time: needs git")
     epoch = buildmod.commit_epoch()
@@ -43,7 +87,8 @@ def test_two_no_cache_builds_give_the_same_image_id(smoke_base, run_id, target):
     tags = [f"localhost/sglang-stack-test-{run_id}:repro-{target}-{i}" for i in (1, 2)]
     try:
         ids = [buildmod.build(request(target, tag, smoke_base, epoch))[1] for tag in tags]
-        assert ids[0] == ids[1], f"{target}: two builds of one commit gave {ids[0]} and {ids[1]}"
+        if ids[0] != ids[1]:
+            pytest.fail(f"{target}: two builds of one commit gave {ids[0]} and {ids[1]}: {first_difference(tags, tmp_path)}")
         assert store.image_id("buildah", tags[0]) == store.image_id("buildah", tags[1])
         print(f"{target}: both builds {ids[0]}")
     finally:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import jinja2
@@ -70,6 +71,7 @@ class Context:
     router_requirements_sha256: str
     aot_modules: tuple[str, ...]  # FlashInfer modules built ahead of time: what SGLang chooses (docker/settings.json)
     aot_arch_file: str
+    lock_epoch: int  # resolve.exclude_newer as a Unix time: the date of the pins, which dates the image's account
     env_audit_lines: tuple[str, ...] = ()  # NAME=WHERE arguments of the environment audit, a few a line
     generated_header: str = HEADER
 
@@ -145,6 +147,7 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         router_requirements_sha256=hashlib.sha256(lock.path.with_name("requirements.router.lock.txt").read_bytes()).hexdigest(),
         aot_modules=tuple(module for module, _ in derive.aot_modules(derive.load())),
         aot_arch_file=serve.ARCH_FILE,
+        lock_epoch=int(datetime.fromisoformat(lock.data["resolve"]["exclude_newer"].replace("Z", "+00:00")).timestamp()),
     )
 
 

@@ -199,7 +199,7 @@ def check_digest(engine: str, stage: str, image_id: str, base_image: str | None,
     tag = f"localhost/sglang-stack-verify:{stage}-{store.run_id()}"
     request = buildmod.BuildRequest(engine=engine, tag=tag, target=stage, base_image=base_image, no_cache=True,
                                     ca_bundle=Path(ca) if ca else None, source_date_epoch=buildmod.commit_epoch(),
-                                    reproducible=True, oci=engine != "docker", layers=False,
+                                    reproducible=True, oci=engine != "docker",
                                     isolation="chroot" if engine == "buildah" else None)
     if mirror:
         from sglang_stack.image import mirror as mirrormod
