@@ -27,7 +27,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from sglang_stack.errors import UserError, run_main
+
+class UserError(Exception):
+    """One line on stderr and exit 2. Not sglang_stack.errors': this module runs where only it and sbom.py are copied."""
+
 
 SKIPPED = {"tests", "examples"}  # directories of test suites and examples, at any depth
 
@@ -93,4 +96,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    try:
+        sys.exit(main())
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
