@@ -123,3 +123,42 @@ def test_the_clock_reaches_the_engines_command():
     assert argv[argv.index("--format") + 1] == "oci"
     argv = buildmod.BuildRequest(engine="podman", tag="t").command()
     assert argv[argv.index("--format") + 1] == "docker", "HEALTHCHECK survives by default"
+
+
+@pytest.mark.container
+def test_a_new_commit_rebuilds_only_from_the_clock(smoke_base, run_id, tmp_path):
+    """A docs-only commit: every step of base and sglang before the SBOM's `ARG SOURCE_DATE_EPOCH` comes from the cache.
+    Declared at the top of a stage, the clock enters every later step's cache key, and each commit redid every install."""
+    import subprocess
+    import sys
+
+    from sglang_stack import ROOT
+
+    if not shutil.which("git"):
+        pytest.skip("the build's clock is the commit's time: needs git")
+    clone = tmp_path / "clone"
+    run(["git", "clone", "--quiet", str(ROOT), str(clone)], quiet=True)
+    run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "--allow-empty",
+         "-m", "the commit under test"], quiet=True)
+    tags = [f"localhost/sglang-stack-test-{run_id}:clock-{i}" for i in (1, 2)]
+
+    def build(tag: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--engine", "buildah", "--isolation", "chroot",
+                               "--target", "sglang", "--base-image", smoke_base, "--tag", tag],
+                              cwd=clone, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc.stdout + proc.stderr
+
+    try:
+        build(tags[0])
+        (clone / "docs" / "image.md").write_text((clone / "docs" / "image.md").read_text() + "\nA docs-only edit.\n")
+        run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-am", "docs"],
+            quiet=True)
+        log = build(tags[1]).splitlines()
+        steps = [(i, line) for i, line in enumerate(log) if " STEP " in line]
+        clock = max(n for n, (_, line) in enumerate(steps) if "ARG SOURCE_DATE_EPOCH" in line)  # the sglang stage's
+        missed = [line for n, (i, line) in enumerate(steps[:clock])
+                  if "FROM" not in line and not (i + 1 < len(log) and log[i + 1].startswith("--> Using cache"))]
+        assert not missed, f"a docs-only commit rebuilt {len(missed)} steps before the clock, first: {missed[0][:200]}"
+    finally:
+        store.remove("buildah", *tags)
