@@ -106,8 +106,8 @@ def render(c, check=False):
         "generation) for hosts that must not compile anything at start (default: off)",
         "reproducible": "the same image ID for every build of this commit: podman/buildah write the OCI format "
         "(their Docker format records a random container id; OCI drops HEALTHCHECK, which compose and Kubernetes "
-        "set themselves); docker needs BuildKit 0.13 or later (default: off; file contents and layers are "
-        "reproducible either way)",
+        "set themselves) and build without the cache (a cached layer keeps the clock of the commit that made it); "
+        "docker needs BuildKit 0.13 or later (default: off; file contents and layers are reproducible either way)",
         "mirror": "build from the project's mirror/ (`invoke fetch`): wheels and base images from there only, "
         "the network off in every RUN step (default: off)",
         "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "

@@ -162,3 +162,19 @@ def test_a_new_commit_rebuilds_only_from_the_clock(smoke_base, run_id, tmp_path)
         assert not missed, f"a docs-only commit rebuilt {len(missed)} steps before the clock, first: {missed[0][:200]}"
     finally:
         store.remove("buildah", *tags)
+
+
+@pytest.mark.container
+def test_reproducible_on_buildah_builds_without_the_cache(smoke_base, run_id, capfd):
+    """A cached buildah layer keeps the clock of the commit that made it: --reproducible must not use one."""
+    tag = f"localhost/sglang-stack-test-{run_id}:repro-nocache"
+    req = buildmod.BuildRequest(engine="buildah", tag=tag, target="base", base_image=smoke_base, isolation="chroot",
+                                source_date_epoch=buildmod.commit_epoch(), oci=True, reproducible=True)
+    try:
+        buildmod.build(req)
+    finally:
+        store.remove("buildah", tag)
+    said = capfd.readouterr()
+    shown = next(line for line in said.err.splitlines() if line.startswith("$ buildah bud"))
+    assert "--no-cache" in shown.split(), shown
+    assert "note: --reproducible with buildah builds without the cache" in said.out, said.out

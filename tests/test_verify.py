@@ -33,7 +33,7 @@ def stages(smoke_base, run_id):
         for target in ("sglang", "router"):
             tag = f"localhost/sglang-stack-test-{run_id}:verify-{target}"
             buildmod.build(buildmod.BuildRequest(engine="buildah", tag=tag, target=target, base_image=smoke_base,
-                                                 ca_bundle=Path(ca) if ca else None, isolation="chroot", layers=False,
+                                                 ca_bundle=Path(ca) if ca else None, isolation="chroot", no_cache=True,
                                                  source_date_epoch=buildmod.commit_epoch(), oci=True))
             tags[target] = tag
         yield tags
@@ -138,3 +138,15 @@ def test_an_unknown_image_is_one_line():
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: localhost/no-such-image:1: no such image in the buildah store (pull or build it first, or pass --engine)"
+
+
+def test_an_installed_txt_that_predates_sglang_is_named():
+    """The runtime's installed.txt was written in deps, before /opt/sglang joined the path: verify compares it."""
+    installed = {"sglang": "0.5.9", "torch": "2.9.1+cu130"}
+    must = dict(installed)
+    stale = verify_image.recorded("torch==2.9.1+cu130\n")
+    check = verify_image.check_installed(installed, must, {}, stale)
+    assert check.ok is False and check.detail == "installed.txt says sglang absent, Python sees 0.5.9", check.detail
+    fresh = verify_image.recorded("sglang==0.5.9\ntorch==2.9.1+cu130\n")
+    assert verify_image.check_installed(installed, must, {}, fresh).ok
+    assert verify_image.check_installed(installed, must, {}, None).ok, "an image without the list (the sglang stage)"

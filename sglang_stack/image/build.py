@@ -255,6 +255,12 @@ def build(request: BuildRequest) -> tuple[str, str]:
     preflight(request.engine)
     if request.reproducible and request.source_date_epoch is None:
         raise UserError("--reproducible: no commit to take the build's clock from (not a git checkout?)")
+    if request.reproducible and request.engine != "docker" and not request.no_cache:
+        # buildah and podman stamp a layer with the clock when they make it, and a cached layer keeps the stamp of
+        # the commit that first built it; BuildKit's rewrite-timestamp restamps every layer at export instead.
+        request.no_cache = True
+        print(f"note: --reproducible with {request.engine} builds without the cache: a cached layer keeps the "
+              "clock of the commit that made it")
     if request.engine == "docker" and request.source_date_epoch is not None:
         request.rewrite_timestamps = buildkit_supports_rewrite()
         if not request.rewrite_timestamps and request.reproducible:

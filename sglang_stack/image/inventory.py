@@ -4,7 +4,7 @@
 
 Prints the interpreter's version, every distribution its ``sys.path`` sees (name, version,
 where), the sha256 of each ``--hash`` path (null when absent), and the SBOM at
-/opt/sglang-stack/sbom.cdx.json (null when absent). Standard library only, one file:
+/opt/sglang-stack/sbom.cdx.json and /opt/sglang-stack/installed.txt (null when absent). Standard library only, one file:
 ``invoke verify`` mounts this checkout's copy read-only, so no code of the image's decides.
 """
 
@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 SBOM = Path("/opt/sglang-stack/sbom.cdx.json")
+INSTALLED = Path("/opt/sglang-stack/installed.txt")  # the image's own list, `pip list --format=freeze`
 
 
 def _sha256(path: Path):
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
     except ValueError:
         sbom = "unreadable"
     json.dump({"python": ".".join(map(str, sys.version_info[:3])), "distributions": dists,
-               "files": {p: _sha256(Path(p)) for p in paths}, "sbom": sbom}, sys.stdout)
+               "files": {p: _sha256(Path(p)) for p in paths}, "sbom": sbom,
+               "installed_txt": INSTALLED.read_text() if INSTALLED.is_file() else None}, sys.stdout)
     return 0
 
 

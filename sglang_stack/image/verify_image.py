@@ -118,8 +118,21 @@ def check_labels(have: dict[str, str], want: dict[str, str]) -> Check:
     return Check("labels", not bad, "; ".join(bad[:5]) if bad else f"{len(want)} pin labels match versions.lock and patches/")
 
 
-def check_installed(installed: dict[str, str], must: dict[str, str], may: dict[str, str]) -> Check:
+def recorded(text: str | None) -> dict[str, str] | None:
+    """/opt/sglang-stack/installed.txt (``pip list --format=freeze``) as name -> version; None where absent."""
+    if text is None:
+        return None
+    pairs = (line.split("==", 1) for line in text.splitlines() if "==" in line)
+    return {canonicalize_name(name): version.strip() for name, version in pairs}
+
+
+def check_installed(installed: dict[str, str], must: dict[str, str], may: dict[str, str],
+                    listed: dict[str, str] | None = None) -> Check:
+    """What Python sees against the lock; and against installed.txt, the image's own list, where it has one."""
     bad = []
+    for name in sorted(set(installed) | set(listed or {})) if listed is not None else ():
+        if listed.get(name) != installed.get(name):
+            bad.append(f"installed.txt says {name} {listed.get(name, 'absent')}, Python sees {installed.get(name, 'absent')}")
     for name, version in sorted(must.items()):
         if name not in installed:
             bad.append(f"{name}=={version}: not installed")
@@ -235,7 +248,7 @@ def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | 
     report = Report(image, image_id, stage)
     report.checks.append(check_labels(labels, expected_labels(lock, stage)))
     must, may = expected_installed(lock, stage)
-    report.checks.append(check_installed(installed, must, may))
+    report.checks.append(check_installed(installed, must, may, recorded(found.get("installed_txt"))))
     report.checks.append(check_sbom(found["sbom"], installed, allowed(lock), {} if stage == "router" else series))
     if stage != "router":
         report.checks.append(check_patches(found["files"], want_files))
