@@ -81,6 +81,29 @@ def test_a_wheel_is_measured_from_its_zip_directory_over_http_ranges(tmp_path, m
     assert again == record
 
 
+def test_a_warm_budget_asks_the_index_nothing(tmp_path, monkeypatch):
+    """Once a release's file list and the picked wheel's figures are cached, a run makes no request at all."""
+    from packaging.tags import Tag
+
+    from sglang_stack.image import releases
+
+    monkeypatch.setenv("SGLANG_STACK_CACHE", str(tmp_path / "cache"))
+    tags = [Tag("cp312", "cp312", "manylinux_2_28_x86_64"), Tag("py3", "none", "any")]
+    files = {"demo-1.0-py3-none-any.whl": "a" * 64, "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl": "b" * 64}
+    releases.save_record(releases.records_dir(), "demo", "1.0", "http://index.invalid/pypi/demo/1.0/json", files)
+
+    class NoNetwork:
+        def get(self, *args, **kwargs):
+            raise AssertionError("a warm run asked the index")
+
+    with pytest.raises(AssertionError, match="asked the index"):  # the figures are not cached yet
+        sizemod.wheel_item(NoNetwork(), "http://index.invalid/simple", "demo", "1.0", None, tags, "measured")
+    (sizemod.cache_dir()).mkdir(parents=True, exist_ok=True)
+    (sizemod.cache_dir() / f"{'b' * 64}.json").write_text('{"compressed": 100, "unpacked": 300, "py": 0}')
+    item = sizemod.wheel_item(NoNetwork(), "http://index.invalid/simple", "demo", "1.0", None, tags, "measured")
+    assert (item.unpacked, item.compressed) == (300, 100), "the platform wheel pip would pick, from the cache"
+
+
 def test_a_layer_off_its_budget_is_named():
     layer = sizemod.Layer("deps", "requirements.lock.txt", "requirements.lock.txt", [sizemod.Item("a", 1_000_000_000, 1, "measured")])
     base = sizemod.Layer("base", "base", "", [sizemod.Item("base image", 1, 1, "estimate")])

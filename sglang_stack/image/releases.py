@@ -114,9 +114,14 @@ def fetch_record(session, index: str, pin: Pin, directory: Path) -> dict[str, st
         files = {f["filename"]: f["digests"]["sha256"] for f in entries}
     except (KeyError, TypeError) as err:
         raise Offline(f"not a PyPI JSON answer from {url}") from err
-    record = {"name": pin.name, "version": pin.version, "source": url, "files": dict(sorted(files.items()))}
-    atomic_write(record_path(directory, pin.name, pin.version), json.dumps(record, indent=1) + "\n")
+    save_record(directory, pin.name, pin.version, url, files)
     return files
+
+
+def save_record(directory: Path, name: str, version: str, source: str, files: dict[str, str]) -> None:
+    """Keep ``{filename: sha256}`` of ``name==version`` (what ``source`` listed) for the next run."""
+    record = {"name": name, "version": version, "source": source, "files": dict(sorted(files.items()))}
+    atomic_write(record_path(directory, name, version), json.dumps(record, indent=1) + "\n")
 
 
 def _fetch_all(index: str, pins: list[Pin], directory: Path) -> dict[Pin, dict[str, str] | None]:

@@ -163,14 +163,32 @@ def release_files(session, index: str, name: str, version: str) -> tuple[str, li
     return url, resp.json()["releases"].get(version, [])
 
 
+def cached_figures(name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag]) -> dict | None:
+    """The figures of the wheel pip would pick, with no request: its release's record (``releases``) names the
+    files, and the size cache holds the picked one's figures. None where either is not cached yet."""
+    from sglang_stack.image import releases
+
+    files = releases.load_record(releases.record_path(releases.records_dir(), name, version))
+    entries = [{"filename": f, "sha256": h} for f, h in (files or {}).items() if not hashes or h in hashes]
+    entry = pick(entries, tags)
+    cached = cache_dir() / f"{entry['sha256']}.json" if entry else None
+    return json.loads(cached.read_text()) if cached is not None and cached.is_file() else None
+
+
 def wheel_item(session, index: str, name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag], status: str) -> Item:
-    url, files = release_files(session, index, name, version)
-    if hashes:
-        files = [f for f in files if f["digests"]["sha256"] in hashes]
-    entry = pick(files, tags)
-    if entry is None:
-        raise UserError(f"{name} {version}: no wheel for the image's platform among its files on {index}")
-    record = measure(session, urljoin(url, entry["url"]), entry["size"], entry["digests"]["sha256"])
+    record = cached_figures(name, version, hashes, tags)
+    if record is None:
+        from sglang_stack.image import releases
+
+        url, files = release_files(session, index, name, version)
+        releases.save_record(releases.records_dir(), name, version, url,
+                             {f["filename"]: f["digests"]["sha256"] for f in files})
+        if hashes:
+            files = [f for f in files if f["digests"]["sha256"] in hashes]
+        entry = pick(files, tags)
+        if entry is None:
+            raise UserError(f"{name} {version}: no wheel for the image's platform among its files on {index}")
+        record = measure(session, urljoin(url, entry["url"]), entry["size"], entry["digests"]["sha256"])
     pyc = int(record["py"] * PYC_FACTOR)
     return Item(name, record["unpacked"] + pyc, record["compressed"] + int(pyc * PYC_COMPRESSED), status)
 
