@@ -179,7 +179,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
     series = patches.read_series(ROOT / "patches")
     result.record(
         "labels name the applied series in order",
-        labels.get("io.sglang-stack.patches", "").split() == [p.name for p in series],
+        labels.get("io.sglang-stack.patches", "").split() == render.series_numbers(series),
         labels.get("io.sglang-stack.patches", ""),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -42,15 +43,20 @@ def test_sglang_port_is_set_nowhere(shipped):
 
 
 def audit_steps(text: str):
-    """(first line, {name: where}) of each environment audit step of a rendered Dockerfile."""
+    """(the whole command, {name: where}) of each environment audit step of a rendered Dockerfile."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if "-m sglang_stack.image.envaudit" in line:
-            args, j = [], i
+            command, j = [line.rstrip().rstrip("\\")], i
             while lines[j].rstrip().endswith("\\"):
                 j += 1
-                args += lines[j].replace("\\", " ").split()
-            yield line, envaudit.parse_set(args)
+                command.append(lines[j].rstrip().rstrip("\\"))
+            words = shlex.split(" ".join(command))
+            args = words[words.index("sglang_stack.image.envaudit") + 1:]
+            for flag in ("--root", "--declarations"):  # the step's own flags: not NAME=WHERE
+                if flag in args:
+                    del args[args.index(flag):args.index(flag) + 2]
+            yield " ".join(command), envaudit.parse_set(args)
 
 
 def test_the_rendered_audit_steps_check_exactly_what_is_set(shipped):

@@ -98,3 +98,19 @@ def test_secrets_in_the_environment_never_reach_the_dockerfile(lock, monkeypatch
     assert "hf_dummy_token_do_not_leak" not in text and "dummy-ca-do-not-leak" not in text
     for line in text.splitlines():
         assert not line.lstrip().startswith(("ENV HF_TOKEN", "ARG HF_TOKEN")), f"a token must be a secret, not {line!r}"
+
+
+def test_the_requirement_files_are_rendered_with_the_dockerfile(lock, tmp_path):
+    """docker/build/requirements is part of the render: an edited file is drift, a stale one goes, render repairs both."""
+    out = tmp_path / "docker" / "Dockerfile"
+    out.parent.mkdir()
+    assert render.render(lock, out) is True
+    folder = tmp_path / "docker" / "build" / "requirements"
+    assert sorted(p.name for p in folder.glob("*.txt")) == sorted(render.requirement_files(lock))
+    edited = folder / "sglang.txt"
+    edited.write_text(edited.read_text().replace("--hash=sha256:", "--hash=sha256:0"))
+    (folder / "gone.txt").write_text("old @ https://example.invalid/old-1-py3-none-any.whl\n")
+    diff = render.drift(lock, out)
+    assert any("sglang.txt (committed)" in line for line in diff) and any("gone.txt" in line for line in diff), diff
+    assert render.render(lock, out) is True and render.drift(lock, out) == []
+    assert not (folder / "gone.txt").exists()

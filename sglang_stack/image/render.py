@@ -22,7 +22,7 @@ import jinja2
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
-from sglang_stack.atomic import write as atomic_write
+from sglang_stack.atomic import write_all as atomic_write_all
 from sglang_stack.image import envset
 from sglang_stack.services import derive, serve
 from sglang_stack.image.lock import Artifact, Lock
@@ -88,6 +88,11 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
     )
 
 
+def series_numbers(series) -> list[str]:
+    """``0001`` of ``0001-kimi-k25-eagle3-delegation.patch``: the order the series applies in."""
+    return [p.name.split("-", 1)[0] for p in series]
+
+
 def labels(lock: Lock, patches_dir: Path) -> tuple[tuple[str, str], ...]:
     """One label per pin and per patch, in a stable order."""
     out = [
@@ -110,7 +115,8 @@ def labels(lock: Lock, patches_dir: Path) -> tuple[tuple[str, str], ...]:
         (f"{LABEL_PREFIX}.requirements.count", str(len(lock.requirements))),
     ]
     series = read_series(patches_dir)
-    out.append((f"{LABEL_PREFIX}.patches", " ".join(p.name for p in series)))
+    # The series in order by number (each patch's own label carries its name and sha256): a line under 160 characters.
+    out.append((f"{LABEL_PREFIX}.patches", " ".join(series_numbers(series))))
     for patch in series:
         out.append((f"{LABEL_PREFIX}.patch.{patch.name.removesuffix('.patch')}.sha256", patch.sha256))
     for key, value in out:
@@ -222,25 +228,53 @@ def lint(text: str, template: Path) -> list[str]:
             for f in findings if f.get("level") == "error"]
 
 
+REQUIREMENTS_HEADER = ("# Rendered by `invoke render` from versions.lock: edit the lock, not this file.\n"
+                       "# One wheel a line, pinned by sha256; docker/Dockerfile mounts this directory at /build.\n")
+
+
+def requirement_files(lock: Lock) -> dict[str, str]:
+    """``NAME.txt`` -> its text: the hashed URL requirements each download step of the Dockerfile installs."""
+    groups = {"router": [lock.router], "url-wheels": list(lock.default_wheels), "sglang": [lock.sglang],
+              "build-tools": list(lock.build_tools), **{w.name: [w] for w in lock.wheels if w.optional}}
+    return {f"{name}.txt": REQUIREMENTS_HEADER + "".join(f"{a.name} @ {a.url} --hash=sha256:{a.sha256}\n" for a in group)
+            for name, group in groups.items()}
+
+
+def requirements_dir(output: Path) -> Path:
+    return output.parent / "build" / "requirements"
+
+
+def rendered(lock: Lock, output: Path = OUTPUT, **kwargs) -> dict[Path, str]:
+    """Every file ``invoke render`` writes: the Dockerfile and its requirement files."""
+    folder = requirements_dir(output)
+    return {output: render_text(lock, **kwargs), **{folder / name: text for name, text in requirement_files(lock).items()}}
+
+
 def render(lock: Lock, output: Path = OUTPUT, **kwargs) -> bool:
-    """Write the Dockerfile atomically, once hadolint finds no error in it; return whether it changed."""
-    text = render_text(lock, **kwargs)
-    if output.exists() and output.read_text() == text:
+    """Write the Dockerfile and its requirement files as one set, once hadolint finds no error in the Dockerfile;
+    return whether anything changed. A requirement file the lock no longer names is removed."""
+    files = rendered(lock, output, **kwargs)
+    stale = sorted(set(requirements_dir(output).glob("*.txt")) - set(files))
+    changed = {path: text for path, text in files.items() if not (path.exists() and path.read_text() == text)}
+    if not changed and not stale:
         return False
-    errors = lint(text, kwargs.get("template_dir", TEMPLATE_DIR) / TEMPLATE)
+    errors = lint(files[output], kwargs.get("template_dir", TEMPLATE_DIR) / TEMPLATE) if output in changed else []
     if errors:
         raise UserError("\n".join(errors[:5] + [f"{output}: left as it was (nothing written)"]))
-    atomic_write(output, text)
+    atomic_write_all(changed)
+    for path in stale:
+        path.unlink()
     return True
 
 
 def drift(lock: Lock, output: Path = OUTPUT, **kwargs) -> list[str]:
-    """A unified diff between the committed Dockerfile and a fresh render; empty when in sync."""
-    text = render_text(lock, **kwargs)
-    current = output.read_text() if output.exists() else ""
-    rel = output.relative_to(ROOT) if output.is_relative_to(ROOT) else output
-    return list(
-        difflib.unified_diff(
-            current.splitlines(), text.splitlines(), f"{rel} (committed)", f"{rel} (rendered)", lineterm=""
-        )
-    )
+    """A unified diff between the committed files and a fresh render; empty when in sync."""
+    files = rendered(lock, output, **kwargs)
+    extra = {path: "" for path in requirements_dir(output).glob("*.txt") if path not in files}
+    out = []
+    for path, text in {**files, **extra}.items():
+        current = path.read_text() if path.exists() else ""
+        rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        out += difflib.unified_diff(current.splitlines(), text.splitlines(), f"{rel} (committed)", f"{rel} (rendered)",
+                                    lineterm="")
+    return out

@@ -226,7 +226,7 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False) -> l
               [recorded("apt packages", sizes["apt_base"])]),
         Layer("deps", "apt: RDMA userspace", "ibverbs-providers", [recorded("rdma", sizes["apt_rdma"])]),
     ]
-    url_wheels = Layer("deps", "URL wheels (torch, torchvision, sgl-kernel)", "/tmp/wheels.txt")
+    url_wheels = Layer("deps", "URL wheels (torch, torchvision, sgl-kernel)", "/tmp/url-wheels.txt")
     for wheel in lock.default_wheels:
         proxy = sizes.get("proxy", {}).get(wheel.name)
         if proxy:
@@ -237,7 +237,7 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False) -> l
             url_wheels.items.append(recorded(wheel.name, sizes["wheel"][wheel.name]))
     layers.append(url_wheels)
     if jit_cache:
-        layers.append(Layer("deps", "flashinfer-jit-cache (--flashinfer-jit-cache)", "/tmp/optional.txt",
+        layers.append(Layer("deps", "flashinfer-jit-cache (--flashinfer-jit-cache)", "/tmp/flashinfer-jit-cache.txt",
                             [recorded("flashinfer-jit-cache", sizes["wheel"]["flashinfer-jit-cache"])]))
     pypi = Layer("deps", "requirements.lock.txt", "requirements.lock.txt")
     for pin in read_pins(lock.path.with_name("requirements.lock.txt"), []):
