@@ -63,13 +63,16 @@ def lock(c, check=False, verify=False):
     print(releases.check_lock(result).line())
 
 
-@task(help={"check": "do not write; exit 1 if docker/Dockerfile differs from a fresh render (default: off)"})
+@task(help={"check": "do not write; exit 1 if docker/Dockerfile or docker/build/requirements differs from a fresh "
+                     "render (default: off)"})
 @user_errors
 def render(c, check=False):
-    """Render docker/Dockerfile from docker/Dockerfile.j2 and versions.lock (offline).
+    """Render docker/Dockerfile from docker/Dockerfile.j2, and docker/build/requirements, from versions.lock (offline).
 
     Validates the lock first. The output is deterministic and carries a
     generated-file header; commit it so `docker build` works without Python.
+    The requirement files (one hashed wheel a line) are written with the
+    Dockerfile as one set, and the build mounts them at /build.
     """
     from sglang_stack.image import lock as lockmod
     from sglang_stack.image import render as rendermod
@@ -80,7 +83,8 @@ def render(c, check=False):
         diff = rendermod.drift(result)
         if diff:
             print("\n".join(diff[:80]))
-            raise Exit("error: docker/Dockerfile is out of date with its template or lock: run `invoke render`", code=1)
+            raise Exit("error: docker/Dockerfile or docker/build/requirements is out of date with its template or lock: "
+                       "run `invoke render`", code=1)
         print("docker/Dockerfile: up to date")
     else:
         changed = rendermod.render(result)
