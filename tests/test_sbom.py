@@ -118,3 +118,25 @@ def test_a_local_base_image_is_named_without_a_digest():
     comp = sbom.base_component("localhost/sglang-stack-smoke-base:bookworm")
     assert comp["name"] == "localhost/sglang-stack-smoke-base" and comp["version"] == "bookworm"
     assert "hashes" not in comp and comp["properties"][0]["value"].startswith("none")
+
+
+def test_files_the_build_made_outside_any_package_are_listed_with_their_hashes(tools, tmp_path):
+    """FlashInfer's ahead-of-time modules and the link stub are in no wheel: --file lists each with its sha256."""
+    import hashlib
+
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    target, _ = tools
+    aot = tmp_path / "flashinfer" / "data" / "aot"
+    (aot / "sampling").mkdir(parents=True)
+    (aot / "sampling" / "sampling.so").write_bytes(b"\x7fELF sampling")
+    stub = tmp_path / "stubs" / "libcuda.so"
+    stub.parent.mkdir()
+    stub.write_bytes(b"\x7fELF stub")
+    out = tmp_path / "sbom.json"
+    bom = sbom.write(out, base="localhost/base:1", patches=None, name="sglang-stack", version="0.5.9-cu130",
+                     tools=str(target), state=tmp_path / "state", files=[stub, aot, tmp_path / "not-built"])
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(out.read_text()) is None
+    files = {c["name"]: c["hashes"][0]["content"] for c in bom["components"] if c["type"] == "file"}
+    assert files == {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in (stub, aot / "sampling" / "sampling.so")}

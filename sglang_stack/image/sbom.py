@@ -114,8 +114,17 @@ def base_component(ref: str) -> dict:
     return comp
 
 
+def file_components(paths: list[Path]) -> list[dict]:
+    """A ``file`` component with its sha256 for each file, or each file under a directory, that the build made
+    outside any package (FlashInfer's modules built ahead of time, NVIDIA's link stub). A path the build did not
+    make (the ahead-of-time step skipped) adds nothing."""
+    files = sorted({f for p in paths for f in ([p] if p.is_file() else p.rglob("*") if p.is_dir() else []) if f.is_file()})
+    return [{"type": "file", "bom-ref": f"file:{f}", "name": str(f), "hashes": _hash(hashlib.sha256(f.read_bytes()).hexdigest())}
+            for f in files]
+
+
 def write(out: Path, *, base: str, patches: Path | None, name: str, version: str,
-          tools: str, state: Path = STATE, root: Path = Path("/")) -> dict:
+          tools: str, state: Path = STATE, root: Path = Path("/"), files: list[Path] = ()) -> dict:
     """Write the SBOM of this image to ``out``; returns it."""
     bom = python_components(sys.executable, tools)
     if tools not in sys.path:
@@ -152,6 +161,7 @@ def write(out: Path, *, base: str, patches: Path | None, name: str, version: str
     for patch in sorted(patches.glob("*.patch")) if patches else []:
         bom["components"].append({"type": "file", "bom-ref": f"patch:{patch.name}", "name": f"patches/{patch.name}",
                                   "hashes": _hash(hashlib.sha256(patch.read_bytes()).hexdigest())})
+    bom["components"] += file_components(list(files))
     bom["components"].sort(key=lambda c: (c["type"], c["name"].lower(), c.get("version", "")))
     meta = bom.setdefault("metadata", {})
     meta["component"] = {"type": "container", "bom-ref": "image", "name": name, "version": version}
@@ -176,11 +186,14 @@ def main(argv=None) -> int:
     out.add_argument("--name", required=True)
     out.add_argument("--version", required=True)
     out.add_argument("--tools", default="/tmp/build-tools", help="where the build tools were installed")
+    out.add_argument("--file", type=Path, action="append", default=[],
+                     help="a file, or a directory of files, the build made outside any package (repeatable)")
     args = parser.parse_args(argv)
     if args.command == "record":
         print(f"sbom: recorded {record(args.report, args.stage)} wheels and their sha256")
         return 0
-    bom = write(args.out, base=args.base, patches=args.patches, name=args.name, version=args.version, tools=args.tools)
+    bom = write(args.out, base=args.base, patches=args.patches, name=args.name, version=args.version, tools=args.tools,
+                files=args.file)
     print(f"sbom: {len(bom['components'])} components in {args.out}")
     return 0
 
