@@ -39,3 +39,23 @@ def test_the_source_alone_never_passes_what_dies(tmp_path, name, serves):
         p = audit.provider(tree, arch, method)
         said.append(p.kind == "found" and not audit.binds(p, CallSite("x.py", 1, method, "model", args=args)))
     assert serves or not all(said), f"the source passes {name}, which dies"
+
+
+def test_a_forwarder_reached_through_a_guess_is_left_undecided(tmp_path):
+    """A property on the chain that takes the truth of a stand-in: the run's answer would rest on a guess, and the
+    source cannot evaluate a property, so the method is undecided (fails closed) rather than passed or missed."""
+    from audit_trees import synthetic
+    from sglang_stack.patching import audit
+
+    module = ("from torch import nn\nfrom vendor_flags import ENABLED\n\n\nclass Backbone(nn.Module):\n    pass\n\n\n"
+              "class CausalLM(nn.Module):\n    def get_embed_and_head(self):\n        return None, None\n\n\n"
+              "class Edited(nn.Module):\n    def __init__(self, config=None, quant_config=None):\n        super().__init__()\n"
+              "        self._lm = CausalLM()\n        self._bare = Backbone()\n\n    @property\n"
+              "    def language_model(self):\n        return self._bare if ENABLED else self._lm\n\n"
+              "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n\n"
+              "    def get_embed_and_head(self):\n        return self.language_model.get_embed_and_head()\n\n\n"
+              "EntryClass = Edited\n")
+    report = audit.audit(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module}), "Edited")
+    assert report.exit_code == 3 and [m.method for m in report.undecided] == ["get_embed_and_head"], report.lines()
+    assert "took the truth of vendor_flags.ENABLED" in report.decided["get_embed_and_head"], report.decided
+    assert "a property whose value the source cannot evaluate" in report.undecided[0].reason, report.undecided[0]

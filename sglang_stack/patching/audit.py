@@ -321,8 +321,11 @@ def delegate_lacks(tree: Tree, instance: Cls, fn: ast.FunctionDef, method: str, 
             held = tree.resolve(".".join([owner.module, *made])) if made else None
             if isinstance(held, Cls) and provider(tree, held, method, depth + 1).kind == "absent":
                 return "not a method", f"self.{chain[1]} ({held.name}, {held.path}), which lacks it"
-    if not assigned and not any(isinstance(b, Cls) and member(b.node, chain[1]) is not None for b in tree.mro(instance)):
+    held = [m for b in tree.mro(instance) if isinstance(b, Cls) and (m := member(b.node, chain[1])) is not None]
+    if not assigned and not held:
         return "undecided", f"self.{chain[1]}, which the class never sets where the audit can see"
+    if not assigned and isinstance(held[0], FUNCTIONS):  # self.X is a property: what it returns is run time's
+        return "undecided", f"self.{chain[1]}, a property whose value the source cannot evaluate"
     return "", ""
 
 

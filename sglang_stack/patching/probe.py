@@ -244,7 +244,11 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: Trees, d
             if me is None:
                 return {"kind": "unknown", "why": f"{where} is borrowed from {fn.__qualname__.rpartition('.')[0] or 'a module'} "
                         f"and reads self.{'.'.join(read)}: only an instance can tell, and {built}"}
+            before = len(State.guesses)
             lacking, got = walk(me, read)
+            if len(State.guesses) > before:
+                return {"kind": "unknown", "why": f"{where} reads self.{'.'.join(read)}, and reading it took the "
+                        f"{State.guesses[before][4]}"}
             if isinstance(got, StandIn):
                 continue
             if lacking:
@@ -374,7 +378,10 @@ def reach(cls: type, obj, chain: tuple, method: str, where: str, built: str, tre
         if not callable(getattr(made, method, None)):
             return {"kind": "not a method", "where": f"{where} forwards to {path} ({made.__qualname__}), which lacks it"}
         return None
+    before = len(State.guesses)
     lacking, target = walk(obj, chain)
+    if len(State.guesses) > before:  # a property on the way took the truth of a stand-in: not Python's own answer
+        return {"kind": "unknown", "why": f"{where} forwards to {path}, and reaching it took the {State.guesses[before][4]}"}
     if lacking:
         return {"kind": "not a method", "where": f"{where} forwards to {path}, and the instance has no self.{'.'.join(lacking)}"}
     if isinstance(target, StandIn) or on_class(type(target), method, trees)["kind"] == "unknown":
