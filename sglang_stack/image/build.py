@@ -115,9 +115,9 @@ class BuildRequest:
             if self.engine != "docker":
                 argv += ["--timestamp", str(self.source_date_epoch)]  # every file and the image's created date
             argv += ["--build-arg", f"SOURCE_DATE_EPOCH={self.source_date_epoch}"]
-        if self.base_image:
-            argv += ["--build-arg", f"{BASE_ARG.get(self.target, 'BASE_IMAGE')}={self.base_image}"]
         base_arg = BASE_ARG.get(self.target, "BASE_IMAGE")
+        if self.base_image:
+            argv += ["--build-arg", f"{base_arg}={self.base_image}"]
         if self.base_image or base_arg in self.build_args:
             # The OCI base.digest label follows the base this build uses: its digest, or none where not pinned by one.
             used = self.base_image or self.build_args[base_arg]
