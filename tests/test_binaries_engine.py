@@ -48,6 +48,7 @@ def context(tmp: Path, base: str, lock_text: str) -> Path:
         shutil.copy(ROOT / rel, ctx / rel)
     (ctx / "versions.lock").write_text(lock_text)
     (ctx / "mirror").mkdir()  # every download step mounts the build context's mirror/ (empty: the network is used)
+    shutil.copytree(ROOT / "docker" / "build", ctx / "docker" / "build")  # and docker/build: pip-env.sh, the requirements
     (ctx / "Dockerfile").write_text(f"""FROM {base}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -m venv /opt/venv
