@@ -262,21 +262,20 @@ def check_shm(facts: Facts, svc: compose.Service | None = None) -> Check:
             return Check("shm", WARN, f"{detail}: more than this host's {facts.mem_bytes / GIB:.0f} GiB of memory; "
                          "a full /dev/shm would exhaust it", f"set SHM_SIZE to at most half the host's memory, e.g. "
                          f"{max(1, int(facts.mem_bytes / GIB / 2))}g")
-        if gib < SHM_FAIL_GIB:
-            return Check("shm", FAIL, detail, f"set SHM_SIZE={SHM_WARN_GIB * 2}g in .env")
-        if gib < SHM_WARN_GIB:
-            return Check("shm", WARN, f"{detail}; NCCL and CUDA IPC across 8 workers want {SHM_WARN_GIB}+ GiB",
-                         f"set SHM_SIZE={SHM_WARN_GIB * 2}g in .env")
-        return Check("shm", OK, detail)
+        return shm_size_check(gib, detail, f"set SHM_SIZE={SHM_WARN_GIB * 2}g in .env")
     if facts.shm_bytes is None:
         return Check("shm", FAIL, "/dev/shm is missing", "mount a tmpfs at /dev/shm (the container shares it: ipc: host)")
     gib = facts.shm_bytes / GIB
-    detail = f"/dev/shm {gib:.0f} GiB, shared with the container (ipc: host)"
+    grow = f"sudo mount -o remount,size={SHM_WARN_GIB}G /dev/shm"
+    return shm_size_check(gib, f"/dev/shm {gib:.0f} GiB, shared with the container (ipc: host)", grow, f"grow it: {grow}")
+
+
+def shm_size_check(gib: float, detail: str, fix: str, fail_fix: str | None = None) -> Check:
+    """A /dev/shm of ``gib`` against what 8 workers' NCCL and CUDA IPC want, whichever /dev/shm it is."""
     if gib < SHM_FAIL_GIB:
-        return Check("shm", FAIL, detail, f"grow it: sudo mount -o remount,size={SHM_WARN_GIB}G /dev/shm")
+        return Check("shm", FAIL, detail, fail_fix or fix)
     if gib < SHM_WARN_GIB:
-        return Check("shm", WARN, f"{detail}; NCCL and CUDA IPC across 8 workers want {SHM_WARN_GIB}+ GiB",
-                     f"sudo mount -o remount,size={SHM_WARN_GIB}G /dev/shm")
+        return Check("shm", WARN, f"{detail}; NCCL and CUDA IPC across 8 workers want {SHM_WARN_GIB}+ GiB", fix)
     return Check("shm", OK, detail)
 
 
