@@ -6,9 +6,6 @@ excludes, one withdrawn, one accepted."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from packaging.requirements import Requirement
@@ -17,6 +14,8 @@ from packaging.utils import canonicalize_name
 from sglang_stack.errors import UserError
 from sglang_stack.image import advisories
 from sglang_stack.image import lock as lockmod
+
+from loopback import Handler, serving
 
 
 @pytest.fixture(scope="module")
@@ -58,26 +57,16 @@ def index(lock, requires):
     }
     seen = []
 
-    class Index(BaseHTTPRequestHandler):
+    class Index(Handler):
         def do_GET(self):
             seen.append(self.path)
             parts = self.path.strip("/").split("/")  # pypi NAME VERSION json
             name = canonicalize_name(parts[1])
-            body = json.dumps({"info": {"name": name, "version": parts[2]}, "urls": [],
-                               "vulnerabilities": planted.get(name, [])}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(200, {"info": {"name": name, "version": parts[2]}, "urls": [],
+                             "vulnerabilities": planted.get(name, [])})
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple", planted, seen, free, exact
-    server.shutdown()
+    with serving(Index) as url:
+        yield f"{url}/simple", planted, seen, free, exact
 
 
 def test_each_advisory_is_named_with_its_fix_and_whether_the_stack_can_take_it(lock, requires, index):
@@ -113,21 +102,14 @@ def test_an_accepted_advisory_needs_a_reason_and_a_stale_one_is_said(lock, requi
 
 
 def test_an_index_without_advisory_data_is_one_line_not_a_clean_report(lock, requires, tmp_path):
-    class Missing(BaseHTTPRequestHandler):
+    class Missing(Handler):
         def do_GET(self):
             self.send_response(404)
             self.end_headers()
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Missing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Missing) as url:
         with pytest.raises(UserError, match=r"no release document \(404\): the index serves no advisory data"):
-            advisories.audit(lock, requires, f"http://127.0.0.1:{server.server_address[1]}/simple")
-    finally:
-        server.shutdown()
+            advisories.audit(lock, requires, f"{url}/simple")
 
 
 @pytest.mark.parametrize("document, says", [

@@ -97,22 +97,16 @@ def test_interrupt_and_user_error_inside_a_task():
 
 def test_a_failed_download_is_named_by_the_boundary_alone(tmp_path):
     """fetch() has no catch of its own: the boundary names the URL, and no partial file is left."""
-    import http.server
-    import threading
-
+    from loopback import Handler, serving
     from sglang_stack.fetch import fetch
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    missing = f"http://127.0.0.1:{server.server_port}/torch-2.9.1-cp312-cp312-linux_x86_64.whl"
-    try:
+    with serving(Handler) as base:  # no do_GET: every GET is answered 501
+        missing = f"{base}/torch-2.9.1-cp312-cp312-linux_x86_64.whl"
         for url, words in [(missing, [missing, "answered HTTP 501"]),
                            ("http://127.0.0.1:1/x-1-py3-none-any.whl", ["network failed", "127.0.0.1:1", "refused"])]:
             with pytest.raises(Exit) as exit_:
                 user_errors(fetch)(url, "0" * 64, dest=tmp_path)
             assert exit_.value.code == 2 and all(w in exit_.value.message for w in words), exit_.value.message
-    finally:
-        server.shutdown()
     assert not list(tmp_path.iterdir()), "a failed download leaves nothing behind"
 
 

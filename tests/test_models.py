@@ -8,11 +8,8 @@ git blob id for the small files, so the checks below hash real bytes against rea
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -20,6 +17,8 @@ import pytest
 
 from sglang_stack.errors import UserError
 from sglang_stack.services import inputs, models
+
+from loopback import Handler, serving
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 FILES = {"config.json": b'{"architectures": ["Eagle3DeepseekV2ForCausalLM"]}\n',
@@ -47,37 +46,23 @@ def hub(monkeypatch):
     """A loopback Hub: ``lightseekorg/kimi-k2.5-eagle3`` at ``main`` exists; every other repository does not."""
     seen = []
 
-    class Hub(BaseHTTPRequestHandler):
+    class Hub(Handler):
         def do_GET(self):
             url = urlparse(self.path)
             seen.append(url.path + "?" + url.query)
             parts = unquote(url.path).split("/")
             repo, rev = "/".join(parts[3:5]), parts[6] if len(parts) > 6 else "main"
             if repo != "lightseekorg/kimi-k2.5-eagle3":
-                self._send(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+                self.reply(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
             elif rev != "main":
-                self._send(404, {"error": "Invalid rev id"}, {"X-Error-Code": "RevisionNotFound"})
+                self.reply(404, {"error": "Invalid rev id"}, {"X-Error-Code": "RevisionNotFound"})
             else:
-                self._send(200, hub_answer(repo))
+                self.reply(200, hub_answer(repo))
 
-        def _send(self, code, body, headers=None):
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            for key, value in {"Content-Type": "application/json", **(headers or {})}.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    yield seen
-    server.shutdown()
+    with serving(Hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        yield seen
 
 
 def lock_file(tmp_path: Path, **drafter) -> Path:
