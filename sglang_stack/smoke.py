@@ -236,7 +236,8 @@ def copy_context(dest: Path) -> Path:
     """A throwaway copy of what a build of docker/Dockerfile needs, to edit without touching the repo."""
     for rel in ("docker", "patches", "sglang_stack"):
         shutil.copytree(ROOT / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
-    for rel in ("requirements.lock.txt", ".dockerignore", "versions.lock"):
+    for rel in ("requirements.lock.txt", "requirements.router.lock.txt", ".dockerignore", "versions.lock", "mirror/README.md"):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, dest / rel)
     return dest
 

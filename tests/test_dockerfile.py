@@ -221,3 +221,40 @@ def test_dockerignore_admits_every_copy_source(commands):
 
 def test_dockerignore_matcher_can_fail():
     assert _ignored("tests/x.py", ["*", "!patches/"]) and not _ignored("patches/series", ["*", "!patches/"])
+
+
+def _base_apt_step(stages) -> tuple[str, str]:
+    """The base stage's BASE_HAS argument and the condition under which its apt step is skipped."""
+    has = next(c for c in stages["base"] if c.cmd == "ARG" and c.value[0].startswith("BASE_HAS="))
+    step = next(c for c in stages["base"] if c.cmd == "RUN" and "apt-get install" in c.value[0])
+    condition = re.search(r"\bif (.*?); then", step.value[0]).group(1)
+    return has.value[0].partition("=")[2].strip('"'), condition
+
+
+@pytest.mark.parametrize("lacking", ["g++", "patch", None])
+def test_the_base_stage_skips_apt_only_when_the_base_has_every_package_it_installs(stages, tmp_path, lacking):
+    """A base with python3 (venv) and patch but no g++ must still get build-essential: nvcc and tvm-ffi need it.
+
+    The step's own condition runs in bash with a PATH that holds exactly the tools given.
+    """
+    import shutil
+    import sys
+
+    has, condition = _base_apt_step(stages)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("python3", "patch", "g++"):
+        source = sys.executable if tool == "python3" else shutil.which(tool)
+        if tool != lacking:
+            assert source, f"{tool} is needed on this host to build the test's PATH"
+            (bin_dir / tool).symlink_to(source)
+    proc = subprocess.run(["/bin/bash", "-c", f"if {condition}; then echo skip; else echo apt; fi"],
+                          env={"PATH": str(bin_dir), "BASE_HAS": has}, capture_output=True, text=True)
+    want = "apt" if lacking else "skip"
+    assert proc.stdout.strip() == want, f"without {lacking or 'nothing'}: the base step chose {proc.stdout.strip()!r} ({proc.stderr[-300:]})"
+
+
+def test_the_base_check_asks_for_python_h_and_libnuma(stages):
+    """Python.h and libnuma.so.1 are part of what lets the base stage skip apt (tvm-ffi's builds, sgl-kernel)."""
+    has, _ = _base_apt_step(stages)
+    assert "Python.h" in has and "libnuma.so.1" in has, f"BASE_HAS checks neither Python.h nor libnuma.so.1: {has!r}"

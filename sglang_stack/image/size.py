@@ -200,8 +200,12 @@ def recorded(name: str, table: dict) -> Item:
 # --- the budget -----------------------------------------------------------------------------------
 
 
-def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False) -> list[Layer]:
-    """The layers of ``target`` (runtime, sglang or router) with their items."""
+def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot: bool = True, apt_base: bool = True) -> list[Layer]:
+    """The layers of ``target`` (runtime, sglang or router) with their items.
+
+    ``aot=False``: a build with an empty FLASHINFER_CUDA_ARCH_LIST, which builds no module ahead of time.
+    ``apt_base=False``: a base image that already has the base stage's packages, which then skips apt.
+    """
     import requests
 
     session = requests.Session()
@@ -220,12 +224,11 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False) -> l
                    [wheel_item(session, index, "sglang", lock.sglang.version, (lock.sglang.sha256,), tags, "measured")])
     if target == "sglang":
         return [sglang]
-    layers = [
-        Layer("base", f"base {lock.cuda['base']['tag']}", "", [recorded("base image", lock.cuda["base"])]),
-        Layer("base", "apt: python3, python3-dev, build-essential, patch, libnuma1", "apt-get install",
-              [recorded("apt packages", sizes["apt_base"])]),
-        Layer("deps", "apt: RDMA userspace", "ibverbs-providers", [recorded("rdma", sizes["apt_rdma"])]),
-    ]
+    layers = [Layer("base", f"base {lock.cuda['base']['tag']}", "", [recorded("base image", lock.cuda["base"])])]
+    if apt_base:
+        layers.append(Layer("base", "apt: python3, python3-dev, build-essential, patch, libnuma1", "apt-get install",
+                            [recorded("apt packages", sizes["apt_base"])]))
+    layers.append(Layer("deps", "apt: RDMA userspace", "ibverbs-providers", [recorded("rdma", sizes["apt_rdma"])]))
     url_wheels = Layer("deps", "URL wheels (torch, torchvision, sgl-kernel)", "/tmp/url-wheels.txt")
     for wheel in lock.default_wheels:
         proxy = sizes.get("proxy", {}).get(wheel.name)
@@ -243,8 +246,9 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False) -> l
     for pin in read_pins(lock.path.with_name("requirements.lock.txt"), []):
         pypi.items.append(wheel_item(session, index, pin.name, pin.version, pin.hashes, tags, "measured"))
     layers.append(pypi)
-    layers.append(Layer("deps", "FlashInfer modules built ahead of time", "sglang_stack.image.aot",
-                        [recorded("flashinfer aot", sizes["flashinfer_aot"])]))
+    if aot:
+        layers.append(Layer("deps", "FlashInfer modules built ahead of time", "sglang_stack.image.aot",
+                            [recorded("flashinfer aot", sizes["flashinfer_aot"])]))
     layers.append(Layer("runtime", sglang.what, sglang.match, sglang.items))
     return layers
 

@@ -44,10 +44,14 @@ def reference(value: str, flag: str) -> str:
         raise UserError(f"{flag} {value!r}: not an image reference ([registry/]name[:tag][@sha256:digest], "
                         "lowercase) or image ID")
     return value
+
+
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_SUITE = "bookworm"
-# What the SGLang stage needs from a base: python3 with venv and pip, patch, CA certificates.
-BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "patch")
+# Everything the Dockerfile's base stage would otherwise install with apt (python3 with venv and its
+# headers, g++, patch, libnuma, CA certificates), so that a build on this base skips apt.
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "python3-dev", "build-essential", "libnuma1",
+                 "ca-certificates", "patch")
 
 
 def run_id() -> str:
@@ -115,8 +119,6 @@ def labels(engine: str, ref: str) -> dict[str, str]:
 def make_debian_base(engine: str, ref: str, mirror: str = DEBIAN_MIRROR) -> None:
     """``debootstrap`` a minimal Debian with ``BASE_PACKAGES`` and import it as ``ref``."""
     require("debootstrap", "install debootstrap (apt-get install debootstrap)")
-    importer = ["docker", "import"] if engine == "docker" else ["podman", "import"]
-    require(importer[0], f"install {importer[0]}; it imports the root filesystem")
     with tempfile.TemporaryDirectory(prefix="sglang-stack-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         run(
@@ -127,14 +129,21 @@ def make_debian_base(engine: str, ref: str, mirror: str = DEBIAN_MIRROR) -> None
         # Keep the image small and free of the host's apt lists.
         shutil.rmtree(rootfs / "var" / "lib" / "apt" / "lists", ignore_errors=True)
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
-        tar = ["tar", "-C", str(rootfs), "-c", "."]
-        imp = importer + ["--change", "CMD /bin/bash" if engine == "docker" else "CMD=/bin/bash", "-", ref]
-        show(tar + ["|"] + imp)
-        producer = subprocess.Popen(tar, stdout=subprocess.PIPE)
-        consumer = subprocess.run(imp, stdin=producer.stdout, capture_output=True, text=True)
-        producer.stdout.close()
-        if producer.wait() != 0 or consumer.returncode != 0:
-            raise UserError(f"{' '.join(importer)} of the Debian base failed: {consumer.stderr.strip()[-300:]}")
+        import_rootfs(engine, rootfs, ref)
+
+
+def import_rootfs(engine: str, rootfs: Path, ref: str) -> None:
+    """A root filesystem directory into the engine's store as the image ``ref`` (CMD bash)."""
+    importer = ["docker", "import"] if engine == "docker" else ["podman", "import"]
+    require(importer[0], f"install {importer[0]}; it imports the root filesystem")
+    tar = ["tar", "-C", str(rootfs), "-c", "."]
+    imp = importer + ["--change", "CMD /bin/bash" if engine == "docker" else "CMD=/bin/bash", "-", ref]
+    show(tar + ["|"] + imp)
+    producer = subprocess.Popen(tar, stdout=subprocess.PIPE)
+    consumer = subprocess.run(imp, stdin=producer.stdout, capture_output=True, text=True)
+    producer.stdout.close()
+    if producer.wait() != 0 or consumer.returncode != 0:
+        raise UserError(f"{' '.join(importer)} of {ref} failed: {consumer.stderr.strip()[-300:]}")
 
 
 class BaseLease:
