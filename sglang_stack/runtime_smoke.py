@@ -196,7 +196,7 @@ def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, r
         print(f"smoke: verify: {line}", flush=True)
     result.record("invoke verify passes against the stand-in lock", report.ok, f"{len(report.checks) - report.failed}/{len(report.checks)} checks")
 
-    layers = sizemod.budget(lock, "runtime", aot=False, apt_base=False)
+    layers = sizemod.budget(lock, "runtime", aot=False, apt=False)
     lines, off = sizemod.compare(layers, sizemod.built_layers("docker", tag), 0.15)
     for line in lines:
         print(f"smoke: size: {line}", flush=True)

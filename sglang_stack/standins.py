@@ -35,7 +35,7 @@ DECLARATION = ROOT / "docker" / "standins.toml"
 CUDA12_DIR = "/usr/local/lib/cuda12-standin"
 STUB_PATH = "usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so"
 # Bumped when make_images() changes what it puts in the images: part of their tag.
-IMAGE_RECIPE = 1
+IMAGE_RECIPE = 2
 
 
 @dataclass(frozen=True)
@@ -238,6 +238,16 @@ def copy_python(prefix: Path, version: str, rootfs: Path) -> None:
     shutil.copytree(prefix / "include" / f"python{version}", dest / "include" / f"python{version}", symlinks=True)
 
 
+def missing_libraries(rootfs: Path, version: str) -> list[str]:
+    """Libraries the copied interpreter or its extension modules need that the rootfs's loader cannot find."""
+    lib = Path("/usr/local/lib")
+    targets = [Path("/usr/local/bin") / f"python{version}"]
+    targets += [lib / f"python{version}" / "lib-dynload" / p.name
+                for p in sorted((rootfs / f"usr/local/lib/python{version}/lib-dynload").glob("*.so"))]
+    proc = run(["chroot", str(rootfs), "ldd", *map(str, targets)], capture=True, check=False, quiet=True, what="ldd")
+    return sorted({line.split()[0] for line in proc.stdout.splitlines() if "not found" in line})
+
+
 # --- gcc-built libraries --------------------------------------------------------------------
 
 
@@ -344,6 +354,19 @@ def _owner(symbol: str, sonames: list[str]) -> str | None:
     return best
 
 
+# Every stand-in function returns 0 (success, or a NULL pointer), but the two an import reaches with
+# outputs that matter: no device, and an error string that is a string (torch prints it).
+STUB_PRELUDE = 'static const char standin[] = "CUDA 12 stand-in library: no device";\nvoid cuda12_standin(void) {}\n'
+
+
+def _stub_function(symbol: str) -> str:
+    if symbol == "cudaGetDeviceCount":
+        return "int cudaGetDeviceCount(int *count) { if (count) *count = 0; return 100; }\n"  # cudaErrorNoDevice
+    if symbol.endswith(("GetErrorString", "GetErrorName")):
+        return f"const char *{symbol}(int error) {{ return standin; }}\n"
+    return f"long {symbol}(void) {{ return 0; }}\n"
+
+
 def cuda12_libraries(wheels: list[Path], sonames: tuple[str, ...], out_dir: Path) -> list[Path]:
     """One gcc-built library per soname with the symbol versions and symbols the wheels import from it."""
     made = []
@@ -359,7 +382,7 @@ def cuda12_libraries(wheels: list[Path], sonames: tuple[str, ...], out_dir: Path
                 nodes.append(f"{vname} {{ global: {' '.join(s + ';' for s in syms)} }};\n")
             script = "".join(nodes)
         out = out_dir / soname
-        _gcc("".join(f"void {s}(void) {{}}\n" for s in symbols) or "void cuda12_standin(void) {}\n", out, soname, script)
+        _gcc(STUB_PRELUDE + "".join(_stub_function(s) for s in symbols), out, soname, script)
         made.append(out)
     return made
 
@@ -390,6 +413,10 @@ def make_images(engine: str, standins: Standins, wheels: list[Path], header: str
         (rootfs / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True)
         print(f"stand-in base: CPython {standins.python} from {prefix}", flush=True)
         copy_python(prefix, standins.python, rootfs)
+        unresolved = missing_libraries(rootfs, standins.python)
+        if unresolved:
+            raise UserError(f"{standins.path}: CPython {standins.python} from {prefix} needs {', '.join(unresolved)}, which "
+                            f"the stand-in base lacks: add its Debian package to [base] packages")
         libs = rootfs / CUDA12_DIR.lstrip("/")
         libs.mkdir(parents=True)
         for lib in cuda12_libraries(wheels, standins.cuda12, libs):

@@ -200,11 +200,11 @@ def recorded(name: str, table: dict) -> Item:
 # --- the budget -----------------------------------------------------------------------------------
 
 
-def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot: bool = True, apt_base: bool = True) -> list[Layer]:
+def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot: bool = True, apt: bool = True) -> list[Layer]:
     """The layers of ``target`` (runtime, sglang or router) with their items.
 
     ``aot=False``: a build with an empty FLASHINFER_CUDA_ARCH_LIST, which builds no module ahead of time.
-    ``apt_base=False``: a base image that already has the base stage's packages, which then skips apt.
+    ``apt=False``: leave out the apt layers, budgeted from Ubuntu 24.04's packages, for a build on another distribution.
     """
     import requests
 
@@ -225,10 +225,10 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
     if target == "sglang":
         return [sglang]
     layers = [Layer("base", f"base {lock.cuda['base']['tag']}", "", [recorded("base image", lock.cuda["base"])])]
-    if apt_base:
+    if apt:
         layers.append(Layer("base", "apt: python3, python3-dev, build-essential, patch, libnuma1", "apt-get install",
                             [recorded("apt packages", sizes["apt_base"])]))
-    layers.append(Layer("deps", "apt: RDMA userspace", "ibverbs-providers", [recorded("rdma", sizes["apt_rdma"])]))
+        layers.append(Layer("deps", "apt: RDMA userspace", "ibverbs-providers", [recorded("rdma", sizes["apt_rdma"])]))
     url_wheels = Layer("deps", "URL wheels (torch, torchvision, sgl-kernel)", "/tmp/url-wheels.txt")
     for wheel in lock.default_wheels:
         proxy = sizes.get("proxy", {}).get(wheel.name)
