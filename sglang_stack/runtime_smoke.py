@@ -78,9 +78,10 @@ def build(context: Path, tag: str, base: str, devel: str) -> str:
 
 def docker_run(image: str, *args: str, entrypoint: str | None = None, env: dict[str, str] | None = None,
                mounts: tuple[str, ...] = (), check: bool = False):
-    """``docker run`` as compose runs the services: uid 10001, read-only root, a tmpfs /tmp, no capabilities."""
+    """``docker run`` as compose runs the services: uid 10001, read-only root, a tmpfs /tmp, no capabilities,
+    and a volume at /home/sglang/.cache (compose's cache volume; anonymous here, removed with the container)."""
     argv = ["docker", "run", "--rm", "--user", RUN_AS, "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges", "--network", "none"]
+            "--security-opt", "no-new-privileges", "--network", "none", "--mount", "type=volume,target=/home/sglang/.cache"]
     for key, value in (env or {}).items():
         argv += ["--env", f"{key}={value}"]
     for mount in mounts:
@@ -121,9 +122,11 @@ def smoke(*, keep: bool = False) -> SmokeResult:
     return result
 
 
+# Not the model or HTTP server modules: they load sgl-kernel's ops, which need the driver's libcuda.so.1, and only the
+# NVIDIA container runtime on a GPU host provides it.
 IMPORTS = """
 import importlib.metadata as m, json, sys
-import torch, torchvision, flashinfer, triton, sglang, sglang.srt.server_args, sglang.srt.models.kimi_k25
+import torch, torchvision, flashinfer, triton, sglang, sglang.srt.server_args
 import sglang_stack.services.health, sglang_stack.services.serve
 print(json.dumps({n: m.version(n) for n in ("torch", "torchvision", "sgl-kernel", "flashinfer-python", "triton", "sglang")}))
 """

@@ -232,7 +232,8 @@ def copy_python(prefix: Path, version: str, rootfs: Path) -> None:
         (dest / "bin" / name).symlink_to(f"python{version}")
     for lib in (prefix / "lib").glob(f"libpython{version}*.so*"):
         shutil.copy2(lib, dest / "lib" / lib.name, follow_symlinks=False)
-    skip = shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter", "turtledemo", "site-packages")
+    # No Tk: like Ubuntu's python3.12, whose _tkinter is a package of its own (python3-tk).
+    skip = shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter", "turtledemo", "site-packages", "_tkinter*")
     shutil.copytree(prefix / "lib" / f"python{version}", dest / "lib" / f"python{version}", ignore=skip, symlinks=True)
     (dest / "lib" / f"python{version}" / "site-packages").mkdir()
     shutil.copytree(prefix / "include" / f"python{version}", dest / "include" / f"python{version}", symlinks=True)
@@ -413,6 +414,7 @@ def make_images(engine: str, standins: Standins, wheels: list[Path], header: str
         (rootfs / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True)
         print(f"stand-in base: CPython {standins.python} from {prefix}", flush=True)
         copy_python(prefix, standins.python, rootfs)
+        run(["chroot", str(rootfs), "ldconfig"], capture=True, what="ldconfig")
         unresolved = missing_libraries(rootfs, standins.python)
         if unresolved:
             raise UserError(f"{standins.path}: CPython {standins.python} from {prefix} needs {', '.join(unresolved)}, which "
