@@ -258,3 +258,20 @@ def test_the_base_check_asks_for_python_h_and_libnuma(stages):
     """Python.h and libnuma.so.1 are part of what lets the base stage skip apt (tvm-ffi's builds, sgl-kernel)."""
     has, _ = _base_apt_step(stages)
     assert "Python.h" in has and "libnuma.so.1" in has, f"BASE_HAS checks neither Python.h nor libnuma.so.1: {has!r}"
+
+
+def test_every_apt_update_reads_ubuntus_snapshot_of_the_locks_day(stages, lock):
+    """No stage updates apt's index from the live archive on Ubuntu: the same commit, the same .debs next month."""
+    snapshot = lock.data["resolve"]["apt_snapshot"]
+    seen = 0
+    for name, commands in stages.items():
+        for cmd in commands:
+            if cmd.cmd != "RUN" or "apt-get update" not in cmd.value[0]:
+                continue
+            seen += 1
+            text = cmd.value[0]
+            assert "grep -qx 'ID=ubuntu' /etc/os-release; then apt-get update --snapshot \"$APT_SNAPSHOT\"" in text, (
+                f"stage {name}: an apt-get update that does not read the snapshot on Ubuntu: {text[:200]}")
+            args = [c.value[0] for c in commands if c.cmd == "ARG" and c.value[0].startswith("APT_SNAPSHOT=")]
+            assert args == [f"APT_SNAPSHOT={snapshot}"], f"stage {name}: APT_SNAPSHOT is {args}, versions.lock says {snapshot}"
+    assert seen >= 2, f"expected the base and RDMA apt steps, found {seen}"

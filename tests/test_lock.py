@@ -183,6 +183,27 @@ def test_pins_from_the_target_stack():
             "'uv' is not uv==VERSION",
             id="resolver-unversioned",
         ),
+        pytest.param(
+            'apt_snapshot = "20260224T000000Z"',
+            'apt_snapshot = "20260301T000000Z"',
+            "resolve.apt_snapshot",
+            "not the instant of resolve.exclude_newer",
+            id="apt-snapshot-another-day",
+        ),
+        pytest.param(
+            'apt_snapshot = "20260224T000000Z"',
+            'apt_snapshot = "2026-02-24"',
+            "resolve.apt_snapshot",
+            "'2026-02-24' is not an Ubuntu snapshot id",
+            id="apt-snapshot-format",
+        ),
+        pytest.param(
+            'apt_snapshot = "20260224T000000Z"\n',
+            "",
+            "resolve.apt_snapshot",
+            "None is not an Ubuntu snapshot id",
+            id="apt-snapshot-missing",
+        ),
     ],
 )
 def test_bad_lock_values_are_one_line_naming_key_and_value(tmp_path, old, new, key, value):

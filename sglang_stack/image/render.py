@@ -72,6 +72,7 @@ class Context:
     aot_modules: tuple[str, ...]  # FlashInfer modules built ahead of time: what SGLang chooses (docker/settings.json)
     aot_arch_file: str
     lock_epoch: int  # resolve.exclude_newer as a Unix time: the date of the pins, which dates the image's account
+    apt_snapshot: str  # resolve.apt_snapshot: Ubuntu's archive as of that instant
     env_audit_lines: tuple[str, ...] = ()  # NAME=WHERE arguments of the environment audit, a few a line
     generated_header: str = HEADER
 
@@ -100,6 +101,7 @@ def labels(lock: Lock, patches_dir: Path) -> tuple[tuple[str, str], ...]:
         (f"{LABEL_PREFIX}.python.version", lock.python["version"]),
         (f"{LABEL_PREFIX}.sglang.version", lock.sglang.version),
         (f"{LABEL_PREFIX}.sglang.sha256", lock.sglang.sha256),
+        (f"{LABEL_PREFIX}.apt.snapshot", lock.data["resolve"]["apt_snapshot"]),
     ]
     for wheel in lock.wheels:
         out += [
@@ -154,6 +156,7 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         aot_modules=tuple(module for module, _ in derive.aot_modules(derive.load())),
         aot_arch_file=serve.ARCH_FILE,
         lock_epoch=int(datetime.fromisoformat(lock.data["resolve"]["exclude_newer"].replace("Z", "+00:00")).timestamp()),
+        apt_snapshot=lock.data["resolve"]["apt_snapshot"],
     )
 
 

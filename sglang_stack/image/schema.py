@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -137,11 +137,18 @@ def _check_formats(data: dict, bad) -> None:
             if isinstance(entry, dict) and "version" in entry:
                 version(f"{kind}[{entry.get(name, i)}].version", entry["version"])
     cutoff = data["resolve"].get("exclude_newer")
+    when = None
     if isinstance(cutoff, str):
         try:
-            datetime.fromisoformat(cutoff.replace("Z", "+00:00"))
+            when = datetime.fromisoformat(cutoff.replace("Z", "+00:00"))
         except ValueError:
             bad("resolve.exclude_newer", f"{cutoff!r} is not a date or RFC 3339 time, such as 2026-02-24T00:00:00Z")
+    snapshot = data["resolve"].get("apt_snapshot")
+    if not isinstance(snapshot, str) or not re.fullmatch(r"\d{8}T\d{6}Z", snapshot):
+        bad("resolve.apt_snapshot", f"{snapshot!r} is not an Ubuntu snapshot id (YYYYMMDDTHHMMSSZ, such as 20260224T000000Z)")
+    elif when is not None and when.tzinfo is not None and when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ") != snapshot:
+        bad("resolve.apt_snapshot", f"{snapshot!r} is not the instant of resolve.exclude_newer ({cutoff}): the apt packages and "
+            "the wheels would come from different days")
 
 
 KNOWN_KEYS = {"schema", "image", "cuda", "python", "sglang", "resolve", "router", "jit", "wheel", "override",
