@@ -29,6 +29,7 @@ from sglang_stack.shell import require, run
 from sglang_stack.smoke import SmokeResult, copy_context
 
 RUN_AS = "10001:10001"
+SITE = "/opt/venv/lib/python3.12/site-packages"
 IMAGE_NAME = "localhost/sglang-stack-smoke-runtime"
 
 
@@ -193,6 +194,11 @@ def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, r
     result.record("compose's healthcheck fails with one line while nothing answers, passes once /health answers",
                   ok, f"{' '.join(test)}: exit {probe.get('before')} ({probe.get('before_out', '')!r}), then {probe.get('after')}"
                   if probe else proc.stderr.strip()[-300:])
+
+    proc = docker_run(tag, "-m", "sglang_stack.image.slim", "--check", "--site", SITE, "--declarations",
+                      "/opt/sglang-stack/slim.toml", entrypoint="python3")
+    result.record("nothing docker/slim.toml removes is in the image", proc.returncode == 0,
+                  (proc.stdout.strip() or proc.stderr.strip())[-300:])
 
     report = verify_image.verify("docker", tag, root=context)
     for line in report.lines():

@@ -99,7 +99,7 @@ def test_a_warm_budget_asks_the_index_nothing(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="asked the index"):  # the figures are not cached yet
         sizemod.wheel_item(NoNetwork(), "http://index.invalid/simple", "demo", "1.0", None, tags, "measured")
     (sizemod.cache_dir()).mkdir(parents=True, exist_ok=True)
-    (sizemod.cache_dir() / f"{'b' * 64}.json").write_text('{"compressed": 100, "unpacked": 300, "py": 0}')
+    (sizemod.cache_dir() / f"{'b' * 64}.json").write_text('{"compressed": 100, "unpacked": 300, "py": 0, "files": [["demo/x.so", 300]]}')
     item = sizemod.wheel_item(NoNetwork(), "http://index.invalid/simple", "demo", "1.0", None, tags, "measured")
     assert (item.unpacked, item.compressed) == (300, 100), "the platform wheel pip would pick, from the cache"
 

@@ -138,15 +138,50 @@ def measure(session, url: str, size: int, sha256: str) -> dict:
     """{compressed, unpacked, py} of a wheel: from the cache, or from its central directory."""
     cached = cache_dir() / f"{sha256}.json"
     try:
-        return json.loads(cached.read_text())
+        record = json.loads(cached.read_text())
+        if "files" in record:
+            return record
     except (OSError, ValueError):
         pass
     with zipfile.ZipFile(RangeFile(session, url, size)) as zf:
         infos = zf.infolist()
     record = {"url": url, "compressed": size, "unpacked": sum(i.file_size for i in infos),
-              "py": sum(i.file_size for i in infos if i.filename.endswith(".py"))}
+              "py": sum(i.file_size for i in infos if i.filename.endswith(".py")),
+              # Every file and its size: what the build's slim step removes is subtracted without asking again.
+              "files": [[i.filename, i.file_size] for i in infos if not i.is_dir()]}
     atomic_write(cached, json.dumps(record) + "\n")
     return record
+
+
+def _glob_regex(glob: str) -> re.Pattern:
+    """A pathlib-style glob (``*`` within a name, ``**`` any number of directories) as a regex over posix paths."""
+    out = ""
+    for part in glob.split("/"):
+        out += "(?:[^/]+/)*" if part == "**" else re.escape(part).replace(r"\*", "[^/]*") + "/"
+    return re.compile(out.rstrip("/"))
+
+
+def slim_entries(path: Path | None = None) -> list[dict]:
+    """docker/slim.toml's removals: what the image's install steps delete after pip installs."""
+    import tomllib
+
+    from sglang_stack import ROOT
+
+    return tomllib.loads((path or ROOT / "docker" / "slim.toml").read_text()).get("remove", [])
+
+
+def slimmed(files: list[list], entries: list[dict]) -> tuple[int, int]:
+    """(bytes, .py bytes) of ``files`` that a slim entry removes: the path, or a directory above it, matches."""
+    rules = [(_glob_regex(e["glob"]), set(e.get("keep", ()))) for e in entries]
+    gone = py = 0
+    for name, size in files:
+        parts = name.split("/")
+        prefixes = ["/".join(parts[:k]) for k in range(1, len(parts) + 1)]
+        if any(any(rx.fullmatch(p) and p not in keep and not any(p2 in keep for p2 in prefixes[:k]) for k, p in enumerate(prefixes))
+               for rx, keep in rules):
+            gone += size
+            py += size if name.endswith(".py") else 0
+    return gone, py
 
 
 def release_files(session, index: str, name: str, version: str) -> tuple[str, list[dict]]:
@@ -175,8 +210,12 @@ def cached_figures(name: str, version: str, hashes: tuple[str, ...] | None, tags
     return json.loads(cached.read_text()) if cached is not None and cached.is_file() else None
 
 
-def wheel_item(session, index: str, name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag], status: str) -> Item:
+def wheel_item(session, index: str, name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag], status: str,
+               slim: list[dict] | None = None) -> Item:
+    """One wheel's budget: its files unpacked, less what ``slim`` (docker/slim.toml) removes, plus its .pyc."""
     record = cached_figures(name, version, hashes, tags)
+    if record is not None and "files" not in record:
+        record = None  # measured before the file list was kept: once more, from the central directory
     if record is None:
         from sglang_stack.image import releases
 
@@ -189,8 +228,9 @@ def wheel_item(session, index: str, name: str, version: str, hashes: tuple[str, 
         if entry is None:
             raise UserError(f"{name} {version}: no wheel for the image's platform among its files on {index}")
         record = measure(session, urljoin(url, entry["url"]), entry["size"], entry["digests"]["sha256"])
-    pyc = int(record["py"] * PYC_FACTOR)
-    return Item(name, record["unpacked"] + pyc, record["compressed"] + int(pyc * PYC_COMPRESSED), status)
+    gone, gone_py = slimmed(record["files"], slim) if slim else (0, 0)
+    pyc = int((record["py"] - gone_py) * PYC_FACTOR)
+    return Item(name, record["unpacked"] - gone + pyc, record["compressed"] + int(pyc * PYC_COMPRESSED), status)
 
 
 def recorded(name: str, table: dict) -> Item:
@@ -220,6 +260,7 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
             router.items.append(wheel_item(session, index, pin.name, pin.version, pin.hashes, tags, "measured"))
         return [base, router]
     tags = image_tags(lock.python["version"])
+    slim = slim_entries()
     sglang = Layer("sglang", f"sglang {lock.sglang.version} (patched, compiled)", "/opt/sglang",
                    [wheel_item(session, index, "sglang", lock.sglang.version, (lock.sglang.sha256,), tags, "measured")])
     if target == "sglang":
@@ -233,7 +274,7 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
     for wheel in lock.default_wheels:
         proxy = sizes.get("proxy", {}).get(wheel.name)
         if proxy:
-            item = wheel_item(session, index, wheel.name, proxy, None, tags, "proxy")
+            item = wheel_item(session, index, wheel.name, proxy, None, tags, "proxy", slim)
             item.name = f"{wheel.name} (as PyPI's {proxy})"
             url_wheels.items.append(item)
         else:
@@ -244,7 +285,7 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
                             [recorded("flashinfer-jit-cache", sizes["wheel"]["flashinfer-jit-cache"])]))
     pypi = Layer("deps", "requirements.lock.txt", "requirements.lock.txt")
     for pin in read_pins(lock.path.with_name("requirements.lock.txt"), []):
-        pypi.items.append(wheel_item(session, index, pin.name, pin.version, pin.hashes, tags, "measured"))
+        pypi.items.append(wheel_item(session, index, pin.name, pin.version, pin.hashes, tags, "measured", slim))
     layers.append(pypi)
     if aot:
         layers.append(Layer("deps", "FlashInfer modules built ahead of time", "sglang_stack.image.aot",
