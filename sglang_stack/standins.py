@@ -435,31 +435,11 @@ def make_images(engine: str, standins: Standins, wheels: list[Path], header: str
 
 def header_text(standins: Standins) -> str:
     """cuda.h from the runtime wheel requirements.lock.txt pins (hash-checked)."""
+    from sglang_stack.fetch import locked_wheel
+
     wheel = locked_wheel(standins.header_wheel)
     with zipfile.ZipFile(wheel) as zf:
         try:
             return zf.read(standins.header).decode()
         except KeyError:
             raise UserError(f"{standins.path}: devel.header {standins.header!r} is not in {wheel.name}") from None
-
-
-def locked_wheel(name: str) -> Path:
-    """The image platform's wheel of ``name`` at its requirements.lock.txt version, fetched and hash-checked."""
-    from urllib.parse import urljoin
-
-    import requests
-
-    from sglang_stack.fetch import fetch
-    from sglang_stack.image import lock as lockmod
-    from sglang_stack.image.pins import read_pins
-    from sglang_stack.image.size import image_tags, pick, release_files
-
-    problems: list[str] = []
-    pin = next((p for p in read_pins(lockmod.REQUIREMENTS_PATH, problems) if p.name == name), None)
-    if pin is None:
-        raise UserError(f"{lockmod.REQUIREMENTS_PATH.name}: no pin of {name}")
-    url, entries = release_files(requests.Session(), "https://pypi.org/simple", name, pin.version)
-    entry = pick([e for e in entries if e["digests"]["sha256"] in pin.hashes], image_tags("3.12"))
-    if entry is None:
-        raise UserError(f"no wheel of {name} {pin.version} for the image's platform among the lock's hashes")
-    return fetch(urljoin(url, entry["url"]), entry["digests"]["sha256"])  # a mirror may answer with relative URLs

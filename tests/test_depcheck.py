@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pypi_wheels import locked_wheel
+from sglang_stack.fetch import locked_wheel
 from sglang_stack import ROOT
 
 OVERRIDE = '''

@@ -12,6 +12,7 @@ import pytest
 
 import engine
 from sglang_stack import ROOT
+from sglang_stack.errors import UserError
 from sglang_stack.image import size as sizemod
 
 # numpy 2.2.6's files on PyPI, by name: pip on the image (cp312, glibc 2.39, x86-64) takes one.
@@ -90,7 +91,8 @@ def test_a_warm_budget_asks_the_index_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_STACK_CACHE", str(tmp_path / "cache"))
     tags = [Tag("cp312", "cp312", "manylinux_2_28_x86_64"), Tag("py3", "none", "any")]
     files = {"demo-1.0-py3-none-any.whl": "a" * 64, "demo-1.0-cp312-cp312-manylinux_2_28_x86_64.whl": "b" * 64}
-    releases.save_record(releases.records_dir(), "demo", "1.0", "http://index.invalid/pypi/demo/1.0/json", files)
+    urls = {name: [f"http://files.invalid/{name}", 1000] for name in files}
+    releases.save_record(releases.records_dir(), "demo", "1.0", "http://index.invalid/pypi/demo/1.0/json", files, urls)
 
     class NoNetwork:
         def get(self, *args, **kwargs):
@@ -138,3 +140,82 @@ def test_the_runtime_budget_is_under_ten_gigabytes():
     total = float(last.split()[1])
     assert 5 < total <= 10, f"the runtime budget is {total} GB: {last}"
     assert "cudnn" not in proc.stdout.split("URL wheels")[0], "the devel image must not be counted in the runtime"
+
+
+def _demo_wheels(tmp_path, n: int) -> dict[str, bytes]:
+    """``n`` small real wheels, by file name."""
+    import io
+    import zipfile
+
+    out = {}
+    for i in range(n):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(f"demo{i}/__init__.py", "x = 1\n" * (100 * (i + 1)))
+            zf.writestr(f"demo{i}/tests/test_a.py", "def test(): pass\n")
+            zf.writestr(f"demo{i}/libx_static.a", b"!<arch>\n" + b"\0" * 1000)
+        out[f"demo{i}-1.0-py3-none-any.whl"] = buf.getvalue()
+    return out
+
+
+def test_a_cold_budget_fetches_every_record_and_figure_once_through_one_fetcher(tmp_path, monkeypatch, capsys):
+    """Records and zip directories from a real index on loopback, in threads, with progress; a second run asks nothing."""
+    import hashlib
+
+    import requests
+    from packaging.tags import Tag
+
+    from loopback import Handler, serving
+
+    monkeypatch.setenv("SGLANG_STACK_CACHE", str(tmp_path / "cache"))
+    wheels = _demo_wheels(tmp_path, 30)
+    asked: list[str] = []
+
+    class Index(Handler):
+        def do_GET(self):
+            asked.append(self.path)
+            parts = self.path.strip("/").split("/")
+            if parts[0] == "pypi":  # /pypi/NAME/VERSION/json
+                name = parts[1]
+                fname = f"{name}-1.0-py3-none-any.whl"
+                data = wheels[fname]
+                self.reply(200, {"urls": [{"filename": fname, "url": f"/files/{fname}", "size": len(data),
+                                           "digests": {"sha256": hashlib.sha256(data).hexdigest()}}]})
+                return
+            data = wheels[parts[1]]
+            start, end = map(int, self.headers["Range"].removeprefix("bytes=").split("-"))
+            chunk = data[start:end + 1]
+            self.send_response(206)
+            self.send_header("Content-Length", str(len(chunk)))
+            self.end_headers()
+            self.wfile.write(chunk)
+
+    tags = [Tag("py3", "none", "any")]
+    wanted = [(f"demo{i}", "1.0", None) for i in range(30)]
+    with serving(Index) as url:
+        with requests.Session() as session:
+            sizemod.prefetch(session, f"{url}/simple", wanted, tags)
+            err = capsys.readouterr().err
+            assert "fetching 30 release records" in err and "30/30 wheels measured" in err, err
+            first = len(asked)
+            items = [sizemod.wheel_item(session, f"{url}/simple", n, v, h, tags, "measured", sizemod.slim_entries())
+                     for n, v, h in wanted]
+            sizemod.prefetch(session, f"{url}/simple", wanted, tags)
+    assert len(asked) == first, f"a warm budget asked the index {len(asked) - first} more times"
+    assert all(i.unpacked > 0 for i in items)
+    assert first >= 60, "each record and each zip directory is asked at least once"
+
+
+def test_a_cold_budget_offline_is_one_line(tmp_path, monkeypatch):
+    import socket
+
+    import requests
+    from packaging.tags import Tag
+
+    monkeypatch.setenv("SGLANG_STACK_CACHE", str(tmp_path / "cache"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nothing listens there
+    with pytest.raises(UserError, match=r"^2 release records are not cached and the index cannot be reached .*needs PyPI once"):
+        sizemod.prefetch(requests.Session(), f"http://127.0.0.1:{port}/simple", [("a", "1", None), ("b", "1", None)],
+                         [Tag("py3", "none", "any")])

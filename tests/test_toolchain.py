@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import need
-from pypi_wheels import locked_wheel, unpack
+from pypi_wheels import unpack
+
+from sglang_stack.fetch import locked_wheel
 from sglang_stack.image import toolchain
 
 WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-runtime")

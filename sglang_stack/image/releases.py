@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
@@ -112,25 +112,43 @@ def fetch_record(session, index: str, pin: Pin, directory: Path) -> dict[str, st
         entries = releases[pin.version]
     try:
         files = {f["filename"]: f["digests"]["sha256"] for f in entries}
-    except (KeyError, TypeError) as err:
+        # Where each file is and how big: `invoke size` reads a wheel's zip directory from there.
+        urls = {f["filename"]: [urljoin(url, f["url"]), int(f["size"])] for f in entries if "url" in f and "size" in f}
+    except (KeyError, TypeError, ValueError) as err:
         raise Offline(f"not a PyPI JSON answer from {url}") from err
-    save_record(directory, pin.name, pin.version, url, files)
+    save_record(directory, pin.name, pin.version, url, files, urls)
     return files
 
 
-def save_record(directory: Path, name: str, version: str, source: str, files: dict[str, str]) -> None:
-    """Keep ``{filename: sha256}`` of ``name==version`` (what ``source`` listed) for the next run."""
-    record = {"name": name, "version": version, "source": source, "files": dict(sorted(files.items()))}
+def save_record(directory: Path, name: str, version: str, source: str, files: dict[str, str],
+                urls: dict[str, list] | None = None) -> None:
+    """Keep ``{filename: sha256}`` of ``name==version`` (what ``source`` listed), and where each file is, for the next run."""
+    record = {"name": name, "version": version, "source": source, "files": dict(sorted(files.items())),
+              "urls": dict(sorted((urls or {}).items()))}
     atomic_write(record_path(directory, name, version), json.dumps(record, indent=1) + "\n")
 
 
-def _fetch_all(index: str, pins: list[Pin], directory: Path) -> dict[Pin, dict[str, str] | None]:
+def load_files(directory: Path, name: str, version: str) -> list[dict] | None:
+    """A cached release's files as ``{filename, sha256, url, size}``; ``None`` where the record is missing or
+    predates the kept URLs."""
+    try:
+        record = json.loads(record_path(directory, name, version).read_text())
+        files, urls = record["files"], record["urls"]
+        return [{"filename": f, "sha256": h, "url": urls[f][0], "size": urls[f][1]} for f, h in files.items() if f in urls]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def fetch_all(index: str, pins: list[Pin], directory: Path, what: str = "releases") -> dict[Pin, dict[str, str] | None]:
+    """The one fetcher of release records: each missing one from the index's JSON API, in threads."""
     import requests
 
     from sglang_stack.fetch import ca_bundle
 
+    if not pins:
+        return {}
     records = "release record" if len(pins) == 1 else f"{len(pins)} release records"
-    print(f"releases: fetching {records} from {json_url(index, 'NAME', 'VERSION')}", file=sys.stderr, flush=True)
+    print(f"{what}: fetching {records} from {json_url(index, 'NAME', 'VERSION')}", file=sys.stderr, flush=True)
     with requests.Session() as session:
         session.verify = ca_bundle() or True
         # The first one alone: an offline host fails once, not once per record and thread.
@@ -169,7 +187,7 @@ def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, di
     missing = [pin for pin, files in records.items() if files is None]
     if missing:
         try:
-            records.update(_fetch_all(index, missing, directory))
+            records.update(fetch_all(index, missing, directory))
         except Offline as err:
             raise UserError(
                 f"{requirements.name}: {len(missing)} of {len(pins)} release records are not cached in {directory} "

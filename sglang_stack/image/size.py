@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from packaging.utils import parse_wheel_filename
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
 from sglang_stack.image.lock import Lock
-from sglang_stack.image.pins import read_pins
+from sglang_stack.image.pins import Pin, read_pins
 
 PYC_FACTOR = 1.38
 PYC_COMPRESSED = 0.30
@@ -184,50 +185,83 @@ def slimmed(files: list[list], entries: list[dict]) -> tuple[int, int]:
     return gone, py
 
 
-def release_files(session, index: str, name: str, version: str) -> tuple[str, list[dict]]:
-    """(the JSON document's URL, the release's files) from PyPI's JSON API."""
-    base = index.rstrip("/").removesuffix("/simple")
-    url = f"{base}/pypi/{name}/{version}/json"
-    resp = session.get(url, timeout=(5, 30))
-    if resp.status_code == 200:
-        return url, resp.json()["urls"]
-    url = f"{base}/pypi/{name}/json"
-    resp = session.get(url, timeout=(5, 30))
-    if resp.status_code != 200:
-        raise UserError(f"{name} {version}: HTTP {resp.status_code} from {url}: `invoke size` needs PyPI once (then it is cached)")
-    return url, resp.json()["releases"].get(version, [])
+def _pin(name: str, version: str) -> Pin:
+    from packaging.utils import canonicalize_name
+
+    return Pin(0, canonicalize_name(name), version, ())
 
 
-def cached_figures(name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag]) -> dict | None:
-    """The figures of the wheel pip would pick, with no request: its release's record (``releases``) names the
-    files, and the size cache holds the picked one's figures. None where either is not cached yet."""
+def cached_entry(name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag]) -> dict | None:
+    """The file pip would pick for ``name==version`` (``{filename, sha256, url, size}``), from its cached release
+    record; None where the record is not cached yet."""
     from sglang_stack.image import releases
 
-    files = releases.load_record(releases.record_path(releases.records_dir(), name, version))
-    entries = [{"filename": f, "sha256": h} for f, h in (files or {}).items() if not hashes or h in hashes]
-    entry = pick(entries, tags)
-    cached = cache_dir() / f"{entry['sha256']}.json" if entry else None
-    return json.loads(cached.read_text()) if cached is not None and cached.is_file() else None
+    files = releases.load_files(releases.records_dir(), name, version)
+    if files is None:
+        return None
+    entry = pick([f for f in files if not hashes or f["sha256"] in hashes], tags)
+    if entry is None:
+        raise UserError(f"{name} {version}: no wheel for the image's platform among the files of that release")
+    return entry
+
+
+def locate(index: str, name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag]) -> dict:
+    """:func:`cached_entry`, fetching the release's record once (the one fetcher, ``releases.fetch_all``) if needed."""
+    from sglang_stack.image import releases
+
+    entry = cached_entry(name, version, hashes, tags)
+    if entry is None:
+        try:
+            releases.fetch_all(index, [_pin(name, version)], releases.records_dir(), what="size")
+        except releases.Offline as err:
+            raise UserError(f"{name} {version}: the index cannot be reached ({err}): `invoke size` needs PyPI once, "
+                            "then it is cached") from None
+        entry = cached_entry(name, version, hashes, tags)
+    if entry is None:
+        raise UserError(f"{name} {version}: {index} has no such release")
+    return entry
+
+
+def _cached_figures(entry: dict) -> dict | None:
+    try:
+        record = json.loads((cache_dir() / f"{entry['sha256']}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if "files" in record else None
+
+
+def prefetch(session, index: str, wanted: list[tuple[str, str, tuple[str, ...] | None]], tags: list[Tag]) -> None:
+    """Make a cold budget warm in one go: every missing release record, then every missing wheel's figures,
+    each in threads, with a progress line; a warm budget passes through without a request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sglang_stack.image import releases
+
+    missing = [_pin(n, v) for n, v, _ in wanted if releases.load_files(releases.records_dir(), n, v) is None]
+    try:
+        releases.fetch_all(index, missing, releases.records_dir(), what="size")
+    except releases.Offline as err:
+        raise UserError(f"{len(missing)} release records are not cached and the index cannot be reached ({err}): "
+                        "`invoke size` needs PyPI once, then it is cached") from None
+    entries = [e for n, v, h in wanted if (e := cached_entry(n, v, h, tags)) is not None]
+    todo = [e for e in entries if _cached_figures(e) is None]
+    if not todo:
+        return
+    print(f"size: reading the zip directories of {len(todo)} wheels (range requests, a few KB each; cached after)",
+          file=sys.stderr, flush=True)
+    done = 0
+    with ThreadPoolExecutor(max_workers=releases.FETCH_THREADS) as pool:
+        for _ in pool.map(lambda e: measure(session, e["url"], e["size"], e["sha256"]), todo):
+            done += 1
+            if done % 25 == 0 or done == len(todo):
+                print(f"size: {done}/{len(todo)} wheels measured", file=sys.stderr, flush=True)
 
 
 def wheel_item(session, index: str, name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag], status: str,
                slim: list[dict] | None = None) -> Item:
     """One wheel's budget: its files unpacked, less what ``slim`` (docker/slim.toml) removes, plus its .pyc."""
-    record = cached_figures(name, version, hashes, tags)
-    if record is not None and "files" not in record:
-        record = None  # measured before the file list was kept: once more, from the central directory
-    if record is None:
-        from sglang_stack.image import releases
-
-        url, files = release_files(session, index, name, version)
-        releases.save_record(releases.records_dir(), name, version, url,
-                             {f["filename"]: f["digests"]["sha256"] for f in files})
-        if hashes:
-            files = [f for f in files if f["digests"]["sha256"] in hashes]
-        entry = pick(files, tags)
-        if entry is None:
-            raise UserError(f"{name} {version}: no wheel for the image's platform among its files on {index}")
-        record = measure(session, urljoin(url, entry["url"]), entry["size"], entry["digests"]["sha256"])
+    entry = locate(index, name, version, hashes, tags)
+    record = _cached_figures(entry) or measure(session, entry["url"], entry["size"], entry["sha256"])
     gone, gone_py = slimmed(record["files"], slim) if slim else (0, 0)
     pyc = int((record["py"] - gone_py) * PYC_FACTOR)
     return Item(name, record["unpacked"] - gone + pyc, record["compressed"] + int(pyc * PYC_COMPRESSED), status)
@@ -253,6 +287,8 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
     sizes = lock.data.get("size", {})
     if target == "router":
         tags = image_tags(lock.router_table["python"], (2, 36))
+        prefetch(session, index, [(lock.router.name, lock.router.version, (lock.router.sha256,))]
+                 + [(p.name, p.version, p.hashes) for p in read_pins(lock.path.with_name("requirements.router.lock.txt"), [])], tags)
         base = Layer("router", f"base {lock.router_table['base']['tag']}", "", [recorded("base image", lock.router_table["base"])])
         router = Layer("router", "sglang-router and requirements.router.lock.txt", "requirements.router.lock.txt")
         router.items.append(wheel_item(session, index, lock.router.name, lock.router.version, (lock.router.sha256,), tags, "measured"))
@@ -261,6 +297,10 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
         return [base, router]
     tags = image_tags(lock.python["version"])
     slim = slim_entries()
+    proxies = sizes.get("proxy", {})
+    prefetch(session, index, [("sglang", lock.sglang.version, (lock.sglang.sha256,))]
+             + [(w.name, proxies[w.name], None) for w in lock.default_wheels if w.name in proxies]
+             + [(pin.name, pin.version, pin.hashes) for pin in read_pins(lock.path.with_name("requirements.lock.txt"), [])], tags)
     sglang = Layer("sglang", f"sglang {lock.sglang.version} (patched, compiled)", "/opt/sglang",
                    [wheel_item(session, index, "sglang", lock.sglang.version, (lock.sglang.sha256,), tags, "measured")])
     if target == "sglang":
