@@ -23,7 +23,6 @@ from pathlib import Path
 
 from sglang_stack import ROOT
 from sglang_stack import standins as standinsmod
-from sglang_stack.errors import UserError
 from sglang_stack.image import store
 from sglang_stack.shell import require, run
 from sglang_stack.smoke import SmokeResult, copy_context

@@ -26,7 +26,6 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urljoin
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
