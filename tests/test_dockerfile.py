@@ -160,6 +160,8 @@ def test_labels_record_every_pin(stages, lock):
                 labels.update((k, v.strip('"')) for k, v in zip(values[::2], values[1::2]))
         assert labels["io.sglang-stack.sglang.sha256"] == lock.sglang.sha256
         assert labels["io.sglang-stack.cuda.version"] == lock.cuda["version"]
+        if stage == "sglang":
+            continue  # the wheels and overrides are the runtime's: test_labels_stay_where_they_belong
         for wheel in lock.wheels:
             assert labels[f"io.sglang-stack.wheel.{wheel.name}.version"] == wheel.version, stage
             assert labels[f"io.sglang-stack.wheel.{wheel.name}.sha256"] == wheel.sha256, stage
@@ -275,3 +277,21 @@ def test_every_apt_update_reads_ubuntus_snapshot_of_the_locks_day(stages, lock):
             args = [c.value[0] for c in commands if c.cmd == "ARG" and c.value[0].startswith("APT_SNAPSHOT=")]
             assert args == [f"APT_SNAPSHOT={snapshot}"], f"stage {name}: APT_SNAPSHOT is {args}, versions.lock says {snapshot}"
     assert seen >= 2, f"expected the base and RDMA apt steps, found {seen}"
+
+
+def _label_keys(commands) -> set[str]:
+    keys = set()
+    for cmd in commands:
+        if cmd.cmd == "LABEL":
+            keys |= {cmd.value[i] for i in range(0, len(cmd.value), 2)}
+    return keys
+
+
+def test_labels_stay_where_they_belong(stages):
+    """The sglang stage (FROM base) holds no wheel, override or requirements set: it carries none of their labels;
+    the runtime carries them all."""
+    sglang, runtime = _label_keys(stages["sglang"]), _label_keys(stages["runtime"])
+    foreign = sorted(k for k in sglang if k.startswith(("io.sglang-stack.wheel.", "io.sglang-stack.override.", "io.sglang-stack.requirements.")))
+    assert not foreign, f"the sglang stage labels what it does not hold: {foreign[:4]}"
+    assert {"io.sglang-stack.sglang.sha256", "io.sglang-stack.patches"} <= sglang
+    assert {"io.sglang-stack.wheel.torch.sha256", "io.sglang-stack.requirements.sha256", "io.sglang-stack.sglang.sha256"} <= runtime

@@ -63,6 +63,7 @@ class Context:
     cuda_home: str
     build_tools: tuple[Artifact, ...]
     labels: tuple[tuple[str, str], ...]
+    sglang_labels: tuple[tuple[str, str], ...]  # the sglang stage's: its own pins and the patches
     router: Artifact
     router_python: str
     router_base_image: str
@@ -94,8 +95,12 @@ def series_numbers(series) -> list[str]:
     return [p.name.split("-", 1)[0] for p in series]
 
 
-def labels(lock: Lock, patches_dir: Path) -> tuple[tuple[str, str], ...]:
-    """One label per pin and per patch, in a stable order."""
+# What only the runtime holds: the sglang stage (FROM base) has none of the wheels, overrides or requirements.
+RUNTIME_ONLY = (f"{LABEL_PREFIX}.wheel.", f"{LABEL_PREFIX}.override.", f"{LABEL_PREFIX}.requirements.")
+
+
+def labels(lock: Lock, patches_dir: Path, stage: str = "runtime") -> tuple[tuple[str, str], ...]:
+    """One label per pin and per patch, in a stable order; for the ``sglang`` stage, only what that stage holds."""
     out = [
         (f"{LABEL_PREFIX}.cuda.version", lock.cuda["version"]),
         (f"{LABEL_PREFIX}.python.version", lock.python["version"]),
@@ -124,6 +129,8 @@ def labels(lock: Lock, patches_dir: Path) -> tuple[tuple[str, str], ...]:
     for key, value in out:
         if '"' in value or "\\" in value or "\n" in value:
             raise UserError(f"label {key}: value {value!r} cannot be written into a Dockerfile LABEL")
+    if stage == "sglang":
+        out = [(k, v) for k, v in out if not k.startswith(RUNTIME_ONLY)]
     return tuple(out)
 
 
@@ -147,6 +154,7 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         cuda_home=f"/opt/venv/lib/python{lock.python['version']}/site-packages/nvidia/cu{lock.cuda['version'].split('.')[0]}",
         build_tools=lock.build_tools,
         labels=labels(lock, patches_dir),
+        sglang_labels=labels(lock, patches_dir, "sglang"),
         router=lock.router,
         router_python=lock.router_table["python"],
         router_base_image=lock.router_base_image,

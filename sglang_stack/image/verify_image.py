@@ -99,7 +99,7 @@ def expected_labels(lock, stage: str) -> dict[str, str]:
                 "io.sglang-stack.router.version": lock.router.version,
                 "io.sglang-stack.router.sha256": lock.router.sha256,
                 "io.sglang-stack.router.requirements.sha256": ctx.router_requirements_sha256}
-    return {"org.opencontainers.image.version": ctx.version_tag, **dict(ctx.labels)}
+    return {"org.opencontainers.image.version": ctx.version_tag, **dict(ctx.sglang_labels if stage == "sglang" else ctx.labels)}
 
 
 def expected_installed(lock, stage: str) -> tuple[dict[str, str], dict[str, str]]:
