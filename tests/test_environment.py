@@ -125,6 +125,15 @@ def test_a_shared_library_holding_the_name_is_a_reader(tmp_path):
     assert "nvidia/nccl" in readers.packages
 
 
+def test_a_name_right_after_another_string_is_found(tmp_path):
+    """Strings sit back to back in .rodata: the NUL that ends one opens the next."""
+    lib = tmp_path / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF\x00NCCL_ALGO\x00NCCL_DEBUG\x00NCCL_PROTO\x00")
+    readers = envaudit.scan([tmp_path], {"NCCL_DEBUG", "NCCL_PROTO"})
+    assert sorted(readers.found) == ["NCCL_DEBUG", "NCCL_PROTO"], f"adjacent names missed: {readers.found}"
+
+
 def test_a_bad_declaration_is_one_line(tmp_path):
     declarations = tmp_path / "environment.toml"
     declarations.write_text('[HF_HOME]\nreader = "huggingface_hub"\n')

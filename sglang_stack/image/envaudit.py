@@ -48,6 +48,10 @@ PREFIX_COPY = re.compile(r"""for [^\n]*\bin os\.environ[^\n]*\n(?:[^\n]*\n){0,2}
 TEST_DIRS = {"test", "tests", "testing"}
 ENVS_FIELD = re.compile(r"^\s+([A-Z_][A-Z0-9_]*)\s*=\s*Env[A-Za-z]*\(", re.M)
 LIBRARY = re.compile(r"\.so(\.\d+)*\Z")
+# Every NUL-terminated name-like string of a library, then kept if declared: one pass over the bytes is about
+# three times faster on libtorch_cuda.so than an alternation of the names, and the lookahead leaves the closing
+# NUL to open the next string, so a name right after another string is still found.
+C_NAME = re.compile(rb"\x00([A-Z_][A-Z0-9_]*)(?=\x00)")
 
 
 @dataclass(frozen=True)
@@ -117,10 +121,10 @@ def _scan_python(text: str, names: set[str], relpath: str, readers: Readers) -> 
                     readers.add(name, f"{relpath}:{line} (every {match[1]}* variable)")
 
 
-def _scan_library(path: Path, pattern: re.Pattern, relpath: str, readers: Readers) -> None:
+def _scan_library(path: Path, names: set[str], relpath: str, readers: Readers) -> None:
     try:
         with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            for name in {m[1].decode() for m in pattern.finditer(data)}:
+            for name in sorted({m[1].decode() for m in C_NAME.finditer(data)} & names):
                 readers.add(name, relpath)
     except (OSError, ValueError):  # an empty file cannot be mapped; an unreadable one is not a reader
         pass
@@ -131,8 +135,6 @@ def scan(roots: list[Path], names: set[str]) -> Readers:
     readers = Readers()
     if not names:
         return readers
-    alternatives = b"|".join(re.escape(n.encode()) for n in sorted(names, key=len, reverse=True))
-    library = re.compile(rb"\x00(" + alternatives + rb")\x00")
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and d not in TEST_DIRS)
@@ -151,7 +153,7 @@ def scan(roots: list[Path], names: set[str]) -> Readers:
                     if any(n in text for n in names) or "startswith" in text:
                         _scan_python(text, names, relpath, readers)
                 elif LIBRARY.search(filename) and not path.is_symlink():
-                    _scan_library(path, library, relpath, readers)
+                    _scan_library(path, names, relpath, readers)
     return readers
 
 
