@@ -295,3 +295,34 @@ def test_labels_stay_where_they_belong(stages):
     assert not foreign, f"the sglang stage labels what it does not hold: {foreign[:4]}"
     assert {"io.sglang-stack.sglang.sha256", "io.sglang-stack.patches"} <= sglang
     assert {"io.sglang-stack.wheel.torch.sha256", "io.sglang-stack.requirements.sha256", "io.sglang-stack.sglang.sha256"} <= runtime
+
+
+def test_a_locked_cache_mount_is_the_last_cache_mount_of_its_step(commands):
+    """buildah 1.28 (Debian bookworm's) keeps only the last cache mount's lock to release, so a locked mount before
+    another cache mount stays locked and the next step that locks it waits forever (containers/buildah#4349)."""
+    hanging = []
+    for cmd in commands:
+        caches = [f for f in cmd.flags if f.startswith("--mount=type=cache")] if cmd.cmd == "RUN" else []
+        if any("sharing=locked" in f for f in caches[:-1]):
+            hanging.append(cmd.original[:160])
+    assert not hanging, f"a locked cache mount before another cache mount hangs the next step on buildah 1.28: {hanging}"
+
+
+@pytest.mark.container
+def test_the_apt_steps_mounts_build_twice_on_buildah(commands, smoke_base, run_id, tmp_path):
+    """The real engine: two RUNs carrying the mounts of the Dockerfile's apt steps, one after the other."""
+    from sglang_stack.image import store
+
+    apt = [c for c in commands if c.cmd == "RUN" and "apt-get install" in c.value[0]]
+    assert len(apt) >= 2, "the base and deps stages each have an apt step"
+    steps = "".join(f"RUN {' '.join(f for f in c.flags if f.startswith('--mount=type=cache'))} true\n" for c in apt)
+    (tmp_path / "Dockerfile").write_text(f"FROM {smoke_base}\n{steps}")
+    tag = f"localhost/sglang-stack-test-{run_id}:apt-mounts"
+    try:
+        proc = subprocess.run(["buildah", "bud", "--isolation", "chroot", "--no-cache", "--layers=false", "-t", tag,
+                               str(tmp_path)], capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"buildah hung on the second apt step's cache mounts:\n{steps}")
+    finally:
+        store.remove("buildah", tag)
