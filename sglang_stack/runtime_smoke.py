@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_stack import ROOT
 from sglang_stack import standins as standinsmod
 from sglang_stack.image import store
 from sglang_stack.shell import require, run
@@ -150,10 +149,10 @@ print(json.dumps({"before": before.returncode, "before_out": (before.stdout + be
 
 
 def compose_healthcheck(service: str = "baseline") -> list[str]:
-    """The healthcheck command compose.yaml gives ``service``, without its CMD marker."""
-    import yaml
+    """The healthcheck command compose gives ``service`` (resolved as `invoke up` resolves it), without its CMD marker."""
+    from sglang_stack.services import compose
 
-    test = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"][service]["healthcheck"]["test"]
+    test = compose.service(service).healthcheck["test"]
     return test[1:] if test[0] in ("CMD", "CMD-SHELL") else test
 
 
