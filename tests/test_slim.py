@@ -136,3 +136,28 @@ def test_invoke_size_subtracts_exactly_what_the_slim_step_removes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     after = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
     assert (gone, gone_py) == (before - after, 10 + 20 + 320), f"budget subtracts {gone}, the step removed {before - after}"
+
+
+@pytest.mark.parametrize("loader", [
+    b"ctypes.CDLL('liba.so.1.2')\n",  # a longer name begins with the doomed one's
+    b"names = 'libzliba.so'\n",  # another doomed name ends where this one begins
+])
+def test_a_name_inside_or_overlapping_another_name_still_counts_as_a_reference(tmp_path, loader):
+    """One scan over all names must find each where it overlaps another match, or a loaded file goes."""
+    files = {"pkg/lib/liba.so": b"\x7fELF a", "pkg/lib/libzli": b"\x7fELF z", "pkg/lib/liba.so.1.2": b"\x7fELF a12",
+             "pkg/loader.py": loader}
+    site = tree(tmp_path, files)
+    proc = run_slim(site, entry("pkg/lib/liba.so*", "unreferenced") + entry("pkg/lib/libzli", "unreferenced"))
+    assert proc.returncode == 2 and "liba.so is named by pkg/loader.py" in proc.stderr, proc.stderr
+    assert (site / "pkg/lib/liba.so").exists()
+
+
+def test_an_import_of_a_longer_dotted_name_counts_for_the_suite_it_begins_with(tmp_path):
+    files = {"pkg/tests/__init__.py": b"", "pkg/tests/deep/__init__.py": b"", "pkg/tests/deep/t.py": b"",
+             "pkg/tests2/t.py": b"", "pkg/util.py": b"from pkg.tests.deep import t\n"}
+    site = tree(tmp_path, files)
+    proc = run_slim(site, entry("pkg/tests", "unimported") + entry("pkg/tests/deep", "unimported"))
+    assert proc.returncode == 2 and "pkg.tests is imported by pkg/util.py" in proc.stderr, proc.stderr
+    site = tree(tmp_path / "2", {**files, "pkg/util.py": b"from pkg.tests2 import t\n"})
+    proc = run_slim(site, entry("pkg/tests", "unimported"))
+    assert proc.returncode == 0, f"pkg.tests2 is not pkg.tests: {proc.stderr}"

@@ -71,11 +71,21 @@ def files_under(paths: list[Path]) -> set[Path]:
 
 def referrers(site: Path, needles: dict[str, bytes], skip: set[Path], imports: bool = False) -> dict[str, Path]:
     """For each needle, one file under ``site`` (not in ``skip``, not pip's RECORD) whose bytes contain it;
-    with ``imports``, only in an import statement (``import X``, ``from X import``), not in prose."""
+    with ``imports``, only in an import statement (``import X``, ``from X import``), not in prose.
+
+    One scan for all needles. Bytes: the match is a zero-width lookahead, tried at every offset, so one
+    needle's match never hides another that overlaps it, and a needle that begins the longer one found
+    at an offset counts too. Imports: each imported dotted name counts for every package above it.
+    """
     if not needles:
         return {}
-    alternatives = b"|".join(re.escape(n) for n in sorted(set(needles.values()), key=len, reverse=True))
-    pattern = re.compile(rb"(?:^|\n)[ \t]*(?:from|import)[ \t]+(" + alternatives + rb")\b" if imports else b"(" + alternatives + b")")
+    targets = set(needles.values())
+    lengths = {len(n) for n in targets}
+    if imports:
+        pattern = re.compile(rb"(?:^|\n)[ \t]*(?:from|import)[ \t]+([\w.]+)")
+    else:
+        alternatives = b"|".join(re.escape(n) for n in sorted(targets, key=len, reverse=True))
+        pattern = re.compile(b"(?=(" + alternatives + b"))")
     found: dict[bytes, Path] = {}
     for here, dirs, names in os.walk(site):
         dirs.sort()
@@ -88,8 +98,17 @@ def referrers(site: Path, needles: dict[str, bytes], skip: set[Path], imports: b
             except OSError:
                 continue
             for match in pattern.finditer(data):
-                found.setdefault(match.group(1), path)
+                hit = match.group(1)
+                for needle in (prefixes(hit) if imports else (hit[:n] for n in lengths)):
+                    if needle in targets:
+                        found.setdefault(needle, path)
     return {key: found[value] for key, value in needles.items() if value in found}
+
+
+def prefixes(name: bytes) -> list[bytes]:
+    """``a.b.c`` -> ``a``, ``a.b``, ``a.b.c``: the packages an import of it loads."""
+    parts = name.split(b".")
+    return [b".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def dotted(site: Path, path: Path) -> str:
