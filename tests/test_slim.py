@@ -73,6 +73,18 @@ def test_only_a_static_archive_passes_as_static(tmp_path):
     assert (site / "pkg/libx_static.a").exists()
 
 
+def test_a_generated_source_goes_only_beside_the_module_compiled_from_it(tmp_path):
+    site = tree(tmp_path, {"pkg/driver.cpp": b"/* Cython */", "pkg/driver.cpython-312-x86_64-linux-gnu.so": b"\x7fELF",
+                           "pkg/loader.cpp": b"/* no module of its own */", "pkg/driver.py": b""})
+    proc = run_slim(site, entry("pkg/*.cpp", "compiled"))
+    assert proc.returncode == 2 and "pkg/loader.cpp has no compiled module beside it" in proc.stderr, proc.stderr
+    assert (site / "pkg/driver.cpp").exists(), "a refused step removed the file anyway"
+    proc = run_slim(site, entry("pkg/driver.*", "compiled"))
+    assert proc.returncode == 2 and "pkg/driver.py is not C or C++ source" in proc.stderr, proc.stderr
+    proc = run_slim(site, entry("pkg/*.cpp", "compiled", 'keep = ["pkg/loader.cpp"]'))
+    assert proc.returncode == 0 and not (site / "pkg/driver.cpp").exists() and (site / "pkg/loader.cpp").exists(), proc.stderr
+
+
 def test_a_tool_goes_only_while_the_variable_names_another_that_exists(tmp_path):
     site = tree(tmp_path, {"triton/bin/ptxas": b"old", "cu13/bin/ptxas": b"new"})
     proc = run_slim(site, entry("triton/bin/ptxas", "env:TRITON_PTXAS_PATH"), env={})
@@ -107,7 +119,7 @@ def test_the_declared_removals_hold_on_the_locked_wheels(tmp_path):
     from sglang_stack.fetch import locked_wheel
 
     site = tmp_path / "site"
-    for name in ("triton", "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc", "pandas", "numpy", "scipy", "sympy", "cuda-bindings", "torchao"):
+    for name in ("triton", "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc", "pandas", "numpy", "scipy", "sympy", "cuda-bindings", "nvidia-cusolver", "torchao"):
         with zipfile.ZipFile(locked_wheel(name)) as zf:
             zf.extractall(site)
     env = {"TRITON_PTXAS_PATH": str(site / "nvidia/cu13/bin/ptxas")}
