@@ -326,3 +326,21 @@ def test_the_apt_steps_mounts_build_twice_on_buildah(commands, smoke_base, run_i
         pytest.fail(f"buildah hung on the second apt step's cache mounts:\n{steps}")
     finally:
         store.remove("buildah", tag)
+
+
+def pipelines(script: str) -> list[str]:
+    """The ``a | b`` pipelines of a shell script, quoted text and ``||`` aside."""
+    bare = re.sub(r"'[^']*'|\"(?:\\.|[^\"\\])*\"", "''", script)
+    return [m.group(0).strip() for m in re.finditer(r"[^|&;]*[^|]\|(?!\|)[^|][^|&;]*", bare)]
+
+
+def test_pipelines_finds_a_pipe_but_not_an_or_or_quoted_text():
+    assert pipelines("pip list | sort > x") == ["pip list | sort > x"]
+    assert pipelines("a || b") == [] and pipelines("python3 -c 'print(1 | 2)'") == [] and pipelines('echo "a|b"') == []
+
+
+def test_no_step_pipes_one_command_into_another(commands):
+    """buildah's OCI format, which `invoke build --reproducible` uses on buildah and podman, ignores SHELL, so
+    each RUN runs under /bin/sh, which has no pipefail: a failing command before a pipe would pass unseen."""
+    piped = [p for cmd in commands if cmd.cmd == "RUN" for p in pipelines(" ".join(cmd.value))]
+    assert not piped, f"a RUN pipes into another command; write to a file instead: {piped}"
