@@ -7,6 +7,9 @@ removes what would still differ (no pip-written .pyc, hash-checked ones per laye
 account date from the lock's, a sorted installed.txt). Where two builds differ, the failure
 names the first differing layer and the first file in it.
 The builds download from PyPI through the host's CA bundle, as `invoke build` does.
+
+The whole ``runtime`` target, with the stand-ins of ``invoke smoke --target runtime``, is built
+twice the same way by a test asked for by name (``-m whole_image``): about 20 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ from sglang_stack.shell import run
 
 
 
-def request(target: str, tag: str, base: str, epoch: int | None, oci: bool = True) -> buildmod.BuildRequest:
+def request(target: str, tag: str, base: str, epoch: int | None, oci: bool = True, **more) -> buildmod.BuildRequest:
     """What `invoke build --engine buildah --no-cache --reproducible` runs: with layers, as users get them (one
     squashed layer would hide a step whose files a later step rewrites)."""
     ca = ca_bundle()
     return buildmod.BuildRequest(engine="buildah", tag=tag, target=target, base_image=base, no_cache=True,
                                  ca_bundle=Path(ca) if ca else None, isolation="chroot", layers=True,
-                                 source_date_epoch=epoch, oci=oci)
+                                 source_date_epoch=epoch, oci=oci, **more)
 
 
 def layers(tag: str, out: Path) -> list[Path]:
@@ -91,6 +94,33 @@ def test_two_no_cache_builds_give_the_same_image_id(smoke_base, run_id, target, 
             pytest.fail(f"{target}: two builds of one commit gave {ids[0]} and {ids[1]}: {first_difference(tags, tmp_path)}")
         assert store.image_id("buildah", tags[0]) == store.image_id("buildah", tags[1])
         print(f"{target}: both builds {ids[0]}")
+    finally:
+        store.remove("buildah", *tags)
+
+
+@pytest.mark.container
+@pytest.mark.whole_image
+def test_two_no_cache_builds_of_the_whole_runtime_give_one_image_id(run_id, tmp_path):
+    """The runtime target with every stage under it (base, toolchain, deps, sglang), on the declared stand-ins, as
+    `invoke smoke --target runtime` prepares them, built by `invoke build --engine buildah --no-cache --reproducible`'s
+    request; FlashInfer's ahead-of-time step is left out, as in the smoke (nvcc's output is not compared here)."""
+    from sglang_stack import runtime_smoke
+    from sglang_stack import standins as standinsmod
+
+    epoch = buildmod.commit_epoch()
+    assert epoch is not None, "this checkout has a commit"
+    standins = standinsmod.load()
+    wheels = runtime_smoke.standin_wheels(standins)
+    base, devel = standinsmod.make_images("buildah", standins, wheels, standinsmod.header_text(standins))
+    context, _ = runtime_smoke.prepare_context(tmp_path, standins, wheels)
+    tags = [f"localhost/sglang-stack-test-{run_id}:repro-runtime-{i}" for i in (1, 2)]
+    try:
+        args = {"DEVEL_IMAGE": devel, "FLASHINFER_CUDA_ARCH_LIST": ""}
+        ids = [buildmod.build(request("runtime", tag, base, epoch, build_args=args, context=context,
+                                      dockerfile=context / "docker" / "Dockerfile"))[1] for tag in tags]
+        if ids[0] != ids[1]:
+            pytest.fail(f"runtime: two builds of one commit gave {ids[0]} and {ids[1]}: {first_difference(tags, tmp_path)}")
+        print(f"runtime: both builds {ids[0]}")
     finally:
         store.remove("buildah", *tags)
 
