@@ -140,3 +140,15 @@ def test_a_bad_declaration_is_one_line(tmp_path):
     result = run_audit(tmp_path, "HF_HOME=image", declarations=declarations)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip() == f"error: {declarations}: [HF_HOME]: effect must say what setting it does", result.stderr
+
+
+def test_a_name_built_by_an_f_string_is_read_by_that_file(tmp_path):
+    """Triton 3.5 reads TRITON_PTXAS_PATH as f"TRITON_{binary.upper()}_PATH" (triton/knobs.py): the literal is nowhere."""
+    knobs = tmp_path / "triton" / "knobs.py"
+    knobs.parent.mkdir(parents=True)
+    knobs.write_text('class env_nvidia_tool:\n    def __init__(self, binary):\n'
+                     '        super().__init__(f"TRITON_{binary.upper()}_PATH")\n'
+                     'label = f"{name}"\n')
+    readers = envaudit.scan([tmp_path], {"TRITON_PTXAS_PATH", "TRITON_PATH", "CUDA_HOME"})
+    assert readers.found.get("TRITON_PTXAS_PATH") == ["triton/knobs.py:3 (f\"TRITON_{...}_PATH\")"], readers.found
+    assert set(readers.found) == {"TRITON_PTXAS_PATH"}, f"the braces stand for at least one character, f\"{{name}}\" for no name: {readers.found}"

@@ -12,7 +12,8 @@ sglang, the venv's site-packages) the audit finds who reads each name:
   ``os.environ["X"]``, ``get_bool_env_var("X")``), defines it as one of SGLang's ``envs``
   descriptors (``X = EnvBool(...)`` in ``sglang/srt/environ.py``), or copies every variable of
   its prefix (``key.startswith("SGL_")`` beside ``os.environ``: SGLang turns each ``SGL_*``
-  into ``SGLANG_*``, with a warning in every process);
+  into ``SGLANG_*``, with a warning in every process), or builds it with an f-string around one
+  placeholder (``f"TRITON_{binary.upper()}_PATH"`` in Triton's knobs.py reads ``TRITON_PTXAS_PATH``);
 - a shared library that holds the name as a NUL-terminated string (NCCL, torch, CUDA).
 
 The rules, each failing the build with the variable and the reading file named:
@@ -46,6 +47,9 @@ NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 PREFIX_COPY = re.compile(r"""for [^\n]*\bin os\.environ[^\n]*\n(?:[^\n]*\n){0,2}?[^\n]*\.startswith\(\s*["']([A-Z][A-Z0-9]*_)["']\s*\)""")
 # Test suites shipped inside packages are not run by the server.
 TEST_DIRS = {"test", "tests", "testing"}
+# A name built by an f-string around one placeholder: Triton 3.5 reads TRITON_PTXAS_PATH as
+# f"TRITON_{binary.upper()}_PATH" (triton/knobs.py), so that literal is nowhere in it.
+F_NAME = re.compile(r"""\bf(["'])([A-Z][A-Z0-9_]*_)?\{[^{}"'\n]+\}(_[A-Z0-9_]*)?\1""")
 ENVS_FIELD = re.compile(r"^\s+([A-Z_][A-Z0-9_]*)\s*=\s*Env[A-Za-z]*\(", re.M)
 LIBRARY = re.compile(r"\.so(\.\d+)*\Z")
 # Every NUL-terminated name-like string of a library, then kept if declared: one pass over the bytes is about
@@ -113,6 +117,12 @@ def _scan_python(text: str, names: set[str], relpath: str, readers: Readers) -> 
         for match in ENVS_FIELD.finditer(text):
             if match[1] in names:
                 readers.add(match[1], f"{relpath}:{text.count(chr(10), 0, match.start()) + 1}")
+    for match in F_NAME.finditer(text):
+        prefix, suffix = match[2] or "", match[3] or ""
+        if prefix or suffix:
+            built = re.compile(re.escape(prefix) + "[A-Z0-9_]+" + re.escape(suffix))
+            for name in sorted(n for n in names if built.fullmatch(n)):
+                readers.add(name, f"{relpath}:{text.count(chr(10), 0, match.start()) + 1} (f\"{prefix}{{...}}{suffix}\")")
     if "os.environ" in text:
         for match in PREFIX_COPY.finditer(text):
             line = text.count("\n", 0, match.end()) + 1
@@ -150,7 +160,7 @@ def scan(roots: list[Path], names: set[str]) -> Readers:
                         text = path.read_text(encoding="utf-8", errors="replace")
                     except OSError:
                         continue
-                    if any(n in text for n in names) or "startswith" in text:
+                    if any(n in text for n in names) or "startswith" in text or "_{" in text or "}_" in text:
                         _scan_python(text, names, relpath, readers)
                 elif LIBRARY.search(filename) and not path.is_symlink():
                     _scan_library(path, names, relpath, readers)
