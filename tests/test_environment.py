@@ -152,3 +152,15 @@ def test_a_name_built_by_an_f_string_is_read_by_that_file(tmp_path):
     readers = envaudit.scan([tmp_path], {"TRITON_PTXAS_PATH", "TRITON_PATH", "CUDA_HOME"})
     assert readers.found.get("TRITON_PTXAS_PATH") == ["triton/knobs.py:3 (f\"TRITON_{...}_PATH\")"], readers.found
     assert set(readers.found) == {"TRITON_PTXAS_PATH"}, f"the braces stand for at least one character, f\"{{name}}\" for no name: {readers.found}"
+
+
+def test_a_declared_reader_that_holds_no_name_warns_and_fails_under_strict(tmp_path):
+    (tmp_path / "triton").mkdir()
+    (tmp_path / "triton" / "knobs.py").write_text("x = 1\n")
+    declarations = tmp_path / "environment.toml"
+    declarations.write_text('[CUDA_HOME]\nreader = ["triton"]\neffect = "a CUDA_HOME"\n')
+    result = run_audit(tmp_path, "CUDA_HOME=image", declarations=declarations)
+    assert result.returncode == 0 and "warning: CUDA_HOME: declared as read by triton" in result.stdout, result
+    result = subprocess.run([sys.executable, "-m", "sglang_stack.image.envaudit", "--strict", "--declarations", str(declarations),
+                             "--root", str(tmp_path), "CUDA_HOME=image"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1 and "error: CUDA_HOME: declared as read by triton" in result.stderr, result

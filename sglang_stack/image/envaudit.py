@@ -23,7 +23,9 @@ The rules, each failing the build with the variable and the reading file named:
    dependency. This is the defect that made SGLang take the API port: ``SGLANG_PORT``,
    set for our health probe, is what 0.5.9's ``get_open_port()`` hands to the TP message
    queue (``sglang/srt/utils/common.py``).
-3. A declared reader found nowhere under a scanned root is a warning (a pin bump that dropped it).
+3. A declared reader found nowhere under a scanned root is a warning (a pin bump that dropped it);
+   with ``--strict`` an error. The build warns; the whole-image smoke, which scans the finished
+   image's every root at once, is strict.
 
 Exit 0 when clean, 1 with one line per error. Stdlib only: it runs inside the image build.
 """
@@ -210,12 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--declarations", type=Path, required=True, help="docker/environment.toml")
     parser.add_argument("--root", type=Path, action="append", required=True, help="an installed tree to scan (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="also list every reader found")
+    parser.add_argument("--strict", action="store_true", help="a declared reader that holds no name is an error, not a warning")
     parser.add_argument("variables", nargs="*", help="NAME=WHERE[,WHERE]: what this project sets, and where")
     args = parser.parse_args(argv)
     declared = load_declarations(args.declarations)
     set_ = parse_set(args.variables)
     readers = scan(args.root, set(set_))
     errors, warnings = audit(declared, set_, readers, args.declarations.name)
+    if args.strict:
+        errors, warnings = errors + warnings, []
     for name in sorted(set_) if args.verbose else ():
         print(f"envaudit: {name}: " + (", ".join(readers.found.get(name, [])[:6]) or "read by nothing scanned"))
     for line in warnings:
