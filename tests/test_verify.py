@@ -9,6 +9,7 @@ fresh reproducible build of this commit gives the same image ID).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -106,6 +107,18 @@ def test_a_changed_label_and_a_missing_sbom_are_named(stages, run_id):
         assert set(bad) == {"labels", "sbom"}
         assert bad["labels"] == "io.sglang-stack.sglang.version: image has '0.5.8', the checkout gives '0.5.9'"
         assert bad["sbom"] == "no CycloneDX SBOM at /opt/sglang-stack/sbom.cdx.json"
+    finally:
+        store.remove("buildah", tag)
+
+
+def test_a_debian_package_changed_after_the_sbom_is_named(stages, run_id):
+    """apt run in a later layer (or a hand-edited image) leaves dpkg's database unlike the SBOM's Debian packages."""
+    shell = "sed -i '/^Package: patch$/,/^$/ s/^Version: .*/Version: 9.9-drifted/' /var/lib/dpkg/status"
+    tag = derive(stages["sglang"], f"localhost/sglang-stack-test-{run_id}:verify-deb", shell=shell)
+    try:
+        bad = failing(verify_image.verify("buildah", tag))
+        assert set(bad) == {"sbom"}, bad
+        assert re.search(r"deb patch: SBOM says \S+, dpkg has 9\.9-drifted", bad["sbom"]), bad["sbom"]
     finally:
         store.remove("buildah", tag)
 

@@ -3,8 +3,9 @@
     python3 -I inventory.py [--hash PATH]...
 
 Prints the interpreter's version, every distribution its ``sys.path`` sees (name, version,
-where), the sha256 of each ``--hash`` path (null when absent), and the SBOM at
-/opt/sglang-stack/sbom.cdx.json and /opt/sglang-stack/installed.txt (null when absent). Standard library only, one file:
+where), every Debian package dpkg's database says is installed (name, version), the sha256 of
+each ``--hash`` path (null when absent), and the SBOM at /opt/sglang-stack/sbom.cdx.json and
+/opt/sglang-stack/installed.txt (null when absent). Standard library only, one file:
 ``invoke verify`` mounts this checkout's copy read-only, so no code of the image's decides.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 SBOM = Path("/opt/sglang-stack/sbom.cdx.json")
 INSTALLED = Path("/opt/sglang-stack/installed.txt")  # the image's own list, `pip list --format=freeze`
+DPKG_STATUS = Path("/var/lib/dpkg/status")
 
 
 def _sha256(path: Path):
@@ -30,6 +32,18 @@ def _sha256(path: Path):
     return digest.hexdigest()
 
 
+def debs(status: Path = DPKG_STATUS) -> dict[str, str] | None:
+    """Installed Debian packages, name -> version, read from dpkg's status file (no dpkg-query needed); None without one."""
+    if not status.is_file():
+        return None
+    out = {}
+    for stanza in status.read_text(encoding="utf-8", errors="replace").split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
+        if fields.get("Status") == "install ok installed" and "Package" in fields:  # dpkg-query's "ii", as the SBOM
+            out[fields["Package"]] = fields.get("Version", "")
+    return out
+
+
 def main(argv: list[str]) -> int:
     paths = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--hash"]
     dists = sorted({(d.metadata["Name"], d.version, str(getattr(d, "_path", "")).rsplit("/", 1)[0])
@@ -39,7 +53,7 @@ def main(argv: list[str]) -> int:
     except ValueError:
         sbom = "unreadable"
     json.dump({"python": ".".join(map(str, sys.version_info[:3])), "distributions": dists,
-               "files": {p: _sha256(Path(p)) for p in paths}, "sbom": sbom,
+               "debs": debs(), "files": {p: _sha256(Path(p)) for p in paths}, "sbom": sbom,
                "installed_txt": INSTALLED.read_text() if INSTALLED.is_file() else None}, sys.stdout)
     return 0
 

@@ -148,7 +148,10 @@ def check_installed(installed: dict[str, str], must: dict[str, str], may: dict[s
     return Check("installed", not bad, detail if bad else f"{len(must)} distributions at the lock's versions, nothing else")
 
 
-def check_sbom(sbom, installed: dict[str, str], allowed: dict[str, str], patches: dict[str, str]) -> Check:
+def check_sbom(sbom, installed: dict[str, str], allowed: dict[str, str], patches: dict[str, str],
+               debs: dict[str, str] | None = None) -> Check:
+    """The SBOM against the image: each Python distribution's version and hash, each patch, and, where the image has a
+    dpkg database (``debs``), each Debian package's version: apt run after the SBOM, or a package the SBOM lacks, shows."""
     if not isinstance(sbom, dict) or sbom.get("bomFormat") != "CycloneDX":
         return Check("sbom", False, "no CycloneDX SBOM at /opt/sglang-stack/sbom.cdx.json")
     comps = sbom.get("components", [])
@@ -172,8 +175,11 @@ def check_sbom(sbom, installed: dict[str, str], allowed: dict[str, str], patches
     for name, digest in sorted(patches.items()):
         if files.get(f"patches/{name}") != digest:
             bad.append(f"patches/{name}: SBOM records {str(files.get(f'patches/{name}'))[:12]}, patches/ has {digest[:12]}")
+    recorded_debs = {c.get("name"): c.get("version") for c in comps if c.get("purl", "").startswith("pkg:deb/")}
+    for name in sorted(set(recorded_debs) | set(debs or {})) if debs is not None else ():
+        if recorded_debs.get(name) != debs.get(name):
+            bad.append(f"deb {name}: SBOM says {recorded_debs.get(name, 'absent')}, dpkg has {debs.get(name, 'absent')}")
     hashed = sum(bool(c.get("hashes")) for c in comps if c.get("purl", "").startswith("pkg:pypi/"))
-    debs = sum(c.get("purl", "").startswith("pkg:deb/") for c in comps)
     base = [c for c in comps if c.get("type") == "container"]
     if not base:
         bad.append("no base image component")
@@ -181,7 +187,8 @@ def check_sbom(sbom, installed: dict[str, str], allowed: dict[str, str], patches
     return Check("sbom", not bad, detail if bad else (
         f"CycloneDX {sbom.get('specVersion')}: {len(python)} Python distributions ({hashed} with a sha256 the "
         f"lock allows, the rest the venv's own), "
-        f"{debs} Debian packages, the base image, {len(patches)} patches"))
+        f"{len(recorded_debs)} Debian packages" + (" at dpkg's versions" if debs is not None else "")
+        + f", the base image, {len(patches)} patches"))
 
 
 def patched_hashes(lock, patches_dir: Path) -> dict[str, str]:
@@ -249,7 +256,8 @@ def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | 
     report.checks.append(check_labels(labels, expected_labels(lock, stage)))
     must, may = expected_installed(lock, stage)
     report.checks.append(check_installed(installed, must, may, recorded(found.get("installed_txt"))))
-    report.checks.append(check_sbom(found["sbom"], installed, allowed(lock), {} if stage == "router" else series))
+    report.checks.append(check_sbom(found["sbom"], installed, allowed(lock), {} if stage == "router" else series,
+                                    found.get("debs")))
     if stage != "router":
         report.checks.append(check_patches(found["files"], want_files))
     if rebuild:
