@@ -119,7 +119,7 @@ def test_the_declared_removals_hold_on_the_locked_wheels(tmp_path):
     from sglang_stack.fetch import locked_wheel
 
     site = tmp_path / "site"
-    for name in ("triton", "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc", "pandas", "numpy", "scipy", "sympy", "cuda-bindings", "nvidia-cusolver", "torchao"):
+    for name in ("triton", "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc", "pandas", "numpy", "scipy", "sympy", "cuda-bindings", "cuda-pathfinder", "nvidia-cusolver", "torchao"):
         with zipfile.ZipFile(locked_wheel(name)) as zf:
             zf.extractall(site)
     env = {"TRITON_PTXAS_PATH": str(site / "nvidia/cu13/bin/ptxas")}
