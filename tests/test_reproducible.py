@@ -9,7 +9,7 @@ names the first differing layer and the first file in it.
 The builds download from PyPI through the host's CA bundle, as `invoke build` does.
 
 The whole ``runtime`` target, with the stand-ins of ``invoke smoke --target runtime``, is built
-twice the same way by a test asked for by name (``-m whole_image``): about 20 minutes on 2 cores.
+twice the same way by a test asked for by name (``-m whole_image``): about 25 minutes on 2 cores.
 """
 
 from __future__ import annotations
