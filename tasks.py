@@ -575,9 +575,8 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
     --target runtime: the whole image on the Docker Engine through `invoke build`'s own
     code, with the stand-ins of docker/standins.toml for the CUDA base and devel images and
     the three URL wheels, FlashInfer's ahead-of-time step skipped; then the imports, the
-    entrypoint (launch_server --help) and compose's healthcheck as uid 10001, the strict
-    environment audit over the whole image, `invoke verify`, `invoke size --image` on every
-    layer, and the SBOM (see docs/smoke.md).
+    entrypoint (launch_server --help) and compose's healthcheck as uid 10001, `invoke
+    verify`, `invoke size --image` on every layer, and the SBOM (see docs/smoke.md).
 
     Exits 1 if any check fails. With --gpu, the real image and services on a GPU host
     instead.

@@ -24,8 +24,8 @@ The rules, each failing the build with the variable and the reading file named:
    set for our health probe, is what 0.5.9's ``get_open_port()`` hands to the TP message
    queue (``sglang/srt/utils/common.py``).
 3. A declared reader found nowhere under a scanned root is a warning (a pin bump that dropped it);
-   with ``--strict`` an error. The build warns; the whole-image smoke, which scans the finished
-   image's every root at once, is strict.
+   with ``--strict``, which the build's steps use, an error. Only a reader whose package is under a
+   scanned root is checked, so each step checks its own tree's readers.
 
 Exit 0 when clean, 1 with one line per error. Stdlib only: it runs inside the image build.
 """
