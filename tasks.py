@@ -12,7 +12,7 @@ import sys
 from invoke import Collection, Exit, task
 
 from sglang_stack import ROOT
-from sglang_stack.cli import check_project_config, optional_positionals, quiet_interrupts, shape_parse_errors, user_errors
+from sglang_stack.tasks.boundary import check_project_config, optional_positionals, quiet_interrupts, shape_parse_errors, user_errors
 from sglang_stack.errors import UserError
 
 
@@ -48,8 +48,8 @@ def lock(c, check=False, verify=False):
     hashes. Then validate all three files, and check that each pinned name==version owns
     its hashes (PyPI's JSON API, one cached record per release: offline when warm).
     """
-    from sglang_stack.image import lock as lockmod
-    from sglang_stack.image import releases, resolve, verify as verifymod
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import releases, resolve, artifacts as verifymod
 
     if check and verify:
         raise UserError("--check and --verify: choose one")
@@ -74,7 +74,7 @@ def render(c, check=False):
     The requirement files (one hashed wheel a line) are written with the
     Dockerfile as one set, and the build mounts them at /build.
     """
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import render as rendermod
 
     result, cross_checked = lockmod.check_all(download=False)
@@ -150,8 +150,8 @@ def build(
 
     from sglang_stack.image import build as buildmod
     from sglang_stack import fetch
-    from sglang_stack.image import lock as lockmod
-    from sglang_stack.image import releases
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import releases
     from sglang_stack.image import render as rendermod
 
     cfg = c.config.stack
@@ -192,7 +192,7 @@ def build(
             print(line)
     ref, image_id = buildmod.build(request)
     if target in ("sglang", "runtime", "router"):
-        from sglang_stack.image.verify_image import export_sbom
+        from sglang_stack.image.verify import export_sbom
 
         try:
             sbom = export_sbom(engine, ref, ref)
@@ -221,7 +221,7 @@ def binaries(c, path, lock=None):
     stale. The driver's libcuda.so.1 is allowed to be absent. One line per finding; exit 1 on
     any error, 0 when clean.
     """
-    from sglang_stack.image import binaries as binmod
+    from sglang_stack.image.steps import binaries as binmod
 
     argv = ["--path", path] + (["--lock", lock] if lock else [])
     code = binmod.main(argv)
@@ -249,7 +249,7 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
     with its status. With --image, each budgeted layer is compared with the built image's
     history and any layer off by more than --margin is named (exit 1). The last line is the total.
     """
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import size as sizemod
 
     from sglang_stack.flags import parse_count
@@ -285,14 +285,14 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
 def _pinned_wheel():
     """The sglang wheel versions.lock pins, fetched by URL and sha256 (cached)."""
     from sglang_stack import fetch
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
 
     table = lockmod.load()["sglang"]
     return fetch.fetch(table["url"], table["sha256"])
 
 
 def _audit_arch(arch):
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
 
     return arch or lockmod.load().get("image", {}).get("audit_arch") or "KimiK25ForConditionalGeneration"
 
@@ -365,7 +365,7 @@ def patch_check(c, patches_dir=None, arch=None, keep=False):
     import tempfile
     from pathlib import Path
 
-    from sglang_stack.patching import audit as auditmod
+    from sglang_stack.audit import eagle3 as auditmod
 
     pdir = Path(patches_dir or c.config.stack.patches_dir)
     wheel = _pinned_wheel()
@@ -409,7 +409,7 @@ def audit(c, sglang_src, arch=None, model_config=None, verbose=False, allow_unde
     """
     from pathlib import Path
 
-    from sglang_stack.patching import audit as auditmod
+    from sglang_stack.audit import eagle3 as auditmod
 
     if arch and model_config:
         raise UserError("--arch and --model-config: choose one")
@@ -445,7 +445,8 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False):
     reads here (COMPOSE_FILE in .env for multi-node: docs/scaling.md).
     """
     from sglang_stack.flags import parse_count, parse_seconds
-    from sglang_stack.services import compose, doctor
+    from sglang_stack.services import compose
+    from sglang_stack.doctor import checklist as doctor
 
     # Numbers arrive as text and are read here: Invoke's own int() cast would end in a traceback.
     wait = parse_count("--timeout", 0 if timeout is None else timeout, 0)
@@ -457,7 +458,7 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False):
     compose.up(c.stack.engine, service, wait_timeout=wait, interval=pause)
     if service == "eagle3" and not skip_acceptance:
         # A healthy eagle3 can still have lost its acceptance silently (docs/services.md, Acceptance).
-        from sglang_stack.services.tasks import acceptance as check_acceptance
+        from sglang_stack.tasks.services import acceptance as check_acceptance
 
         check_acceptance(c, "eagle3")
 
@@ -510,7 +511,7 @@ def doctor(c, service="eagle3"):
     Works without Docker (those checks fail, the rest run); exits 1 if any check failed.
     """
     from sglang_stack.services import compose
-    from sglang_stack.services import doctor as preflight_checks
+    from sglang_stack.doctor import checklist as preflight_checks
 
     compose.check_service_name(service)
     code = preflight_checks.doctor(c.stack.engine, service)
@@ -538,7 +539,7 @@ def k8s(c, out, values=None):
     from pathlib import Path
 
     from sglang_stack.atomic import out_path
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.services import k8s as k8smod
 
     out = out_path(out)  # before the lock is read
@@ -581,7 +582,7 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
     Exits 1 if any check fails. With --gpu, the real image and services on a GPU host
     instead.
     """
-    from sglang_stack import smoke as smokemod
+    from sglang_stack.smoke import container as smokemod
     from sglang_stack.image import store
 
     if target not in ("sglang", "runtime"):
@@ -591,7 +592,7 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
     if target == "runtime" and (base_image is not None or gpu):
         raise UserError("--target runtime makes its own stand-in base: it takes neither --base-image nor --gpu")
     if target == "runtime":
-        from sglang_stack import runtime_smoke
+        from sglang_stack.smoke import runtime as runtime_smoke
 
         result = runtime_smoke.smoke(keep=keep)
     elif gpu:
@@ -605,17 +606,17 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
         raise Exit("error: smoke test failed", code=1)
 
 # --- bench --------------------------------------------------------------------
-# `invoke bench` and `invoke bench-compare`: their flags and help are in sglang_stack/bench/tasks.py.
+# `invoke bench` and `invoke bench-compare`: their flags and help are in sglang_stack/tasks/bench.py.
 
-from sglang_stack.bench.tasks import bench, bench_compare  # noqa: E402,F401 (collected into ns below)
+from sglang_stack.tasks.bench import bench, bench_compare  # noqa: E402,F401 (collected into ns below)
 
 # `invoke fetch` (the mirror), `invoke verify` (an image against this checkout) and `invoke advisories` (known
-# vulnerabilities of the pins): sglang_stack/image/tasks.py.
-from sglang_stack.image.tasks import advisories, fetch, verify  # noqa: E402,F401 (collected into ns below)
+# vulnerabilities of the pins): sglang_stack/tasks/image.py.
+from sglang_stack.tasks.image import advisories, fetch, verify  # noqa: E402,F401 (collected into ns below)
 
-# `invoke models-lock`, `models-verify`, `model-revision` (the weights by commit): sglang_stack/services/tasks.py.
+# `invoke models-lock`, `models-verify`, `model-revision` (the weights by commit): sglang_stack/tasks/services.py.
 # `invoke acceptance` (EAGLE-3 on this host) and `invoke settings` (what SGLang decides): the same file.
-from sglang_stack.services.tasks import acceptance, model_revision, models_lock, models_verify, settings  # noqa: E402,F401
+from sglang_stack.tasks.services import acceptance, model_revision, models_lock, models_verify, settings  # noqa: E402,F401
 
 
 ns = Collection.from_module(sys.modules[__name__])

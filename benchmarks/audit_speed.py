@@ -3,7 +3,7 @@
     python benchmarks/audit_speed.py [--repeat N] [--wheel URL SHA256]
 
 Fetches the pinned wheel (versions.lock, hash-verified, cached), unpacks it, and
-prints: the wall time of a cold `python3 -m sglang_stack.patching.audit` subprocess (what
+prints: the wall time of a cold `python3 -m sglang_stack.audit.eagle3` subprocess (what
 the image build runs: interpreter start, imports, every file read and parsed) on
 the unpatched and on the patched tree, median and worst of N; the median and best
 in-process time over N runs; the files in the tree and the files the audit parsed;
@@ -26,8 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_stack import ROOT, fetch  # noqa: E402
-from sglang_stack.patching import audit, patches  # noqa: E402
-from sglang_stack.image import lock as lockmod  # noqa: E402
+from sglang_stack.patching import patches  # noqa: E402
+from sglang_stack.audit import eagle3 as audit
+from sglang_stack.lock import lockfile as lockmod  # noqa: E402
 
 CRASH_SECONDS = 485  # the reference EAGLE-3 run: Kimi-K2.5's load until the AttributeError
 ARCH = "KimiK25ForConditionalGeneration"
@@ -39,7 +40,7 @@ def cold(site: Path, repeat: int) -> tuple[float, float, int, str]:
     for _ in range(repeat):
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "sglang_stack.patching.audit", "--sglang-src", str(site), "--arch", ARCH],
+            [sys.executable, "-m", "sglang_stack.audit.eagle3", "--sglang-src", str(site), "--arch", ARCH],
             cwd=ROOT, capture_output=True, text=True,
         )  # fmt: skip
         times.append(time.perf_counter() - start)

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_stack.errors import UserError  # noqa: E402
-from sglang_stack.patching import audit  # noqa: E402
-from sglang_stack.patching.source import Tree  # noqa: E402
+from sglang_stack.audit import eagle3 as audit  # noqa: E402
+from sglang_stack.audit.source import Tree  # noqa: E402
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
     python benchmarks/doctor_speed.py [--runs 5] [--service eagle3]
 
-Runs ``python -m sglang_stack.services.doctor`` as a user would, several times, and
+Runs ``python -m sglang_stack.doctor.checklist`` as a user would, several times, and
 prints the wall time of each run, the median and the worst. The report itself
 is discarded; its exit code (1 when a check fails) does not matter here.
 """
@@ -29,7 +29,7 @@ def main() -> int:
     times = []
     for _ in range(args.runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "sglang_stack.services.doctor", args.service], env=env, cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "sglang_stack.doctor.checklist", args.service], env=env, cwd=ROOT,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         times.append(time.perf_counter() - start)
     print(f"doctor {args.service}: {args.runs} runs, " + ", ".join(f"{t:.2f}s" for t in times))

@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import engine  # noqa: E402  (tests/engine.py: the stand-in image and compose projects)
 from sglang_stack import ROOT  # noqa: E402
-from sglang_stack import smoke  # noqa: E402
+from sglang_stack.smoke import container as smoke  # noqa: E402
 from sglang_stack.image import build, store  # noqa: E402
 from sglang_stack.patching import patches  # noqa: E402
 

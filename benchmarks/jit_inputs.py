@@ -98,7 +98,7 @@ def main() -> int:
     out = args.out.resolve()
     wheels = download(TOOLCHAIN + FLASHINFER, out / "wheels")
     from sglang_stack import fetch
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
 
     sglang = lockmod.load()["sglang"]
     shutil.copy(fetch.fetch(sglang["url"], sglang["sha256"]), out / "wheels")

@@ -10,7 +10,7 @@ Needs an NVIDIA GPU, torch, and the pieces of the image given as directories:
 The tree must hold what the image's venv has in nvidia/cu13, headers included: FlashInfer's
 sampling includes <curand.h>, which comes from the nvidia-curand wheel (a torch requirement).
 
-The tree gets the image's fix-ups (sglang_stack.image.toolchain), every compiler variable points
+The tree gets the image's fix-ups (sglang_stack.image.steps.toolchain), every compiler variable points
 at it, and any system CUDA toolkit should be moved out of the way first (the proof is only as
 good as that: the script refuses to run while `nvcc` resolves outside the tree).
 
@@ -20,7 +20,7 @@ reference (cold), then a second fresh process over the filled cache does the sam
                      (KV-cache store of the EAGLE-3 drafter's MHA pool), rope
                      (apply_rope_with_cos_sin_cache_inplace)
   flashinfer         sampling (top-k/top-p sampling and renorm), first as JIT, then built
-                     ahead of time by sglang_stack.image.aot for "9.0a 12.0a" into FlashInfer's
+                     ahead of time by sglang_stack.image.steps.aot for "9.0a 12.0a" into FlashInfer's
                      AOT dir and loaded with FLASHINFER_DISABLE_JIT=1 (what the image ships);
                      the fused all-reduce module trtllm_comm, built ahead of time the same way
                      (SGLang fuses the all-reduce by default on SM90 at TP > 1: docs/settings.md),
@@ -266,7 +266,7 @@ def main() -> int:
         child(args.child)
         return 0
     sys.path.insert(0, str(ROOT))
-    from sglang_stack.image import toolchain
+    from sglang_stack.image.steps import toolchain
 
     root = args.toolchain.resolve()
     for line in toolchain.fixup(root, args.stub):
@@ -308,7 +308,7 @@ def main() -> int:
     builds = []
     for module in args.aot_modules:
         start = time.monotonic()
-        build = subprocess.run([sys.executable, "-m", "sglang_stack.image.aot", "--arch-list", args.arch_list, module],
+        build = subprocess.run([sys.executable, "-m", "sglang_stack.image.steps.aot", "--arch-list", args.arch_list, module],
                                env=env_build, capture_output=True, text=True, timeout=3600)
         aot_seconds = time.monotonic() - start
         builds.append(build.returncode)

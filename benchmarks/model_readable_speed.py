@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sglang_stack.services import doctor  # noqa: E402
+from sglang_stack.doctor import checklist as doctor  # noqa: E402
 
 
 def main() -> int:

@@ -58,7 +58,7 @@ def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            # A network failure is the task boundary's to report (sglang_stack.cli.expected_failure names the URL).
+            # A network failure is the task boundary's to report (sglang_stack.tasks.boundary.expected_failure names the URL).
             with requests.get(url, stream=True, timeout=60, verify=ca_bundle() or True) as resp:
                 resp.raise_for_status()
                 for chunk in resp.iter_content(1 << 20):
@@ -93,8 +93,8 @@ def ca_bundle(explicit_only: bool = False) -> str | None:
 
 def locked_wheel(name: str) -> Path:
     """The image platform's wheel of ``name`` at its requirements.lock.txt version, fetched and hash-checked."""
-    from sglang_stack.image import lock as lockmod
-    from sglang_stack.image.pins import read_pins
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock.pins import read_pins
     from sglang_stack.image.size import image_tags, locate
 
     problems: list[str] = []

@@ -213,7 +213,7 @@ def judge(kind: str, name: str, root: Path) -> tuple[bool, bool, str]:
     call, the method is not required)."""
     from audit_trees import synthetic
     from sglang_stack.errors import UserError
-    from sglang_stack.patching import audit
+    from sglang_stack.audit import eagle3 as audit
 
     if kind == "provider":
         module, extra, _ = PROVIDERS[name]

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from sglang_stack import ROOT
-from sglang_stack.patching import audit
+from sglang_stack.audit import eagle3 as audit
 
 
 SPEC_INFO = '''
@@ -183,7 +183,7 @@ def placed(report: audit.Report, method: str) -> list[str]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sglang_stack.patching.audit", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "sglang_stack.audit.eagle3", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 

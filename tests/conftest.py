@@ -67,7 +67,7 @@ def keep_images(request) -> bool:
 @pytest.fixture(scope="session")
 def smoke_base(request, run_id, keep_images) -> str:
     """A local Debian base in buildah's store, leased for the session: the tag to build FROM."""
-    from sglang_stack import smoke
+    from sglang_stack.smoke import container as smoke
     from sglang_stack.image import store
 
     if not (shutil.which("buildah") and shutil.which("debootstrap") and shutil.which("podman")):
@@ -93,7 +93,7 @@ def docker_engine() -> None:
 @pytest.fixture(scope="session")
 def docker_base(request, docker_engine, run_id, keep_images) -> str:
     """A local Debian bookworm base (python3, venv, pip, CA certificates) in the engine's store, leased."""
-    from sglang_stack import smoke
+    from sglang_stack.smoke import container as smoke
     from sglang_stack.image import store
 
     if not shutil.which("debootstrap"):
@@ -183,7 +183,7 @@ def model_dirs(tmp_path) -> dict[str, str]:
 def sglang_wheel() -> Path:
     """The pinned sglang wheel (versions.lock [sglang]), hash-verified and cached."""
     from sglang_stack import fetch
-    from sglang_stack.image import lock
+    from sglang_stack.lock import lockfile as lock
 
     table = lock.load()["sglang"]
     return fetch.fetch(table["url"], table["sha256"])

@@ -105,7 +105,7 @@ def standin_dockerfile(sglang_stage: str) -> str:
     lines += [
         "COPY sglang_server.py /opt/standin/sglang_server.py",
         "ENV SGLANG_STACK_SERVER=sglang_server PYTHONPATH=/opt/standin",
-        'ENTRYPOINT ["python3", "-m", "sglang_stack.services.serve"]',
+        'ENTRYPOINT ["python3", "-m", "sglang_stack.entrypoints.serve"]',
         'CMD ["--help"]',
     ]
     return "\n".join(lines) + "\n"
@@ -114,7 +114,7 @@ def standin_dockerfile(sglang_stage: str) -> str:
 def build_standin(sglang_stage: str, tag: str, workdir: Path) -> str:
     """Build the stand-in image as ``tag`` with ``docker buildx build``; returns the tag."""
     context = workdir / "standin-context"
-    for rel in ("sglang_stack/services/__init__.py", "sglang_stack/services/health.py", "sglang_stack/services/serve.py"):
+    for rel in ("sglang_stack/services/__init__.py", "sglang_stack/entrypoints/health.py", "sglang_stack/entrypoints/serve.py"):
         (context / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, context / rel)
     shutil.copy(TESTS / "sglang_server.py", context / "sglang_server.py")

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from sglang_stack import ROOT, fetch
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import lockfile as lockmod
 
 # Never imported while ServerArgs resolves, or GPU-only (CUDA libraries, kernels and their caches).
 LEFT_OUT = re.compile(r"^(torch|torchvision|torchaudio|torchao|torch-memory-saver|torchcodec|torch-c-dlpack-ext|"

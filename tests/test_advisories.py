@@ -12,8 +12,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from sglang_stack.errors import UserError
-from sglang_stack.image import advisories
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import advisories
+from sglang_stack.lock import lockfile as lockmod
 
 from loopback import Handler, serving
 

@@ -13,7 +13,7 @@ import pytest
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
-from sglang_stack.patching import audit
+from sglang_stack.audit import eagle3 as audit
 
 from audit_trees import run_cli, sites
 

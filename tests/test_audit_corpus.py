@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sglang_stack.errors import UserError
-from sglang_stack.patching import audit, runtime
-from sglang_stack.patching.source import CallSite, Tree
+from sglang_stack.audit import eagle3 as audit, runtime
+from sglang_stack.audit.source import CallSite, Tree
 
 import test_audit_rules as rules
 from audit_trees import placed, run_cli, synthetic

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import pytest
 
 from sglang_stack.errors import UserError
-from sglang_stack.patching import audit
+from sglang_stack.audit import eagle3 as audit
 
 KIMI_PY = "sglang/srt/models/kimi_k25.py"
 RUNNER_PY = "sglang/srt/model_executor/model_runner.py"

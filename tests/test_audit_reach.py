@@ -28,8 +28,8 @@ def test_the_source_alone_never_passes_what_dies(tmp_path, name, serves):
     """Where the run cannot decide, the source decides (audit.provider): it may fail closed, never pass a crash."""
     from audit_reach import ORACLE_CALLS, PROVIDERS
     from audit_trees import synthetic
-    from sglang_stack.patching import audit
-    from sglang_stack.patching.source import CallSite, Tree
+    from sglang_stack.audit import eagle3 as audit
+    from sglang_stack.audit.source import CallSite, Tree
 
     module, extra, _ = PROVIDERS[name]
     tree = Tree(synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module, **extra}))
@@ -45,7 +45,7 @@ def test_a_forwarder_reached_through_a_guess_is_left_undecided(tmp_path):
     """A property on the chain that takes the truth of a stand-in: the run's answer would rest on a guess, and the
     source cannot evaluate a property, so the method is undecided (fails closed) rather than passed or missed."""
     from audit_trees import synthetic
-    from sglang_stack.patching import audit
+    from sglang_stack.audit import eagle3 as audit
 
     module = ("from torch import nn\nfrom vendor_flags import ENABLED\n\n\nclass Backbone(nn.Module):\n    pass\n\n\n"
               "class CausalLM(nn.Module):\n    def get_embed_and_head(self):\n        return None, None\n\n\n"

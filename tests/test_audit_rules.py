@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_stack.errors import UserError
-from sglang_stack.patching import audit
+from sglang_stack.audit import eagle3 as audit
 
 from audit_trees import placed, sites, synthetic
 

@@ -302,7 +302,7 @@ def test_provenance_is_recorded_and_no_secret_is(tmp_path):
 
 def test_provenance_cites_what_invoke_verify_found_for_the_image(tmp_path, monkeypatch):
     from sglang_stack.bench import provenance
-    from sglang_stack.image import verify_image
+    from sglang_stack.image import verify as verify_image
 
     monkeypatch.setattr(verify_image, "RECORDS", tmp_path)
     image_id = "sha256:" + "ab" * 32

@@ -28,7 +28,7 @@ NO_EXCEPTIONS = re.compile(r"\n\[\[binary_exception\]\]\n.*?(?=\n\[\[|\n# -{10}|
 
 
 def audit(path: Path, lock: Path = ROOT / "versions.lock") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sglang_stack.image.binaries", "--path", str(path), "--lock", str(lock)],
+    return subprocess.run([sys.executable, "-m", "sglang_stack.image.steps.binaries", "--path", str(path), "--lock", str(lock)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

@@ -22,14 +22,14 @@ from sglang_stack.image import store
 from test_binaries import NO_EXCEPTIONS, TORCH_SONAMES
 
 pytestmark = pytest.mark.engine
-MODULES = ("sglang_stack/__init__.py", "sglang_stack/image/__init__.py", "sglang_stack/image/binaries.py")
+MODULES = ("sglang_stack/__init__.py", "sglang_stack/image/__init__.py", "sglang_stack/image/steps/binaries.py")
 
 
 def audit_instruction() -> str:
     from dockerfile import parse_file
 
     runs = [c.original for c in parse_file(str(ROOT / "docker" / "Dockerfile"))
-            if c.cmd == "RUN" and "sglang_stack.image.binaries" in c.original]
+            if c.cmd == "RUN" and "sglang_stack.image.steps.binaries" in c.original]
     assert len(runs) == 1, f"expected one binary-audit step in docker/Dockerfile, found {len(runs)}"
     return runs[0]
 

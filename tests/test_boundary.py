@@ -16,7 +16,7 @@ from invoke import Exit
 
 import tasks
 from sglang_stack import ROOT
-from sglang_stack.cli import BUG, expected_failure, user_errors
+from sglang_stack.tasks.boundary import BUG, expected_failure, user_errors
 from sglang_stack.errors import UserError
 
 
@@ -158,7 +158,7 @@ def test_ctrl_c_while_the_tasks_load_is_one_line():
     """SIGINT before any task runs: Invoke is still importing; one line, and the shell sees the interrupt."""
     # Python's own SIGINT handler, as at a terminal: a job started in the background inherits SIGINT ignored.
     code = ("import signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); sys.path.insert(0, '.'); "
-            "from sglang_stack.cli import quiet_interrupts; quiet_interrupts(); print('ready', flush=True); time.sleep(30)")
+            "from sglang_stack.tasks.boundary import quiet_interrupts; quiet_interrupts(); print('ready', flush=True); time.sleep(30)")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     assert proc.stdout.readline().strip() == "ready"

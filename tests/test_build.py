@@ -129,7 +129,7 @@ def test_unknown_engine_via_cli_is_one_line():
 
 @pytest.mark.container
 def test_buildah_builds_the_base_stage_for_real(smoke_base, run_id, keep_images):
-    from sglang_stack import smoke
+    from sglang_stack.smoke import container as smoke
     from sglang_stack.image import store
 
     tag = f"localhost/sglang-stack-test-{run_id}:base"
@@ -164,7 +164,7 @@ def test_smoke_refuses_a_missing_base_image_instead_of_making_one():
 
 
 AUDIT_FAILURE = ["#21 12.3 error: /opt/venv/lib/python3.12/site-packages/x.so: links libcudart.so.12, a CUDA 12 library",
-                 "ERROR: failed to solve: process \"/bin/sh -c python3 -m sglang_stack.image.binaries\" did not complete "
+                 "ERROR: failed to solve: process \"/bin/sh -c python3 -m sglang_stack.image.steps.binaries\" did not complete "
                  "successfully: exit code: 1"]
 
 
@@ -185,7 +185,7 @@ def test_a_base_the_engine_could_not_get_is_named():
 WRAPPER = """
 import sys
 from sglang_stack.shell import stream
-from sglang_stack.cli import user_errors
+from sglang_stack.tasks.boundary import user_errors
 from invoke import Exit
 try:
     user_errors(stream)([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(600)"],

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.services import compose, health, variables
+from sglang_stack.services import compose, variables
+from sglang_stack.entrypoints import health
 from sglang_stack.errors import UserError
 
 import fake_cli
@@ -201,7 +202,7 @@ def test_healthcheck_timings():
     probe_timeout = health.default_timeout({})
     for name, spec in gpu_services(resolved()):
         hc = spec["healthcheck"]
-        assert hc["test"] == ["CMD", "python3", "-m", "sglang_stack.services.health"], f"{name}: must run the image's probe: {hc['test']}"
+        assert hc["test"] == ["CMD", "python3", "-m", "sglang_stack.entrypoints.health"], f"{name}: must run the image's probe: {hc['test']}"
         interval = compose.parse_duration(hc["interval"])
         timeout = compose.parse_duration(hc["timeout"])
         start = compose.parse_duration(hc["start_period"])

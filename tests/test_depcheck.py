@@ -59,7 +59,7 @@ def venv(tmp_path_factory) -> Path:
 def depcheck(python: Path, lock_text: str, tmp_path: Path) -> subprocess.CompletedProcess:
     lock = tmp_path / "versions.lock"
     lock.write_text(lock_text)
-    return subprocess.run([str(python), "-m", "sglang_stack.image.depcheck", "--lock", str(lock)], capture_output=True, text=True,
+    return subprocess.run([str(python), "-m", "sglang_stack.image.steps.depcheck", "--lock", str(lock)], capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
 
 

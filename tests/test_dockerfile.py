@@ -11,7 +11,7 @@ import dockerfile
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.shell import require
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -67,18 +67,18 @@ def test_the_runtime_chain_has_no_devel_image(stages, commands, lock):
     assert not copies, f"a COPY from the toolchain stage keeps the stub in a layer of its own: {copies}"
     mounts = [c.original for name in chain for c in stages[name]
               if c.cmd == "RUN" and "--mount=type=bind,from=toolchain,source=/out/libcuda.so" in c.original]
-    assert len(mounts) == 1 and "sglang_stack.image.toolchain --stub /tmp/libcuda-stub.so" in mounts[0], mounts
+    assert len(mounts) == 1 and "sglang_stack.image.steps.toolchain --stub /tmp/libcuda-stub.so" in mounts[0], mounts
     env = " ".join(c.original for name in chain for c in stages[name] if c.cmd == "ENV")
     assert "LD_LIBRARY_PATH" not in env and "stubs" in env, "the link stub belongs on LIBRARY_PATH only"
 
 
 def test_deps_checks_dependencies_binaries_and_python(stages):
     runs = " ".join(c.original for c in stages["deps"] if c.cmd == "RUN")
-    for step in ("sglang_stack.image.depcheck", "sglang_stack.image.binaries", "sglang_stack.image.toolchain",
-                 "sglang_stack.image.aot", 'import pkg_resources', 'versions.lock pins $PYTHON_VERSION'):
+    for step in ("sglang_stack.image.steps.depcheck", "sglang_stack.image.steps.binaries", "sglang_stack.image.steps.toolchain",
+                 "sglang_stack.image.steps.aot", 'import pkg_resources', 'versions.lock pins $PYTHON_VERSION'):
         assert step in runs, f"deps does not run {step}"
     runtime = " ".join(c.original for c in stages["runtime"] if c.cmd == "RUN")
-    assert "sglang_stack.image.depcheck" in runtime, "pip check must run again once sglang is on the path"
+    assert "sglang_stack.image.steps.depcheck" in runtime, "pip check must run again once sglang is on the path"
 
 
 def test_sglang_stage_needs_only_base(stages):
@@ -121,7 +121,7 @@ def test_sglang_wheel_is_pinned_by_hash(stages, lock):
     text = " ".join(c.original for c in stages["sglang"] if c.cmd == "RUN")
     assert requirement("sglang") == [f"sglang @ {lock.sglang.url} --hash=sha256:{lock.sglang.sha256}"]
     assert "from_mirror < /build/requirements/sglang.txt" in text
-    assert "sglang_stack.patching.patches apply" in text and "sglang_stack.patching.audit" in text, "patches and audit must run in the sglang stage"
+    assert "sglang_stack.patching.patches apply" in text and "sglang_stack.audit.eagle3" in text, "patches and audit must run in the sglang stage"
 
 
 def test_the_dockerfile_reads_like_a_maintained_one():
@@ -173,9 +173,9 @@ def test_runtime_is_non_root_with_healthcheck_and_sglang_entrypoint(stages):
     runtime = {c.cmd: c for c in stages["runtime"]}
     assert runtime["USER"].value[0].split(":")[0] not in ("0", "root"), runtime["USER"].value
     health = runtime["HEALTHCHECK"]
-    assert "sglang_stack.services.health" in health.original and "--start-period=20m" in health.original, health.original
+    assert "sglang_stack.entrypoints.health" in health.original and "--start-period=20m" in health.original, health.original
     # SGLang's launch_server, run by the wrapper that hands it the API key from the secret file.
-    assert runtime["ENTRYPOINT"].value == ("python3", "-m", "sglang_stack.services.serve"), runtime["ENTRYPOINT"].value
+    assert runtime["ENTRYPOINT"].value == ("python3", "-m", "sglang_stack.entrypoints.serve"), runtime["ENTRYPOINT"].value
 
 
 def test_secrets_are_mounted_never_copied(commands):

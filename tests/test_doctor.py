@@ -19,8 +19,9 @@ import pytest
 
 from sglang_stack.errors import UserError
 from sglang_stack import ROOT
-from sglang_stack.services import compose, doctor, variables
-from sglang_stack.services.doctor import FAIL, NOTE, OK, SKIP, WARN, Facts, Gpu
+from sglang_stack.services import compose, variables
+from sglang_stack.doctor import checklist as doctor
+from sglang_stack.doctor.checklist import FAIL, NOTE, OK, SKIP, WARN, Facts, Gpu
 
 import fake_cli
 
@@ -427,7 +428,7 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
                           "Labels": {doctor.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"},
         audit_output="KimiK25ForConditionalGeneration: ok", audit_exit=0,
     )
-    proc = run_module("sglang_stack.services.doctor", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
+    proc = run_module("sglang_stack.doctor.checklist", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.splitlines()
     names = [line.split()[1] for line in lines[1:-1]]
@@ -441,8 +442,8 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     any_fail = any(line.startswith("FAIL") for line in lines)
     assert proc.returncode == (1 if any_fail else 0), f"exit {proc.returncode} must follow the FAIL lines:\n{proc.stdout}"
     ran = fake_cli.calls(fake)
-    audit = next(c for c in ran if c[:2] == ["docker", "run"] and "sglang_stack.patching.audit" in c)
-    expected_audit = ["--entrypoint", "python3", "sglang-stack:0.5.9-cu130", "-m", "sglang_stack.patching.audit",
+    audit = next(c for c in ran if c[:2] == ["docker", "run"] and "sglang_stack.audit.eagle3" in c)
+    expected_audit = ["--entrypoint", "python3", "sglang-stack:0.5.9-cu130", "-m", "sglang_stack.audit.eagle3",
                       "--sglang-src", "/opt/sglang", "--arch", TARGET_ARCH]
     assert audit[audit.index("--entrypoint") :] == expected_audit, f"audit command: {audit}"
     assert "$ docker info" in proc.stderr, f"doctor shows the commands it runs: {proc.stderr}"
@@ -454,7 +455,7 @@ def test_doctor_without_docker_or_gpu(tmp_path):
     """A bare host: the Docker and GPU checks fail with fixes, the rest still run."""
     bare = tmp_path / "empty-bin"
     bare.mkdir()
-    proc = run_module("sglang_stack.services.doctor", "baseline", env=clean_env({"PATH": str(bare)}))
+    proc = run_module("sglang_stack.doctor.checklist", "baseline", env=clean_env({"PATH": str(bare)}))
     assert proc.returncode == 1, f"failed checks must exit 1, got {proc.returncode}\n{proc.stdout}{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = {line.split()[1]: line for line in proc.stdout.splitlines()[1:-1]}
@@ -554,7 +555,7 @@ def test_a_key_file_the_container_user_cannot_read_fails(tmp_path):
 
 def image_with_arch_label(arch_list: str | None) -> dict:
     labels = {} if arch_list is None else {doctor.ARCH_LABEL: arch_list}
-    return {"Config": {"Entrypoint": ["python3", "-m", "sglang_stack.services.serve"], "Labels": labels},
+    return {"Config": {"Entrypoint": ["python3", "-m", "sglang_stack.entrypoints.serve"], "Labels": labels},
             "Size": 9.6e9, "Created": "2026-12-01T00:00:00Z"}
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import wait_until
 from sglang_stack import ROOT
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image import store
 from sglang_stack.services import compose, variables
 
@@ -67,7 +67,7 @@ def test_invoke_build_with_docker_builds_the_sglang_stage(sglang_stage):
 
 def test_invoke_verify_checks_the_docker_built_stage(sglang_stage):
     """`invoke verify` through the Docker Engine: the image's python3 runs this checkout's inventory.py."""
-    from sglang_stack.image import verify_image
+    from sglang_stack.image import verify as verify_image
 
     tag = sglang_stage[0]
     report = verify_image.verify("docker", tag)
@@ -342,7 +342,7 @@ def test_the_api_key_reaches_the_server_and_nothing_else(standin_image, compose_
         "the processes' environments": engine.docker(
             "exec", container, "sh", "-c", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'").stdout,
     }
-    assert "sglang_stack.services.serve" in places["the process list (every /proc/PID/cmdline)"], "not the image's entrypoint"
+    assert "sglang_stack.entrypoints.serve" in places["the process list (every /proc/PID/cmdline)"], "not the image's entrypoint"
     leaks = [where for where, text in places.items() if key in text]
     assert not leaks, f"the API key shows in: {', '.join(leaks)}"
     leaks = [where for where, text in places.items() if token in text]

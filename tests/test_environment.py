@@ -13,7 +13,9 @@ import pytest
 
 import image_layout
 from sglang_stack import ROOT
-from sglang_stack.image import envaudit, envset, lock as lockmod
+from sglang_stack.image import envset
+from sglang_stack.image.steps import envaudit
+from sglang_stack.lock import lockfile as lockmod
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
@@ -25,7 +27,7 @@ def shipped() -> dict[str, tuple[str, ...]]:
 
 
 def run_audit(root: Path, *variables: str, declarations: Path = envset.DECLARATIONS):
-    return subprocess.run([sys.executable, "-m", "sglang_stack.image.envaudit", "--declarations", str(declarations),
+    return subprocess.run([sys.executable, "-m", "sglang_stack.image.steps.envaudit", "--declarations", str(declarations),
                            "--root", str(root), *variables], capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
@@ -46,13 +48,13 @@ def audit_steps(text: str):
     """(the whole command, {name: where}) of each environment audit step of a rendered Dockerfile."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if "-m sglang_stack.image.envaudit" in line:
+        if "-m sglang_stack.image.steps.envaudit" in line:
             command, j = [line.rstrip().rstrip("\\")], i
             while lines[j].rstrip().endswith("\\"):
                 j += 1
                 command.append(lines[j].rstrip().rstrip("\\"))
             words = shlex.split(" ".join(command))
-            args = words[words.index("sglang_stack.image.envaudit") + 1:]
+            args = words[words.index("sglang_stack.image.steps.envaudit") + 1:]
             for flag in ("--root", "--declarations"):  # the step's own flags: not NAME=WHERE
                 if flag in args:
                     del args[args.index(flag):args.index(flag) + 2]
@@ -86,7 +88,7 @@ def test_the_sglang_stage_step_passes_in_the_image_layout(sglang_patched, tmp_pa
     opt = image_layout.install(tmp_path / "opt" / "sglang-stack")
     shutil.copy(envset.DECLARATIONS, opt / "environment.toml")
     line, checked = next((l, c) for l, c in audit_steps(DOCKERFILE.read_text()) if "--root /opt/sglang " in l)
-    result = subprocess.run([sys.executable, "-S", "-m", "sglang_stack.image.envaudit", "--declarations",
+    result = subprocess.run([sys.executable, "-S", "-m", "sglang_stack.image.steps.envaudit", "--declarations",
                              str(opt / "environment.toml"), "--root", str(sglang_patched), *envset.audit_args(checked)],
                             capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(opt)}, cwd=tmp_path)
     assert result.returncode == 0, f"the audit fails the shipped settings:\n{result.stdout}{result.stderr}"
@@ -163,6 +165,6 @@ def test_a_declared_reader_that_holds_no_name_warns_and_fails_under_strict(tmp_p
     declarations.write_text('[CUDA_HOME]\nreader = ["triton"]\neffect = "a CUDA_HOME"\n')
     result = run_audit(tmp_path, "CUDA_HOME=image", declarations=declarations)
     assert result.returncode == 0 and "warning: CUDA_HOME: declared as read by triton" in result.stdout, result
-    result = subprocess.run([sys.executable, "-m", "sglang_stack.image.envaudit", "--strict", "--declarations", str(declarations),
+    result = subprocess.run([sys.executable, "-m", "sglang_stack.image.steps.envaudit", "--strict", "--declarations", str(declarations),
                              "--root", str(tmp_path), "CUDA_HOME=image"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 1 and "error: CUDA_HOME: declared as read by triton" in result.stderr, result

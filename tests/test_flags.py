@@ -136,7 +136,7 @@ def test_the_first_word_is_the_service_or_role(capsys, task, word, flag):
 
 def test_a_task_name_after_a_task_is_still_a_task(capsys):
     """`invoke doctor status`: two tasks, not a service called status."""
-    from sglang_stack.cli import optional_positionals
+    from sglang_stack.tasks.boundary import optional_positionals
 
     class Core:
         unparsed = ["doctor", "status", "model-revision", "drafter", "doctor", "--service", "router"]

@@ -92,7 +92,7 @@ MODELS_LOCK = (ROOT / "models.lock").read_text()
 
 @given(text=mutated_lines(VERSIONS_LOCK))
 def test_a_mutated_versions_lock_is_read_or_refused_in_one_line(tmp_path_factory, text):
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
 
     root = tmp_path_factory.mktemp("lock")
     for name in ("requirements.lock.txt", "requirements.router.lock.txt"):
@@ -217,7 +217,7 @@ def mutated_values(draw):
 
 @given(values=mutated_values())
 def test_mutated_k8s_values_render_valid_yaml_or_are_refused_in_one_line(values):
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.services import k8s
 
     lock = _lock(lockmod)

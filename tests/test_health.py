@@ -21,7 +21,7 @@ import pytest
 import image_layout
 
 from sglang_stack import ROOT
-from sglang_stack.services import health
+from sglang_stack.entrypoints import health
 
 HEALTH_PY = ROOT / "sglang_stack" / "services" / "health.py"
 
@@ -78,7 +78,7 @@ def run_probe(*args: str, env: dict | None = None, timeout: float = 60) -> subpr
     full_env["PYTHONPATH"] = str(ROOT)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "sglang_stack.services.health", *args],
+        [sys.executable, "-m", "sglang_stack.entrypoints.health", *args],
         capture_output=True,
         text=True,
         env=full_env,
@@ -197,7 +197,7 @@ def test_probe_uses_standard_library_only():
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             imported.add(node.module.split(".")[0])
     outside = sorted(name for name in imported if name not in sys.stdlib_module_names and name not in ("__future__", "sglang_stack"))
-    assert not outside, f"sglang_stack/services/health.py imports non-stdlib modules: {outside}"
+    assert not outside, f"sglang_stack/entrypoints/health.py imports non-stdlib modules: {outside}"
     package = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang_stack")}
     assert package <= {"sglang_stack.errors", "sglang_stack.services"}, \
         f"health.py may import only the stdlib-only errors and serve modules from the package: {package}"
@@ -207,7 +207,7 @@ def test_probe_runs_from_a_bare_copy(tmp_path: Path, server):
     """The image's copy of the package (docker/Dockerfile's COPY lines), run with -S -E (no site-packages)."""
     image_layout.install(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-S", "-E", "-m", "sglang_stack.services.health", "--url", url_of(server), "--timeout", "5"],
+        [sys.executable, "-S", "-E", "-m", "sglang_stack.entrypoints.health", "--url", url_of(server), "--timeout", "5"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -23,7 +23,7 @@ import yaml
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.services import k8s
 
 LWS_CRD = Path(__file__).parent / "fixtures" / "k8s" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"

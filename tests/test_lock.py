@@ -12,8 +12,8 @@ import pytest
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
-from sglang_stack.image import lock as lockmod
-from sglang_stack.image import resolve as resolvemod
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.lock import resolve as resolvemod
 
 LOCK = (ROOT / "versions.lock").read_text()
 REQUIREMENTS = (ROOT / "requirements.lock.txt").read_text()

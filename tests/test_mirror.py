@@ -20,7 +20,7 @@ import pytest
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image import mirror
 from sglang_stack.image import store
 
@@ -255,7 +255,7 @@ def _request(engine: str, target: str, tag: str, base: str, context: Path) -> bu
 @pytest.mark.container
 def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_base, run_id, lock, tmp_path, capfd):
     """The base image too comes from the mirror: the test's own name for it is gone before the build."""
-    from sglang_stack.image import verify_image
+    from sglang_stack.image import verify as verify_image
 
     context = copy_context(tmp_path / "context")
     base = f"localhost/sglang-stack-test-{run_id}/mirror-base:bookworm"

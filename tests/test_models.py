@@ -16,7 +16,8 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from sglang_stack.errors import UserError
-from sglang_stack.services import inputs, models
+from sglang_stack.services import models
+from sglang_stack.doctor import inputs
 
 from loopback import Handler, serving
 

@@ -109,7 +109,7 @@ def test_image_commands_run_with_the_standard_library_only(sglang_tree, tmp_path
     # Exactly the modules the Dockerfile copies, laid out as it lays them out.
     opt = image_layout.install(tmp_path / "opt" / "sglang-stack")
     copied = image_layout.modules()
-    assert "sglang_stack/patching/patches.py" in copied and "sglang_stack/patching/audit.py" in copied, copied
+    assert "sglang_stack/patching/patches.py" in copied and "sglang_stack/audit/eagle3.py" in copied, copied
     shutil.copytree(PATCHES, opt / "patches")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(opt)}
     apply = subprocess.run(
@@ -120,7 +120,7 @@ def test_image_commands_run_with_the_standard_library_only(sglang_tree, tmp_path
     for patch in patches.read_series(PATCHES):
         assert f"patch {patch.name} sha256={patch.sha256}" in apply.stdout, f"the build log lacks {patch.name} and its sha256"
     audit = subprocess.run(
-        [sys.executable, "-S", "-m", "sglang_stack.patching.audit", "--sglang-src", str(sglang_tree), "--arch", "KimiK25ForConditionalGeneration"],
+        [sys.executable, "-S", "-m", "sglang_stack.audit.eagle3", "--sglang-src", str(sglang_tree), "--arch", "KimiK25ForConditionalGeneration"],
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert audit.returncode == 0, f"the audit fails on the patched tree in the image layout: {audit.stdout}{audit.stderr}"

@@ -32,7 +32,7 @@ def installed(tmp_path: Path) -> tuple[Path, Path]:
 
 def compile_(tmp_path: Path, *args: str, seed: str = "0") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "sglang_stack.image.pyc", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "sglang_stack.image.steps.pyc", *args], capture_output=True, text=True, env=env,
                           cwd=tmp_path)
 
 

@@ -13,7 +13,8 @@ import sglang_cpu_env
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.redact import MASK, Redactor, key_flag, known_secrets
-from sglang_stack.services import k8s, serve, variables
+from sglang_stack.services import k8s, variables
+from sglang_stack.entrypoints import serve
 
 
 @pytest.mark.parametrize("arg, flag", [
@@ -62,7 +63,7 @@ def test_the_entrypoint_guard_refuses_an_abbreviated_key_flag(capsys):
 
 def test_k8s_values_refuse_key_flags_as_compose_does():
     values = k8s.load_values()
-    from sglang_stack.image import lock as lockmod
+    from sglang_stack.lock import lockfile as lockmod
 
     lock, _ = lockmod.check_all(download=False)
     for where, patch in (("extra_args", {"extra_args": ["--api-key", "sk-x"]}),
@@ -73,7 +74,8 @@ def test_k8s_values_refuse_key_flags_as_compose_does():
 
 
 def test_the_doctor_fails_a_key_flag_in_extra_args():
-    from sglang_stack.services import compose, doctor
+    from sglang_stack.services import compose
+    from sglang_stack.doctor import checklist as doctor
 
     svc = compose.service("eagle3", variables.Environment({"SGLANG_EXTRA_ARGS": "--api-ke sk-x"}), compose.COMPOSE_FILE)
     check = doctor.check_api_key(svc)

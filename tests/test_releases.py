@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from sglang_stack.errors import UserError
-from sglang_stack.image import lock as lockmod
-from sglang_stack.image import pins
-from sglang_stack.image import releases
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.lock import pins
+from sglang_stack.lock import releases
 
 H = {name: name[0] * 64 for name in ("a", "b", "c", "d", "e", "f")}  # sha256-shaped, one letter each
 # What the index publishes: name -> version -> {filename: sha256}

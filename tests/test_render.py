@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image import render
 from sglang_stack.errors import UserError
 

@@ -104,8 +104,8 @@ def test_two_no_cache_builds_of_the_whole_runtime_give_one_image_id(run_id, tmp_
     """The runtime target with every stage under it (base, toolchain, deps, sglang), on the declared stand-ins, as
     `invoke smoke --target runtime` prepares them, built by `invoke build --engine buildah --no-cache --reproducible`'s
     request; FlashInfer's ahead-of-time step is left out, as in the smoke (nvcc's output is not compared here)."""
-    from sglang_stack import runtime_smoke
-    from sglang_stack import standins as standinsmod
+    from sglang_stack.smoke import runtime as runtime_smoke
+    from sglang_stack.smoke import standins as standinsmod
 
     epoch = buildmod.commit_epoch()
     assert epoch is not None, "this checkout has a commit"

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import wait_until
 from sglang_stack import ROOT
-from sglang_stack.image import lock as lockmod
+from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image import store
 
 import engine

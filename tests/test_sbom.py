@@ -1,4 +1,4 @@
-"""The SBOM writer (sglang_stack/image/sbom.py) on this host's own environment, with the real tools.
+"""The SBOM writer (sglang_stack/image/steps/sbom.py) on this host's own environment, with the real tools.
 
 The build tools of versions.lock (cyclonedx-bom and the rest) are fetched by URL and sha256,
 installed into a scratch directory as the Dockerfile does, and run against this checkout's
@@ -17,8 +17,8 @@ import pytest
 
 from sglang_stack import ROOT
 from sglang_stack.fetch import fetch
-from sglang_stack.image import lock as lockmod
-from sglang_stack.image import sbom
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.image.steps import sbom
 
 pytestmark = pytest.mark.network
 

@@ -16,9 +16,11 @@ import pytest
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
-from sglang_stack.image import lock as lockmod
-from sglang_stack.services import compose, doctor, host, router, variables
-from sglang_stack.services.doctor import FAIL, NOTE, OK, WARN, Facts
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.services import compose, variables
+from sglang_stack.doctor import checklist as doctor, host
+from sglang_stack.entrypoints import router
+from sglang_stack.doctor.checklist import FAIL, NOTE, OK, WARN, Facts
 
 MULTI = {"NNODES": "2", "NODE_RANK": "1", "DIST_INIT_ADDR": "10.0.0.11:20000", "TP_SIZE": "16"}
 # What .env holds on each node of a two-box RDMA setup (docs/scaling.md); several files are merged by Compose itself.
@@ -214,7 +216,7 @@ def test_entrypoint_takes_kubernetes_discovery_instead_of_a_list():
 
 
 def test_entrypoint_error_is_one_line_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "sglang_stack.services.router", "--worker-urls", "--policy", "x"],
+    proc = subprocess.run([sys.executable, "-m", "sglang_stack.entrypoints.router", "--worker-urls", "--policy", "x"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2, proc
     assert proc.stderr.startswith("error: ROUTER_WORKER_URLS is empty") and proc.stderr.count("\n") == 1, proc.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_stack.services import serve
+from sglang_stack.entrypoints import serve
 
 
 @pytest.mark.parametrize("arch, cap, ok", [

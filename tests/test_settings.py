@@ -11,8 +11,9 @@ import pytest
 
 import sglang_cpu_env
 from sglang_stack import ROOT
-from sglang_stack.image import lock as lockmod
-from sglang_stack.services import derive, serve
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.services import derive
+from sglang_stack.entrypoints import serve
 from sglang_stack.services.settings import PROFILES
 
 
@@ -49,7 +50,7 @@ def test_the_image_builds_ahead_of_time_what_sglang_chooses(table, lock):
     assert modules == [("sampling", ("9.0a", "12.0a")), ("trtllm_comm", ("9.0a",))], \
         f"SGLang's choices changed the FlashInfer modules to build: {modules}"
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
-    assert " ".join(m for m, _ in modules) in dockerfile.split("python3 -m sglang_stack.image.aot", 1)[1].split("\n\n")[0], \
+    assert " ".join(m for m, _ in modules) in dockerfile.split("python3 -m sglang_stack.image.steps.aot", 1)[1].split("\n\n")[0], \
         "the Dockerfile's ahead-of-time step builds other modules than the table says"
     archs = set(lock.jit["arch_list"].split())
     for module, needed in modules:

@@ -86,7 +86,7 @@ def test_a_warm_budget_asks_the_index_nothing(tmp_path, monkeypatch):
     """Once a release's file list and the picked wheel's figures are cached, a run makes no request at all."""
     from packaging.tags import Tag
 
-    from sglang_stack.image import releases
+    from sglang_stack.lock import releases
 
     monkeypatch.setenv("SGLANG_STACK_CACHE", str(tmp_path / "cache"))
     tags = [Tag("cp312", "cp312", "manylinux_2_28_x86_64"), Tag("py3", "none", "any")]

@@ -1,4 +1,4 @@
-"""The build's slim step (sglang_stack/image/slim.py, docker/slim.toml): nothing goes without its evidence holding."""
+"""The build's slim step (sglang_stack/image/steps/slim.py, docker/slim.toml): nothing goes without its evidence holding."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack import smoke
+from sglang_stack.smoke import container as smoke
 from sglang_stack.image import store
 
 pytestmark = pytest.mark.container

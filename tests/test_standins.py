@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from sglang_stack import ROOT, standins
+from sglang_stack import ROOT
+from sglang_stack.smoke import standins
 from sglang_stack.errors import UserError
-from sglang_stack.image import lock as lockmod
-from sglang_stack.image.pins import read_pins
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.lock.pins import read_pins
 
 # What PyPI's torch 2.9.1 declares on Linux x86_64 (its METADATA), cut to a few lines of each kind.
 TORCH_REQUIRES = ["filelock", "typing-extensions>=4.10.0", "sympy>=1.13.3", "jinja2", "fsspec>=0.8.5", "setuptools",

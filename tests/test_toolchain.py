@@ -19,7 +19,7 @@ from conftest import need
 from pypi_wheels import unpack
 
 from sglang_stack.fetch import locked_wheel
-from sglang_stack.image import toolchain
+from sglang_stack.image.steps import toolchain
 
 WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-runtime")
 KERNEL = r"""

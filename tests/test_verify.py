@@ -19,7 +19,7 @@ from sglang_stack import ROOT
 from sglang_stack.fetch import ca_bundle
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import store
-from sglang_stack.image import verify_image
+from sglang_stack.image import verify as verify_image
 from sglang_stack.shell import run
 
 pytestmark = pytest.mark.container

@@ -73,7 +73,7 @@ def image_of_container(engine: str, container: str) -> dict | None:
 
 def verified(image_id: str) -> dict | None:
     """What `invoke verify` last found for this image ID on this host (build/verified/), or None: never verified."""
-    from sglang_stack.image.verify_image import read_record
+    from sglang_stack.image.verify import read_record
 
     record = read_record(image_id)
     if record is None:

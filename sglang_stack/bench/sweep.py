@@ -165,7 +165,7 @@ def preflight(engine: str, service: str = SERVICE) -> None:
     A host that cannot serve fails here, in one line, not after one compose run per grid point.
     The sweep never builds or pulls an image (compose would, without `invoke build`'s lock checks).
     """
-    from sglang_stack.services import doctor
+    from sglang_stack.doctor import checklist as doctor
 
     checks = doctor.preflight(engine, service)
     image = next((c for c in checks if c.name == "image"), None)

@@ -36,8 +36,8 @@ from pathlib import Path, PurePosixPath
 from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.image.lock import Lock, _key
-from sglang_stack.image.pins import read_pins
+from sglang_stack.lock.lockfile import Lock, _key
+from sglang_stack.lock.pins import read_pins
 
 MIRROR = ROOT / "mirror"
 MANIFEST = "manifest.json"

@@ -24,8 +24,9 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.atomic import write_all as atomic_write_all
 from sglang_stack.image import envset
-from sglang_stack.services import derive, serve
-from sglang_stack.image.lock import Artifact, Lock
+from sglang_stack.services import derive
+from sglang_stack.entrypoints import serve
+from sglang_stack.lock.lockfile import Artifact, Lock
 from sglang_stack.patching.patches import read_series
 
 TEMPLATE_DIR = ROOT / "docker"

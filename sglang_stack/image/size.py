@@ -32,8 +32,8 @@ from packaging.utils import parse_wheel_filename
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.image.lock import Lock
-from sglang_stack.image.pins import Pin, read_pins
+from sglang_stack.lock.lockfile import Lock
+from sglang_stack.lock.pins import Pin, read_pins
 
 PYC_FACTOR = 1.38
 PYC_COMPRESSED = 0.30
@@ -193,7 +193,7 @@ def _pin(name: str, version: str) -> Pin:
 def cached_entry(name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag]) -> dict | None:
     """The file pip would pick for ``name==version`` (``{filename, sha256, url, size}``), from its cached release
     record; None where the record is not cached yet."""
-    from sglang_stack.image import releases
+    from sglang_stack.lock import releases
 
     files = releases.load_files(releases.records_dir(), name, version)
     if files is None:
@@ -206,7 +206,7 @@ def cached_entry(name: str, version: str, hashes: tuple[str, ...] | None, tags: 
 
 def locate(index: str, name: str, version: str, hashes: tuple[str, ...] | None, tags: list[Tag]) -> dict:
     """:func:`cached_entry`, fetching the release's record once (the one fetcher, ``releases.fetch_all``) if needed."""
-    from sglang_stack.image import releases
+    from sglang_stack.lock import releases
 
     entry = cached_entry(name, version, hashes, tags)
     if entry is None:
@@ -234,7 +234,7 @@ def prefetch(session, index: str, wanted: list[tuple[str, str, tuple[str, ...] |
     each in threads, with a progress line; a warm budget passes through without a request."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sglang_stack.image import releases
+    from sglang_stack.lock import releases
 
     missing = [_pin(n, v) for n, v, _ in wanted if releases.load_files(releases.records_dir(), n, v) is None]
     try:
@@ -327,7 +327,7 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
         pypi.items.append(wheel_item(session, index, pin.name, pin.version, pin.hashes, tags, "measured", slim))
     layers.append(pypi)
     if aot:
-        layers.append(Layer("deps", "FlashInfer modules built ahead of time", "sglang_stack.image.aot",
+        layers.append(Layer("deps", "FlashInfer modules built ahead of time", "sglang_stack.image.steps.aot",
                             [recorded("flashinfer aot", sizes["flashinfer_aot"])]))
     layers.append(Layer("runtime", sglang.what, sglang.match, sglang.items))
     return layers

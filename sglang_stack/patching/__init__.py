@@ -1,5 +1,6 @@
-"""Patching SGLang: the fail-closed patch applier (``patches``) and the EAGLE-3 audit (``audit``).
+"""The patch series in ``patches/``: read and applied fail-closed (``patches``), parsed (``diff``), rebased on an
+edited tree (``refresh``).
 
-Both also run inside the image's ``sglang`` stage, on the standard library alone: keep this
-file free of imports.
+In-image code: ``patches`` and ``diff`` run in the image's ``sglang`` stage on the standard library only
+(tests/test_in_image.py). Keep this file free of imports.
 """

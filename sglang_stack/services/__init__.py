@@ -1,5 +1,2 @@
-"""Running the services: compose.yaml as the host sees it (``compose``), the host preflight
-(``doctor``) and the in-image health probe (``health``).
-
-``health`` also runs inside the image, on the standard library alone: keep this file free of imports.
-"""
+"""The services on the host: compose.yaml (``compose``), the settings SGLang resolves (``settings``, ``derive``),
+the models (``models``), the Kubernetes manifests (``k8s``) and the EAGLE-3 acceptance run (``acceptance``)."""

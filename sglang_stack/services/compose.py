@@ -294,7 +294,7 @@ class RouterService:
 
 def router_service(env: Environment | None = None, path: Path | None = None, *, need_workers: bool = True) -> RouterService:
     """Resolve the router from the compose files; a bad ROUTER_* value is one line naming it."""
-    from sglang_stack.services import router as routermod
+    from sglang_stack.entrypoints import router as routermod
 
     env = env if env is not None else environment()
     files = [path] if path is not None else compose_files(env)
@@ -421,7 +421,7 @@ def secret_path(env: Environment, variable: str) -> Path | None:
 
 def api_key(env: Environment | None = None) -> str | None:
     """The API key compose.yaml hands the server (SGLANG_API_KEY_FILE), read as the entrypoint reads it; None: none."""
-    from sglang_stack.services import serve
+    from sglang_stack.entrypoints import serve
 
     env = env if env is not None else environment()
     path = secret_path(env, "SGLANG_API_KEY_FILE")

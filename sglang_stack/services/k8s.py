@@ -28,7 +28,7 @@ import jinja2
 from sglang_stack import ROOT, yaml_file
 from sglang_stack.atomic import prepare_dir, write_all
 from sglang_stack.errors import UserError
-from sglang_stack.image.lock import Lock
+from sglang_stack.lock.lockfile import Lock
 from sglang_stack.image.render import environment
 from sglang_stack.services import k8s_values
 

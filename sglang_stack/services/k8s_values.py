@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from sglang_stack.errors import UserError
-from sglang_stack.services.router import POLICIES
+from sglang_stack.entrypoints.router import POLICIES
 
 # A DNS-1123 label: names, namespaces, claims and Secrets.
 NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

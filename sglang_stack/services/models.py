@@ -205,7 +205,7 @@ def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str,
     except RepositoryNotFoundError:
         raise UserError(f"{repo}: no such repository on the Hub (or it is gated: set HF_TOKEN)") from None
     except Exception as err:  # noqa: BLE001 (huggingface_hub raises its own, requests' and httpx's classes)
-        from sglang_stack.cli import NETWORK
+        from sglang_stack.tasks.boundary import NETWORK
 
         if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
             raise

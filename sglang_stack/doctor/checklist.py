@@ -1,0 +1,576 @@
+"""Host preflight: can this machine run `baseline` or `eagle3`?
+
+    invoke doctor [--service eagle3]      or    python -m sglang_stack.doctor.checklist [SERVICE]
+
+One line per check, each ``ok``, ``warn``, ``FAIL``, ``skip`` or ``note``; every
+FAIL says how to fix it. It runs without Docker (the Docker checks fail, the
+rest still run) and only runs quick commands (``docker info``, ``nvidia-smi``,
+one ``docker run`` of the audit), each under a timeout, so it takes seconds.
+
+``invoke up`` runs the same checks first, quietly, and refuses to start on the
+first FAIL with that check's line.
+
+The module gathers raw facts (``Facts``) first and judges them in pure
+functions, so the tests feed it recorded ``nvidia-smi`` output.
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+from typing import Callable
+
+from sglang_stack.services import compose, variables
+from sglang_stack.entrypoints import serve
+from sglang_stack.errors import UserError
+from sglang_stack.doctor.inputs import (  # noqa: F401 (the checks of what the server is handed)
+    LOOPBACK, check_api_key, check_models, readable_by, unreadable,
+)
+from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check  # noqa: F401
+from sglang_stack.doctor.host import (  # noqa: F401 (the facts the checks judge; tests reach them through doctor)
+    CACHE_DIR, DEFAULT_IMAGE, Facts, Gpu, gather, gather_engine, host_network, last_line, model_architecture,
+    parse_cuda_version, parse_query_csv, version_tuple,
+)
+
+CUDA_NEEDED = (13, 0)  # the image's CUDA 13.0.1; minor-version compatibility needs driver >= 580
+DRIVER_BRANCH_FOR_CUDA13 = 580
+SHM_FAIL_GIB, SHM_WARN_GIB = 2, 32
+# Free space the Docker root needs: to build the image (an estimate: the ~10 GB runtime, the
+# 7.5 GB devel image its build-only stage copies one file from, and build cache) or, once
+# built, for container layers and logs.
+DISK_BUILD_GIB, DISK_RUN_GIB = 60, 10
+GIB = 1 << 30
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def check_config(svc: compose.Service | None, error: str, env: variables.Environment | None) -> Check:
+    if svc is None:
+        return Check("config", FAIL, error, _config_fix(error))
+    source = f".env {env.env_file}" if env and env.env_file else "no .env (compose.yaml defaults; cp .env.example .env)"
+    status = OK if env and env.env_file else WARN
+    detail = f"{source}; {svc.name} on {svc.url}, TP {svc.tp_size}, GPUs {svc.gpu_ids}"
+    timeouts, fix = _health_timeouts(svc)
+    if timeouts:
+        return Check("config", FAIL, f"{detail}; {timeouts}", fix)
+    return Check("config", status, detail, "cp .env.example .env and set MODEL_DIR" if status == WARN else "")
+
+
+def _config_fix(error: str) -> str:
+    """The fix for a config error, pointed at the file it names first: an override, compose.yaml or .env."""
+    head = error.split(":", 1)[0].split(" (")[0]
+    name = head.rsplit("/", 1)[-1]
+    if name == "compose.yaml":
+        return "restore compose.yaml (git checkout compose.yaml), or correct the line it names"
+    if name.endswith((".yaml", ".yml")):
+        return f"correct {name}, or move it aside to run without it"
+    return "correct that value in .env (see .env.example)"
+
+
+_HEALTH_VARS = {"interval": "HEALTH_INTERVAL", "timeout": "HEALTH_TIMEOUT", "start_period": "HEALTH_START_PERIOD"}
+
+
+def _health_timeouts(svc: compose.Service) -> tuple[str, str]:
+    """A complaint and its fix when the healthcheck is malformed, or Docker would kill the probe before SGLang answers."""
+    hc = svc.healthcheck
+    timeout = compose.parse_duration(hc.get("timeout", ""))
+    for key, var in _HEALTH_VARS.items():
+        if compose.parse_duration(hc.get(key, "")) is None:
+            return (f"healthcheck {key}={hc.get(key)!r} is not a duration such as 15s or 30m",
+                    f"set {var} in .env to a duration such as 15s, 40s or 30m (or remove it for the default)")
+    inner_raw = str(svc.environment.get("SGLANG_HEALTH_CHECK_TIMEOUT") or "20")
+    try:
+        inner = max(float(inner_raw), 20.0)
+    except ValueError:
+        return (f"SGLANG_HEALTH_CHECK_TIMEOUT={inner_raw!r} is not a number of seconds",
+                "set SGLANG_HEALTH_CHECK_TIMEOUT in .env to a number of seconds, such as 20")
+    if timeout <= inner + 10:
+        return (f"healthcheck timeout {hc.get('timeout')} must exceed the probe's {inner + 10:g}s "
+                f"(SGLANG_HEALTH_CHECK_TIMEOUT {inner:g}s + 10s), or Docker kills every probe",
+                "raise HEALTH_TIMEOUT in .env above SGLANG_HEALTH_CHECK_TIMEOUT + 10 s")
+    return "", ""
+
+
+def _own_container(rows: list | None, name: str) -> dict | None:
+    for row in rows or []:
+        if row.get("Service") == name and row.get("State") in ("running", "restarting", "created"):
+            return row
+    return None
+
+
+def check_port(svc, rows: list | None) -> Check:
+    var = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", compose.ROUTER: "ROUTER_PORT"}[svc.name]
+    where = f"{svc.bind_address}:{svc.host_port}"
+    if _own_container(rows, svc.name):
+        return Check("port", OK, f"{where} is held by {svc.name}'s own container (already up)")
+    family = socket.AF_INET6 if ":" in svc.bind_address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As Docker's own listener does (Go sets SO_REUSEADDR): connections a just-stopped
+        # service served linger in TIME_WAIT on its port for a minute, and they hold nothing.
+        # A socket that listens there still makes the bind fail.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((svc.bind_address, svc.host_port))
+        except OSError as err:
+            if err.errno == 98:  # EADDRINUSE
+                return Check("port", FAIL, f"{where} is already in use",
+                             f"stop what listens there, or set {var} in .env to a free port")
+            return Check("port", FAIL, f"cannot bind {where}: {err.strerror}",
+                         "set BIND_ADDRESS in .env to an address of this host (127.0.0.1 or 0.0.0.0)")
+    return Check("port", OK, f"{where} is free")
+
+
+def check_docker(facts: Facts, engine: str) -> Check:
+    if not facts.docker_cli:
+        return Check("docker", FAIL, f"{engine} CLI not found on PATH",
+                     "install Docker Engine with the compose plugin: https://docs.docker.com/engine/install/")
+    if not facts.docker_info:
+        return Check("docker", FAIL, f"engine not reachable: {facts.docker_error}",
+                     "start it (sudo systemctl start docker) or add your user to the docker group")
+    version = facts.docker_info.get("ServerVersion", "?")
+    if not facts.compose_version:
+        return Check("docker", FAIL, f"Docker Engine {version}, but no compose plugin",
+                     "install the docker-compose-plugin package (Compose v2)")
+    detail = f"Docker Engine {version}, Compose {facts.compose_version}"
+    # `up --wait-timeout` arrived in Compose 2.17.0 (docker/compose#10276).
+    if version_tuple(facts.compose_version) < (2, 17):
+        return Check("docker", WARN, detail, "upgrade Compose to 2.17 or newer: invoke up needs up --wait-timeout")
+    return Check("docker", OK, detail)
+
+
+def check_gpu_runtime(facts: Facts) -> Check:
+    """compose.yaml reserves GPUs with driver "nvidia": Docker needs the NVIDIA container toolkit for that."""
+    runtimes = sorted(((facts.docker_info or {}).get("Runtimes") or {}).keys())
+    fix = ("install nvidia-container-toolkit, then sudo nvidia-ctk runtime configure --runtime=docker "
+           "&& sudo systemctl restart docker")
+    if "nvidia" in runtimes:
+        return Check("gpu-runtime", OK, f"nvidia runtime registered (runtimes: {', '.join(runtimes)})")
+    if facts.nvidia_hook:
+        detail = "nvidia-container-runtime-hook on PATH (Docker's GPU device requests use it)"
+        return Check("gpu-runtime", OK if facts.docker_info else WARN, detail + ("" if facts.docker_info else "; Docker not reachable to confirm"),
+                     "" if facts.docker_info else "start Docker and run invoke doctor again")
+    if runtimes:
+        known = f"runtimes: {', '.join(runtimes)}"
+    else:
+        known = "no docker CLI" if not facts.docker_cli else "Docker not reachable"
+    return Check("gpu-runtime", FAIL, f"no NVIDIA container runtime ({known}; no nvidia-container-runtime-hook)", fix)
+
+
+def check_exclusive(svc: compose.Service, rows: list | None) -> Check:
+    if rows is None:
+        return Check("exclusive", SKIP, "skipped: cannot ask Docker which services run")
+    others = [r for r in rows if r.get("Service") in compose.SERVICES and r.get("Service") != svc.name
+              and r.get("State") in ("running", "restarting")]
+    if others:
+        other = others[0].get("Service")
+        return Check("exclusive", FAIL, f"{other} is running and holds the GPUs {svc.name} needs",
+                     f"invoke down (or docker compose --profile {other} down) first")
+    return Check("exclusive", OK, "no other sglang-stack service is running")
+
+
+def check_driver(facts: Facts) -> Check:
+    if not facts.gpus:
+        error = facts.smi_error or "no GPU listed"
+        return Check("driver", FAIL, error if error.startswith("nvidia-smi") else f"nvidia-smi: {error}",
+                     f"install the NVIDIA driver {DRIVER_BRANCH_FOR_CUDA13} or newer (it provides nvidia-smi)")
+    driver = facts.gpus[0].driver
+    major = version_tuple(driver)[:1] or (0,)
+    cuda = facts.cuda_version
+    supports = version_tuple(cuda)[:2] >= CUDA_NEEDED if cuda else major[0] >= DRIVER_BRANCH_FOR_CUDA13
+    shown = f"driver {driver}" + (f" (CUDA {cuda})" if cuda else "")
+    if not supports:
+        return Check("driver", FAIL, f"{shown}: the image needs CUDA 13.0",
+                     f"install NVIDIA driver {DRIVER_BRANCH_FOR_CUDA13} or newer")
+    return Check("driver", OK, f"{shown} supports the image's CUDA 13.0.1")
+
+
+def visible_gpus(gpus: list[Gpu], gpu_ids: str) -> tuple[list[Gpu], str]:
+    """The GPUs GPU_IDS selects, and an error when it names one the host lacks."""
+    if gpu_ids == "all":
+        return gpus, ""
+    chosen = []
+    for ident in gpu_ids.split(","):
+        if ident.isdigit():
+            match = [g for g in gpus if g.index == int(ident)]
+            if not match:
+                return chosen, f"GPU_IDS names GPU {ident}, but the host has GPUs 0-{len(gpus) - 1}"
+            chosen += match
+        else:  # a UUID or MIG id: nvidia-smi's query does not list it here, trust it
+            chosen.append(Gpu(-1, ident, gpus[0].compute_cap if gpus else "0.0", "", 0))
+    return chosen, ""
+
+
+def check_gpus(facts: Facts, svc: compose.Service) -> Check:
+    if not facts.gpus:
+        return Check("gpus", SKIP, "skipped: nvidia-smi listed no GPU")
+    chosen, error = visible_gpus(facts.gpus, svc.gpu_ids)
+    if error:
+        return Check("gpus", FAIL, error, "fix GPU_IDS in .env (or set it to all)")
+    per_node = svc.tp_size // svc.nnodes
+    detail = f"{len(chosen)} GPU{'s' if len(chosen) != 1 else ''} visible (GPU_IDS={svc.gpu_ids}), TP_SIZE={svc.tp_size}"
+    if svc.nnodes > 1:
+        detail += f" over NNODES={svc.nnodes}: {per_node} on this node"
+    if len(chosen) < per_node:
+        return Check("gpus", FAIL, f"{detail}: TP needs one GPU per shard",
+                     f"use a host with {per_node} GPUs, or lower TP_SIZE in .env if the model fits on fewer")
+    return Check("gpus", OK, detail)
+
+
+def check_arch(facts: Facts, svc: compose.Service | None) -> list[Check]:
+    if not facts.gpus:
+        return [Check("arch", SKIP, "skipped: nvidia-smi listed no GPU")]
+    groups: dict[tuple[str, str], list[Gpu]] = {}
+    for gpu in facts.gpus:
+        groups.setdefault((gpu.name, gpu.compute_cap), []).append(gpu)
+    parts = [f"{len(g)}x {name} (compute capability {cc}, SM{g[0].sm}, {g[0].memory_mib} MiB)" for (name, cc), g in groups.items()]
+    detail = "; ".join(parts)
+    sms = {gpu.sm for gpu in facts.gpus}
+    out = []
+    if len(groups) > 1:
+        out.append(Check("arch", WARN, detail, "give the service identical GPUs with GPU_IDS in .env"))
+    elif not sms <= {90, 100, 103, 120, 121}:
+        out.append(Check("arch", WARN, f"{detail}: not a target of this image (sgl-kernel ships SM90 and SM100 builds; "
+                                       "other GPUs load the SM100 one)", "use Hopper (SM90) or Blackwell (SM100/SM120) GPUs"))
+    else:
+        out.append(Check("arch", OK, detail))
+    if 120 in sms or 121 in sms:
+        fusion = "--enable-flashinfer-allreduce-fusion"
+        asked = svc is not None and fusion in svc.argv
+        out.append(Check("sm120", WARN if asked else NOTE,
+                         f"{fusion} is a no-op here: SGLang 0.5.9 accepts it, but its own per-layer gate "
+                         "(apply_flashinfer_allreduce_fusion) wants SM90 or SM100, so no layer fuses and FlashInfer's "
+                         "trtllm_comm (majors 9 and 10 only) is never built or loaded (docs/settings.md, run in SGLang)",
+                         f"drop {fusion} from SGLANG_EXTRA_ARGS" if asked else ""))
+        out.append(Check("sm120", NOTE,
+                         "patches that matter: Kimi-K2.5 EAGLE-3 methods (eagle3 dies after loading without them); "
+                         "torch symm-mem SM120 entry (--enable-torch-symm-mem raises KeyError without it); "
+                         "sgl-kernel runs its SM100 build; MLA attention defaults to triton"))
+    return out
+
+
+def check_shm(facts: Facts, svc: compose.Service | None = None) -> Check:
+    """The /dev/shm the workers get: the container's own (shm_size, compose.yaml's way), or the host's
+    where an override sets ipc: host."""
+    if svc is not None and svc.ipc != "host":
+        if svc.shm_bytes is None:
+            return Check("shm", FAIL, "no shm_size: the container's /dev/shm is Docker's 64 MB",
+                         "set SHM_SIZE=64g in .env (compose.yaml's default), or restore shm_size in your override")
+        gib = svc.shm_bytes / GIB
+        detail = f"/dev/shm {gib:.0f} GiB, the container's own (SHM_SIZE)"
+        if facts.mem_bytes is not None and svc.shm_bytes > facts.mem_bytes:
+            # A tmpfs size is a ceiling, not a reservation: it costs memory only as it fills.
+            return Check("shm", WARN, f"{detail}: more than this host's {facts.mem_bytes / GIB:.0f} GiB of memory; "
+                         "a full /dev/shm would exhaust it", f"set SHM_SIZE to at most half the host's memory, e.g. "
+                         f"{max(1, int(facts.mem_bytes / GIB / 2))}g")
+        return shm_size_check(gib, detail, f"set SHM_SIZE={SHM_WARN_GIB * 2}g in .env")
+    if facts.shm_bytes is None:
+        return Check("shm", FAIL, "/dev/shm is missing", "mount a tmpfs at /dev/shm (the container shares it: ipc: host)")
+    gib = facts.shm_bytes / GIB
+    grow = f"sudo mount -o remount,size={SHM_WARN_GIB}G /dev/shm"
+    return shm_size_check(gib, f"/dev/shm {gib:.0f} GiB, shared with the container (ipc: host)", grow, f"grow it: {grow}")
+
+
+def shm_size_check(gib: float, detail: str, fix: str, fail_fix: str | None = None) -> Check:
+    """A /dev/shm of ``gib`` against what 8 workers' NCCL and CUDA IPC want, whichever /dev/shm it is."""
+    if gib < SHM_FAIL_GIB:
+        return Check("shm", FAIL, detail, fail_fix or fix)
+    if gib < SHM_WARN_GIB:
+        return Check("shm", WARN, f"{detail}; NCCL and CUDA IPC across 8 workers want {SHM_WARN_GIB}+ GiB", fix)
+    return Check("shm", OK, detail)
+
+
+def check_privilege(svc: compose.Service) -> Check:
+    """compose.yaml runs SGLang with no capability, no privilege gained and a read-only root; an
+    override that widens that (privileged, cap_add, a host mount beside the models, the host's
+    PID or IPC namespace) is said, with the file it came from."""
+    h = svc.hardening
+    found = []
+    if h.get("privileged"):
+        found.append("privileged: true (every device and capability of the host)")
+    if h.get("cap_add"):
+        found.append(f"cap_add: {', '.join(map(str, h['cap_add']))}")
+    if not any(str(o).replace("=", ":").startswith("no-new-privileges:true") or o == "no-new-privileges"
+               for o in h.get("security_opt", [])):
+        found.append("no-new-privileges is off")
+    if not h.get("read_only"):
+        found.append("the root file system is writable (read_only: false)")
+    if h.get("host_mounts"):
+        found.append(f"host paths mounted beside the models: {', '.join(map(str, h['host_mounts']))}")
+    if h.get("pid") == "host":
+        found.append("pid: host")
+    if svc.ipc == "host":
+        found.append("ipc: host (the host's /dev/shm and its segments)")
+    odd = [d for d in h.get("devices", []) if "/dev/infiniband" not in str(d)]
+    if odd:
+        found.append(f"devices: {', '.join(map(str, odd))}")
+    if not found:
+        return Check("privilege", OK, "no capability, no-new-privileges, read-only root, no host mount beyond the models")
+    return Check("privilege", WARN, f"{'; '.join(found)} ({_files(svc)})",
+                 "drop it from the override unless you mean it: compose.yaml needs none of it")
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else f"{value // 1024} KiB"
+
+
+def check_memlock(facts: Facts, svc: compose.Service | None = None) -> Check:
+    soft, hard = facts.memlock
+    host = f"host ulimit -l {_limit(soft)} (hard {_limit(hard)})"
+    if svc is not None and "memlock" not in svc.ulimits:
+        return Check("memlock", SKIP, f"skipped: {svc.name} sets no memlock limit ({_files(svc)})")
+    if facts.ulimit_error:
+        return Check("memlock", FAIL, f"the engine refused a container compose.yaml's ulimits: {facts.ulimit_error}",
+                     "let dockerd raise memlock (sudo systemctl edit docker: [Service] LimitMEMLOCK=infinity, then "
+                     "sudo systemctl restart docker); NCCL and CUDA graphs need pinned host memory")
+    if facts.ulimits_tried and facts.cache_owner:
+        return Check("memlock", OK, f"a container of the image started with compose.yaml's ulimits (memlock -1); {host}")
+    options = " ".join((facts.docker_info or {}).get("SecurityOptions") or [])
+    if "rootless" in options:
+        if hard != resource.RLIM_INFINITY:
+            return Check("memlock", FAIL, f"rootless Docker cannot give the container more than the {host}",
+                         "set 'memlock unlimited' for your user in /etc/security/limits.conf and log in again, or use rootful Docker")
+        return Check("memlock", OK, f"{host}; rootless Docker can grant compose.yaml's memlock -1")
+    return Check("memlock", OK, f"the container gets memlock unlimited from compose.yaml; {host}")
+
+
+def check_disk(facts: Facts) -> Check:
+    if facts.disk_free is None:
+        return Check("disk", SKIP, "skipped: no local Docker root directory")
+    need = DISK_RUN_GIB if facts.image else DISK_BUILD_GIB
+    free = facts.disk_free / GIB
+    why = "headroom for the running container" if facts.image else "to build the image (estimate)"
+    detail = f"{facts.disk_path}: {free:.0f} GiB free; {need} GiB wanted {why}"
+    if free < need:
+        return Check("disk", FAIL, detail, "free space there, or move Docker's data-root to a larger disk")
+    return Check("disk", OK, detail)
+
+
+def check_image(facts: Facts, svc: compose.Service | None) -> Check:
+    name = svc.image if svc else DEFAULT_IMAGE
+    if not facts.docker_info:
+        return Check("image", SKIP, "skipped: no Docker engine")
+    if not facts.image:
+        return Check("image", WARN, f"{name} is not built", "invoke build (docker compose up would build it without the lock checks)")
+    config = facts.image.get("Config") or {}
+    size = (facts.image.get("Size") or 0) / 1e9
+    created = str(facts.image.get("Created", "?"))[:10]
+    detail = f"{name}: {size:.1f} GB, created {created}"
+    entry = config.get("Entrypoint") or []
+    if entry[-1:] not in (["sglang_stack.entrypoints.serve"], ["sglang.launch_server"]):
+        return Check("image", WARN, f"{detail}; its entrypoint {entry} is not SGLang's launch_server",
+                     "rebuild with invoke build, or set SGLANG_STACK_IMAGE to this stack's image")
+    owner = facts.cache_owner.split(":")[0]
+    if facts.cache_owner and owner != str(IMAGE_USER_UID):
+        return Check("image", WARN, f"{detail}; {CACHE_DIR} in the image is {facts.cache_owner or 'missing'}, so the "
+                     f"cache volume would not be writable by uid {IMAGE_USER_UID}",
+                     f"rebuild with an image that creates {CACHE_DIR} owned by {IMAGE_USER_UID}, then docker volume rm sglang-stack_cache")
+    return Check("image", OK, detail + (f"; {CACHE_DIR} owned by uid {owner}" if facts.cache_owner else ""))
+
+
+ARCH_LABEL = "io.sglang-stack.flashinfer.arch-list"
+
+
+def check_kernels(facts: Facts) -> Check:
+    """The GPUs against the architectures the image's FlashInfer modules were built for (its label)."""
+    if not facts.image:
+        return Check("kernels", SKIP, "skipped: no image to read the label of")
+    labels = (facts.image.get("Config") or {}).get("Labels") or {}
+    if ARCH_LABEL not in labels:
+        return Check("kernels", NOTE, f"the image has no {ARCH_LABEL} label (built before it was recorded)")
+    arch_list = labels[ARCH_LABEL].strip()
+    if not arch_list:
+        return Check("kernels", WARN, "the image has no ahead-of-time FlashInfer modules (built with --cuda-arch-list ''): "
+                     "FlashInfer compiles them at first use, for minutes", "invoke build (with the default arch list)")
+    if not facts.gpus:
+        return Check("kernels", SKIP, f"FlashInfer modules built for {arch_list}; skipped: nvidia-smi listed no GPU")
+    missing = serve.unsupported_gpus(arch_list, [gpu.compute_cap for gpu in facts.gpus])
+    if missing:
+        return Check("kernels", FAIL, f"the image's FlashInfer modules are built for {arch_list}, not for compute "
+                     f"capability {', '.join(missing)}: the entrypoint refuses this GPU (a sampled request would fail "
+                     "with 'no kernel image')", serve.rebuild_hint(missing))
+    return Check("kernels", OK, f"FlashInfer modules built for {arch_list} cover these GPUs")
+
+
+def check_audit(facts: Facts, svc: compose.Service | None) -> Check:
+    if facts.audit is None:
+        return Check("audit", SKIP, facts.audit_skip or "skipped")
+    code, output = facts.audit
+    last = last_line(output)
+    arch = model_architecture(svc.model_dir if svc else None)
+    severity = FAIL if svc is not None and svc.draft_dir is not None else WARN
+    if code == 0:
+        return Check("audit", OK, f"EAGLE-3 audit passes for {arch} in the image{': ' + last if last else ''}")
+    if code == 1:
+        return Check("audit", severity, f"EAGLE-3 audit fails for {arch}: {last}",
+                     "rebuild the image with the patch series (invoke build); eagle3 would die after loading")
+    return Check("audit", severity, f"EAGLE-3 audit could not run (exit {code}): {last}",
+                 "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.audit.eagle3 --help")
+
+
+def check_multinode(facts: Facts, svc: compose.Service) -> list[Check]:
+    """NNODES > 1: the rank and rendezvous, RDMA devices, the interfaces NCCL and Gloo bind to."""
+    env = svc.env
+    where = f"node {svc.node_rank} of {svc.nnodes}, rendezvous {svc.dist_init_addr}, TP {svc.tp_size} in all"
+    if not svc.host_network:
+        out = [Check("multinode", FAIL, f"{where}, but {svc.name} is on Docker's bridge network ({_files(svc)}): "
+                                        "NCCL cannot reach the other nodes through its NAT",
+                     "set COMPOSE_FILE=compose.yaml:compose.multinode.yaml in .env (host networking), on every node")]
+    else:
+        out = [Check("multinode", OK, f"{where}; host networking ({_files(svc)})")]
+    rdma_file = compose.RDMA_FILE in svc.files
+    hca = env.get("NCCL_IB_HCA") or ""
+    ib_off = (env.get("NCCL_IB_DISABLE") or "") == "1"
+    if ib_off:
+        out.append(Check("rdma", NOTE, "NCCL_IB_DISABLE=1: NCCL uses TCP sockets between nodes"))
+    elif facts.ib_devices is None:
+        out.append(Check("rdma", WARN, "no /dev/infiniband: NCCL falls back to TCP sockets between nodes, at a fraction of the bandwidth",
+                         "install the RDMA driver and rdma-core on the host (InfiniBand or RoCE NICs), or set NCCL_IB_DISABLE=1 to choose TCP"))
+    elif not facts.ib_devices:
+        out.append(Check("rdma", FAIL, "/dev/infiniband exists but /sys/class/infiniband lists no device",
+                         "load the NIC's RDMA driver (e.g. mlx5_ib) and check with ibv_devinfo"))
+    else:
+        wanted = [h.split(":")[0].lstrip("^=") for h in hca.split(",") if h.strip()]
+        missing = [h for h in wanted if not any(d.startswith(h) for d in facts.ib_devices)]
+        if missing and not hca.startswith("^"):
+            out.append(Check("rdma", FAIL, f"NCCL_IB_HCA={hca} names {', '.join(missing)}, but the host has {', '.join(facts.ib_devices)}",
+                             "set NCCL_IB_HCA in .env to devices ibv_devinfo lists"))
+        elif not rdma_file:
+            out.append(Check("rdma", FAIL, f"RDMA devices {', '.join(facts.ib_devices)} on the host, but the container gets none: "
+                                           "NCCL would fall back to TCP sockets",
+                             "add compose.rdma.yaml to COMPOSE_FILE in .env (compose.yaml:compose.multinode.yaml:compose.rdma.yaml)"))
+        else:
+            out.append(Check("rdma", OK, f"RDMA devices {', '.join(facts.ib_devices)}; compose.rdma.yaml passes /dev/infiniband"
+                                         + (f", NCCL_IB_HCA={hca}" if hca else "")))
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        value = env.get(var) or ""
+        if not value:
+            out.append(Check("netif", WARN, f"{var} unset: it picks an interface by itself, possibly docker0 or one the other nodes cannot reach",
+                             f"set {var} in .env to the interface that holds DIST_INIT_ADDR's network (ip -br addr)"))
+            continue
+        names = [n for n in value.split(",") if n and not n.startswith("^")]
+        unknown = [n for n in names if not any(i == n.lstrip("=") or (not n.startswith("=") and i.startswith(n)) for i in facts.net_ifaces)]
+        if unknown and facts.net_ifaces:
+            out.append(Check("netif", FAIL, f"{var}={value}: no interface {', '.join(unknown)} (host has {', '.join(facts.net_ifaces)})",
+                             f"set {var} in .env to one of the host's interfaces"))
+        else:
+            out.append(Check("netif", OK, f"{var}={value}"))
+    if svc.bind_address in ("0.0.0.0", "::") and not env.get("SGLANG_API_KEY_FILE"):
+        out.append(Check("exposure", WARN, f"host networking with SGLANG_HOST={svc.bind_address} and no SGLANG_API_KEY_FILE: the API is open on every interface",
+                         "set SGLANG_HOST=127.0.0.1 in .env, or set SGLANG_API_KEY_FILE"))
+    return out
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_error: str = "",
+             env: variables.Environment | None = None) -> list[Check]:
+    """All checks, in the order they print: what you asked for, then the host, then the image."""
+    checks = [check_config(svc, config_error, env)]
+    if svc is not None:
+        checks += check_models(svc)
+        checks.append(check_api_key(svc))
+        checks.append(check_port(svc, facts.ps_rows))
+    else:
+        checks += [Check(name, SKIP, "skipped: config invalid") for name in ("model", "drafter", "api-key", "port")]
+    checks.append(check_docker(facts, engine))
+    gpu_free = svc is not None and not svc.gpus
+    if gpu_free:
+        # An override that drops the GPU reservation (a CPU stand-in in a test) makes the GPU
+        # checks moot; compose.yaml itself always reserves GPUs, so users get every check.
+        why = f"skipped: {svc.name} reserves no GPU ({_files(svc)})"
+        checks.append(Check("gpu-runtime", SKIP, why))
+    else:
+        checks.append(check_gpu_runtime(facts))
+    checks.append(check_exclusive(svc, facts.ps_rows) if svc else Check("exclusive", SKIP, "skipped: config invalid"))
+    if gpu_free:
+        checks += [Check(name, SKIP, why) for name in ("driver", "gpus", "arch")]
+    else:
+        checks.append(check_driver(facts))
+        checks.append(check_gpus(facts, svc) if svc else Check("gpus", SKIP, "skipped: config invalid"))
+        checks += check_arch(facts, svc)
+    if svc is not None and svc.nnodes > 1:
+        checks += check_multinode(facts, svc)
+    if svc is not None:
+        checks.append(check_privilege(svc))
+    checks += [check_shm(facts, svc), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc),
+               check_kernels(facts), check_audit(facts, svc)]
+    return checks
+
+
+def _files(svc: compose.Service) -> str:
+    return "compose files: " + ", ".join(str(f.relative_to(compose.ROOT)) if f.is_relative_to(compose.ROOT) else str(f) for f in svc.files)
+
+
+def router_checks(engine: str, env: variables.Environment | None = None) -> list[Check]:
+    """The router's preflight: its settings, its port and the Docker engine; no GPU, no model."""
+    env = env if env is not None else variables.environment()
+    try:
+        svc = compose.router_service(env)
+    except UserError as err:
+        return [Check("config", FAIL, str(err), "correct that value in .env (see .env.example)")]
+    facts = gather_engine(engine, None)
+    config = Check("config", OK, f"router on {svc.url}, policy {svc.policy}, {len(svc.worker_urls)} workers: {', '.join(svc.worker_urls)}")
+    return [config, check_port(svc, facts.ps_rows), check_docker(facts, engine)]
+
+
+def run(engine: str, name: str, show: bool = False, env: variables.Environment | None = None) -> list[Check]:
+    compose.check_service_name(name, compose.SERVICES)
+    env = env if env is not None else variables.environment()
+    svc, error = None, ""
+    try:
+        svc = compose.service(name, env)
+    except UserError as err:
+        error = str(err)
+    facts = gather(engine, svc, show=show)
+    return evaluate(facts, engine, svc, error, env)
+
+
+def summary(checks: list[Check]) -> str:
+    counts = {status: sum(1 for c in checks if c.status == status) for status in (OK, WARN, FAIL, SKIP, NOTE)}
+    words = [f"{counts[OK]} ok", f"{counts[WARN]} warn", f"{counts[FAIL]} FAIL", f"{counts[SKIP]} skipped"]
+    return ", ".join(words)
+
+
+def doctor(engine: str, name: str, out: Callable[[str], None] = print, show: bool = True) -> int:
+    """Print every check; return 1 when any failed."""
+    env = variables.environment()
+    out(f"sglang-stack doctor: service {name}" + (f", {env.env_file}" if env.env_file else ", no .env"))
+    checks = router_checks(engine, env) if name == compose.ROUTER else run(engine, name, show=show, env=env)
+    for check in checks:
+        out(check.line())
+    out(f"doctor: {summary(checks)}")
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def preflight(engine: str, name: str, out: Callable[[str], None] = print) -> list[Check]:
+    """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error."""
+    checks = router_checks(engine) if name == compose.ROUTER else run(engine, name, show=False)
+    failed = [c for c in checks if c.status == FAIL]
+    if failed:
+        first = failed[0]
+        more = f" (+{len(failed) - 1} more: invoke doctor --service {name})" if len(failed) > 1 else ""
+        raise UserError(f"preflight {first.name}: {first.detail} -- fix: {first.fix}{more}")
+    for check in checks:
+        if check.status == WARN:
+            out(check.line())
+    out(f"preflight: {summary(checks)}")
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m sglang_stack.doctor.checklist", description="Host preflight for sglang-stack.")
+    parser.add_argument("service", nargs="?", default="eagle3", help="baseline, eagle3 or router (default: eagle3)")
+    parser.add_argument("--engine", default="docker", help="container CLI (default: docker)")
+    args = parser.parse_args(argv)
+    compose.check_service_name(args.service)
+    return doctor(args.engine, args.service)
+
+
+if __name__ == "__main__":
+    from sglang_stack.errors import run_main
+
+    run_main(main)

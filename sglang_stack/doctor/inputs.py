@@ -1,0 +1,167 @@
+"""The doctor's checks of what the server is handed: the model and drafter directories, and the API key.
+
+Each check is a pure function of the service's settings and the files' metadata (one stat per
+entry), so a 600 GB model directory takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from sglang_stack.errors import UserError
+from sglang_stack.services import compose, variables
+from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, OK, SKIP, WARN, Check
+
+
+def readable_by(st, uid: int, gid: int, directory: bool = False) -> bool:
+    """Whether ``uid``:``gid`` may read a file (or list and enter a directory) with this stat, by its mode bits."""
+    need = 0o5 if directory else 0o4
+    if st.st_uid == uid:
+        return (st.st_mode >> 6) & need == need
+    if st.st_gid == gid:
+        return (st.st_mode >> 3) & need == need
+    return st.st_mode & need == need
+
+
+def unreadable(directory: Path, uid: int = IMAGE_USER_UID, gid: int = IMAGE_USER_UID) -> tuple[int, int, str]:
+    """(files the container user cannot read, files in all, the first such path with its mode and owner).
+
+    Metadata only (one stat per entry), so a 600 GB model directory takes milliseconds. Dot
+    directories (a download's .cache) are not served and not walked; ACLs are not read.
+    """
+    bad, total, first = 0, 0, ""
+    for root, dirs, files in os.walk(directory):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        st = here.stat()
+        if not readable_by(st, uid, gid, directory=True):
+            count = sum(len(f) for _, _, f in os.walk(here))
+            bad, total = bad + count, total + count
+            first = first or f"{here}/ (directory, mode {st.st_mode & 0o777:o}, owner {st.st_uid})"
+            dirs[:] = []
+            continue
+        for name in files:
+            total += 1
+            try:
+                fst = (here / name).stat()
+            except OSError:
+                bad += 1
+                first = first or f"{here / name} (a broken link)"
+                continue
+            if not readable_by(fst, uid, gid):
+                bad += 1
+                first = first or f"{here / name} (mode {fst.st_mode & 0o777:o}, owner {fst.st_uid})"
+    return bad, total, first
+
+
+def _model_dir_check(name: str, var: str, directory: Path, env: variables.Environment, svc_name: str) -> tuple[Check, str]:
+    shown = env.where(var) if var in env.values else f"{var} unset, default {directory}"
+    what = "the model" if name == "model" else "the EAGLE-3 drafter"
+    fix = f"set {var} in .env to the directory that holds {what}'s config.json"
+    if not directory.is_dir():
+        return Check(name, FAIL, f"{shown}: no such directory", fix), ""
+    config = directory / "config.json"
+    if not config.is_file():
+        return Check(name, FAIL, f"{shown}: no config.json in {directory}", fix), ""
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError) as err:
+        return Check(name, FAIL, f"{config}: not readable JSON ({err.__class__.__name__})", "download the model again"), ""
+    arch = str((data.get("architectures") or ["?"])[0]) if isinstance(data, dict) else "?"
+    index = directory / "model.safetensors.index.json"
+    shards = sorted(p.name for p in directory.glob("*.safetensors"))
+    if index.is_file():
+        try:
+            wanted = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        except (OSError, ValueError):
+            wanted = set()
+        missing = sorted(wanted - set(shards))
+        if missing:
+            return Check(name, FAIL, f"{directory}: {arch}, {len(missing)} of {len(wanted)} shards missing (first: {missing[0]})",
+                         "finish the download (huggingface-cli download resumes)"), arch
+        weights = f"{len(wanted)} of {len(wanted)} shards"
+    elif shards:
+        weights = f"{len(shards)} *.safetensors"
+    else:
+        return Check(name, WARN, f"{directory}: {arch}, but no *.safetensors", "finish the download"), arch
+    detail = f"{directory}: {arch}, {weights}"
+    bad, total, first = unreadable(directory)
+    if bad:
+        return Check(name, FAIL, f"{detail}; {bad} of {total} files are not readable by uid {IMAGE_USER_UID}, the image's user "
+                     f"(first: {first})", f"chmod -R a+rX {directory}, or chown -R {IMAGE_USER_UID} {directory}"), arch
+    if name == "drafter" and "eagle3" not in arch.lower():
+        return Check(name, WARN, f"{detail}: does not look like an EAGLE-3 drafter",
+                     "point DRAFT_MODEL_DIR at an EAGLE-3 drafter for Kimi-K2.5"), arch
+    return _pin_check(name, directory, detail), arch
+
+
+def _pin_check(name: str, directory: Path, detail: str) -> Check:
+    """The directory against models.lock's commit, by names and sizes (a stat per file)."""
+    from sglang_stack.services import models
+
+    role = "target" if name == "model" else "drafter"
+    try:
+        pin = models.load().get(role)
+    except UserError as err:
+        return Check(name, FAIL, f"{detail}; {err}", "fix models.lock, or restore it with git")
+    if pin is None or not pin.pinned:
+        repo = f" {pin.repo}" if pin else ""
+        return Check(name, OK, f"{detail}; models.lock does not pin{repo} yet (`invoke models-lock` on a networked host)")
+    problems = models.quick_check(directory, pin)
+    if problems:
+        return Check(name, FAIL, f"{detail}; {len(problems)} of {len(pin.files)} files differ from {pin.repo}@{pin.revision[:12]} "
+                     f"(first: {problems[0]})", f"hf download {pin.repo} --revision {pin.revision} --local-dir {directory} "
+                     "(it resumes); to serve another revision, edit models.lock and run `invoke models-lock`")
+    return Check(name, OK, f"{detail}; {len(pin.files)} files match {pin.repo}@{pin.revision[:12]} by name and size")
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+# The container (uid 10001) reads the bind-mounted file itself, so the file is readable by all and
+# the directory private: other users of the host cannot reach it.
+KEY_FIX = ("mkdir -m 700 secrets; openssl rand -base64 32 > secrets/sglang_api_key; chmod 644 secrets/sglang_api_key, "
+           "then SGLANG_API_KEY_FILE=secrets/sglang_api_key in .env")
+
+
+def check_api_key(svc: compose.Service) -> Check:
+    """The key file the server and the clients read, and an API open beyond loopback should have one."""
+    for legacy in compose.LEGACY_SECRETS:
+        if svc.env.get(legacy):
+            file_var = f"{legacy}_FILE"
+            return Check("api-key", FAIL, f"{legacy} ({svc.env.origin.get(legacy, 'shell')}) is no longer read: compose "
+                         f"takes secrets from files, so this value reaches no container",
+                         f"write it to a file (umask 077) and set {file_var} to that file in .env, then remove {legacy}")
+    from sglang_stack.entrypoints.serve import key_on_command_line
+
+    if flag := key_on_command_line(svc.argv):
+        return Check("api-key", FAIL, f"the command line holds {flag}, which SGLang takes as a key flag: the key would "
+                     "show in docker inspect and every process list, and the entrypoint refuses it",
+                     f"remove {flag} from SGLANG_EXTRA_ARGS; set SGLANG_API_KEY_FILE instead")
+    where = svc.env.where("SGLANG_API_KEY_FILE")
+    try:
+        key = compose.api_key(svc.env)
+    except UserError as err:
+        return Check("api-key", FAIL, str(err), KEY_FIX)
+    if not key and svc.bind_address not in LOOPBACK:
+        return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and no "
+                     "SGLANG_API_KEY_FILE is set", KEY_FIX + ", or BIND_ADDRESS=127.0.0.1")
+    if key:
+        st = compose.secret_path(svc.env, "SGLANG_API_KEY_FILE").stat()
+        if not readable_by(st, IMAGE_USER_UID, IMAGE_USER_UID):
+            return Check("api-key", FAIL, f"{where}: mode {st.st_mode & 0o777:o}, owner {st.st_uid}: the container's user "
+                         f"(uid {IMAGE_USER_UID}) cannot read it, so SGLang would not start",
+                         "chmod 644 it, in a directory only you can enter (mkdir -m 700 secrets)")
+        return Check("api-key", OK, f"set ({where}); clients send it as a Bearer token")
+    return Check("api-key", OK, f"none; the API listens on {svc.bind_address} only")
+
+
+def check_models(svc: compose.Service) -> list[Check]:
+    model, _ = _model_dir_check("model", "MODEL_DIR", svc.model_dir, svc.env, svc.name)
+    if svc.draft_dir is None:
+        drafter = Check("drafter", SKIP, f"{svc.name} uses no drafter")
+    else:
+        drafter, _ = _model_dir_check("drafter", "DRAFT_MODEL_DIR", svc.draft_dir, svc.env, svc.name)
+    return [model, drafter]

@@ -1,0 +1,513 @@
+"""versions.lock: load it, validate it, re-resolve the Python set from it.
+
+* ``load`` parses the file (pure, offline).
+* ``check`` validates it and returns a ``Lock``; every problem is one line naming
+  the key and the value, and all of them are reported together.
+
+Updating the pins is elsewhere: ``image/resolve.py`` re-resolves the requirements files
+(network) and ``image/verify.py`` hashes what was only published (network).
+"""
+
+from __future__ import annotations
+
+import email.parser
+import re
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError, read_text
+from sglang_stack.lock.pins import read_pins
+from sglang_stack.lock.schema import KNOWN_KEYS, check_structure as _check_structure  # noqa: F401 (KNOWN_KEYS for callers)
+
+LOCK_PATH = ROOT / "versions.lock"
+REQUIREMENTS_PATH = ROOT / "requirements.lock.txt"
+ROUTER_REQUIREMENTS_PATH = ROOT / "requirements.router.lock.txt"
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+STATUSES = ("checked", "published")
+TARGET_ENV = {  # the image's interpreter; python_version is filled in from the lock
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
+
+
+class LockProblems(UserError):
+    """Several one-line problems found in the lock, reported together."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems), code=2)
+        self.problems = problems
+
+
+def load(path: Path = LOCK_PATH) -> dict:
+    """Parse versions.lock; a syntax error is one line naming the file and line."""
+    try:
+        return tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{path}: invalid TOML: {err}") from None
+
+
+# --- the validated view ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file installed by URL and sha256: the sglang wheel or a [[wheel]] entry."""
+
+    name: str
+    version: str
+    url: str
+    sha256: str
+    status: str
+    requires: tuple[str, ...] = ()
+    superseded: tuple[str, ...] = ()
+    optional: bool = False  # a [[wheel]] installed only on request (a build option)
+
+    @property
+    def filename(self) -> str:
+        return unquote(Path(urlparse(self.url).path).name)
+
+    @property
+    def env(self) -> str:
+        """The NAME in ``NAME_VERSION`` / ``NAME_SHA256`` build arguments."""
+        return re.sub(r"[^A-Z0-9]", "_", self.name.upper())
+
+
+@dataclass(frozen=True)
+class Override:
+    package: str
+    of: str
+    declared: str
+    reason: str
+    version: str | None = None
+    omit: bool = False
+    link: str | None = None
+
+
+@dataclass(frozen=True)
+class Lock:
+    """versions.lock after validation, plus what ``requirements.lock.txt`` pins."""
+
+    path: Path
+    data: dict
+    sglang: Artifact
+    wheels: tuple[Artifact, ...]
+    overrides: tuple[Override, ...]
+    requirements: dict[str, str] = field(default_factory=dict)  # canonical name -> version
+    router: Artifact | None = None
+    router_requirements: dict[str, str] = field(default_factory=dict)  # requirements.router.lock.txt
+    build_tools: tuple[Artifact, ...] = ()
+
+    @property
+    def cuda(self) -> dict:
+        return self.data["cuda"]
+
+    @property
+    def python(self) -> dict:
+        return self.data["python"]
+
+    @property
+    def name(self) -> str:
+        return self.data["image"]["name"]
+
+    @property
+    def base_image(self) -> str:
+        base = self.cuda["base"]
+        return f"{base['image']}:{base['tag']}@{base['digest']}"
+
+    @property
+    def devel_image(self) -> str:
+        """The build-only devel image (NVIDIA's libcuda.so link stub comes from it)."""
+        devel = self.cuda["devel"]
+        return f"{devel['image']}:{devel['tag']}@{devel['digest']}"
+
+    @property
+    def default_wheels(self) -> tuple[Artifact, ...]:
+        """The [[wheel]]s every build installs (optional ones only on request)."""
+        return tuple(w for w in self.wheels if not w.optional)
+
+    @property
+    def jit(self) -> dict:
+        return self.data["jit"]
+
+    @property
+    def constraints(self) -> tuple[dict, ...]:
+        return tuple(self.data.get("constraint", []))
+
+    @property
+    def binary_exceptions(self) -> tuple[dict, ...]:
+        return tuple(self.data.get("binary_exception", []))
+
+    @property
+    def tag(self) -> str:
+        """The default image tag: ``sglang-stack:0.5.9-cu130``."""
+        return f"{self.name}:{self.sglang.version}-{self.cuda['tag']}"
+
+    @property
+    def router_table(self) -> dict:
+        return self.data["router"]
+
+    @property
+    def router_base_image(self) -> str:
+        base = self.router_table["base"]
+        return f"{base['image']}:{base['tag']}@{base['digest']}"
+
+    @property
+    def router_tag(self) -> str:
+        """The router stage's default tag: ``sglang-stack-router:0.3.2``."""
+        return f"{self.name}-router:{self.router.version}"
+
+    def pins(self) -> dict[str, str]:
+        """Every pinned distribution: canonical name -> version."""
+        out = dict(self.requirements)
+        out[canonicalize_name(self.sglang.name)] = self.sglang.version
+        for wheel in self.wheels:
+            out[canonicalize_name(wheel.name)] = wheel.version
+        return out
+
+    def published(self) -> list[str]:
+        """Keys whose hash was copied from a publisher, not hashed by us."""
+        keys = [f"wheel[{w.name}]" for w in self.wheels if w.status == "published"]
+        if self.sglang.status == "published":
+            keys.insert(0, "sglang")
+        if self.cuda["base"]["status"] == "published":
+            keys.insert(0, "cuda.base")
+        if self.cuda["devel"]["status"] == "published":
+            keys.insert(1, "cuda.devel")
+        if self.router.status == "published":
+            keys.append("router")
+        if self.router_table["base"]["status"] == "published":
+            keys.append("router.base")
+        return keys
+
+
+# --- checks -------------------------------------------------------------------
+
+
+def check(
+    path: Path = LOCK_PATH,
+    requirements: Path | None = None,
+    *,
+    sglang_requires: list[str] | None = None,
+    with_requirements: bool = True,
+) -> Lock:
+    """Validate versions.lock (and requirements.lock.txt beside it).
+
+    ``sglang_requires`` are the Requires-Dist lines of the pinned sglang wheel;
+    when given, every conflict between them and our pins must be a declared
+    override. ``with_requirements=False`` skips everything that depends on
+    requirements.lock.txt (used while regenerating it). Raises ``LockProblems``
+    listing every problem.
+    """
+    data = load(path)
+    requirements = requirements or path.with_name(REQUIREMENTS_PATH.name)
+    problems: list[str] = []
+    where = path.name
+
+    def bad(key: str, message: str) -> None:
+        problems.append(f"{where}: {key}: {message}")
+
+    _check_structure(data, bad)
+    if problems:
+        raise LockProblems(problems)
+
+    sglang = _artifact(data["sglang"], "sglang")
+    wheels = tuple(_artifact(w, w["name"]) for w in data.get("wheel", []))
+    overrides = tuple(
+        Override(
+            package=o["package"],
+            of=o["of"],
+            declared=o["declared"],
+            reason=o["reason"],
+            version=o.get("version"),
+            omit=bool(o.get("omit", False)),
+            link=o.get("link"),
+        )
+        for o in data.get("override", [])
+    )
+    pinned = _read_requirements(requirements, problems) if with_requirements else {}
+    router = _artifact(data["router"], data["router"]["name"])
+    router_file = path.with_name(ROUTER_REQUIREMENTS_PATH.name)
+    router_pinned = _read_requirements(router_file, problems) if with_requirements else {}
+    tools = tuple(_artifact(t, t["name"]) for t in data.get("build_tool", []))
+    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned, tools)
+
+    _check_artifacts(lock, bad)
+    if with_requirements and router_file.is_file():
+        _check_router_requirements(lock, router_file.name, bad)
+    _check_cuda_tags(lock, bad)
+    _check_flashinfer_trio(lock, bad)
+    if with_requirements and requirements.is_file():  # a missing file is already one problem
+        _check_requirements_file(lock, requirements.name, problems)
+        sources = {canonicalize_name(w.name): list(w.requires) for w in wheels}
+        if sglang_requires is not None:
+            sources["sglang"] = sglang_requires
+        _check_overrides(lock, sources, bad)
+        _check_references(lock, bad)
+    if problems:
+        raise LockProblems(problems)
+    return lock
+
+
+def _artifact(table: dict, name: str) -> Artifact:
+    return Artifact(
+        name=name,
+        version=table["version"],
+        url=table["url"],
+        sha256=table["sha256"],
+        status=table["status"],
+        requires=tuple(table.get("requires", ())),
+        superseded=tuple(table.get("superseded", ())),
+        optional=bool(table.get("optional", False)),
+    )
+
+
+def _key(lock: Lock, art: Artifact) -> str:
+    if art in lock.build_tools:
+        return f"build_tool[{art.name}]"
+    return {id(lock.sglang): "sglang", id(lock.router): "router"}.get(id(art), f"wheel[{art.name}]")
+
+
+def _check_artifacts(lock: Lock, bad) -> None:
+    for art in (lock.sglang, *lock.wheels, lock.router, *lock.build_tools):
+        key = _key(lock, art)
+        if not SHA256.fullmatch(art.sha256):
+            bad(f"{key}.sha256", f"{art.sha256!r} is not 64 lowercase hex digits")
+        for old in art.superseded:
+            if not SHA256.fullmatch(old):
+                bad(f"{key}.superseded", f"{old!r} is not 64 lowercase hex digits")
+        if art.status not in STATUSES:
+            bad(f"{key}.status", f"{art.status!r} is not one of {', '.join(STATUSES)}")
+        try:
+            version = Version(art.version)
+        except InvalidVersion:
+            bad(f"{key}.version", f"{art.version!r} is not a PEP 440 version")
+            continue
+        url = urlparse(art.url)
+        if url.scheme != "https" or not url.netloc or url.query or url.fragment:
+            bad(f"{key}.url", f"{art.url!r} is not a plain https:// URL")
+            continue
+        try:
+            name, file_version, _, _ = parse_wheel_filename(art.filename)
+        except InvalidWheelFilename:
+            bad(f"{key}.url", f"{art.url!r} does not name a wheel file")
+            continue
+        if name != canonicalize_name(art.name) or file_version != version:
+            bad(f"{key}.url", f"{art.filename!r} is not {art.name} {art.version}")
+
+
+def cuda_tag(cuda_version: str) -> str:
+    """``13.0.1`` -> ``cu130``: the local version tag of wheels built for it."""
+    major, minor = cuda_version.split(".")[:2]
+    return f"cu{major}{minor}"
+
+
+def _check_cuda_tags(lock: Lock, bad) -> None:
+    expected = cuda_tag(lock.cuda["version"])
+    if lock.cuda["tag"] != expected:
+        bad("cuda.tag", f"{lock.cuda['tag']!r} does not match cuda.version {lock.cuda['version']} (expected {expected!r})")
+    for key in ("base", "devel"):
+        tag = lock.cuda[key]["tag"]
+        if not tag.startswith(lock.cuda["version"] + "-"):
+            bad(f"cuda.{key}.tag", f"{tag!r} is not an image of CUDA {lock.cuda['version']}")
+    for wheel in lock.wheels:
+        local = Version(wheel.version).local if _is_version(wheel.version) else None
+        if local and local.startswith("cu") and local != expected:
+            bad(f"wheel[{wheel.name}].version", f"{wheel.version!r} is built for {local}, not {expected} (CUDA {lock.cuda['version']})")
+        for tag in set(re.findall(r"(?<![a-z])cu\d{3}\b", unquote(wheel.url))):
+            if tag != expected:
+                bad(f"wheel[{wheel.name}].url", f"{wheel.url!r} points at {tag}, not {expected}")
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+        return True
+    except InvalidVersion:
+        return False
+
+
+def _check_flashinfer_trio(lock: Lock, bad) -> None:
+    """flashinfer-python is pinned; flashinfer-cubin and -jit-cache, where pinned (or an option), carry its version.
+
+    FlashInfer refuses to start when an installed cubin or jit-cache differs from its own version;
+    either may be left out (versions.lock says why), and FlashInfer then builds what it needs.
+    """
+    pins = lock.pins()
+    for override in lock.overrides:
+        if override.version:
+            pins.setdefault(canonicalize_name(override.package), override.version)
+    if "flashinfer-python" not in pins:
+        bad("flashinfer-python", "not pinned")
+        return
+    found = {name: Version(pins[name]).public for name in ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache")
+             if name in pins and _is_version(pins[name])}
+    if len(set(found.values())) > 1:
+        bad("flashinfer", "versions differ (" + ", ".join(f"{n} {v}" for n, v in found.items()) + "); flashinfer refuses to start unless they match")
+
+
+def _check_references(lock: Lock, bad) -> None:
+    """[[constraint]]s admit what is pinned; [[binary_exception]]s name a pinned package."""
+    pins = lock.pins()
+    for entry in lock.constraints:
+        req = Requirement(entry["requirement"])
+        pin = pins.get(canonicalize_name(req.name))
+        if pin is not None and not req.specifier.contains(Version(pin), prereleases=True):
+            bad(f"constraint[{entry['requirement']}]", f"{REQUIREMENTS_PATH.name} pins {req.name} {pin}, which it excludes (run `invoke lock`)")
+    for entry in lock.binary_exceptions:
+        if canonicalize_name(entry["package"]) not in pins:
+            bad(f"binary_exception[{entry['package']}]", "names a package the image does not install: remove the declaration")
+    for req in lock.jit["toolchain"]:
+        r = Requirement(req)
+        pin = pins.get(canonicalize_name(r.name))
+        if pin is not None and not r.specifier.contains(Version(pin), prereleases=True):
+            bad("jit.toolchain", f"{req} but {REQUIREMENTS_PATH.name} pins {r.name} {pin} (run `invoke lock`)")
+        elif pin is None:
+            bad("jit.toolchain", f"{req} is not in {REQUIREMENTS_PATH.name} (run `invoke lock`)")
+
+
+def _check_overrides(lock: Lock, sources: dict[str, list[str]], bad) -> None:
+    """Every conflict between a declared requirement and our pins is a declared override."""
+    pins = lock.pins()
+    env = dict(TARGET_ENV, python_version=lock.python["version"], python_full_version=lock.python["version"] + ".0")
+    declared_by: dict[tuple[str, str], SpecifierSet] = {}
+    for source, lines in sources.items():
+        for line in lines:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            declared_by[(source, canonicalize_name(req.name))] = req.specifier
+
+    overrides = {(canonicalize_name(o.of), canonicalize_name(o.package)): o for o in lock.overrides}
+    for (source, name), spec in sorted(declared_by.items()):
+        override = overrides.get((source, name))
+        if override and override.omit:
+            if name in pins:
+                bad(f"override[{override.package}]", f"omit = true, but {name} {pins[name]} is pinned")
+            continue
+        pin = pins.get(name)
+        if override:
+            pin = override.version
+            if name in pins and pins[name] != override.version:
+                bad(f"override[{override.package}].version", f"{override.version!r} but {REQUIREMENTS_PATH.name} pins {pins[name]} (run `invoke lock`)")
+        if pin is None:
+            bad(name, f"{source} requires {name}{spec} but nothing pins it (run `invoke lock`)")
+            continue
+        admits = spec.contains(Version(pin), prereleases=True)
+        if not override and not admits:
+            bad(name, f"{source} declares {name}{spec} but the stack pins {pin}: declare an [[override]] with a reason, or pin a matching version")
+        elif override and admits:
+            bad(f"override[{override.package}]", f"{source} declares {name}{spec}, which already admits {pin}: remove the override")
+        elif override and SpecifierSet(override.declared) != spec:
+            bad(f"override[{override.package}].declared", f"{override.declared!r}, but {source} declares {str(spec)!r}")
+    for (source, name), override in sorted(overrides.items()):
+        if source in sources and (source, name) not in declared_by:
+            bad(f"override[{override.package}]", f"{source} does not require {name}: remove the override")
+        if source not in sources and source != "sglang":
+            bad(f"override[{override.package}].of", f"{override.of!r} is neither sglang nor a [[wheel]]")
+
+
+# --- requirements.lock.txt ----------------------------------------------------
+
+
+def _read_requirements(path: Path, problems: list[str]) -> dict[str, str]:
+    return {pin.name: pin.version for pin in read_pins(path, problems)}
+
+
+def _check_requirements_file(lock: Lock, name: str, problems: list[str]) -> None:
+    for wheel in lock.wheels:
+        if canonicalize_name(wheel.name) in lock.requirements:
+            problems.append(f"{name}: pins {wheel.name} from PyPI, but versions.lock installs it by URL ([[wheel]] {wheel.name}): run `invoke lock`")
+    if canonicalize_name(lock.sglang.name) in lock.requirements:
+        problems.append(f"{name}: pins sglang itself; the SGLang stage installs it from [sglang]: run `invoke lock`")
+
+
+def _check_router_requirements(lock: Lock, name: str, bad) -> None:
+    """Everything the router wheel declares is pinned in its own file, at a version it admits."""
+    pins = lock.router_requirements
+    if canonicalize_name(lock.router.name) in pins:
+        bad("router", f"{name} pins {lock.router.name} itself; the router stage installs it from [router]: run `invoke lock`")
+    env = dict(TARGET_ENV, python_version=lock.router_table["python"], python_full_version=lock.router_table["python"] + ".0")
+    for line in lock.router.requires:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        pin = pins.get(canonicalize_name(req.name))
+        if pin is None:
+            bad("router.requires", f"{lock.router.name} requires {req} but {name} does not pin {req.name} (run `invoke lock`)")
+        elif not req.specifier.contains(Version(pin), prereleases=True):
+            bad("router.requires", f"{lock.router.name} requires {req} but {name} pins {pin} (run `invoke lock`)")
+
+
+# --- sglang's declared requirements -----------------------------------------------
+
+
+def sglang_wheel(url: str, sha256: str, *, download: bool) -> Path | None:
+    """The pinned sglang wheel from the cache; fetched (hash-verified) if ``download``."""
+    from sglang_stack.fetch import cache_dir, fetch, filename_of, sha256_of
+
+    if download:
+        return fetch(url, sha256)
+    cached = cache_dir() / "downloads" / filename_of(url)
+    if cached.is_file() and sha256_of(cached) == sha256:
+        return cached
+    return None
+
+
+def wheel_requires(wheel: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+        if meta is None:
+            raise UserError(f"{wheel}: no .dist-info/METADATA inside")
+        message = email.parser.Parser().parsestr(zf.read(meta).decode())
+    return message.get_all("Requires-Dist") or []
+
+
+def check_all(path: Path = LOCK_PATH, *, download: bool) -> tuple[Lock, bool]:
+    """Validate the lock, including sglang's declared requirements when the wheel is at hand.
+
+    Returns the lock and whether the sglang cross-check ran.
+    """
+    table = load(path).get("sglang")
+    wheel = None
+    if isinstance(table, dict) and SHA256.fullmatch(str(table.get("sha256", ""))) and isinstance(table.get("url"), str):
+        wheel = sglang_wheel(table["url"], table["sha256"], download=download)
+    requires = wheel_requires(wheel) if wheel else None
+    return check(path, sglang_requires=requires), wheel is not None
+
+
+def summary(lock: Lock, cross_checked: bool) -> str:
+    pins = lock.pins()
+    published = lock.published()
+    parts = [
+        f"{len(pins)} pinned distributions ({len(lock.wheels)} by URL, {len(lock.requirements)} from PyPI, sglang)",
+        f"{len(lock.overrides)} declared overrides",
+        f"router: {lock.router.name} {lock.router.version} and {len(lock.router_requirements)} from PyPI",
+    ]
+    if published:
+        parts.append(f"hashes not yet checked by us: {', '.join(published)} (`invoke lock --verify`)")
+    if not cross_checked:
+        parts.append("sglang's declared requirements not cross-checked: wheel not cached (run `invoke lock --check`)")
+    return f"{lock.path.name}: ok: " + "; ".join(parts)
+
+
+def print_lines(lines: list[str]) -> None:
+    for line in lines:
+        print(line, file=sys.stderr)

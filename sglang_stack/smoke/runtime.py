@@ -1,0 +1,229 @@
+"""The whole runtime image, built here with declared stand-ins and checked from inside (``invoke smoke --target runtime``).
+
+What no CI machine can fetch (the CUDA base and devel images, the three URL wheels) is
+replaced by what docker/standins.toml declares (``sglang_stack.smoke.standins``). Everything else is
+the real thing: a copy of this checkout whose versions.lock carries the stand-in wheels, rendered
+by ``invoke render``'s own code, built by ``invoke build``'s own code on the Docker Engine
+(BuildKit), with the real requirements.lock.txt, patch series, audits and binary checks. The
+ahead-of-time FlashInfer step is skipped (``FLASHINFER_CUDA_ARCH_LIST=''``): on 2 cores it takes
+six minutes, and tests/test_gpu_jit.py proves it on a GPU host.
+
+Then, as a user's host would use the image: the imports, ``sglang.launch_server --help`` through
+the entrypoint as uid 10001 with compose's read-only root, the health probe compose runs (against
+nothing, then against a server that answers), ``invoke verify``, ``invoke size --image`` on every
+layer, and the SBOM's contents.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from sglang_stack.smoke import standins as standinsmod
+from sglang_stack.image import store
+from sglang_stack.shell import require, run
+from sglang_stack.smoke.container import SmokeResult, copy_context
+
+RUN_AS = "10001:10001"
+SITE = "/opt/venv/lib/python3.12/site-packages"
+IMAGE_NAME = "localhost/sglang-stack-smoke-runtime"
+
+
+def standin_wheels(standins: standinsmod.Standins) -> list[Path]:
+    from sglang_stack.fetch import fetch
+
+    return [fetch(w.url, w.sha256) for w in standins.wheels]
+
+
+def prepare_context(workdir: Path, standins: standinsmod.Standins, wheels: list[Path]):
+    """A copy of this checkout with the stand-in lock, checked and rendered by the project's own code."""
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.image import render as rendermod
+    from sglang_stack.lock.pins import read_pins
+
+    context = copy_context(workdir / "context")
+    requires = {w.name: standinsmod.wheel_requires(path) for w, path in zip(standins.wheels, wheels)}
+    lock_path = context / "versions.lock"
+    problems: list[str] = []
+    pinned = {pin.name for pin in read_pins(context / "requirements.lock.txt", problems)}
+    lock_path.write_text(standinsmod.overlay(lock_path.read_text(), standins, requires, pinned))
+    lock, _ = lockmod.check_all(lock_path, download=False)
+    rendermod.render(lock, output=context / "docker" / "Dockerfile", patches_dir=context / "patches")
+    return context, lock
+
+
+def build(context: Path, tag: str, base: str, devel: str) -> str:
+    """``invoke build``'s own build of the runtime target on the stand-in base; returns the image ID."""
+    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.image import build as buildmod
+
+    ca = ca_bundle()
+    request = buildmod.BuildRequest(
+        engine="docker",
+        tag=tag,
+        target="runtime",
+        base_image=base,
+        build_args={"DEVEL_IMAGE": devel, "FLASHINFER_CUDA_ARCH_LIST": ""},
+        ca_bundle=Path(ca) if ca else None,
+        context=context,
+        dockerfile=context / "docker" / "Dockerfile",
+        source_date_epoch=buildmod.commit_epoch(),
+    )
+    _, image_id = buildmod.build(request)
+    return image_id
+
+
+def docker_run(image: str, *args: str, entrypoint: str | None = None, env: dict[str, str] | None = None,
+               mounts: tuple[str, ...] = (), check: bool = False):
+    """``docker run`` as compose runs the services: uid 10001, read-only root, a tmpfs /tmp, no capabilities,
+    and a volume at /home/sglang/.cache (compose's cache volume; anonymous here, removed with the container)."""
+    argv = ["docker", "run", "--rm", "--user", RUN_AS, "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges", "--network", "none", "--mount", "type=volume,target=/home/sglang/.cache"]
+    for key, value in (env or {}).items():
+        argv += ["--env", f"{key}={value}"]
+    for mount in mounts:
+        argv += ["--mount", mount]
+    if entrypoint is not None:
+        argv += ["--entrypoint", entrypoint]
+    return run([*argv, image, *args], capture=True, check=check, what="docker run")
+
+
+def smoke(*, keep: bool = False) -> SmokeResult:
+    """Build the runtime image with the stand-ins, check it from inside, remove what it made unless ``keep``."""
+    require("docker", "install Docker (the whole-image smoke builds on the Docker Engine with BuildKit)")
+    result = SmokeResult()
+    start = time.monotonic()
+    standins = standinsmod.load()
+    wheels = standin_wheels(standins)
+    header = standinsmod.header_text(standins)
+    result.timings["stand-in wheels"] = time.monotonic() - start
+    t0 = time.monotonic()
+    base, devel = standinsmod.make_images("docker", standins, wheels, header)
+    result.timings["stand-in images"] = time.monotonic() - t0
+    tag = f"{IMAGE_NAME}:{store.run_id()}"
+    print(f"smoke: this run's image: {tag}" + ("" if keep else " (removed at the end; --keep keeps it)"), flush=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="sglang-stack-runtime-smoke-") as tmp:
+            context, lock = prepare_context(Path(tmp), standins, wheels)
+            t0 = time.monotonic()
+            build(context, tag, base, devel)
+            result.timings["build runtime"] = time.monotonic() - t0
+            result.size = store.size("docker", tag)
+            t0 = time.monotonic()
+            check_image(tag, context, lock, standins, result)
+            result.timings["checks"] = time.monotonic() - t0
+    finally:
+        if not keep:
+            store.remove("docker", tag)
+    result.timings["total"] = time.monotonic() - start
+    return result
+
+
+# Not the model or HTTP server modules: they load sgl-kernel's ops, which need the driver's libcuda.so.1, and only the
+# NVIDIA container runtime on a GPU host provides it.
+IMPORTS = """
+import importlib.metadata as m, json, sys
+import torch, torchvision, flashinfer, triton, sglang, sglang.srt.server_args
+import sglang_stack.entrypoints.health, sglang_stack.entrypoints.serve
+print(json.dumps({n: m.version(n) for n in ("torch", "torchvision", "sgl-kernel", "flashinfer-python", "triton", "sglang")}))
+"""
+
+# A server that answers /health with 200 on the port the probe defaults to, then compose's own
+# healthcheck command, before and after the server starts: the probe must fail, then pass.
+PROBE = """
+import http.server, json, subprocess, sys, threading
+test = json.loads(sys.argv[1])
+before = subprocess.run(test, capture_output=True, text=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 30000), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+after = subprocess.run(test, capture_output=True, text=True)
+print(json.dumps({"before": before.returncode, "before_out": (before.stdout + before.stderr).strip()[-300:],
+                  "after": after.returncode, "after_out": (after.stdout + after.stderr).strip()[-300:]}))
+"""
+
+
+def compose_healthcheck(service: str = "baseline") -> list[str]:
+    """The healthcheck command compose gives ``service`` (resolved as `invoke up` resolves it), without its CMD marker."""
+    from sglang_stack.services import compose
+
+    test = compose.service(service).healthcheck["test"]
+    return test[1:] if test[0] in ("CMD", "CMD-SHELL") else test
+
+
+def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, result: SmokeResult) -> None:
+    """Every check from inside the built image, and of it, as a user's host would make them."""
+    from sglang_stack.image import size as sizemod
+    from sglang_stack.image import verify as verify_image
+
+    proc = docker_run(tag, "-c", IMPORTS, entrypoint="python3")
+    versions = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else {}
+    want = {"torch": next(w.version for w in standins.wheels if w.name == "torch"), "sglang": lock.sglang.version}
+    wrong = {k: versions.get(k) for k, v in want.items() if versions.get(k) != v}
+    result.record("torch, torchvision, flashinfer, triton and the patched sglang import as uid 10001",
+                  proc.returncode == 0 and not wrong,
+                  json.dumps(versions) if proc.returncode == 0 and not wrong else (proc.stderr.strip()[-300:] or json.dumps(wrong)))
+
+    proc = docker_run(tag)  # the image's own ENTRYPOINT and CMD (--help), as `docker compose run` would start it
+    out = proc.stdout + proc.stderr
+    result.record("the entrypoint runs sglang.launch_server --help", proc.returncode == 0 and "--speculative-algorithm" in out,
+                  "usage and --speculative-algorithm printed" if proc.returncode == 0 else out.strip()[-300:])
+
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-key-") as tmp:
+        key = Path(tmp) / "key"
+        secret = f"sk-smoke-{store.run_id()}"
+        key.write_text(secret + "\n")
+        key.chmod(0o644)
+        proc = docker_run(tag, mounts=(f"type=bind,source={key},target=/run/secrets/sglang_api_key,readonly",))
+        out = proc.stdout + proc.stderr
+        result.record("the entrypoint hands the secret file's key to SGLang and never prints it",
+                      proc.returncode == 0 and "--api-key (from the secret file)" in out and secret not in out,
+                      "serve: ... --api-key (from the secret file)" if proc.returncode == 0 else out.strip()[-300:])
+
+    test = compose_healthcheck()
+    proc = docker_run(tag, "-c", PROBE, json.dumps(test), entrypoint="python3")
+    probe = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else {}
+    ok = probe.get("before") not in (None, 0) and probe.get("after") == 0 and "Traceback" not in probe.get("before_out", "")
+    result.record("compose's healthcheck fails with one line while nothing answers, passes once /health answers",
+                  ok, f"{' '.join(test)}: exit {probe.get('before')} ({probe.get('before_out', '')!r}), then {probe.get('after')}"
+                  if probe else proc.stderr.strip()[-300:])
+
+    proc = docker_run(tag, "-m", "sglang_stack.image.steps.slim", "--check", "--site", SITE, "--declarations",
+                      "/opt/sglang-stack/slim.toml", entrypoint="python3")
+    result.record("nothing docker/slim.toml removes is in the image", proc.returncode == 0,
+                  (proc.stdout.strip() or proc.stderr.strip())[-300:])
+
+    report = verify_image.verify("docker", tag, root=context)
+    for line in report.lines():
+        print(f"smoke: verify: {line}", flush=True)
+    result.record("invoke verify passes against the stand-in lock", report.ok, f"{len(report.checks) - report.failed}/{len(report.checks)} checks")
+
+    layers = sizemod.budget(lock, "runtime", aot=False, apt=False)
+    lines, off = sizemod.compare(layers, sizemod.built_layers("docker", tag), 0.15)
+    for line in lines:
+        print(f"smoke: size: {line}", flush=True)
+    result.record("every layer within 15% of invoke size's budget", off == 0, sizemod.total_line(layers, "runtime"))
+
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-sbom-") as tmp:
+        path = verify_image.export_sbom("docker", tag, "smoke", Path(tmp))
+        sbom = json.loads(path.read_text()) if path else {}
+    components = sbom.get("components", [])
+    names = {(c.get("name"), c.get("version")) for c in components}
+    files = {c.get("name") for c in components if c.get("type") == "file"}
+    missing = [f"{n} {v}" for n, v in [("torch", want["torch"]), ("sglang", lock.sglang.version)] if (n, v) not in names]
+    stub = next((f for f in files if f.endswith("/lib/stubs/libcuda.so")), None)
+    patches = sorted(f for f in files if f.startswith("patches/"))
+    ok = bool(components) and not missing and stub is not None and len(patches) == len(lock_series(context))
+    result.record("the SBOM lists torch, sglang, every patch and the link stub", ok,
+                  f"{len(components)} components, {len(patches)} patches, stub {stub}" if ok else f"missing {missing or 'stub/patches'}")
+
+
+def lock_series(context: Path) -> list:
+    from sglang_stack.patching.patches import read_series
+
+    return read_series(context / "patches")

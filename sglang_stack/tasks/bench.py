@@ -1,0 +1,170 @@
+"""The tasks `invoke bench` and `invoke bench-compare`, collected into tasks.py's namespace.
+
+Each is a thin wrapper: the measurement lives in ``measure`` and ``sweep``. Defaults come
+from ``stack.bench`` in tasks.py's ``ns.configure``.
+"""
+
+from __future__ import annotations
+
+from invoke import task
+
+from sglang_stack.tasks.boundary import user_errors
+
+@task(
+    auto_shortflags=False,
+    iterable=["endpoint"],
+    help={
+        "endpoint": "NAME=URL of a running SGLang server; repeat for several "
+        "(default: the compose services baseline and eagle3, those that answer)",
+        "levels": "comma-separated concurrency levels (default: stack.bench.levels, 1,4,16)",
+        "repeats": "measured rounds per endpoint and level (default: stack.bench.repeats, 3)",
+        "warmup": "unmeasured requests per endpoint first (default: stack.bench.warmup, 2)",
+        "prompts": "prompt set: our JSON Lines, or a local ShareGPT-format JSON file (default: the packaged set, "
+        "sglang_stack/bench/prompts/v2.jsonl)",
+        "dataset": "prompts (--prompts, the default) or random (--random-input-len, --random-output-len, --num-requests)",
+        "random_input_len": "random dataset: input tokens per prompt (default 512)",
+        "random_output_len": "random dataset: output tokens per prompt (default 256)",
+        "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",
+        "num_requests": "requests per round (default: closed loop, the prompts cycled to 3 per worker; open loop, "
+        "about 30 s of arrivals); the random dataset's size",
+        "seed": "seed of the random dataset, the ShareGPT subset and the arrivals (default 0)",
+        "api": "native (SGLang's /generate: exact token counts and acceptance), chat (/v1/chat/completions) or "
+        "completions (/v1/completions) of any OpenAI-compatible server (default: native)",
+        "no_stream": "one answer per request instead of a stream: latency only, no TTFT or ITL (default: streamed)",
+        "model": "the OpenAI model field (default: the first of the server's /v1/models)",
+        "request_rate": "open loop: requests per second, sent at gamma-distributed times whatever the server's speed "
+        "(default: closed loop at --levels)",
+        "burstiness": "open loop: the gamma shape; 1 is Poisson, below 1 burstier (default 1)",
+        "max_concurrency": "open loop: at most this many in flight (default: no cap)",
+        "percentiles": "comma-separated percentiles to report (default 50,90,95,99)",
+        "slo": "goodput objectives in ms, e.g. ttft:500,tpot:50,e2e:20000 (open loop; default: none)",
+        "out": "results directory (default: stack.bench.results/<UTC timestamp>, i.e. bench-results/...)",
+        "timeout": "seconds a request may stay silent before it fails (default: stack.bench.timeout, 600)",
+        "ignore_eos": "generate max_new_tokens even past end-of-sequence (default: off)",
+        "prompt_template": "wrap each prompt, e.g. a chat template; must contain {prompt} (default: none, raw text)",
+        "no_flush": "keep SGLang's prefix cache between rounds (default: flushed before each round)",
+        "reference": "endpoint the others are divided by (default: baseline, else the first)",
+        "sweep": "restart eagle3 once per speculative setting and report the best (default: off)",
+        "sweep_steps": "--speculative-num-steps values (default: stack.bench.sweep_steps, 1,2,3,4)",
+        "sweep_topk": "--speculative-eagle-topk values (default: stack.bench.sweep_topk, 1)",
+        "sweep_draft_tokens": "--speculative-num-draft-tokens values for topk > 1; with topk 1 SGLang "
+        "uses steps + 1 (default: stack.bench.sweep_draft_tokens, none)",
+        "sweep_level": "concurrency level the sweep ranks by (default: the lowest of --levels)",
+        "ready_timeout": "seconds to wait for eagle3 after each restart (default: stack.bench.ready_timeout, 1800)",
+    },
+)
+@user_errors
+def bench(
+    c,
+    endpoint=None,
+    levels=None,
+    repeats=None,
+    warmup=None,
+    prompts=None,
+    out=None,
+    timeout=None,
+    ignore_eos=False,
+    prompt_template=None,
+    no_flush=False,
+    reference=None,
+    sweep=False,
+    sweep_steps=None,
+    sweep_topk=None,
+    sweep_draft_tokens=None,
+    sweep_level=None,
+    ready_timeout=None,
+    dataset=None,
+    random_input_len=None,
+    random_output_len=None,
+    random_range_ratio=None,
+    num_requests=None,
+    seed=None,
+    api="native",
+    no_stream=False,
+    model=None,
+    request_rate=None,
+    burstiness=None,
+    max_concurrency=None,
+    percentiles=None,
+    slo=None,
+):
+    """Measure decode tok/s, TTFT, TPOT, ITL, latency and acceptance of running SGLang servers.
+
+    Closed loop by default: at each --levels concurrency, that many requests in flight for
+    the measured window (the prompt set cycled). --request-rate sends open-loop arrivals
+    instead. Through SGLang's streaming /generate (every acceptance figure it sends), or
+    --api chat/completions of any OpenAI-compatible server. Interleaves the endpoints'
+    rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
+    eagle3 per speculative setting. See docs/bench.md.
+    """
+    from sglang_stack.bench import measure as bench_mod, sweep as sweep_mod
+
+    cfg = c.config.stack.bench
+    common = dict(
+        levels=levels or cfg.levels,
+        repeats=repeats or cfg.repeats,
+        warmup=cfg.warmup if warmup is None else warmup,
+        prompts=prompts,
+        out=_results_dir(cfg.results) if out is None else out,
+        timeout=timeout or cfg.timeout,
+        ignore_eos=ignore_eos,
+        prompt_template=prompt_template,
+        flush=not no_flush,
+        dataset=dataset,
+        random_input_len=512 if random_input_len is None else random_input_len,
+        random_output_len=256 if random_output_len is None else random_output_len,
+        random_range_ratio=0.0 if random_range_ratio is None else random_range_ratio,
+        num_requests=num_requests,
+        seed=0 if seed is None else seed,
+        api=api,
+        stream=not no_stream,
+        model=model,
+        request_rate=request_rate,
+        burstiness=1.0 if burstiness is None else burstiness,
+        max_concurrency=max_concurrency,
+        percentiles=percentiles,
+        slo=slo,
+    )
+    if sweep:
+        sweep_mod.run(
+            endpoints=endpoint or (),
+            steps=sweep_steps or cfg.sweep_steps,
+            topk=sweep_topk or cfg.sweep_topk,
+            draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
+            level=sweep_level,
+            ready_timeout=ready_timeout or cfg.ready_timeout,
+            engine=c.config.stack.engine,
+            **common,
+        )
+    else:
+        bench_mod.run(endpoints=endpoint or (), reference=reference, engine=c.config.stack.engine, **common)
+
+
+@task(
+    name="bench-compare",
+    auto_shortflags=False,
+    iterable=["results"],
+    help={
+        "results": "a results directory from invoke bench; repeat (at least two)",
+        "out": "where the combined results go (default: stack.bench.results/<UTC timestamp>)",
+        "reference": "endpoint the others are divided by (default: baseline, else the first)",
+    },
+)
+@user_errors
+def bench_compare(c, results=None, out=None, reference=None):
+    """Combine runs made one service at a time (one box) into one table, plot and ratio.
+
+    Both services want every GPU, so on one box run `invoke bench` with baseline up,
+    then with eagle3 up, and combine the two results directories here.
+    """
+    from sglang_stack.bench import measure as bench_mod
+
+    bench_mod.compare(results or [], out=_results_dir(c.config.stack.bench.results) if out is None else out, reference=reference)
+
+
+def _results_dir(root):
+    """``root/<UTC timestamp>``; a relative ``root`` is taken from the repository root."""
+    from sglang_stack import ROOT
+    from sglang_stack.bench import measure as bench_mod
+
+    return ROOT / root / bench_mod.timestamp()

@@ -1,0 +1,247 @@
+"""The model and what SGLang makes of it: `invoke models-lock`, `models-verify` and `model-revision` (the weights,
+pinned by commit), `invoke acceptance` (EAGLE-3's accept length on this host) and `invoke settings` (what SGLang
+decides at our settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import Exit, task
+
+from sglang_stack import ROOT
+from sglang_stack.tasks.boundary import user_errors
+from sglang_stack.errors import UserError
+
+
+def _pinned(role: str):
+    """models.lock's entry for ``role``, which must carry a commit."""
+    from sglang_stack.services import models
+
+    if role not in models.ROLES:
+        raise UserError(f"--role {role!r}: choose one of {', '.join(models.ROLES)}")
+    pins = models.load()
+    if role not in pins:
+        raise UserError(f"{models.MODELS_LOCK.name}: no [[model]] with role {role!r}")
+    if not pins[role].pinned:
+        raise UserError(f"{models.MODELS_LOCK.name}: {pins[role].repo} is not pinned yet: run `invoke models-lock` "
+                        "where the Hub is reachable")
+    return pins[role]
+
+
+@task(help={
+    "token-file": "file holding a Hugging Face token, for gated repositories (default: $HF_TOKEN, if set)",
+    "accept-baseline": "instead of the Hub: record the drafter's expected accept length from this file, an "
+    "`invoke acceptance --out` report or an `invoke bench` bench.json you accept (offline; default: none)",
+    "accept-tolerance": "with --accept-baseline: how far below it still passes (default: 0.15 for an acceptance "
+    "report, 0.3 for a bench.json)",
+})
+@user_errors
+def models_lock(c, token_file=None, accept_baseline=None, accept_tolerance=None):
+    """Pin each model repository of models.lock by commit, with every file's size and hash (network: the Hub).
+
+    Resolves each [[model]]'s `track` (a branch or tag, `main` by default) to the commit
+    it names now, and records the files as the Hub lists them: the LFS sha256 of each weight
+    file, the git blob id of each small one. Writes models.lock atomically; commit it.
+    With --accept-baseline, records instead what `invoke acceptance` expects of the drafter.
+    """
+    import os
+
+    from sglang_stack.errors import read_text
+    from sglang_stack.services import acceptance, models
+
+    if accept_baseline:
+        if token_file:
+            raise UserError("--accept-baseline records an expectation offline: it takes no --token-file")
+        tolerance = None
+        if accept_tolerance is not None:
+            try:
+                tolerance = float(str(accept_tolerance).strip())
+            except ValueError:
+                raise UserError(f"--accept-tolerance {accept_tolerance!r}: not a number") from None
+        print(models.record_acceptance(acceptance.baseline_from(Path(accept_baseline), tolerance)))
+        print(f"wrote {models.MODELS_LOCK.name}")
+        return
+    if accept_tolerance is not None:
+        raise UserError("--accept-tolerance goes with --accept-baseline")
+    token = read_text(Path(token_file)).strip() if token_file else os.environ.get("HF_TOKEN") or None
+    for line in models.lock_models(token=token):
+        print(line)
+    print(f"wrote {models.MODELS_LOCK.name}")
+
+
+@task(
+    help={
+        "role": "target or drafter (default: target)",
+        "dir": "the downloaded directory (default: MODEL_DIR, or DRAFT_MODEL_DIR for the drafter, from .env)",
+        "workers": "files hashed at once (default: the CPU count, at most 8)",
+    }
+)
+@user_errors
+def models_verify(c, role="target", dir=None, workers=None):
+    """Hash a downloaded model directory against models.lock, in parallel, and name every file that differs.
+
+    Offline. Reads every byte (about 600 GB for Kimi-K2.5: minutes on NVMe); `invoke doctor`
+    checks names and sizes in seconds instead.
+    """
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    from sglang_stack.flags import parse_count
+    from sglang_stack.services import compose, models
+
+    count = parse_count("--workers", workers, 1) if workers is not None else None
+    model = _pinned(role)
+    if dir:
+        directory = Path(dir)
+    else:
+        svc = compose.service("eagle3")
+        directory = svc.model_dir if role == "target" else svc.draft_dir
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such directory (pass --dir)")
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), transient=True) as progress:
+        job = progress.add_task(f"hashing {directory}", total=model.size)
+        problems = models.verify_dir(directory, model, count, lambda done, total, name: progress.update(job, completed=done))
+    for line in problems:
+        print(f"FAIL {line}")
+    if problems:
+        raise Exit(f"error: {directory}: {len(problems)} of {len(model.files)} files differ from {model.repo}@{model.revision}", code=1)
+    print(f"ok   {directory}: all {len(model.files)} files ({model.size / 1e9:.2f} GB) match {model.repo}@{model.revision}")
+
+
+@task(help={"role": "target or drafter, also positionally (default: target)"})
+@user_errors
+def model_revision(c, role="target"):
+    """Print the commit models.lock pins for ROLE, for `hf download REPO --revision "$(invoke model-revision ROLE)"`.
+
+    Prints nothing but the commit, and exits non-zero with the reason on stderr when there
+    is none: under `set -e` (or with `|| exit`) the download stops instead of fetching main."""
+    print(_pinned(role).revision)
+
+
+@task(
+    help={
+        "service": "the EAGLE-3 service: eagle3 (required; its URL comes from compose.yaml and .env)",
+        "url": "probe this server instead, e.g. a replica on another box (default: the service's published address)",
+        "accept-min": "fail below this accept length; 0 turns the check off (default: the drafter's expectation in "
+        "models.lock, else 1.2)",
+        "out": "also write the measurement as JSON here, for `invoke models-lock --accept-baseline` (default: none)",
+        "timeout": "seconds per request (default: 300)",
+    }
+)
+@user_errors
+def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
+    """EAGLE-3 acceptance on this host: accept length and per-position acceptance from SGLang's own meta_info.
+
+    Sends a short fixed probe (six prompts of the shipped set, greedy, 256 tokens each) to
+    the running server's /generate and pools SGLang's meta_info: completion tokens over verify
+    passes, and spec_accept_histogram per draft position. Compares the accept length with the
+    drafter's expectation in models.lock (at the same speculative settings), else with a floor
+    of 1.2. Every silent EAGLE-3 loss upstream showed only as a lower accept length. Exit 1 with
+    one line below the threshold; a server that reports no speculative figures is an error.
+    """
+    from pathlib import Path
+
+    from sglang_stack.flags import parse_seconds
+    from sglang_stack.services import acceptance as acceptmod
+    from sglang_stack.services import compose, models
+
+    if service != "eagle3":
+        raise UserError(f"{service!r}: only eagle3 speculates; `invoke acceptance eagle3`")
+    env = compose.environment()
+    threshold = None
+    if accept_min is not None:
+        try:
+            threshold = float(str(accept_min).strip())
+        except ValueError:
+            raise UserError(f"--accept-min {accept_min!r}: not a number (tokens per verify pass, e.g. 2.5; 0 turns it off)") \
+                from None
+        if not 0 <= threshold <= 64:
+            raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
+    target = url or compose.endpoint(service, env)
+    if out and not Path(out).resolve().parent.is_dir():
+        raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
+    pins = models.load()
+    drafter = pins.get("drafter")
+    expected = acceptmod.Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
+    print(f"acceptance: {len(acceptmod.probe_prompts())} greedy requests of {acceptmod.MAX_NEW_TOKENS} tokens to {target}",
+          flush=True)
+    m = acceptmod.measure(target, compose.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
+    passed, line = acceptmod.verdict(m, expected, threshold)
+    print(f"{service}: {m.line()}")
+    if out:
+        import json
+
+        from sglang_stack.atomic import write as atomic_write
+
+        atomic_write(Path(out), json.dumps(acceptmod.report(m, passed, line), indent=1) + "\n")
+        print(f"wrote {out}")
+    if not passed:
+        raise Exit(f"error: {service}: {line}", code=1)
+    print(f"{service}: {line}")
+
+
+@task(
+    help={
+        "image": "run SGLang in this image (default: the one versions.lock tags, sglang-stack:0.5.9-cu130)",
+        "python": "run SGLang with this interpreter instead of an image: one where sglang 0.5.9 and its "
+        "stack import (default: none)",
+        "engine": "docker or podman, for --image (default: stack.engine)",
+        "model-dir": "a directory holding the target's config.json (default: deploy/models/Kimi-K2.5)",
+        "draft-dir": "a directory holding the drafter's config.json (default: deploy/models/Kimi-K2.5-eagle3)",
+        "profile": "only this host profile: h200x8, rtxpro6000x8 or h200x1 (default: all three)",
+        "write": "write docker/settings.json and docs/settings.md (default: off: print the table)",
+        "check": "exit 1 if SGLang now decides otherwise than docker/settings.json records (default: off)",
+    }
+)
+@user_errors
+def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=None, profile=None, write=False,
+             check=False):
+    """What SGLang decides at our settings, per host: run its own ServerArgs and ports, as compose and k8s start it.
+
+    For 8x H200, 8x RTX PRO 6000 and one GPU, and for each argument list we pass to
+    sglang.launch_server (compose's baseline and eagle3, the Kubernetes render), SGLang 0.5.9's
+    ServerArgs and PortArgs run in the image with the container's environment; only the GPU is
+    stood in for. Prints the attention and sampling backends, the all-reduce fusion, the MoE runner,
+    the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md).
+    The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
+    """
+    from pathlib import Path
+
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.services import derive
+    from sglang_stack.services.settings import PROFILES
+
+    if write and check:
+        raise UserError("--write and --check: choose one")
+    if profile and profile not in PROFILES:
+        raise UserError(f"--profile {profile!r}: choose {', '.join(PROFILES)}")
+    if profile and (write or check):
+        raise UserError("--profile: the table has every profile; --write and --check take them all")
+    if image is not None:
+        from sglang_stack.image import store
+
+        store.reference(image, "--image")
+    result, _ = lockmod.check_all(download=False)
+    if not python:
+        from sglang_stack import engine as enginemod
+
+        image = image or result.tag
+        if (engine or c.stack.engine) == "docker":
+            enginemod.reachable()
+    runner = derive.Runner(image=image if not python else None, engine=engine or c.stack.engine, python=python,
+                           model_dir=Path(model_dir) if model_dir else derive.MODEL_DIR,
+                           draft_dir=Path(draft_dir) if draft_dir else derive.DRAFT_DIR)
+    data = derive.derive(runner, result, (profile,) if profile else tuple(PROFILES))
+    if write:
+        for path in derive.write(data):
+            print(f"wrote {path.relative_to(ROOT)}")
+        return
+    print(derive.markdown(data))
+    if check:
+        changed = derive.differences(derive.load(), data)
+        for line in changed:
+            print(f"changed: {line}")
+        if changed:
+            raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
+                       "values): review them, then run `invoke settings --write`", code=1)
+        print("settings: as docker/settings.json records")
