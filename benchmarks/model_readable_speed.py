@@ -4,7 +4,7 @@
 
 Lays out a directory like a Hugging Face download of Kimi-K2.5 (config, tokenizer, index,
 64 safetensors shards of 9.4 GB each: about 600 GB) as sparse files, so it takes no disk,
-then times ``doctor.unreadable`` over it: a stat per entry, no byte read. Prints each run
+then times ``inputs.unreadable`` over it: a stat per entry, no byte read. Prints each run
 and the median.
 """
 
@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sglang_stack.doctor import checklist as doctor  # noqa: E402
+from sglang_stack.doctor import checks
+from sglang_stack.doctor import inputs
 
 
 def main() -> int:
@@ -41,9 +42,9 @@ def main() -> int:
         times = []
         for _ in range(args.runs):
             start = time.perf_counter()
-            bad, files, _ = doctor.unreadable(root)
+            bad, files, _ = inputs.unreadable(root)
             times.append(time.perf_counter() - start)
-        print(f"{files} files, {total / 1e9:.0f} GB (sparse), {bad} unreadable by uid {doctor.IMAGE_USER_UID}: "
+        print(f"{files} files, {total / 1e9:.0f} GB (sparse), {bad} unreadable by uid {checks.IMAGE_USER_UID}: "
               + ", ".join(f"{t * 1000:.2f} ms" for t in times))
         print(f"median {statistics.median(times) * 1000:.2f} ms")
     return 0

@@ -29,7 +29,6 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import engine  # noqa: E402  (tests/engine.py: the stand-in image, compose projects, the router override)
-from sglang_stack import ROOT  # noqa: E402
 from sglang_stack.image import store  # noqa: E402
 
 FAST_ARGS = "--health-check-interval-secs 1 --health-check-timeout-secs 2 --health-failure-threshold 2"

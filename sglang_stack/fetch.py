@@ -90,16 +90,3 @@ def ca_bundle(explicit_only: bool = False) -> str | None:
             return candidate
     return None
 
-
-def locked_wheel(name: str) -> Path:
-    """The image platform's wheel of ``name`` at its requirements.lock.txt version, fetched and hash-checked."""
-    from sglang_stack.lock import lockfile as lockmod
-    from sglang_stack.lock.pins import read_pins
-    from sglang_stack.image.size import image_tags, locate
-
-    problems: list[str] = []
-    pin = next((p for p in read_pins(lockmod.REQUIREMENTS_PATH, problems) if p.name == name), None)
-    if pin is None:
-        raise UserError(f"{lockmod.REQUIREMENTS_PATH.name}: no pin of {name}")
-    entry = locate("https://pypi.org/simple", name, pin.version, pin.hashes, image_tags("3.12"))
-    return fetch(entry["url"], entry["sha256"])

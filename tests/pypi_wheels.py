@@ -1,4 +1,4 @@
-"""The real PyPI wheels that requirements.lock.txt pins (``sglang_stack.fetch.locked_wheel``), laid out as pip would."""
+"""The real PyPI wheels that requirements.lock.txt pins (``sglang_stack.image.size.locked_wheel``), laid out as pip would."""
 
 from __future__ import annotations
 

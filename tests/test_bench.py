@@ -15,6 +15,7 @@ import pytest
 from sglang_server import Behaviour, ReadingClock, SGLangServer
 from sglang_stack import ROOT
 from sglang_stack.bench import measure as bench, rounds, report
+from sglang_stack.bench import promptset
 from sglang_stack.errors import UserError
 
 # What is served. baseline: one token per step. eagle3: 2, 3, 2, 3 ... tokens per step.
@@ -398,13 +399,13 @@ def test_wrong_api_key_fails_with_the_status(tmp_path):
 
 def test_packaged_prompt_set_is_balanced_across_chat_code_math():
     """v2: one output budget for every prompt, so a percentile never falls between two clusters of lengths."""
-    prompt_set = bench.load_prompts()
+    prompt_set = promptset.load_prompts()
     assert prompt_set.version == 2, f"packaged prompt set version {prompt_set.version}"
     categories = [p.category for p in prompt_set.prompts]
     assert {c: categories.count(c) for c in set(categories)} == {"chat": 6, "code": 6, "math": 6}, categories
     assert {p.max_new_tokens for p in prompt_set.prompts} == {256}, "one budget for all"
     assert len(prompt_set.prompts) >= max(bench.DEFAULT_LEVELS), "fewer prompts than the top concurrency level"
-    v1 = bench.load_prompts(bench.PROMPTS_DIR / "v1.jsonl")
+    v1 = promptset.load_prompts(promptset.PROMPTS_DIR / "v1.jsonl")
     assert v1.version == 1 and [p.prompt for p in v1.prompts] == [p.prompt for p in prompt_set.prompts], \
         "v1 stays for comparing with earlier results; v2 asks the same questions"
 
@@ -429,7 +430,7 @@ def test_bad_prompt_file_is_a_one_line_error(tmp_path, content, message):
     path = tmp_path / "p.jsonl"
     path.write_text(content)
     with pytest.raises(UserError, match=message) as caught:
-        bench.load_prompts(path)
+        promptset.load_prompts(path)
     assert str(path) in str(caught.value), f"error does not name the file: {caught.value}"
 
 
@@ -438,15 +439,15 @@ def test_mixed_versions_and_duplicate_ids_are_errors(tmp_path):
     path.write_text(path.read_text() + write_prompts(tmp_path / "b.jsonl", count=1, version=2).read_text()
                     .replace('"p0"', '"p9"'))
     with pytest.raises(UserError, match=r"mixed prompt-set versions \[1, 2\]"):
-        bench.load_prompts(path)
+        promptset.load_prompts(path)
     path.write_text(write_prompts(tmp_path / "c.jsonl", count=1).read_text() * 2)
     with pytest.raises(UserError, match=r":2: duplicate id 'p0'"):
-        bench.load_prompts(path)
+        promptset.load_prompts(path)
 
 
 def test_missing_prompt_file_is_an_error(tmp_path):
     with pytest.raises(UserError, match=r"nope.jsonl: not found \(pass --prompts"):
-        bench.load_prompts(tmp_path / "nope.jsonl")
+        promptset.load_prompts(tmp_path / "nope.jsonl")
 
 
 # --- options -------------------------------------------------------------------
@@ -471,7 +472,7 @@ def test_counts_and_seconds_reject_bad_values():
 def test_prompt_template_wraps_each_prompt(tmp_path):
     with pytest.raises(UserError, match=r"must contain \{prompt\}"):
         bench.check_template("<user>no placeholder")
-    prompt = bench.Prompt("a", "chat", "short", 4, "hello")
+    prompt = promptset.Prompt("a", "chat", "short", 4, "hello")
     body = bench.Target().body(prompt, ignore_eos=True, template="<u>{prompt}</u><a>")
     assert body["text"] == "<u>hello</u><a>", f"template not applied: {body['text']!r}"
     assert body["sampling_params"]["ignore_eos"] is True, "ignore_eos not passed on"

@@ -19,6 +19,7 @@ import pytest
 from sglang_server import Behaviour, ReadingClock, SGLangServer
 from sglang_stack import ROOT
 from sglang_stack.bench import measure as bench, report, rounds, stats
+from sglang_stack.bench import promptset
 from sglang_stack.bench.display import Progress
 from sglang_stack.errors import UserError
 from test_bench import write_prompts
@@ -240,10 +241,10 @@ def test_sharegpt_file_and_random_lengths(tmp_path):
         {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn"}]},
         {"id": "c", "conversations": [{"from": "human", "value": "Explain NCCL."}]},
     ]))
-    prompt_set = bench.load_prompts(share)
+    prompt_set = promptset.load_prompts(share)
     assert prompt_set.kind == "sharegpt" and [p.prompt for p in prompt_set.prompts] == ["What is RDMA?", "Explain NCCL."]
-    random_set = bench.random_prompts(5, 100, 20, range_ratio=0.5, seed=1)
-    assert [len(p.input_ids) for p in random_set.prompts] == [len(p.input_ids) for p in bench.random_prompts(5, 100, 20, 0.5, 1).prompts]
+    random_set = promptset.random_prompts(5, 100, 20, range_ratio=0.5, seed=1)
+    assert [len(p.input_ids) for p in random_set.prompts] == [len(p.input_ids) for p in promptset.random_prompts(5, 100, 20, 0.5, 1).prompts]
     assert all(50 <= len(p.input_ids) <= 150 and 10 <= p.max_new_tokens <= 30 for p in random_set.prompts)
     with SGLangServer(FAST) as server:
         doc, _ = run(server.url, tmp_path, levels="1", dataset="random", num_requests=3, random_input_len=7,

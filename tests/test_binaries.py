@@ -20,7 +20,7 @@ import pytest
 from conftest import need
 from pypi_wheels import unpack
 
-from sglang_stack.fetch import locked_wheel
+from sglang_stack.image.size import locked_wheel
 from sglang_stack import ROOT
 
 TORCH_SONAMES = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so")

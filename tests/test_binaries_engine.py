@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stack.fetch import locked_wheel
+from sglang_stack.image.size import locked_wheel
 from sglang_stack import ROOT
 from sglang_stack.image import store
 from test_binaries import NO_EXCEPTIONS, TORCH_SONAMES

@@ -137,7 +137,7 @@ def tiny_fs(tmp_path):
 
 def test_a_nearly_full_disk_is_refused_before_the_work(tiny_fs):
     (tiny_fs / "filler").write_bytes(b"\0" * 12 * 1024)
-    line = one_line(invoke("k8s", "--out", str(tiny_fs / "k8s")), "KiB free there", str(tiny_fs))
+    one_line(invoke("k8s", "--out", str(tiny_fs / "k8s")), "KiB free there", str(tiny_fs))
     assert not (tiny_fs / "k8s").exists() or not any((tiny_fs / "k8s").iterdir()), "nothing written"
 
 

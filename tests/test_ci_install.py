@@ -44,7 +44,7 @@ def without(status: str, names: set[str]) -> str:
         provided = {field(s, "Package") for s in kept}
         provided |= {p.split()[0] for s in kept for p in field(s, "Provides").split(",") if p.strip()}
 
-        def satisfied(stanza: str) -> bool:
+        def satisfied(stanza: str, provided: set = provided) -> bool:
             for clause in (field(stanza, "Depends") + "," + field(stanza, "Pre-Depends")).split(","):
                 options = [alt.split()[0].split(":")[0] for alt in clause.split("|") if alt.strip()]
                 if options and not any(o in provided for o in options):

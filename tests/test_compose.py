@@ -21,6 +21,7 @@ import pytest
 
 from sglang_stack import ROOT
 from sglang_stack.services import compose, variables
+from sglang_stack.services import progress
 from sglang_stack.entrypoints import health
 from sglang_stack.errors import UserError
 
@@ -549,13 +550,13 @@ ROW_HEALTHY = {
 def test_parse_ps_both_formats():
     other = {**ROW_HEALTHY, "Service": "baseline", "State": "exited", "Health": "", "ExitCode": 137}
     lines = json.dumps(ROW_HEALTHY) + "\n" + json.dumps(other) + "\n"
-    assert compose.parse_ps(lines) == [ROW_HEALTHY, other], "one JSON object per line (Compose >= 2.21)"
-    assert compose.parse_ps(json.dumps([ROW_HEALTHY, other])) == [ROW_HEALTHY, other], "a JSON array (older Compose)"
-    assert compose.parse_ps("") == [], "no containers"
+    assert progress.parse_ps(lines) == [ROW_HEALTHY, other], "one JSON object per line (Compose >= 2.21)"
+    assert progress.parse_ps(json.dumps([ROW_HEALTHY, other])) == [ROW_HEALTHY, other], "a JSON array (older Compose)"
+    assert progress.parse_ps("") == [], "no containers"
     with pytest.raises(UserError, match="line 2 is not JSON"):
-        compose.parse_ps(json.dumps(ROW_HEALTHY) + "\nWARN something\n")
-    assert "exited (137)" in compose.describe(other), compose.describe(other)
-    line = compose.describe(ROW_HEALTHY)
+        progress.parse_ps(json.dumps(ROW_HEALTHY) + "\nWARN something\n")
+    assert "exited (137)" in progress.describe(other), progress.describe(other)
+    line = progress.describe(ROW_HEALTHY)
     assert "running (healthy)" in line and "127.0.0.1:30001->30000" in line, line
 
 
@@ -607,7 +608,7 @@ def test_compose_files_follow_compose_file_and_the_override(tmp_path, monkeypatc
     ],
 )
 def test_latest_state_of_a_log(log, latest):
-    assert compose.latest_state(log) == latest, f"{log!r}"
+    assert progress.latest_state(log) == latest, f"{log!r}"
 
 
 def test_logs_refuses_an_unknown_service():

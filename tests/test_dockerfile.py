@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import re
 import subprocess
-from pathlib import Path
 
 import dockerfile
 import pytest

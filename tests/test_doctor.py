@@ -21,7 +21,10 @@ from sglang_stack.errors import UserError
 from sglang_stack import ROOT
 from sglang_stack.services import compose, variables
 from sglang_stack.doctor import checklist as doctor
-from sglang_stack.doctor.checklist import FAIL, NOTE, OK, SKIP, WARN, Facts, Gpu
+from sglang_stack.doctor import inputs
+from sglang_stack.doctor import host
+from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN
+from sglang_stack.doctor.host import Facts, Gpu
 
 import fake_cli
 
@@ -66,8 +69,8 @@ def facts_for(query: str, smi: str, **overrides) -> Facts:
         docker_info=dict(fake_cli.NVIDIA_INFO),
         compose_version="2.40.3",
         ps_rows=[],
-        gpus=doctor.parse_query_csv(query),
-        cuda_version=doctor.parse_cuda_version(smi),
+        gpus=host.parse_query_csv(query),
+        cuda_version=host.parse_cuda_version(smi),
         shm_bytes=128 << 30,
         memlock=(resource.RLIM_INFINITY, resource.RLIM_INFINITY),
         disk_path="/var/lib/docker",
@@ -83,32 +86,32 @@ def facts_for(query: str, smi: str, **overrides) -> Facts:
 
 
 def test_parse_h200_recording():
-    gpus = doctor.parse_query_csv(H200_QUERY)
+    gpus = host.parse_query_csv(H200_QUERY)
     assert gpus == [Gpu(0, "NVIDIA H200", "9.0", "580.159.04", 143771)], f"parsed {gpus}"
     assert gpus[0].sm == 90, f"compute capability 9.0 is SM90, got {gpus[0].sm}"
-    assert doctor.parse_cuda_version(H200_SMI) == "13.0", "CUDA version from the nvidia-smi banner"
-    assert doctor.parse_cuda_version(H200_XML) == "13.0", "CUDA version from nvidia-smi -q -x"
+    assert host.parse_cuda_version(H200_SMI) == "13.0", "CUDA version from the nvidia-smi banner"
+    assert host.parse_cuda_version(H200_XML) == "13.0", "CUDA version from nvidia-smi -q -x"
 
 
 def test_parse_h200_csv_with_header_and_units():
     """The recording's --format=csv block (header, MiB units, an extra pci.bus_id column)."""
     lines = H200_SMI.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("index, name"))
-    gpus = doctor.parse_query_csv("\n".join(lines[start : start + 2]))
+    gpus = host.parse_query_csv("\n".join(lines[start : start + 2]))
     assert gpus == [Gpu(0, "NVIDIA H200", "9.0", "580.159.04", 143771)], f"parsed {gpus}"
 
 
 def test_parse_rtx_pro_6000_fixture():
-    gpus = doctor.parse_query_csv(RTX_QUERY)
+    gpus = host.parse_query_csv(RTX_QUERY)
     assert [g.index for g in gpus] == list(range(8)), f"eight GPUs expected: {gpus}"
     assert {g.sm for g in gpus} == {120}, f"RTX PRO 6000 Blackwell is SM120: {gpus}"
     assert {g.memory_mib for g in gpus} == {97887}, f"memory per card: {gpus}"
-    assert doctor.parse_cuda_version(RTX_SMI) == "13.0", "CUDA version from the banner"
+    assert host.parse_cuda_version(RTX_SMI) == "13.0", "CUDA version from the banner"
 
 
 def test_parse_garbage_is_one_line_error():
     with pytest.raises(doctor.UserError, match="unexpected line .NVIDIA-SMI has failed"):
-        doctor.parse_query_csv("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
+        host.parse_query_csv("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
 
 
 # --- GPU checks on the fixtures ----------------------------------------------------------------
@@ -288,10 +291,10 @@ def test_shm_memlock_disk():
 def test_model_and_drafter(tmp_path):
     target = make_model(tmp_path / "k25", TARGET_ARCH, shards=3)
     draft = make_model(tmp_path / "draft", DRAFT_ARCH, shards=1)
-    model, drafter = doctor.check_models(svc_of(MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
+    model, drafter = inputs.check_models(svc_of(MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
     assert model.status == OK and TARGET_ARCH in model.detail and "3 of 3 shards" in model.detail, model.line()
     assert drafter.status == OK and DRAFT_ARCH in drafter.detail, drafter.line()
-    skipped = doctor.check_models(svc_of("baseline", MODEL_DIR=str(target)))[1]
+    skipped = inputs.check_models(svc_of("baseline", MODEL_DIR=str(target)))[1]
     assert skipped.status == SKIP, f"baseline needs no drafter: {skipped.line()}"
 
 
@@ -334,7 +337,7 @@ def test_model_dir_problems(tmp_path, setup, status, text):
         for path in (target, *target.iterdir()):
             os.chown(path, 10001, 10001) if os.geteuid() == 0 else pytest.skip("chown needs root")
             path.chmod(0o700 if path.is_dir() else 0o600)  # private, but the image's user owns it
-    model = doctor.check_models(svc_of("baseline", MODEL_DIR=str(target)))[0]
+    model = inputs.check_models(svc_of("baseline", MODEL_DIR=str(target)))[0]
     text = text.format(target=target)
     assert model.status == status and text in model.detail, f"{setup}: {model.line()}"
     if status == FAIL:
@@ -346,7 +349,7 @@ def test_model_dir_problems(tmp_path, setup, status, text):
 def test_drafter_that_is_not_eagle3_warns(tmp_path):
     target = make_model(tmp_path / "k25", TARGET_ARCH)
     wrong = make_model(tmp_path / "wrong", "DeepseekV3ForCausalLM")
-    drafter = doctor.check_models(svc_of(MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(wrong)))[1]
+    drafter = inputs.check_models(svc_of(MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(wrong)))[1]
     assert drafter.status == WARN and "EAGLE-3" in drafter.detail, drafter.line()
 
 
@@ -532,7 +535,7 @@ def test_the_key_file_is_read_as_the_server_reads_it(tmp_path, content, values, 
     key = tmp_path / "sglang_api_key"
     if content is not None:
         key.write_text(content)
-    check = doctor.check_api_key(svc_of("eagle3", **{"SGLANG_API_KEY_FILE": str(key), **values}))
+    check = inputs.check_api_key(svc_of("eagle3", **{"SGLANG_API_KEY_FILE": str(key), **values}))
     assert check.status == status and text in check.detail, check.line()
     if status != OK:
         assert check.fix, check.line()
@@ -545,7 +548,7 @@ def test_a_key_file_the_container_user_cannot_read_fails(tmp_path):
     key = tmp_path / "sglang_api_key"
     key.write_text("k-123\n")
     key.chmod(0o600)
-    check = doctor.check_api_key(svc_of("eagle3", SGLANG_API_KEY_FILE=str(key)))
+    check = inputs.check_api_key(svc_of("eagle3", SGLANG_API_KEY_FILE=str(key)))
     assert check.status == FAIL and "mode 600" in check.detail and "uid 10001" in check.detail, check.line()
     assert check.fix.startswith("chmod 644"), check.fix
 

@@ -9,7 +9,6 @@ tasks are the shipped ones.
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.request
 

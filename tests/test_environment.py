@@ -87,7 +87,7 @@ def test_the_sglang_stage_step_passes_in_the_image_layout(sglang_patched, tmp_pa
     """The sglang stage's audit step as written in docker/Dockerfile, standard library only (python -S)."""
     opt = image_layout.install(tmp_path / "opt" / "sglang-stack")
     shutil.copy(envset.DECLARATIONS, opt / "environment.toml")
-    line, checked = next((l, c) for l, c in audit_steps(DOCKERFILE.read_text()) if "--root /opt/sglang " in l)
+    line, checked = next((step, c) for step, c in audit_steps(DOCKERFILE.read_text()) if "--root /opt/sglang " in step)
     result = subprocess.run([sys.executable, "-S", "-m", "sglang_stack.image.steps.envaudit", "--declarations",
                              str(opt / "environment.toml"), "--root", str(sglang_patched), *envset.audit_args(checked)],
                             capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(opt)}, cwd=tmp_path)
@@ -99,7 +99,7 @@ def test_the_sglang_stage_step_passes_in_the_image_layout(sglang_patched, tmp_pa
 def test_a_planted_sglang_port_fails_and_names_sglangs_reader(sglang_patched, shipped):
     result = run_audit(sglang_patched, *envset.audit_args(shipped), "SGLANG_PORT=compose")
     assert result.returncode == 1, f"an undeclared variable SGLang reads must fail the build:\n{result.stdout}{result.stderr}"
-    line = next((l for l in result.stderr.splitlines() if "SGLANG_PORT" in l), "")
+    line = next((line_ for line_ in result.stderr.splitlines() if "SGLANG_PORT" in line_), "")
     assert "sglang/srt/utils/common.py:" in line and "not declared" in line, f"the error must name the reader: {line!r}"
     assert "Traceback" not in result.stderr, result.stderr
 

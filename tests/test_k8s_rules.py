@@ -13,7 +13,10 @@ import pytest
 
 from sglang_stack.errors import UserError
 from sglang_stack.services import k8s
-from test_k8s import MULTINODE, documents, kind, lock, server_pod  # noqa: F401 (lock is a fixture)
+import test_k8s
+from test_k8s import MULTINODE, documents, kind, server_pod
+
+lock = test_k8s.lock  # the fixture, shared with test_k8s
 
 
 def qos_class(pod: dict) -> str:

@@ -15,6 +15,7 @@ import image_layout
 
 from sglang_stack import ROOT
 from sglang_stack.patching import patches
+from sglang_stack.patching import diff
 from sglang_stack.patching import refresh as refresh_mod
 from sglang_stack.errors import UserError
 
@@ -430,7 +431,7 @@ def test_later_patches_see_what_earlier_ones_did(tmp_path):
 
 def stub(patch_text: str) -> str:
     """A patch reduced to its header and file names: what a maintainer writes before a refresh."""
-    parsed = patches.parse_patch(patch_text, "stub")
+    parsed = diff.parse_patch(patch_text, "stub")
     heads = "".join(f"--- a/{f.path}\n+++ b/{f.path}\n" for f in parsed.files)
     return parsed.header + heads
 

@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 from sglang_stack.bench import report
+from sglang_stack.bench import stats
 from sglang_stack.errors import UserError
 
 
@@ -43,9 +44,9 @@ def test_percentile_matches_numpy():
     rng = random.Random(6)
     values = [rng.expovariate(1.0) for _ in range(257)]
     for q in (0, 1, 50, 90, 99, 100):
-        assert report.percentile(values, q) == pytest.approx(numpy.percentile(values, q)), f"p{q} differs from numpy"
-    assert report.percentile([], 50) is None, "no values, no percentile"
-    assert report.percentile([3.0], 99) == 3.0, "one value is every percentile"
+        assert stats.percentile(values, q) == pytest.approx(numpy.percentile(values, q)), f"p{q} differs from numpy"
+    assert stats.percentile([], 50) is None, "no values, no percentile"
+    assert stats.percentile([3.0], 99) == 3.0, "one value is every percentile"
 
 
 def test_accept_length_is_pooled_from_meta_info():

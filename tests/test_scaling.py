@@ -8,7 +8,6 @@ import resource
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import dockerfile
 import pytest
@@ -20,7 +19,8 @@ from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.services import compose, variables
 from sglang_stack.doctor import checklist as doctor, host
 from sglang_stack.entrypoints import router
-from sglang_stack.doctor.checklist import FAIL, NOTE, OK, WARN, Facts
+from sglang_stack.doctor.checks import FAIL, NOTE, OK, WARN
+from sglang_stack.doctor.host import Facts
 
 MULTI = {"NNODES": "2", "NODE_RANK": "1", "DIST_INIT_ADDR": "10.0.0.11:20000", "TP_SIZE": "16"}
 # What .env holds on each node of a two-box RDMA setup (docs/scaling.md); several files are merged by Compose itself.
@@ -149,7 +149,7 @@ def test_doctor_multinode_checks():
 
 
 def test_doctor_counts_gpus_per_node():
-    gpus = doctor.parse_query_csv("".join(f"{i}, NVIDIA H200, 9.0, 580.159.04, 143771\n" for i in range(8)))
+    gpus = host.parse_query_csv("".join(f"{i}, NVIDIA H200, 9.0, 580.159.04, 143771\n" for i in range(8)))
     svc = compose.service("eagle3", env_of(**MULTI))
     check = doctor.check_gpus(facts(gpus=gpus), svc)
     assert check.status == OK and "8 on this node" in check.detail, check.line()
@@ -162,9 +162,9 @@ def test_host_network_reads_sysfs(monkeypatch, tmp_path):
     monkeypatch.setattr(host, "DEV_INFINIBAND", tmp_path / "dev-ib")
     monkeypatch.setattr(host, "SYS_INFINIBAND", tmp_path / "sys-ib")
     monkeypatch.setattr(host, "SYS_NET", tmp_path / "net")
-    assert doctor.host_network() == (["mlx5_0"], ["eth0"])
+    assert host.host_network() == (["mlx5_0"], ["eth0"])
     monkeypatch.setattr(host, "DEV_INFINIBAND", tmp_path / "missing")
-    assert doctor.host_network()[0] is None, "no /dev/infiniband: no RDMA devices to pass"
+    assert host.host_network()[0] is None, "no /dev/infiniband: no RDMA devices to pass"
 
 
 # --- the router: compose service and entrypoint ------------------------------------------------

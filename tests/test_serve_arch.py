@@ -21,7 +21,7 @@ def fake_smi(tmp_path, monkeypatch, *lines: str, code: int = 0):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nprintf '" + "".join(f"{l}\\n" for l in lines) + f"'\nexit {code}\n")
+    smi.write_text("#!/bin/sh\nprintf '" + "".join(f"{line_}\\n" for line_ in lines) + f"'\nexit {code}\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
 

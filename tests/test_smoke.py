@@ -87,6 +87,6 @@ def test_a_planted_variable_sglang_reads_fails_the_build_and_names_its_reader(sm
     store.remove("buildah", tag)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"an undeclared variable SGLang reads must fail the build:\n{output[-2000:]}"
-    line = next((l for l in output.splitlines() if "SGLANG_PORT" in l and "not declared" in l), "")
+    line = next((line_ for line_ in output.splitlines() if "SGLANG_PORT" in line_ and "not declared" in line_), "")
     assert "sglang/srt/utils/common.py:" in line, f"the build must name SGLang's reader:\n{output[-2000:]}"
     assert "patch 0006-" in output, "the audit runs after the whole series has applied"

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from sglang_stack.errors import UserError
-from sglang_stack.audit.algorithm import (  # noqa: F401 (is_self: audit reads it from here)
+from sglang_stack.audit.algorithm import (
     EAGLE3, LAYOUT, SPEC_MODULE, SPEC_WORD, WORKER_FACTORY, Spec, inline, is_self, operands, returned,
     words,
 )
-from sglang_stack.audit.source import (  # noqa: F401 (CallSite, Tree: the types of what calls() returns)
+from sglang_stack.audit.source import (
     FUNCTIONS, CallSite, Cls, Tree, chain_of, import_names, member, signature_of, statements,
 )
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from sglang_stack.errors import UserError, run_main
 from sglang_stack.audit import runtime
-from sglang_stack.audit.callsites import calls, is_self
+from sglang_stack.audit.callsites import calls
+from sglang_stack.audit.algorithm import is_self
 from sglang_stack.audit.standins import NN_MODULE_METHODS
 from sglang_stack.audit.source import FUNCTIONS, CallSite, Cls, Tree, chain_of, member, signature_of, statements
 from sglang_stack.patching.patches import tree_version

@@ -33,21 +33,17 @@ from sglang_stack.services import compose, variables
 from sglang_stack.bench import report
 from sglang_stack.bench import provenance, stats
 from sglang_stack.bench.client import Endpoint, RequestFailed, probe, probe_openai, server_info
-from sglang_stack.bench.rounds import (  # noqa: F401 (the rounds, as callers and tests reach them through measure)
+from sglang_stack.bench.rounds import (
     Options,
     Results,
-    Sample,
     planned_rounds,
-    round_order,
-    run_round,
     run_rounds,
-    warm_up,
 )
 from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
-from sglang_stack.bench.display import Progress, say, tell  # noqa: F401 (what a run shows while it runs)
-from sglang_stack.bench.promptset import (  # noqa: F401 (callers read the prompt set through measure)
-    DEFAULT_PROMPTS, PROMPT_FIELDS, PROMPTS_DIR, Prompt, PromptSet, check_size, load_prompts, random_prompts,
+from sglang_stack.bench.display import Progress, say, tell
+from sglang_stack.bench.promptset import (
+    DEFAULT_PROMPTS, PromptSet, check_size, load_prompts, random_prompts,
 )
 from sglang_stack.errors import UserError
 from sglang_stack.redact import redact

@@ -9,7 +9,6 @@ renamed into place: a reader never sees half a file.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Iterable, Sequence
 

@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from sglang_stack.bench import measure as bench, client, report
+from sglang_stack.bench import client, display, report, rounds
+from sglang_stack.bench import measure as bench
 from sglang_stack.services import compose
 from sglang_stack import shell
-from sglang_stack.bench.measure import Options, Progress, PromptSet, Results
+from sglang_stack.bench.rounds import Options, Results
+from sglang_stack.bench.display import Progress
+from sglang_stack.bench.promptset import PromptSet
 from sglang_stack.bench.client import Endpoint, RequestFailed
 from sglang_stack.errors import UserError
 from sglang_stack.flags import INTEGER
@@ -166,10 +169,11 @@ def preflight(engine: str, service: str = SERVICE) -> None:
     The sweep never builds or pulls an image (compose would, without `invoke build`'s lock checks).
     """
     from sglang_stack.doctor import checklist as doctor
+    from sglang_stack.doctor.checks import OK
 
     checks = doctor.preflight(engine, service)
     image = next((c for c in checks if c.name == "image"), None)
-    if image is not None and image.status != doctor.OK and "is not built" in image.detail:
+    if image is not None and image.status != OK and "is not built" in image.detail:
         raise UserError(f"--sweep: {image.detail}; the sweep never builds or pulls an image: run `invoke build` first")
 
 
@@ -223,7 +227,7 @@ def run_points(
     lines) when the server did not come up or died under load.
     """
     progress = progress or Progress(0, enabled=False)
-    per_point = bench.planned_rounds(options, 1)
+    per_point = rounds.planned_rounds(options, 1)
     sweep = results.sweep
     last_up: str | None = None
     for point in points:
@@ -254,13 +258,13 @@ def run_points(
                 k in info for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
             )
             results.metadata["endpoints"].append({"name": label, "url": endpoint.url, "server": info})
-            bench.run_rounds([measured], prompt_set, options, api_key, results, progress)
+            rounds.run_rounds([measured], prompt_set, options, api_key, results, progress)
         except (PointFailed, RequestFailed) as err:
             entry["error"] = str(err)
             entry["log_tail"] = log_tail() if log_tail else None
-            bench.say(f"bench: sweep point {label} failed: {err}")
+            display.say(f"bench: sweep point {label} failed: {err}")
             if entry["log_tail"]:
-                bench.say(f"bench: last lines of {service}'s log:\n" + entry["log_tail"])
+                display.say(f"bench: last lines of {service}'s log:\n" + entry["log_tail"])
             # Its remaining rounds will never run: keep the count of planned rounds honest.
             progress.drop(per_point - (len(results.rounds) - counted))
         finally:
@@ -272,7 +276,7 @@ def run_points(
     if best is None:
         raise UserError(f"every sweep point failed; see {results.out_dir / report.MARKDOWN_NAME}")
     point = next(p for p in points if p.label(service) == best)
-    bench.tell(f"bench: best setting {best}: " + " ".join(f"{k}={v}" for k, v in point.env().items()))
+    display.tell(f"bench: best setting {best}: " + " ".join(f"{k}={v}" for k, v in point.env().items()))
     if last_up != best:
         progress.line(f"bench: recreating {service} with the best setting")
         restart(point)
@@ -362,7 +366,7 @@ def run(
         "points": [],
         "best": None,
     }
-    bar = Progress(bench.planned_rounds(options, len(points)), enabled=progress)
+    bar = Progress(rounds.planned_rounds(options, len(points)), enabled=progress)
     bar.line(redact(f"bench: sweeping {service} ({endpoint.url}) over {len(points)} settings; results in {out_dir}"))
     bench.execute(results, lambda: run_points(endpoint, points, prompt_set, options, api_key, results, restart,
                                               ready, rank_level, service, bar, ready_interval, log_tail))

@@ -23,13 +23,13 @@ from typing import Callable
 from sglang_stack.services import compose, variables
 from sglang_stack.entrypoints import serve
 from sglang_stack.errors import UserError
-from sglang_stack.doctor.inputs import (  # noqa: F401 (the checks of what the server is handed)
-    LOOPBACK, check_api_key, check_models, readable_by, unreadable,
+from sglang_stack.doctor.inputs import (
+    check_api_key, check_models,
 )
-from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check  # noqa: F401
-from sglang_stack.doctor.host import (  # noqa: F401 (the facts the checks judge; tests reach them through doctor)
-    CACHE_DIR, DEFAULT_IMAGE, Facts, Gpu, gather, gather_engine, host_network, last_line, model_architecture,
-    parse_cuda_version, parse_query_csv, version_tuple,
+from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check
+from sglang_stack.doctor.host import (
+    CACHE_DIR, DEFAULT_IMAGE, Facts, Gpu, gather, gather_engine, last_line, model_architecture,
+    version_tuple,
 )
 
 CUDA_NEEDED = (13, 0)  # the image's CUDA 13.0.1; minor-version compatibility needs driver >= 580

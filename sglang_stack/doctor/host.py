@@ -17,6 +17,7 @@ from pathlib import Path
 from sglang_stack import shell
 from sglang_stack.errors import UserError
 from sglang_stack.services import compose
+from sglang_stack.services import progress
 
 DEFAULT_IMAGE = "sglang-stack:0.5.9-cu130"
 # compose.yaml mounts the cache volume here. Docker seeds a new named volume with the
@@ -153,7 +154,7 @@ def gather_engine(engine: str, image: str | None, show: bool = False) -> Facts:
     code, out, _ = _capture(compose.compose_argv(engine, "ps", "--all", "--format", "json"), 15, show)
     if code == 0:
         try:
-            facts.ps_rows = compose.parse_ps(out)
+            facts.ps_rows = progress.parse_ps(out)
         except UserError:
             facts.ps_rows = None
     return facts

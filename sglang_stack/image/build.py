@@ -19,7 +19,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack import engine as engine_mod
 from sglang_stack.image import store
-from sglang_stack.shell import CommandFailed, require, run, stream
+from sglang_stack.shell import CommandFailed, require, stream
 
 ENGINES = ("docker", "podman", "buildah")
 TARGETS = ("base", "deps", "sglang", "runtime", "router")

@@ -22,6 +22,7 @@ import jinja2
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
+from sglang_stack.templates import environment
 from sglang_stack.atomic import write_all as atomic_write_all
 from sglang_stack.image import envset
 from sglang_stack.services import derive
@@ -77,18 +78,6 @@ class Context:
     apt_snapshot: str  # resolve.apt_snapshot: Ubuntu's archive as of that instant
     env_audit_lines: tuple[str, ...] = ()  # NAME=WHERE arguments of the environment audit, a few a line
     generated_header: str = HEADER
-
-
-def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
-    """The one Jinja environment: a missing value fails the render instead of printing ''."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_dir)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
 
 
 def series_numbers(series) -> list[str]:

@@ -32,6 +32,7 @@ from packaging.utils import parse_wheel_filename
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
+from sglang_stack.fetch import fetch
 from sglang_stack.lock.lockfile import Lock
 from sglang_stack.lock.pins import Pin, read_pins
 
@@ -397,3 +398,15 @@ def compare(layers: list[Layer], built: list[tuple[str, int]], margin: float = 0
         lines.append(f"{'OFF ' if bad else 'ok  '}{layer.what}: budget {layer.unpacked / 1e6:.1f} MB, built {got / 1e6:.1f} MB "
                      f"({(ratio - 1) * 100:+.0f}%; margin {margin * 100:.0f}%)")
     return lines, off
+
+
+def locked_wheel(name: str) -> Path:
+    """The image platform's wheel of ``name`` at its requirements.lock.txt version, fetched and hash-checked."""
+    from sglang_stack.lock.lockfile import REQUIREMENTS_PATH
+
+    problems: list[str] = []
+    pin = next((p for p in read_pins(REQUIREMENTS_PATH, problems) if p.name == name), None)
+    if pin is None:
+        raise UserError(f"{REQUIREMENTS_PATH.name}: no pin of {name}")
+    entry = locate("https://pypi.org/simple", name, pin.version, pin.hashes, image_tags("3.12"))
+    return fetch(entry["url"], entry["sha256"])

@@ -62,6 +62,11 @@ class Report:
         return out
 
 
+
+def _strings(entry: dict, key: str) -> tuple[str, ...]:
+    """An advisory's list field as strings, whatever the index put in it."""
+    return tuple(str(x) for x in entry.get(key) or [] if isinstance(x, (str, int, float)))
+
 def _name(adv: Advisory) -> str:
     return adv.id + (f" ({', '.join(adv.aliases)})" if adv.aliases else "")
 
@@ -104,8 +109,7 @@ def parse(package: str, version: str, document) -> list[Advisory]:
             raise UserError(f"{package} {version}: an advisory without an id in the index's answer")
         if entry.get("withdrawn"):
             continue
-        strings = lambda key: tuple(str(x) for x in entry.get(key) or [] if isinstance(x, (str, int, float)))  # noqa: E731
-        out.append(Advisory(package, version, entry["id"], strings("aliases"), strings("fixed_in"),
+        out.append(Advisory(package, version, entry["id"], _strings(entry, "aliases"), _strings(entry, "fixed_in"),
                             " ".join(str(entry.get("summary") or entry.get("details") or "").split())[:160],
                             str(entry.get("link") or "")))
     return out

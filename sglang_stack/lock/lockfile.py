@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.lock.pins import read_pins
-from sglang_stack.lock.schema import KNOWN_KEYS, check_structure as _check_structure  # noqa: F401 (KNOWN_KEYS for callers)
+from sglang_stack.lock.schema import check_structure as _check_structure
 
 LOCK_PATH = ROOT / "versions.lock"
 REQUIREMENTS_PATH = ROOT / "requirements.lock.txt"

@@ -1,4 +1,4 @@
-"""The patch series in ``patches/``: read it and apply it fail-closed (``refresh.py`` rebases it).
+"""The patch series in ``patches/``: read it and apply it fail-closed (``refresh`` rebases it, on the host).
 
 Runs on the host (``invoke patch``) and inside the image's SGLang stage, so it
 uses the standard library only.
@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text, run_main
-from sglang_stack.patching.diff import (  # noqa: F401 (the parsed form; callers and tests reach it through here)
+from sglang_stack.patching.diff import (
     FileDiff,
     Hunk,
     ParsedPatch,
@@ -474,24 +474,17 @@ def unpack_wheel(wheel: Path, dest: Path) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m sglang_stack.patching.patches",
-        description="Apply the patch series to an unpacked sglang tree, all or nothing, or refresh it.",
+        description="Apply the patch series to an unpacked sglang tree, all or nothing (`invoke patch --refresh` "
+        "rebases the series on the host).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     apply = sub.add_parser("apply", help="apply the series (fail closed: any failure leaves the tree untouched)")
     apply.add_argument("--dry-run", action="store_true", help="check every patch, write nothing")
     apply.add_argument("--strict", action="store_true", help=f"fail on any offset (without it, a hunk may sit up to {MAX_OFFSET} lines from its header's line)")
-    refresh_p = sub.add_parser("refresh", help="regenerate each patch's diff from an edited tree")
-    refresh_p.add_argument("--pristine", required=True, type=Path, help="an unpacked, unpatched tree of the same wheel")
-    for p in (apply, refresh_p):
-        p.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
-        p.add_argument("--patches-dir", type=Path, default=DEFAULT_PATCHES_DIR, help="default: %(default)s")
+    apply.add_argument("--sglang-src", required=True, type=Path, help="directory that contains sglang/")
+    apply.add_argument("--patches-dir", type=Path, default=DEFAULT_PATCHES_DIR, help="default: %(default)s")
     args = parser.parse_args(argv)
-    if args.command == "apply":
-        apply_series(args.sglang_src, args.patches_dir, dry_run=args.dry_run, strict=args.strict)
-    else:
-        from sglang_stack.patching.refresh import refresh
-
-        refresh(args.sglang_src, args.pristine, args.patches_dir)
+    apply_series(args.sglang_src, args.patches_dir, dry_run=args.dry_run, strict=args.strict)
     return 0
 
 

@@ -15,23 +15,8 @@ from pathlib import Path
 
 from sglang_stack import atomic
 from sglang_stack.errors import UserError
-from sglang_stack.patching.patches import (  # noqa: F401 (what a refresh reads and writes)
-    CONTEXT_LINES,
-    DEFAULT_PATCHES_DIR,
-    NO_NEWLINE,
-    TARGET_RE,
-    UNAPPLIED,
-    _apply_file,
-    _NoMatch,
-    _decode,
-    _encode,
-    _lines,
-    _read,
-    parse_patch,
-    plan,
-    read_series,
-    tree_version,
-)
+from sglang_stack.patching.patches import CONTEXT_LINES, DEFAULT_PATCHES_DIR, NO_NEWLINE, TARGET_RE, UNAPPLIED, _apply_file, _NoMatch, _read, plan, read_series, tree_version
+from sglang_stack.patching.diff import ParsedPatch, _decode, _encode, _lines, parse_patch
 
 
 

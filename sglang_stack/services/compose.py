@@ -22,7 +22,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 from sglang_stack import ROOT, shell, yaml_file
 from sglang_stack.errors import UserError
@@ -385,7 +385,7 @@ def endpoint(name: str, env: Environment | None = None) -> str:
 
 # --- docker compose --------------------------------------------------------------------------
 
-from sglang_stack.services.progress import (  # noqa: E402,F401 (what compose says while it waits; callers use it here)
+from sglang_stack.services.progress import (
     describe, failure_reason, format_elapsed, latest_state, parse_ps, progress_line,
 )
 

@@ -29,7 +29,7 @@ from sglang_stack import ROOT, yaml_file
 from sglang_stack.atomic import prepare_dir, write_all
 from sglang_stack.errors import UserError
 from sglang_stack.lock.lockfile import Lock
-from sglang_stack.image.render import environment
+from sglang_stack.templates import environment
 from sglang_stack.services import k8s_values
 
 TEMPLATE_DIR = ROOT / "deploy" / "k8s"

@@ -141,7 +141,7 @@ def _check_acceptance(value, where: str, role: str) -> None:
         raise UserError(f"{where}: expected {{ {', '.join(ACCEPTANCE_KEYS)} }}")
     for key, kind in ACCEPTANCE_KEYS.items():
         if not isinstance(value[key], kind) or isinstance(value[key], bool):
-            raise UserError(f"{where}.{key}: {value[key]!r} is not a {'number' if kind != str else 'string'}")
+            raise UserError(f"{where}.{key}: {value[key]!r} is not a {'number' if kind is not str else 'string'}")
     if not 1.0 <= value["accept_length"] <= 64 or not 0 <= value["tolerance"] < value["accept_length"]:
         raise UserError(f"{where}: accept_length {value['accept_length']!r} (tokens per verify pass, at least 1) and "
                         f"tolerance {value['tolerance']!r} (0 or more, below it)")

@@ -435,7 +435,7 @@ def make_images(engine: str, standins: Standins, wheels: list[Path], header: str
 
 def header_text(standins: Standins) -> str:
     """cuda.h from the runtime wheel requirements.lock.txt pins (hash-checked)."""
-    from sglang_stack.fetch import locked_wheel
+    from sglang_stack.image.size import locked_wheel
 
     wheel = locked_wheel(standins.header_wheel)
     with zipfile.ZipFile(wheel) as zf:

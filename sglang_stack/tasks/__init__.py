@@ -1,1 +1,36 @@
-"""Every `invoke` task, one module per concern; `ns` (built here) is what the root tasks.py hands Invoke."""
+"""Every `invoke` task, one module per concern; ``ns``, built here, is what the root tasks.py hands Invoke.
+
+A task body turns its flags into one request, calls the library and prints. Each module's ``DEFAULTS``
+(``stack.*`` keys, overridable in invoke.yaml or with INVOKE_STACK_* variables) sits beside its tasks.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from invoke import Collection, Task
+
+from sglang_stack import ROOT
+from sglang_stack.tasks import bench, image, patching, services, smoke
+from sglang_stack.tasks.boundary import check_project_config, optional_positionals, quiet_interrupts, shape_parse_errors
+
+MODULES = (image, patching, services, smoke, bench)
+
+ns = Collection()
+for _module in MODULES:
+    for _name, _obj in sorted(vars(_module).items()):
+        if isinstance(_obj, Task) and _obj.__module__ == _module.__name__:
+            ns.add_task(_obj)
+    ns.configure(getattr(_module, "DEFAULTS", {}))
+
+
+def setup_cli() -> None:
+    """What the `invoke` command needs before it parses: quiet Ctrl-C, optional positionals, one-line parse
+    errors, and a check of invoke.yaml's keys."""
+    program = sys.modules["invoke.main"].program
+    quiet_interrupts()
+    # Before shape_parse_errors wraps it again: `invoke doctor eagle3`, like `invoke up eagle3`.
+    optional_positionals(program, {"doctor": "service", "status": "service", "model-revision": "role",
+                                   "models-verify": "role"})
+    shape_parse_errors(program)
+    check_project_config(ROOT)

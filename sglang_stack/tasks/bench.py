@@ -1,14 +1,27 @@
-"""The tasks `invoke bench` and `invoke bench-compare`, collected into tasks.py's namespace.
-
-Each is a thin wrapper: the measurement lives in ``measure`` and ``sweep``. Defaults come
-from ``stack.bench`` in tasks.py's ``ns.configure``.
-"""
+"""`invoke bench` and `invoke bench-compare`: the measurement lives in ``sglang_stack.bench``; the defaults are
+``DEFAULTS`` below (``stack.bench.*``)."""
 
 from __future__ import annotations
 
 from invoke import task
 
 from sglang_stack.tasks.boundary import user_errors
+
+DEFAULTS = {
+    "stack": {
+        "bench": {
+            "levels": "1,4,16",
+            "repeats": 3,
+            "warmup": 2,
+            "timeout": 600,
+            "results": "bench-results",
+            "sweep_steps": "1,2,3,4",
+            "sweep_topk": "1",
+            "sweep_draft_tokens": "",
+            "ready_timeout": 1800,
+        },
+    }
+}
 
 @task(
     auto_shortflags=False,

@@ -1,5 +1,5 @@
-"""`invoke fetch`, `invoke verify` and `invoke advisories`: the image's inputs mirrored, a built image checked
-against the lock, and the lock's pins checked against the index's advisory data."""
+"""The image: `invoke lock`, `render`, `build`, `binaries` and `size`; `invoke fetch` (the mirror), `invoke verify`
+(a built image against this checkout) and `invoke advisories` (known vulnerabilities of the pins)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from sglang_stack.tasks.boundary import user_errors
+from sglang_stack import ROOT
 from sglang_stack.errors import UserError
+from sglang_stack.tasks.boundary import user_errors
+
+DEFAULTS = {"stack": {"engine": "docker", "ca_bundle": "auto", "isolation": ""}}
+"""`stack.*` keys these tasks read: override them in invoke.yaml or with INVOKE_STACK_* variables."""
 
 
 def _images(engine: str, target: str, base_image: str | None) -> dict[str, str]:
@@ -126,3 +130,254 @@ def advisories(c, index=None):
     if report.open:
         raise Exit(f"error: {len(report.open)} advisories affect pinned distributions: take the fix, or accept each "
                    "with its reason in versions.lock ([[advisory]])", code=1)
+
+
+@task(
+    help={
+        "check": "validate versions.lock and requirements.lock.txt, fetching the pinned sglang wheel "
+        "(hash-verified, cached) to cross-check its declared requirements, and PyPI's record of each pinned "
+        "release (cached) to check that every hash belongs to that version; writes only the cache (default: off)",
+        "verify": "download every artifact whose sha256 is only 'published', hash it, compare each wheel's "
+        "requirements with its METADATA and the base image digest with the registry, then mark them "
+        "'checked' (network, GBs; default: off)",
+    }
+)
+@user_errors
+def lock(c, check=False, verify=False):
+    """Re-resolve the requirements files from versions.lock (network), or validate/verify the lock.
+
+    Without flags: resolve every Python dependency from PyPI with `uv pip compile`,
+    applying the [[override]]s of versions.lock, and write requirements.lock.txt
+    (the SGLang image) and requirements.router.lock.txt (the router stage) with
+    hashes. Then validate all three files, and check that each pinned name==version owns
+    its hashes (PyPI's JSON API, one cached record per release: offline when warm).
+    """
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import releases, resolve, artifacts as verifymod
+
+    if check and verify:
+        raise UserError("--check and --verify: choose one")
+    if verify:
+        lockmod.print_lines(verifymod.verify())
+    elif not check:
+        for path in resolve.resolve():
+            print(f"wrote {path.name}")
+    result, cross_checked = lockmod.check_all(download=True)
+    print(lockmod.summary(result, cross_checked))
+    print(releases.check_lock(result).line())
+
+
+@task(help={"check": "do not write; exit 1 if docker/Dockerfile or docker/build/requirements differs from a fresh "
+                     "render (default: off)"})
+@user_errors
+def render(c, check=False):
+    """Render docker/Dockerfile from docker/Dockerfile.j2, and docker/build/requirements, from versions.lock (offline).
+
+    Validates the lock first. The output is deterministic and carries a
+    generated-file header; commit it so `docker build` works without Python.
+    The requirement files (one hashed wheel a line) are written with the
+    Dockerfile as one set, and the build mounts them at /build.
+    """
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.image import render as rendermod
+
+    result, cross_checked = lockmod.check_all(download=False)
+    print(lockmod.summary(result, cross_checked))
+    if check:
+        diff = rendermod.drift(result)
+        if diff:
+            print("\n".join(diff[:80]))
+            raise Exit("error: docker/Dockerfile or docker/build/requirements is out of date with its template or lock: "
+                       "run `invoke render`", code=1)
+        print("docker/Dockerfile: up to date")
+    else:
+        changed = rendermod.render(result)
+        print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
+
+
+@task(
+    help={
+        "engine": "docker (BuildKit via `docker buildx`), podman or buildah (default: stack.engine, 'docker')",
+        "target": "stage to build: base, deps, sglang, runtime or router (default: runtime)",
+        "tag": "image reference (default: derived from versions.lock, e.g. sglang-stack:0.5.9-cu130, "
+        "sglang-stack-router:0.3.2 for the router; other stages get a -STAGE suffix)",
+        "base-image": "replace the pinned base image: the CUDA base (BASE_IMAGE), or with --target router "
+        "the slim Python base (ROUTER_BASE_IMAGE); e.g. a local Debian image for a smoke build",
+        "no-cache": "build every layer afresh (default: off)",
+        "ca-bundle": "PEM CA bundle passed as the build secret 'ca' for TLS-inspecting proxies "
+        "(default: stack.ca_bundle, 'auto' = $PIP_CERT/$REQUESTS_CA_BUNDLE/$SSL_CERT_FILE if set; 'none' to skip)",
+        "hf-token-file": "file holding a Hugging Face token, passed as the build secret 'hf_token' "
+        "(default: $HF_TOKEN if set, through a private temporary file)",
+        "build-arg": "extra KEY=VALUE build argument, repeatable (e.g. PREFETCH_MODELS=org/drafter)",
+        "isolation": "podman/buildah isolation, e.g. chroot where there are no cgroups (default: stack.isolation)",
+        "flashinfer-jit-cache": "also install flashinfer-jit-cache (5-8 GB of prebuilt kernels for every GPU "
+        "generation) for hosts that must not compile anything at start (default: off)",
+        "reproducible": "the same image ID for every build of this commit: podman/buildah write the OCI format "
+        "(their Docker format records a random container id; OCI drops HEALTHCHECK, which compose and Kubernetes "
+        "set themselves) and build without the cache (a cached layer keeps the clock of the commit that made it); "
+        "docker needs BuildKit 0.13 or later (default: off; file contents and layers are reproducible either way)",
+        "mirror": "build from the project's mirror/ (`invoke fetch`): wheels and base images from there only, "
+        "the network off in every RUN step (default: off)",
+        "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "
+        "\"9.0a 12.0a\" (H200, RTX PRO 6000); '' skips that build (default: versions.lock [jit] arch_list)",
+    },
+    iterable=["build_arg"],
+    auto_shortflags=False,
+)
+@user_errors
+def build(
+    c,
+    engine=None,
+    target="runtime",
+    tag=None,
+    base_image=None,
+    no_cache=False,
+    ca_bundle=None,
+    hf_token_file=None,
+    build_arg=None,
+    isolation=None,
+    flashinfer_jit_cache=False,
+    cuda_arch_list=None,
+    reproducible=False,
+    mirror=False,
+):
+    """Validate the lock, render docker/Dockerfile, then build the image.
+
+    The lock check includes the hash check of `invoke lock --check`, from the cached
+    release records (fetched once when missing). The build's clock is the commit's time
+    (SOURCE_DATE_EPOCH), so two builds of one commit write the same files; see
+    docs/image.md, Reproducible images. Prints the exact engine command
+    before it runs and ends with the image reference and ID. Fails fast, with a hint,
+    when no engine is reachable.
+    """
+    from pathlib import Path
+
+    from sglang_stack.image import build as buildmod
+    from sglang_stack import fetch
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import releases
+    from sglang_stack.image import render as rendermod
+
+    cfg = c.config.stack
+    engine = engine or cfg.engine
+    result, cross_checked = lockmod.check_all(download=False)
+    print(lockmod.summary(result, cross_checked))
+    print(releases.check_lock(result).line())
+    changed = rendermod.render(result)
+    print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
+    ca_bundle = ca_bundle or cfg.ca_bundle
+    if ca_bundle == "auto":
+        ca_bundle = fetch.ca_bundle(explicit_only=True)
+    elif ca_bundle == "none":
+        ca_bundle = None
+    isolation = isolation or (cfg.isolation if engine != "docker" else None) or None
+    request = buildmod.BuildRequest(
+        engine=engine,
+        tag=tag or buildmod.default_tag(result.tag, target, result.router_tag),
+        target=target,
+        base_image=base_image,
+        no_cache=no_cache,
+        ca_bundle=Path(ca_bundle) if ca_bundle else None,
+        hf_token_file=Path(hf_token_file) if hf_token_file else None,
+        build_args=buildmod.parse_build_args(build_arg or []),
+        isolation=isolation,
+        source_date_epoch=buildmod.commit_epoch(),
+        oci=bool(reproducible) and engine != "docker",
+        reproducible=bool(reproducible),
+    )
+    if flashinfer_jit_cache:
+        request.build_args["FLASHINFER_JIT_CACHE"] = "1"
+    if cuda_arch_list is not None:
+        request.build_args["FLASHINFER_CUDA_ARCH_LIST"] = buildmod.arch_list(cuda_arch_list)
+    if mirror:
+        from sglang_stack.image import mirror as mirrormod
+
+        for line in mirrormod.prepare(request, result):
+            print(line)
+    ref, image_id = buildmod.build(request)
+    if target in ("sglang", "runtime", "router"):
+        from sglang_stack.image.verify import export_sbom
+
+        try:
+            sbom = export_sbom(engine, ref, ref)
+        except UserError as err:  # the image is built; only the copy beside it is missing
+            print(f"note: the SBOM stays inside the image (/opt/sglang-stack/sbom.cdx.json): {err}")
+        else:
+            print(f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at /opt/sglang-stack/sbom.cdx.json)" if sbom else
+                  f"note: {ref} has no SBOM at /opt/sglang-stack/sbom.cdx.json")
+    print(f"built {ref} ({image_id})")
+
+
+@task(
+    help={
+        "path": "an unpacked site-packages directory, e.g. a venv's or one copied out of an image (required)",
+        "lock": "versions.lock with [cuda] version and the [[binary_exception]]s (default: this checkout's)",
+    }
+)
+@user_errors
+def binaries(c, path, lock=None):
+    """Binary audit: every ELF object needs only this stack's CUDA and finds every library it needs.
+
+    The check the image build runs after installing the Python set. Reads each x86-64 ELF
+    file's dynamic section (pyelftools): a CUDA library of another major (libcudart.so.12 in a
+    CUDA 13 stack) or a library found nowhere is an error, unless versions.lock declares it in
+    a [[binary_exception]] with the features it breaks; a declaration that no longer matches is
+    stale. The driver's libcuda.so.1 is allowed to be absent. One line per finding; exit 1 on
+    any error, 0 when clean.
+    """
+    from sglang_stack.image.steps import binaries as binmod
+
+    argv = ["--path", path] + (["--lock", lock] if lock else [])
+    code = binmod.main(argv)
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
+        "target": "runtime, sglang or router (default: runtime)",
+        "image": "after a build: compare the budget with this image, layer by layer (default: none)",
+        "engine": "docker or podman, to read --image's history (default: stack.engine)",
+        "margin": "how far a built layer may differ from its budget, as a fraction (default: 0.15)",
+        "flashinfer-jit-cache": "count the optional flashinfer-jit-cache (default: off, as the build)",
+        "top": "packages listed per layer, largest first (default: 12)",
+    }
+)
+@user_errors
+def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_jit_cache=False, top=None):
+    """The image's size from the lock, before any build: per stage, layer and package, on disk and compressed.
+
+    PyPI wheels are measured (PyPI's file size, and the unpacked size from each wheel's zip
+    directory, read with range requests and cached); the URL wheels through PyPI's build of
+    the same release; the base image and apt packages from figures versions.lock records, each
+    with its status. With --image, each budgeted layer is compared with the built image's
+    history and any layer off by more than --margin is named (exit 1). The last line is the total.
+    """
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.image import size as sizemod
+
+    from sglang_stack.flags import parse_count
+
+    from sglang_stack.image import store
+
+    if target not in ("runtime", "sglang", "router"):
+        raise UserError(f"--target {target!r}: choose runtime, sglang or router")
+    if image is not None:
+        store.reference(image, "--image")
+    top = parse_count("--top", top, 0) if top is not None else 12
+    try:
+        margin = 0.15 if margin is None else float(str(margin).strip())
+    except ValueError:
+        raise UserError(f"--margin {margin!r}: not a number (a fraction, e.g. 0.15)") from None
+    if not 0 < margin < 10:
+        raise UserError(f"--margin {margin!r}: must be a fraction above 0 (e.g. 0.15 for 15%)")
+    lock_ = lockmod.check()
+    layers = sizemod.budget(lock_, target, jit_cache=flashinfer_jit_cache)
+    print("\n".join(sizemod.report(layers, target, top)))
+    off = 0
+    if image:
+        lines, off = sizemod.compare(layers, sizemod.built_layers(engine or c.config.stack.engine, image), margin)
+        print("\n".join(lines))
+    print(sizemod.total_line(layers, target))
+    if off:
+        raise Exit(f"error: {off} layer(s) of {image} differ from the budget by more than {margin:.0%}", code=1)

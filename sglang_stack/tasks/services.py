@@ -245,3 +245,127 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
             raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
                        "values): review them, then run `invoke settings --write`", code=1)
         print("settings: as docker/settings.json records")
+
+
+@task(
+    help={
+        "service": "baseline, eagle3 or router (required)",
+        "timeout": "whole seconds to wait for /health to generate a token (default 0: the healthcheck's "
+        "start period plus its retries, 32 min with compose.yaml's defaults)",
+        "interval": "seconds between progress lines while the model loads (default 15)",
+        "skip-acceptance": "for eagle3, do not run `invoke acceptance eagle3` once it is healthy (default: off: it runs)",
+    }
+)
+@user_errors
+def up(c, service, timeout=None, interval=None, skip_acceptance=False):
+    """Start SERVICE (baseline or eagle3 on every GPU, or router) and wait until it really serves.
+
+    Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
+    first failed check. Then `docker compose up --detach --wait SERVICE`, which builds the
+    image if it is missing, printing progress while the model loads. Returns once the
+    healthcheck passes: SGLang's /health generated one token, or for the router, at least
+    one of ROUTER_WORKER_URLS is healthy. The compose files are those `docker compose`
+    reads here (COMPOSE_FILE in .env for multi-node: docs/scaling.md).
+    """
+    from sglang_stack.flags import parse_count, parse_seconds
+    from sglang_stack.services import compose
+    from sglang_stack.doctor import checklist as doctor
+
+    # Numbers arrive as text and are read here: Invoke's own int() cast would end in a traceback.
+    wait = parse_count("--timeout", 0 if timeout is None else timeout, 0)
+    pause = parse_seconds("--interval", 15 if interval is None else interval)
+    compose.check_service_name(service)
+    doctor.preflight(c.stack.engine, service)
+    svc = compose.router_service() if service == compose.ROUTER else compose.service(service)
+    wait = wait or compose.wait_timeout(svc)
+    compose.up(c.stack.engine, service, wait_timeout=wait, interval=pause)
+    if service == "eagle3" and not skip_acceptance:
+        # A healthy eagle3 can still have lost its acceptance silently (docs/services.md, Acceptance).
+        from sglang_stack.tasks.services import acceptance as check_acceptance
+
+        check_acceptance(c, "eagle3")
+
+
+@task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})
+@user_errors
+def down(c, volumes=False):
+    """Stop and remove the baseline, eagle3 and router containers (whichever runs)."""
+    from sglang_stack.services import compose
+
+    compose.down(c.stack.engine, volumes=volumes)
+
+
+@task(
+    help={
+        "service": "baseline, eagle3 or router (required)",
+        "follow": "keep printing new lines (default: on; --no-follow to stop at the end)",
+        "tail": "lines of history to show first (default 200; 'all' for everything)",
+    }
+)
+@user_errors
+def logs(c, service, follow=True, tail="200"):
+    """Show SERVICE's SGLang log (docker compose logs)."""
+    from sglang_stack.services import compose
+
+    compose.logs(c.stack.engine, service, follow=follow, tail=tail)
+
+
+@task(help={"service": "only this service: baseline, eagle3 or router, also positionally (default: every one)"})
+@user_errors
+def status(c, service=None):
+    """One line per service: state, health, published address, uptime; says when the router is down."""
+    from sglang_stack.services import compose
+
+    compose.status(c.stack.engine, only=compose.check_service_name(service) if service else None)
+
+
+@task(help={"service": "which service to check for: baseline, eagle3 or router, also positionally (default: eagle3, "
+                       "which also needs the drafter)"})
+@user_errors
+def doctor(c, service="eagle3"):
+    """Check this host for SERVICE, one line per check, each FAIL with its fix.
+
+    Docker engine and NVIDIA runtime, driver (CUDA 13.0), GPU count against TP_SIZE,
+    compute capability (with SM120 notes), /dev/shm, memlock, disk, the model and
+    drafter directories, the port, and the EAGLE-3 audit inside the built image.
+    With NNODES > 1: the rank and rendezvous, RDMA devices (/dev/infiniband, NCCL_IB_HCA)
+    and the interfaces NCCL and Gloo bind to. For the router: ROUTER_WORKER_URLS,
+    the policy, the port and the engine.
+    Works without Docker (those checks fail, the rest run); exits 1 if any check failed.
+    """
+    from sglang_stack.services import compose
+    from sglang_stack.doctor import checklist as preflight_checks
+
+    compose.check_service_name(service)
+    code = preflight_checks.doctor(c.stack.engine, service)
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
+        "out": "directory the manifests are written to, created if missing (required)",
+        "values": "values file (default: deploy/k8s/values.yaml)",
+    }
+)
+@user_errors
+def k8s(c, out, values=None):
+    """Render Kubernetes manifests from versions.lock and a values file (offline).
+
+    Writes OUT/namespace.yaml (PodSecurity level), OUT/sglang.yaml (a StatefulSet of
+    single-node servers, or a LeaderWorkerSet with RDMA when nnodes > 1; a PDB) and
+    OUT/router.yaml (SGLang's router, finding the servers through the Kubernetes API), plus
+    OUT/monitoring.yaml with metrics.pod_monitor. QoS Guaranteed pods, cheap liveness and
+    generating readiness, drains on shutdown; the API key and HF token are Secret files.
+    See docs/kubernetes.md.
+    """
+    from pathlib import Path
+
+    from sglang_stack.atomic import out_path
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.services import k8s as k8smod
+
+    out = out_path(out)  # before the lock is read
+    result, _ = lockmod.check_all(download=False)
+    for path in k8smod.write(result, out, Path(values) if values else k8smod.VALUES):
+        print(f"wrote {path}")
