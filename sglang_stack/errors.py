@@ -8,6 +8,15 @@ import sys
 from pathlib import Path
 
 
+# Exception classes (by name, anywhere in the class's MRO) that mean the network failed: requests',
+# httpx's (huggingface_hub), urllib3's, urllib's and the socket layer's.
+NETWORK = {"ConnectionError", "ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout", "Timeout",
+           "TimeoutException", "TimeoutError", "ProxyError", "SSLError", "SSLCertVerificationError", "RemoteDisconnected",
+           "IncompleteRead", "URLError", "gaierror", "NetworkError", "TransportError", "RequestException", "ProtocolError",
+           "ChunkedEncodingError", "ContentDecodingError", "MaxRetryError", "NewConnectionError", "LocalProtocolError",
+           "RemoteProtocolError"}
+
+
 class UserError(Exception):
     """A problem with the user's input or host, worded as one line.
 

@@ -27,14 +27,14 @@ from pathlib import Path
 from dockerfile import parse_string
 
 from sglang_stack import ROOT
-from sglang_stack.services import compose
+from sglang_stack.services import composefile
 from sglang_stack.shell import show
 
 TESTS = Path(__file__).resolve().parent
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 INVOKE = [sys.executable, "-m", "invoke"]
 # Each published service's host port variable (compose.yaml); every project gets free ports for all.
-PORT_VARIABLES = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", compose.ROUTER: "ROUTER_PORT"}
+PORT_VARIABLES = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", composefile.ROUTER: "ROUTER_PORT"}
 
 
 def problem() -> str | None:
@@ -236,5 +236,5 @@ class ComposeProject:
     def down(self) -> None:
         # Every profile: a service of an inactive profile is invisible to `down`, and its
         # container would keep the project network alive.
-        profiles = [arg for service in compose.ALL_SERVICES for arg in ("--profile", service)]
+        profiles = [arg for service in composefile.ALL_SERVICES for arg in ("--profile", service)]
         self.compose(*profiles, "down", "--volumes", "--remove-orphans", "--timeout", "5", check=False, timeout=120)

@@ -12,7 +12,8 @@ import pytest
 from sglang_server import Behaviour, SGLangServer
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
-from sglang_stack.services import acceptance, models
+from sglang_stack.services import models
+from sglang_stack.bench import acceptance
 
 NORMAL = (2, 3, 2)  # tokens per verify step: 1, 2 and 1 draft tokens accepted
 LOW = (1,)  # a drafter that never hits: #22836's zero acceptance
@@ -56,10 +57,10 @@ def test_low_acceptance_fails_the_floor_and_names_what_to_check():
 def test_the_expectation_applies_at_its_own_settings_only():
     m = acceptance.Measurement(url="u", requests=6, completion_tokens=1400, verify_passes=500, accept_length=2.8,
                                settings="3/1/4")
-    expected = acceptance.Expectation(3.05, 0.15, "3/1/4", "a first run accepted")
+    expected = models.Expectation(3.05, 0.15, "3/1/4", "a first run accepted")
     passed, line = acceptance.verdict(m, expected, None)
     assert not passed and "below 2.90" in line and "models.lock expects 3.05 - 0.15" in line, line
-    elsewhere = acceptance.Expectation(3.05, 0.15, "2/1/3", "a first run accepted")
+    elsewhere = models.Expectation(3.05, 0.15, "2/1/3", "a first run accepted")
     passed, line = acceptance.verdict(m, elsewhere, None)
     assert passed and "the floor 1.2" in line and "2/1/3" in line, f"other settings: only the floor holds: {line}"
     assert acceptance.verdict(m, expected, 2.5)[0], "--accept-min overrides the expectation"

@@ -288,7 +288,11 @@ def clean_environ(home: Path, extra: dict[str, str]) -> dict[str, str]:
     """The user's shell, minus anything of ours a developer may have exported."""
     keep = {k: v for k, v in os.environ.items()
             if not k.startswith(("INVOKE", "SGLANG", "COMPOSE", "HF_", "ROUTER", "MODEL", "DRAFT", "PYTEST"))}
-    return keep | {"HOME": str(home), "SGLANG_STACK_CACHE": str(home / "cache"), "NO_COLOR": "1"} | extra
+    # The Docker CLI finds a per-user plugin (Compose, buildx) under $DOCKER_CONFIG, else under $HOME/.docker:
+    # a fresh HOME must not take the user's plugins away.
+    docker_config = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
+    return keep | {"HOME": str(home), "DOCKER_CONFIG": docker_config, "SGLANG_STACK_CACHE": str(home / "cache"),
+                   "NO_COLOR": "1"} | extra
 
 
 @pytest.fixture(scope="module")

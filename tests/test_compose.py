@@ -21,6 +21,7 @@ import pytest
 
 from sglang_stack import ROOT
 from sglang_stack.services import compose, variables
+from sglang_stack.services import composefile
 from sglang_stack.services import progress
 from sglang_stack.entrypoints import health
 from sglang_stack.errors import UserError
@@ -57,12 +58,12 @@ def env_of(**values: str) -> variables.Environment:
 
 
 def resolved(**values: str) -> dict:
-    return compose.load(COMPOSE_YAML, env_of(**values))
+    return composefile.load(COMPOSE_YAML, env_of(**values))
 
 
 def gpu_services(config: dict) -> list[tuple[str, dict]]:
     """baseline and eagle3: the services that run SGLang on the GPUs (the router runs neither)."""
-    return [(name, config["services"][name]) for name in compose.SERVICES]
+    return [(name, config["services"][name]) for name in composefile.SERVICES]
 
 
 def command_of(config: dict, name: str) -> list[str]:
@@ -114,7 +115,7 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
-    raw = validate(compose.load_raw(COMPOSE_YAML), tmp_path, "raw")
+    raw = validate(composefile.load_raw(COMPOSE_YAML), tmp_path, "raw")
     assert raw.returncode == 0, f"compose.yaml (not interpolated) fails the compose-spec schema:\n{raw.stdout}{raw.stderr}"
     done = validate(resolved(**SCENARIOS[scenario]), tmp_path, scenario)
     assert done.returncode == 0, f"compose.yaml interpolated for {scenario} fails the schema:\n{done.stdout}{done.stderr}"
@@ -122,7 +123,7 @@ def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
 
 def test_compose_spec_schema_accepts_the_env_example(tmp_path):
     values, _ = variables.read_env_file(ENV_EXAMPLE, {})
-    done = validate(compose.load(COMPOSE_YAML, env_of(**values)), tmp_path, "env-example")
+    done = validate(composefile.load(COMPOSE_YAML, env_of(**values)), tmp_path, "env-example")
     assert done.returncode == 0, f"compose.yaml with .env.example's values fails the schema:\n{done.stdout}"
 
 
@@ -204,15 +205,15 @@ def test_healthcheck_timings():
     for name, spec in gpu_services(resolved()):
         hc = spec["healthcheck"]
         assert hc["test"] == ["CMD", "python3", "-m", "sglang_stack.entrypoints.health"], f"{name}: must run the image's probe: {hc['test']}"
-        interval = compose.parse_duration(hc["interval"])
-        timeout = compose.parse_duration(hc["timeout"])
-        start = compose.parse_duration(hc["start_period"])
+        interval = composefile.parse_duration(hc["interval"])
+        timeout = composefile.parse_duration(hc["timeout"])
+        start = composefile.parse_duration(hc["start_period"])
         assert 10 <= interval <= 20, f"{name}: interval should be about 15 s, got {hc['interval']}"
         assert probe_timeout > 20, f"the probe's timeout {probe_timeout} must exceed SGLang's 20 s health timeout"
         assert timeout > probe_timeout, f"{name}: Docker's timeout {hc['timeout']} must exceed the probe's {probe_timeout}s"
         assert start >= 20 * 60, f"{name}: start_period {hc['start_period']} is too short for a 1T-parameter load"
     longer = resolved(HEALTH_START_PERIOD="1h")["services"]["eagle3"]["healthcheck"]["start_period"]
-    assert compose.parse_duration(longer) == 3600, f"HEALTH_START_PERIOD must set start_period: {longer}"
+    assert composefile.parse_duration(longer) == 3600, f"HEALTH_START_PERIOD must set start_period: {longer}"
 
 
 BASELINE_FLAGS = {
@@ -259,14 +260,14 @@ def test_the_api_key_is_a_secret_file_never_a_flag_or_a_variable():
     config = resolved(SGLANG_API_KEY_FILE="/etc/keys/api", HF_TOKEN_FILE="/etc/keys/hub",
                       SGLANG_EXTRA_ARGS="--mem-fraction-static 0.85")
     assert config["secrets"]["sglang_api_key"] == {"file": "/etc/keys/api"}, config.get("secrets")
-    for name in (*compose.SERVICES, "router"):
+    for name in (*composefile.SERVICES, "router"):
         spec = config["services"][name]
         argv = shlex.split(spec["command"])
         assert not [a for a in argv if "keys" in a or a.startswith("--api-key")], f"{name}: the key is on the command line: {argv}"
         assert "SGLANG_API_KEY" not in (spec.get("environment") or {}), f"{name}: the key would show in docker inspect"
         assert "sglang_api_key" in (spec.get("secrets") or []), f"{name}: the key does not reach the container"
     assert config["secrets"]["hf_token"] == {"file": "/etc/keys/hub"}, config.get("secrets")
-    for name in compose.SERVICES:
+    for name in composefile.SERVICES:
         spec = config["services"][name]
         assert "HF_TOKEN" not in (spec.get("environment") or {}), f"{name}: the Hub token would show in docker inspect"
         assert "hf_token" in (spec.get("secrets") or []), f"{name}: the Hub token does not reach the container"
@@ -287,15 +288,15 @@ def test_the_clients_read_the_key_file_the_server_gets(tmp_path):
     key = tmp_path / "api"
     key.write_text("k-123\n")
     env = variables.Environment({"SGLANG_API_KEY_FILE": str(key)}, {"SGLANG_API_KEY_FILE": ".env:3"})
-    assert compose.api_key(env) == "k-123", "clients send what the entrypoint reads"
-    assert compose.api_key(variables.Environment({})) is None, "no file: no key"
+    assert composefile.api_key(env) == "k-123", "clients send what the entrypoint reads"
+    assert composefile.api_key(variables.Environment({})) is None, "no file: no key"
     key.write_text("two words\n")
     with pytest.raises(UserError) as err:
-        compose.api_key(env)
+        composefile.api_key(env)
     assert str(err.value).startswith(f"SGLANG_API_KEY_FILE={key} (.env:3): ") and "whitespace" in str(err.value), err.value
     missing = variables.Environment({"SGLANG_API_KEY_FILE": str(tmp_path / "gone")})
     with pytest.raises(UserError, match="no such file"):
-        compose.api_key(missing)
+        composefile.api_key(missing)
 
 
 def test_ports_bind_loopback_by_default():
@@ -319,7 +320,7 @@ def test_nccl_and_runtime_knobs_reach_the_container():
 
 
 def test_no_secret_values_in_the_files():
-    raw = compose.load_raw(COMPOSE_YAML)
+    raw = composefile.load_raw(COMPOSE_YAML)
     text = COMPOSE_YAML.read_text()
     for name, spec in raw["services"].items():
         env = spec.get("environment") or {}
@@ -337,7 +338,7 @@ def test_no_secret_values_in_the_files():
 def _compose_variables() -> set[str]:
     text = "\n".join(line.split(" #")[0] for line in COMPOSE_YAML.read_text().splitlines() if not line.strip().startswith("#"))
     names = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
-    raw = compose.load_raw(COMPOSE_YAML)
+    raw = composefile.load_raw(COMPOSE_YAML)
     for spec in raw["services"].values():
         names |= {k for k, v in (spec.get("environment") or {}).items() if v is None}
     names |= {s["environment"] for s in raw.get("secrets", {}).values() if "environment" in s}
@@ -482,14 +483,14 @@ def test_shell_wins_over_env_file(tmp_path):
 
 
 def test_service_resolution():
-    svc = compose.service("eagle3", env_of(MODEL_DIR="/srv/k", DRAFT_MODEL_DIR="/srv/d", EAGLE3_PORT="31001", TP_SIZE="4"))
+    svc = composefile.service("eagle3", env_of(MODEL_DIR="/srv/k", DRAFT_MODEL_DIR="/srv/d", EAGLE3_PORT="31001", TP_SIZE="4"))
     assert (svc.model_dir, svc.draft_dir) == (Path("/srv/k"), Path("/srv/d")), f"mounts: {svc.model_dir} {svc.draft_dir}"
     assert (svc.bind_address, svc.host_port, svc.tp_size) == ("127.0.0.1", 31001, 4), f"resolved {svc}"
     assert svc.url == "http://127.0.0.1:31001", svc.url
-    base = compose.service("baseline", env_of(MODEL_DIR="models/k"))
+    base = composefile.service("baseline", env_of(MODEL_DIR="models/k"))
     assert base.draft_dir is None and base.model_dir == ROOT / "models" / "k", f"relative paths are relative to the project: {base.model_dir}"
-    assert compose.service("baseline", env_of(SGLANG_EXTRA_ARGS="--tp 2")).tp_size == 2, "a --tp in SGLANG_EXTRA_ARGS wins, as in argparse"
-    assert compose.endpoint("eagle3", env_of(BIND_ADDRESS="0.0.0.0")) == "http://127.0.0.1:30001", "0.0.0.0 is reached via loopback"
+    assert composefile.service("baseline", env_of(SGLANG_EXTRA_ARGS="--tp 2")).tp_size == 2, "a --tp in SGLANG_EXTRA_ARGS wins, as in argparse"
+    assert composefile.endpoint("eagle3", env_of(BIND_ADDRESS="0.0.0.0")) == "http://127.0.0.1:30001", "0.0.0.0 is reached via loopback"
 
 
 @pytest.mark.parametrize(
@@ -506,7 +507,7 @@ def test_service_resolution():
 )
 def test_bad_values_are_one_line_errors(values, message):
     with pytest.raises(UserError) as err:
-        compose.service("eagle3", env_of(**values))
+        composefile.service("eagle3", env_of(**values))
     assert message in str(err.value), f"expected {message!r} in {err.value}"
     assert "\n" not in str(err.value), f"errors must be one line: {err.value!r}"
 
@@ -521,17 +522,17 @@ def test_cli_bad_value_no_traceback():
 
 def test_unknown_service():
     with pytest.raises(UserError, match="unknown service 'gpt'"):
-        compose.service("gpt", env_of())
+        composefile.service("gpt", env_of())
 
 
 def test_wait_timeout_follows_the_healthcheck():
-    svc = compose.service("eagle3", env_of(HEALTH_START_PERIOD="30m", HEALTH_INTERVAL="15s", HEALTH_TIMEOUT="40s"))
-    assert compose.wait_timeout(svc) == 1800 + 3 * 55 + 120, f"wait timeout {compose.wait_timeout(svc)}"
+    svc = composefile.service("eagle3", env_of(HEALTH_START_PERIOD="30m", HEALTH_INTERVAL="15s", HEALTH_TIMEOUT="40s"))
+    assert composefile.wait_timeout(svc) == 1800 + 3 * 55 + 120, f"wait timeout {composefile.wait_timeout(svc)}"
 
 
 @pytest.mark.parametrize("text, seconds", [("15s", 15), ("30m", 1800), ("1h30m", 5400), ("30m0s", 1800), ("500ms", 0.5), ("15", None), ("s", None)])
 def test_parse_duration(text, seconds):
-    assert compose.parse_duration(text) == seconds, f"{text!r} -> {compose.parse_duration(text)}"
+    assert composefile.parse_duration(text) == seconds, f"{text!r} -> {composefile.parse_duration(text)}"
 
 
 # --- docker compose ps and the CLI wrappers ----------------------------------------------------
@@ -582,18 +583,18 @@ def test_missing_compose_plugin_is_one_line_naming_the_package(tmp_path):
 
 def test_compose_files_follow_compose_file_and_the_override(tmp_path, monkeypatch):
     monkeypatch.setattr(compose, "ROOT", tmp_path)
-    monkeypatch.setattr(compose, "COMPOSE_FILE", tmp_path / "compose.yaml")
+    monkeypatch.setattr(composefile, "COMPOSE_FILE", tmp_path / "compose.yaml")
     (tmp_path / "compose.yaml").write_text("services: {}\n")
-    assert compose.compose_files(env_of()) == [tmp_path / "compose.yaml"], "compose.yaml alone"
+    assert composefile.compose_files(env_of()) == [tmp_path / "compose.yaml"], "compose.yaml alone"
     (tmp_path / "compose.override.yaml").write_text("services: {}\n")
-    assert compose.compose_files(env_of()) == [tmp_path / "compose.yaml", tmp_path / "compose.override.yaml"], \
+    assert composefile.compose_files(env_of()) == [tmp_path / "compose.yaml", tmp_path / "compose.override.yaml"], \
         "compose.override.yaml is read when present, as Compose does"
     (tmp_path / "t.yaml").write_text("services: {}\n")
-    assert compose.compose_files(env_of(COMPOSE_FILE="compose.yaml:t.yaml")) == [tmp_path / "compose.yaml", tmp_path / "t.yaml"], \
+    assert composefile.compose_files(env_of(COMPOSE_FILE="compose.yaml:t.yaml")) == [tmp_path / "compose.yaml", tmp_path / "t.yaml"], \
         "COMPOSE_FILE replaces the default list, relative to the project directory"
-    assert compose.compose_files(env_of(COMPOSE_FILE="compose.yaml;t.yaml", COMPOSE_PATH_SEPARATOR=";"))[-1] == tmp_path / "t.yaml"
+    assert composefile.compose_files(env_of(COMPOSE_FILE="compose.yaml;t.yaml", COMPOSE_PATH_SEPARATOR=";"))[-1] == tmp_path / "t.yaml"
     with pytest.raises(UserError) as err:
-        compose.compose_files(env_of(COMPOSE_FILE="compose.yaml:missing.yaml"))
+        composefile.compose_files(env_of(COMPOSE_FILE="compose.yaml:missing.yaml"))
     assert str(err.value).startswith("COMPOSE_FILE=compose.yaml:missing.yaml (shell): ") and "missing.yaml: no such file" in str(err.value), err.value
 
 

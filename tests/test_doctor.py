@@ -19,7 +19,8 @@ import pytest
 
 from sglang_stack.errors import UserError
 from sglang_stack import ROOT
-from sglang_stack.services import compose, variables
+from sglang_stack.services import variables
+from sglang_stack.services import composefile
 from sglang_stack.doctor import checklist as doctor
 from sglang_stack.doctor import inputs
 from sglang_stack.doctor import host
@@ -42,8 +43,8 @@ def env_of(**values: str) -> variables.Environment:
     return variables.Environment(values, {k: "shell" for k in values})
 
 
-def svc_of(name: str = "eagle3", **values: str) -> compose.Service:
-    return compose.service(name, env_of(**values))
+def svc_of(name: str = "eagle3", **values: str) -> composefile.Service:
+    return composefile.service(name, env_of(**values))
 
 
 def by_name(checks: list, name: str) -> list:
@@ -588,7 +589,7 @@ def test_an_override_that_widens_privilege_is_said(tmp_path):
     override = tmp_path / "compose.override.yaml"
     override.write_text("services:\n  eagle3:\n    privileged: true\n    cap_add: [SYS_ADMIN]\n    ipc: host\n"
                         "    read_only: false\n    volumes:\n      - /:/host\n")
-    svc = compose.service("eagle3", env_of(COMPOSE_FILE=f"compose.yaml:{override}"))  # Compose's own merge
+    svc = composefile.service("eagle3", env_of(COMPOSE_FILE=f"compose.yaml:{override}"))  # Compose's own merge
     assert svc.shm_bytes == 64 << 30, "docker compose config's shm_size reads back"
     check = doctor.check_privilege(svc)
     assert check.status == WARN, check.line()

@@ -18,7 +18,8 @@ from conftest import wait_until
 from sglang_stack import ROOT
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image import store
-from sglang_stack.services import compose, variables
+from sglang_stack.services import variables
+from sglang_stack.services import composefile
 
 import engine
 
@@ -224,8 +225,8 @@ def test_a_wedged_server_turns_unhealthy_within_the_window(standin_image, compos
     timings = {"SGLANG_HEALTH_CHECK_TIMEOUT": "1", "HEALTH_INTERVAL": "1s", "HEALTH_TIMEOUT": "12s", "HEALTH_START_PERIOD": "1m"}
     project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs, **timings})
     project.compose("up", "-d", "--wait", "eagle3", timeout=300)
-    svc = compose.service("eagle3", variables.environment(shell_env=project.env))
-    window = compose.unhealthy_within(svc)
+    svc = composefile.service("eagle3", variables.environment(shell_env=project.env))
+    window = composefile.unhealthy_within(svc)
     assert window == 3 * (1 + 12), f"retries x (interval + timeout): {window}"
 
     project.compose("kill", "--signal", "SIGUSR1", "eagle3")  # the stand-in stops answering, as a hung scheduler does

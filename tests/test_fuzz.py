@@ -243,10 +243,11 @@ COMPOSE_VARS = st.dictionaries(st.sampled_from(["TP_SIZE", "GPU_IDS", "SHM_SIZE"
 
 @given(env=COMPOSE_VARS)
 def test_generated_compose_variables_resolve_or_are_refused_in_one_line(env):
-    from sglang_stack.services import compose, variables
+    from sglang_stack.services import variables
+    from sglang_stack.services import composefile
 
     environment = variables.Environment(env, {k: "shell" for k in env})
-    expect_clean(compose.service, "eagle3", environment, compose.COMPOSE_FILE)
+    expect_clean(composefile.service, "eagle3", environment, composefile.COMPOSE_FILE)
 
 
 @given(levels=st.one_of(TEXT, SCALARS, st.lists(SCALARS, max_size=3)), rate=st.one_of(TEXT, SCALARS),

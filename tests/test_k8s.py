@@ -209,19 +209,19 @@ def acceptance_rule(docs) -> dict | None:
 
 
 def test_eagle3_alerts_on_sglangs_own_accept_length(lock, tmp_path, monkeypatch):
-    from sglang_stack.services import acceptance, models
+    from sglang_stack.services import models
 
     rule = acceptance_rule(documents(lock, metrics={"pod_monitor": True}))
     assert rule and rule["alert"] == "SGLangEagle3AcceptanceLow", rule
     assert "sglang:spec_accept_length" in rule["expr"], "SGLang 0.5.9's own gauge (metrics/collector.py)"
-    assert f"< {acceptance.FLOOR}" in rule["expr"] and "> 0" in rule["expr"], f"no expectation yet: the floor: {rule['expr']}"
+    assert f"< {models.FLOOR}" in rule["expr"] and "> 0" in rule["expr"], f"no expectation yet: the floor: {rule['expr']}"
     assert acceptance_rule(documents(lock, service="baseline", metrics={"pod_monitor": True})) is None, "baseline drafts nothing"
     overridden = acceptance_rule(documents(lock, metrics={"pod_monitor": True, "accept_length_min": 2.4}))
     assert "< 2.4" in overridden["expr"], overridden["expr"]
     # A drafter whose expectation models.lock records: the alert fires below its minimum.
     pinned = tmp_path / "models.lock"
     pinned.write_text(models.MODELS_LOCK.read_text())
-    models.record_acceptance(acceptance.Expectation(3.05, 0.15, "3/1/4", "a first run accepted"), pinned)
+    models.record_acceptance(models.Expectation(3.05, 0.15, "3/1/4", "a first run accepted"), pinned)
     monkeypatch.setattr(models, "MODELS_LOCK", pinned)
     expected = acceptance_rule(documents(lock, metrics={"pod_monitor": True}))
     assert "< 2.9" in expected["expr"], expected["expr"]

@@ -218,9 +218,10 @@ def test_rdma_carries_devices_ipc_lock_the_network_and_nccl_settings(lock, netwo
 
 
 def test_nccl_variables_are_the_set_compose_passes():
-    from sglang_stack.services import compose, k8s_values
+    from sglang_stack.services import k8s_values
+    from sglang_stack.services import composefile
 
-    env = compose.load_raw()["x-sglang"]["environment"]
+    env = composefile.load_raw()["x-sglang"]["environment"]
     assert k8s_values.nccl_variables() == sorted(k for k in env if re.match(r"(NCCL|GLOO)_", k))
     assert {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} <= set(k8s_values.nccl_variables())
 

@@ -73,10 +73,10 @@ def test_k8s_values_refuse_key_flags_as_compose_does():
 
 
 def test_the_doctor_fails_a_key_flag_in_extra_args():
-    from sglang_stack.services import compose
+    from sglang_stack.services import composefile
     from sglang_stack.doctor import inputs
 
-    svc = compose.service("eagle3", variables.Environment({"SGLANG_EXTRA_ARGS": "--api-ke sk-x"}), compose.COMPOSE_FILE)
+    svc = composefile.service("eagle3", variables.Environment({"SGLANG_EXTRA_ARGS": "--api-ke sk-x"}), composefile.COMPOSE_FILE)
     check = inputs.check_api_key(svc)
     assert check.status == "FAIL" and "--api-ke" in check.detail and "sk-x" not in check.line(), check.line()
 

@@ -16,7 +16,8 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
 from sglang_stack.lock import lockfile as lockmod
-from sglang_stack.services import compose, variables
+from sglang_stack.services import variables
+from sglang_stack.services import composefile
 from sglang_stack.doctor import checklist as doctor, host
 from sglang_stack.entrypoints import router
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, WARN
@@ -36,39 +37,39 @@ def env_of(**values: str) -> variables.Environment:
 
 
 def argv_of(name: str, **values: str) -> list[str]:
-    return shlex.split(compose.load(compose.COMPOSE_FILE, env_of(**values))["services"][name]["command"])
+    return shlex.split(composefile.load(composefile.COMPOSE_FILE, env_of(**values))["services"][name]["command"])
 
 
 # --- multi-node tensor parallelism --------------------------------------------------------------
 
 
 def test_multinode_flags_reach_eagle3_and_baseline():
-    for name in compose.SERVICES:
+    for name in composefile.SERVICES:
         argv = argv_of(name, **MULTI)
         for flag in ("--nnodes=2", "--node-rank=1", "--dist-init-addr=10.0.0.11:20000"):
             assert flag in argv, f"{name}: {flag} must reach SGLang: {argv}"
-    svc = compose.service("eagle3", env_of(**MULTI))
+    svc = composefile.service("eagle3", env_of(**MULTI))
     assert (svc.nnodes, svc.node_rank, svc.dist_init_addr) == (2, 1, "10.0.0.11:20000"), svc
 
 
 @needs_compose
 def test_host_networking_comes_from_the_override_files():
-    svc = compose.service("eagle3", env_of(**MULTI, **FILES))
-    assert svc.host_network and svc.files[1:] == (compose.MULTINODE_FILE, compose.RDMA_FILE), svc.files
+    svc = composefile.service("eagle3", env_of(**MULTI, **FILES))
+    assert svc.host_network and svc.files[1:] == (composefile.MULTINODE_FILE, composefile.RDMA_FILE), svc.files
     assert svc.url == "http://127.0.0.1:30000", f"host networking: SGLang's own port on the host: {svc.url}"
-    bridged = compose.service("eagle3", env_of(**MULTI))
+    bridged = composefile.service("eagle3", env_of(**MULTI))
     assert not bridged.host_network and bridged.url == "http://127.0.0.1:30001", bridged.url
 
 
 def test_unset_multinode_variables_leave_the_command_as_before():
-    for name in compose.SERVICES:
+    for name in composefile.SERVICES:
         argv = argv_of(name)
         assert not [a for a in argv if a.startswith(("--nnodes", "--node-rank", "--dist-init-addr"))], argv
         assert argv[argv.index("--host") + 1] == "0.0.0.0", argv
 
 
 def test_doctor_fails_multinode_without_host_networking():
-    svc = compose.service("eagle3", env_of(**MULTI, SGLANG_HOST="127.0.0.1"))
+    svc = composefile.service("eagle3", env_of(**MULTI, SGLANG_HOST="127.0.0.1"))
     check = by_name(doctor.check_multinode(facts(), svc), "multinode")[0]
     assert check.status == FAIL and "bridge network" in check.detail, check.line()
     assert "COMPOSE_FILE=compose.yaml:compose.multinode.yaml" in check.fix, check.line()
@@ -86,7 +87,7 @@ def test_doctor_fails_multinode_without_host_networking():
 )
 def test_bad_multinode_values_are_one_line_errors(values, message):
     with pytest.raises(UserError) as err:
-        compose.service("eagle3", env_of(**values))
+        composefile.service("eagle3", env_of(**values))
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
@@ -95,8 +96,8 @@ def test_docker_compose_merges_the_multinode_override():
     if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0:
         pytest.skip("docker compose is not installed")
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "MODEL_DIR": "/srv/m", "DRAFT_MODEL_DIR": "/srv/d", **MULTI}
-    proc = subprocess.run(["docker", "compose", "--project-directory", str(ROOT), "-f", str(compose.COMPOSE_FILE),
-                           "-f", str(compose.MULTINODE_FILE), "-f", str(compose.RDMA_FILE), "--profile", "eagle3",
+    proc = subprocess.run(["docker", "compose", "--project-directory", str(ROOT), "-f", str(composefile.COMPOSE_FILE),
+                           "-f", str(composefile.MULTINODE_FILE), "-f", str(composefile.RDMA_FILE), "--profile", "eagle3",
                            "config", "--format", "json", "eagle3"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     import json
@@ -107,7 +108,7 @@ def test_docker_compose_merges_the_multinode_override():
     assert any(d.get("source") == "/dev/infiniband" for d in spec["devices"]), spec["devices"]
     assert "IPC_LOCK" in spec["cap_add"], spec["cap_add"]
     for knob in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-        assert knob in compose.load_raw()["services"]["eagle3"]["environment"], f"{knob} must be passed through"
+        assert knob in composefile.load_raw()["services"]["eagle3"]["environment"], f"{knob} must be passed through"
 
 
 # --- the doctor on a multi-node host ------------------------------------------------------------
@@ -126,31 +127,31 @@ def by_name(checks, name):
 
 @needs_compose
 def test_doctor_multinode_checks():
-    svc = compose.service("eagle3", env_of(**MULTI, **FILES, NCCL_SOCKET_IFNAME="eth0", GLOO_SOCKET_IFNAME="eth0", SGLANG_HOST="127.0.0.1"))
+    svc = composefile.service("eagle3", env_of(**MULTI, **FILES, NCCL_SOCKET_IFNAME="eth0", GLOO_SOCKET_IFNAME="eth0", SGLANG_HOST="127.0.0.1"))
     checks = doctor.check_multinode(facts(), svc)
     assert [c.status for c in checks] == [OK, OK, OK, OK], [c.line() for c in checks]
     assert "node 1 of 2" in checks[0].detail and "mlx5_0" in checks[1].detail, [c.line() for c in checks]
-    no_file = compose.service("eagle3", env_of(**MULTI, COMPOSE_FILE="compose.yaml:compose.multinode.yaml", SGLANG_HOST="127.0.0.1"))
+    no_file = composefile.service("eagle3", env_of(**MULTI, COMPOSE_FILE="compose.yaml:compose.multinode.yaml", SGLANG_HOST="127.0.0.1"))
     rdma = by_name(doctor.check_multinode(facts(), no_file), "rdma")[0]
     assert rdma.status == FAIL and "compose.rdma.yaml" in rdma.fix, f"the host has RDMA devices the container would not get: {rdma.line()}"
     no_ib = doctor.check_multinode(facts(ib_devices=None), svc)
     assert by_name(no_ib, "rdma")[0].status == WARN and "TCP sockets" in by_name(no_ib, "rdma")[0].detail
-    wrong_hca = compose.service("eagle3", env_of(**MULTI, **FILES, NCCL_IB_HCA="mlx5_7", SGLANG_HOST="127.0.0.1"))
+    wrong_hca = composefile.service("eagle3", env_of(**MULTI, **FILES, NCCL_IB_HCA="mlx5_7", SGLANG_HOST="127.0.0.1"))
     rdma = by_name(doctor.check_multinode(facts(), wrong_hca), "rdma")[0]
     assert rdma.status == FAIL and "mlx5_7" in rdma.detail, rdma.line()
-    wrong_if = compose.service("eagle3", env_of(**MULTI, **FILES, NCCL_SOCKET_IFNAME="enp9s0", SGLANG_HOST="127.0.0.1"))
+    wrong_if = composefile.service("eagle3", env_of(**MULTI, **FILES, NCCL_SOCKET_IFNAME="enp9s0", SGLANG_HOST="127.0.0.1"))
     netif = by_name(doctor.check_multinode(facts(), wrong_if), "netif")
     assert netif[0].status == FAIL and "enp9s0" in netif[0].detail, netif[0].line()
     assert netif[1].status == WARN and "GLOO_SOCKET_IFNAME unset" in netif[1].detail, netif[1].line()
-    open_api = compose.service("eagle3", env_of(**MULTI, **FILES))
+    open_api = composefile.service("eagle3", env_of(**MULTI, **FILES))
     assert by_name(doctor.check_multinode(facts(), open_api), "exposure")[0].status == WARN
-    off = compose.service("eagle3", env_of(**MULTI, **FILES, NCCL_IB_DISABLE="1"))
+    off = composefile.service("eagle3", env_of(**MULTI, **FILES, NCCL_IB_DISABLE="1"))
     assert by_name(doctor.check_multinode(facts(ib_devices=None), off), "rdma")[0].status == NOTE
 
 
 def test_doctor_counts_gpus_per_node():
     gpus = host.parse_query_csv("".join(f"{i}, NVIDIA H200, 9.0, 580.159.04, 143771\n" for i in range(8)))
-    svc = compose.service("eagle3", env_of(**MULTI))
+    svc = composefile.service("eagle3", env_of(**MULTI))
     check = doctor.check_gpus(facts(gpus=gpus), svc)
     assert check.status == OK and "8 on this node" in check.detail, check.line()
 
@@ -171,14 +172,14 @@ def test_host_network_reads_sysfs(monkeypatch, tmp_path):
 
 
 def test_router_service_defaults():
-    svc = compose.router_service(env_of(ROUTER_WORKER_URLS="http://10.0.0.11:30000,http://10.0.0.12:30000"))
+    svc = composefile.router_service(env_of(ROUTER_WORKER_URLS="http://10.0.0.11:30000,http://10.0.0.12:30000"))
     assert svc.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"], svc.worker_urls
     assert (svc.policy, svc.url, svc.image) == ("cache_aware", "http://127.0.0.1:30080", "sglang-stack-router:0.3.2"), svc
-    spec = compose.load(compose.COMPOSE_FILE, env_of())["services"]["router"]
+    spec = composefile.load(composefile.COMPOSE_FILE, env_of())["services"]["router"]
     assert spec["profiles"] == ["router"] and spec["build"]["target"] == "router", spec
     assert spec["ports"] == ["127.0.0.1:30080:30080"], f"loopback by default: {spec['ports']}"
     assert "/readiness" in " ".join(spec["healthcheck"]["test"]), spec["healthcheck"]
-    moved = compose.router_service(env_of(ROUTER_WORKER_URLS="http://a:1", ROUTER_PORT="31080", ROUTER_POLICY="round_robin"))
+    moved = composefile.router_service(env_of(ROUTER_WORKER_URLS="http://a:1", ROUTER_PORT="31080", ROUTER_POLICY="round_robin"))
     assert (moved.host_port, moved.policy) == (31080, "round_robin"), moved
 
 
@@ -195,7 +196,7 @@ def test_router_service_defaults():
 )
 def test_bad_router_values_are_one_line_errors(values, message):
     with pytest.raises(UserError) as err:
-        compose.router_service(env_of(**values))
+        composefile.router_service(env_of(**values))
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 

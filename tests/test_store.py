@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from conftest import wait_until
+from conftest import need, wait_until
 from sglang_stack import ROOT
 from sglang_stack.image import store
 
@@ -29,17 +30,16 @@ def _lease_survives_the_maker(engine: str, base: str, run_id: str) -> None:
         store.remove(engine, shared, f"{shared}-lease-{run_id}-b")
 
 
-def test_missing_base_without_make_is_one_line(run_id):
+@pytest.mark.parametrize("engine", ["docker", "buildah"])
+def test_missing_base_without_make_is_one_line(engine, run_id):
     from sglang_stack.errors import UserError
 
-    for engine in ("docker", "buildah"):
-        cli = "docker" if engine == "docker" else "buildah"
-        if subprocess.run(["which", cli], capture_output=True).returncode != 0:
-            continue
-        with pytest.raises(UserError) as err:
-            with store.BaseLease(engine, f"localhost/sglang-stack-test-{run_id}-none:x", make=False):
-                pass
-        assert str(err.value) == f"--base-image localhost/sglang-stack-test-{run_id}-none:x: no such image in the {engine} image store", err.value
+    if shutil.which(engine) is None:  # one engine missing skips its own case (fails in CI), never the other's
+        need(f"the {engine} CLI is not installed")
+    with pytest.raises(UserError) as err:
+        with store.BaseLease(engine, f"localhost/sglang-stack-test-{run_id}-none:x", make=False):
+            pass
+    assert str(err.value) == f"--base-image localhost/sglang-stack-test-{run_id}-none:x: no such image in the {engine} image store", err.value
 
 
 @pytest.mark.engine

@@ -61,10 +61,11 @@ def test_compose_command_and_environment():
 
 
 def test_compose_yaml_reads_the_sweep_variables():
-    from sglang_stack.services import compose, variables
+    from sglang_stack.services import variables
+    from sglang_stack.services import composefile
 
     env = variables.environment(ROOT / "no-such.env", {**GridPoint(2, 1, 3).env(), "MODEL_DIR": "/m"})
-    argv = compose.service("eagle3", env).argv
+    argv = composefile.service("eagle3", env).argv
     for flag, value in (("--speculative-num-steps", "2"), ("--speculative-eagle-topk", "1"),
                         ("--speculative-num-draft-tokens", "3")):
         assert argv[argv.index(flag) + 1] == value, f"compose.yaml does not pass {flag} from the sweep's variable"

@@ -29,7 +29,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from sglang_stack import ROOT
-from sglang_stack.services import compose, variables
+from sglang_stack.services import variables
+from sglang_stack.services import composefile
 from sglang_stack.bench import report
 from sglang_stack.bench import provenance, stats
 from sglang_stack.bench.client import Endpoint, RequestFailed, probe, probe_openai, server_info
@@ -75,7 +76,7 @@ def stack_env(environ: Mapping[str, str] | None = None, env_file: Path | None = 
 
 def default_endpoints(env: variables.Environment) -> list[Endpoint]:
     """The compose services on this host, at the address and port compose.yaml publishes them on."""
-    return [Endpoint(name, compose.endpoint(name, env)) for name in compose.SERVICES]
+    return [Endpoint(name, composefile.endpoint(name, env)) for name in composefile.SERVICES]
 
 
 def parse_endpoint(spec: str) -> Endpoint:
@@ -248,7 +249,7 @@ def run(
     source = parse_dataset(prompts, dataset, options, random_input_len, random_output_len, random_range_ratio)
     if out:
         atomic.check_creatable(Path(out), "--out")  # before the probes: nothing is created for a run that cannot start
-    api_key = compose.api_key(env)
+    api_key = composefile.api_key(env)
     chosen = resolve_endpoints(endpoints, env, api_key, min(options.timeout, 30.0), target)
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))

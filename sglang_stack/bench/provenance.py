@@ -86,11 +86,11 @@ def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
     """For each endpoint that is a compose service of this checkout on this host, its image; else nothing."""
     if not engine:
         return {}
-    from sglang_stack.services import compose
+    from sglang_stack.services import compose, composefile
 
     out = {}
     try:
-        published = {compose.endpoint(name, env): name for name in compose.SERVICES}
+        published = {composefile.endpoint(name, env): name for name in composefile.SERVICES}
     except UserError:  # a broken .env: the probe has said so already; provenance is best effort
         return {}
     wanted = {e.name: published[e.url] for e in endpoints if e.url in published}
@@ -110,7 +110,7 @@ def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
 def models(env) -> dict:
     """models.lock's commit for each role, and whether this host's MODEL_DIR / DRAFT_MODEL_DIR hold
     exactly those files by name and size (``matches``: None where there is no pin or no directory)."""
-    from sglang_stack.services import compose
+    from sglang_stack.services import composefile
     from sglang_stack.services import models as pins
 
     try:
@@ -118,7 +118,7 @@ def models(env) -> dict:
     except UserError:
         return {}
     try:
-        svc = compose.service("eagle3", env)
+        svc = composefile.service("eagle3", env)
         dirs = {"target": svc.model_dir, "drafter": svc.draft_dir}
     except UserError:
         dirs = {}

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 from sglang_stack.bench import client, display, report, rounds
 from sglang_stack.bench import measure as bench
 from sglang_stack.services import compose
+from sglang_stack.services import composefile
 from sglang_stack import shell
 from sglang_stack.bench.rounds import Options, Results
 from sglang_stack.bench.display import Progress
@@ -346,14 +347,14 @@ def run(
             raise UserError(f"--sweep measures only {service}: pass at most --endpoint {service}=URL")
         endpoint = given[0]
     else:
-        endpoint = Endpoint(service, compose.endpoint(service, env))
+        endpoint = Endpoint(service, composefile.endpoint(service, env))
     if restart is None:
         preflight(engine, service)
         restart = compose_restart(engine, service, ready)
         log_tail = log_tail or (lambda: compose_log_tail(engine, service))
     prompt_set = source.load()
     out_dir = bench.results_dir(out)
-    api_key = compose.api_key(env)
+    api_key = composefile.api_key(env)
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None
     results = Results(out_dir, meta)

@@ -21,6 +21,7 @@ import socket
 from typing import Callable
 
 from sglang_stack.services import compose, variables
+from sglang_stack.services import composefile
 from sglang_stack.entrypoints import serve
 from sglang_stack.errors import UserError
 from sglang_stack.doctor.inputs import (
@@ -45,7 +46,7 @@ GIB = 1 << 30
 # --- checks --------------------------------------------------------------------------------
 
 
-def check_config(svc: compose.Service | None, error: str, env: variables.Environment | None) -> Check:
+def check_config(svc: composefile.Service | None, error: str, env: variables.Environment | None) -> Check:
     if svc is None:
         return Check("config", FAIL, error, _config_fix(error))
     source = f".env {env.env_file}" if env and env.env_file else "no .env (compose.yaml defaults; cp .env.example .env)"
@@ -71,12 +72,12 @@ def _config_fix(error: str) -> str:
 _HEALTH_VARS = {"interval": "HEALTH_INTERVAL", "timeout": "HEALTH_TIMEOUT", "start_period": "HEALTH_START_PERIOD"}
 
 
-def _health_timeouts(svc: compose.Service) -> tuple[str, str]:
+def _health_timeouts(svc: composefile.Service) -> tuple[str, str]:
     """A complaint and its fix when the healthcheck is malformed, or Docker would kill the probe before SGLang answers."""
     hc = svc.healthcheck
-    timeout = compose.parse_duration(hc.get("timeout", ""))
+    timeout = composefile.parse_duration(hc.get("timeout", ""))
     for key, var in _HEALTH_VARS.items():
-        if compose.parse_duration(hc.get(key, "")) is None:
+        if composefile.parse_duration(hc.get(key, "")) is None:
             return (f"healthcheck {key}={hc.get(key)!r} is not a duration such as 15s or 30m",
                     f"set {var} in .env to a duration such as 15s, 40s or 30m (or remove it for the default)")
     inner_raw = str(svc.environment.get("SGLANG_HEALTH_CHECK_TIMEOUT") or "20")
@@ -100,7 +101,7 @@ def _own_container(rows: list | None, name: str) -> dict | None:
 
 
 def check_port(svc, rows: list | None) -> Check:
-    var = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", compose.ROUTER: "ROUTER_PORT"}[svc.name]
+    var = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", composefile.ROUTER: "ROUTER_PORT"}[svc.name]
     where = f"{svc.bind_address}:{svc.host_port}"
     if _own_container(rows, svc.name):
         return Check("port", OK, f"{where} is held by {svc.name}'s own container (already up)")
@@ -157,10 +158,10 @@ def check_gpu_runtime(facts: Facts) -> Check:
     return Check("gpu-runtime", FAIL, f"no NVIDIA container runtime ({known}; no nvidia-container-runtime-hook)", fix)
 
 
-def check_exclusive(svc: compose.Service, rows: list | None) -> Check:
+def check_exclusive(svc: composefile.Service, rows: list | None) -> Check:
     if rows is None:
         return Check("exclusive", SKIP, "skipped: cannot ask Docker which services run")
-    others = [r for r in rows if r.get("Service") in compose.SERVICES and r.get("Service") != svc.name
+    others = [r for r in rows if r.get("Service") in composefile.SERVICES and r.get("Service") != svc.name
               and r.get("State") in ("running", "restarting")]
     if others:
         other = others[0].get("Service")
@@ -201,7 +202,7 @@ def visible_gpus(gpus: list[Gpu], gpu_ids: str) -> tuple[list[Gpu], str]:
     return chosen, ""
 
 
-def check_gpus(facts: Facts, svc: compose.Service) -> Check:
+def check_gpus(facts: Facts, svc: composefile.Service) -> Check:
     if not facts.gpus:
         return Check("gpus", SKIP, "skipped: nvidia-smi listed no GPU")
     chosen, error = visible_gpus(facts.gpus, svc.gpu_ids)
@@ -217,7 +218,7 @@ def check_gpus(facts: Facts, svc: compose.Service) -> Check:
     return Check("gpus", OK, detail)
 
 
-def check_arch(facts: Facts, svc: compose.Service | None) -> list[Check]:
+def check_arch(facts: Facts, svc: composefile.Service | None) -> list[Check]:
     if not facts.gpus:
         return [Check("arch", SKIP, "skipped: nvidia-smi listed no GPU")]
     groups: dict[tuple[str, str], list[Gpu]] = {}
@@ -249,7 +250,7 @@ def check_arch(facts: Facts, svc: compose.Service | None) -> list[Check]:
     return out
 
 
-def check_shm(facts: Facts, svc: compose.Service | None = None) -> Check:
+def check_shm(facts: Facts, svc: composefile.Service | None = None) -> Check:
     """The /dev/shm the workers get: the container's own (shm_size, compose.yaml's way), or the host's
     where an override sets ipc: host."""
     if svc is not None and svc.ipc != "host":
@@ -280,7 +281,7 @@ def shm_size_check(gib: float, detail: str, fix: str, fail_fix: str | None = Non
     return Check("shm", OK, detail)
 
 
-def check_privilege(svc: compose.Service) -> Check:
+def check_privilege(svc: composefile.Service) -> Check:
     """compose.yaml runs SGLang with no capability, no privilege gained and a read-only root; an
     override that widens that (privileged, cap_add, a host mount beside the models, the host's
     PID or IPC namespace) is said, with the file it came from."""
@@ -314,7 +315,7 @@ def _limit(value: int) -> str:
     return "unlimited" if value == resource.RLIM_INFINITY else f"{value // 1024} KiB"
 
 
-def check_memlock(facts: Facts, svc: compose.Service | None = None) -> Check:
+def check_memlock(facts: Facts, svc: composefile.Service | None = None) -> Check:
     soft, hard = facts.memlock
     host = f"host ulimit -l {_limit(soft)} (hard {_limit(hard)})"
     if svc is not None and "memlock" not in svc.ulimits:
@@ -346,7 +347,7 @@ def check_disk(facts: Facts) -> Check:
     return Check("disk", OK, detail)
 
 
-def check_image(facts: Facts, svc: compose.Service | None) -> Check:
+def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
     name = svc.image if svc else DEFAULT_IMAGE
     if not facts.docker_info:
         return Check("image", SKIP, "skipped: no Docker engine")
@@ -392,7 +393,7 @@ def check_kernels(facts: Facts) -> Check:
     return Check("kernels", OK, f"FlashInfer modules built for {arch_list} cover these GPUs")
 
 
-def check_audit(facts: Facts, svc: compose.Service | None) -> Check:
+def check_audit(facts: Facts, svc: composefile.Service | None) -> Check:
     if facts.audit is None:
         return Check("audit", SKIP, facts.audit_skip or "skipped")
     code, output = facts.audit
@@ -408,7 +409,7 @@ def check_audit(facts: Facts, svc: compose.Service | None) -> Check:
                  "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.audit.eagle3 --help")
 
 
-def check_multinode(facts: Facts, svc: compose.Service) -> list[Check]:
+def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
     """NNODES > 1: the rank and rendezvous, RDMA devices, the interfaces NCCL and Gloo bind to."""
     env = svc.env
     where = f"node {svc.node_rank} of {svc.nnodes}, rendezvous {svc.dist_init_addr}, TP {svc.tp_size} in all"
@@ -418,7 +419,7 @@ def check_multinode(facts: Facts, svc: compose.Service) -> list[Check]:
                      "set COMPOSE_FILE=compose.yaml:compose.multinode.yaml in .env (host networking), on every node")]
     else:
         out = [Check("multinode", OK, f"{where}; host networking ({_files(svc)})")]
-    rdma_file = compose.RDMA_FILE in svc.files
+    rdma_file = composefile.RDMA_FILE in svc.files
     hca = env.get("NCCL_IB_HCA") or ""
     ib_off = (env.get("NCCL_IB_DISABLE") or "") == "1"
     if ib_off:
@@ -464,7 +465,7 @@ def check_multinode(facts: Facts, svc: compose.Service) -> list[Check]:
 # --- running -------------------------------------------------------------------------------
 
 
-def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_error: str = "",
+def evaluate(facts: Facts, engine: str, svc: composefile.Service | None, config_error: str = "",
              env: variables.Environment | None = None) -> list[Check]:
     """All checks, in the order they print: what you asked for, then the host, then the image."""
     checks = [check_config(svc, config_error, env)]
@@ -499,15 +500,16 @@ def evaluate(facts: Facts, engine: str, svc: compose.Service | None, config_erro
     return checks
 
 
-def _files(svc: compose.Service) -> str:
+def _files(svc: composefile.Service) -> str:
     return "compose files: " + ", ".join(str(f.relative_to(compose.ROOT)) if f.is_relative_to(compose.ROOT) else str(f) for f in svc.files)
 
 
-def router_checks(engine: str, env: variables.Environment | None = None) -> list[Check]:
+def router_checks(engine: str, env: variables.Environment | None = None,
+                  svc: composefile.RouterService | None = None) -> list[Check]:
     """The router's preflight: its settings, its port and the Docker engine; no GPU, no model."""
     env = env if env is not None else variables.environment()
     try:
-        svc = compose.router_service(env)
+        svc = svc or composefile.router_service(env)
     except UserError as err:
         return [Check("config", FAIL, str(err), "correct that value in .env (see .env.example)")]
     facts = gather_engine(engine, None)
@@ -515,12 +517,14 @@ def router_checks(engine: str, env: variables.Environment | None = None) -> list
     return [config, check_port(svc, facts.ps_rows), check_docker(facts, engine)]
 
 
-def run(engine: str, name: str, show: bool = False, env: variables.Environment | None = None) -> list[Check]:
-    compose.check_service_name(name, compose.SERVICES)
+def run(engine: str, name: str, show: bool = False, env: variables.Environment | None = None,
+        svc: composefile.Service | None = None) -> list[Check]:
+    """Every check of GPU service ``name``; ``svc``, when the caller resolved it already, is not resolved again."""
+    composefile.check_service_name(name, composefile.SERVICES)
     env = env if env is not None else variables.environment()
-    svc, error = None, ""
+    error = ""
     try:
-        svc = compose.service(name, env)
+        svc = svc or composefile.service(name, env)
     except UserError as err:
         error = str(err)
     facts = gather(engine, svc, show=show)
@@ -537,16 +541,22 @@ def doctor(engine: str, name: str, out: Callable[[str], None] = print, show: boo
     """Print every check; return 1 when any failed."""
     env = variables.environment()
     out(f"sglang-stack doctor: service {name}" + (f", {env.env_file}" if env.env_file else ", no .env"))
-    checks = router_checks(engine, env) if name == compose.ROUTER else run(engine, name, show=show, env=env)
+    checks = router_checks(engine, env) if name == composefile.ROUTER else run(engine, name, show=show, env=env)
     for check in checks:
         out(check.line())
     out(f"doctor: {summary(checks)}")
     return 1 if any(c.status == FAIL for c in checks) else 0
 
 
-def preflight(engine: str, name: str, out: Callable[[str], None] = print) -> list[Check]:
-    """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error."""
-    checks = router_checks(engine) if name == compose.ROUTER else run(engine, name, show=False)
+def preflight(engine: str, name: str, out: Callable[[str], None] = print, *, env: variables.Environment | None = None,
+              svc: "composefile.Service | composefile.RouterService | None" = None) -> list[Check]:
+    """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error.
+
+    ``env`` and ``svc``: what the caller resolved already (``composefile.resolve``), so it is read once."""
+    if name == composefile.ROUTER:
+        checks = router_checks(engine, env, svc)
+    else:
+        checks = run(engine, name, show=False, env=env, svc=svc)
     failed = [c for c in checks if c.status == FAIL]
     if failed:
         first = failed[0]
@@ -566,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("service", nargs="?", default="eagle3", help="baseline, eagle3 or router (default: eagle3)")
     parser.add_argument("--engine", default="docker", help="container CLI (default: docker)")
     args = parser.parse_args(argv)
-    compose.check_service_name(args.service)
+    composefile.check_service_name(args.service)
     return doctor(args.engine, args.service)
 
 

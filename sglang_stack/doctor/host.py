@@ -17,6 +17,7 @@ from pathlib import Path
 from sglang_stack import shell
 from sglang_stack.errors import UserError
 from sglang_stack.services import compose
+from sglang_stack.services import composefile
 from sglang_stack.services import progress
 
 DEFAULT_IMAGE = "sglang-stack:0.5.9-cu130"
@@ -160,7 +161,7 @@ def gather_engine(engine: str, image: str | None, show: bool = False) -> Facts:
     return facts
 
 
-def gather(engine: str, svc: compose.Service | None, show: bool = False, audit: bool = True) -> Facts:
+def gather(engine: str, svc: composefile.Service | None, show: bool = False, audit: bool = True) -> Facts:
     """Ask the host; never raises for a missing tool or an unreachable daemon."""
     facts = gather_engine(engine, svc.image if svc else DEFAULT_IMAGE, show)
     facts.nvidia_hook = shutil.which("nvidia-container-runtime-hook") is not None
@@ -240,7 +241,7 @@ def model_architecture(directory: Path | None) -> str:
         return ""
 
 
-def _gather_audit(facts: Facts, engine: str, svc: compose.Service | None, show: bool) -> None:
+def _gather_audit(facts: Facts, engine: str, svc: composefile.Service | None, show: bool) -> None:
     arch = model_architecture(svc.model_dir if svc else None)
     if not facts.docker_info:
         facts.audit_skip = "skipped: no Docker engine to run the image"

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from sglang_stack.errors import UserError
-from sglang_stack.services import compose, variables
+from sglang_stack.services import variables
+from sglang_stack.services import composefile
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, OK, SKIP, WARN, Check
 
 
@@ -126,9 +127,9 @@ KEY_FIX = ("mkdir -m 700 secrets; openssl rand -base64 32 > secrets/sglang_api_k
            "then SGLANG_API_KEY_FILE=secrets/sglang_api_key in .env")
 
 
-def check_api_key(svc: compose.Service) -> Check:
+def check_api_key(svc: composefile.Service) -> Check:
     """The key file the server and the clients read, and an API open beyond loopback should have one."""
-    for legacy in compose.LEGACY_SECRETS:
+    for legacy in composefile.LEGACY_SECRETS:
         if svc.env.get(legacy):
             file_var = f"{legacy}_FILE"
             return Check("api-key", FAIL, f"{legacy} ({svc.env.origin.get(legacy, 'shell')}) is no longer read: compose "
@@ -142,14 +143,14 @@ def check_api_key(svc: compose.Service) -> Check:
                      f"remove {flag} from SGLANG_EXTRA_ARGS; set SGLANG_API_KEY_FILE instead")
     where = svc.env.where("SGLANG_API_KEY_FILE")
     try:
-        key = compose.api_key(svc.env)
+        key = composefile.api_key(svc.env)
     except UserError as err:
         return Check("api-key", FAIL, str(err), KEY_FIX)
     if not key and svc.bind_address not in LOOPBACK:
         return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and no "
                      "SGLANG_API_KEY_FILE is set", KEY_FIX + ", or BIND_ADDRESS=127.0.0.1")
     if key:
-        st = compose.secret_path(svc.env, "SGLANG_API_KEY_FILE").stat()
+        st = composefile.secret_path(svc.env, "SGLANG_API_KEY_FILE").stat()
         if not readable_by(st, IMAGE_USER_UID, IMAGE_USER_UID):
             return Check("api-key", FAIL, f"{where}: mode {st.st_mode & 0o777:o}, owner {st.st_uid}: the container's user "
                          f"(uid {IMAGE_USER_UID}) cannot read it, so SGLang would not start",
@@ -158,7 +159,7 @@ def check_api_key(svc: compose.Service) -> Check:
     return Check("api-key", OK, f"none; the API listens on {svc.bind_address} only")
 
 
-def check_models(svc: compose.Service) -> list[Check]:
+def check_models(svc: composefile.Service) -> list[Check]:
     model, _ = _model_dir_check("model", "MODEL_DIR", svc.model_dir, svc.env, svc.name)
     if svc.draft_dir is None:
         drafter = Check("drafter", SKIP, f"{svc.name} uses no drafter")

@@ -51,7 +51,8 @@ class Run:
 
 def runs(lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> list[Run]:
     """Every (profile, argument list) of the table, read from compose.yaml (its defaults) and the k8s render."""
-    from sglang_stack.services import compose, k8s
+    from sglang_stack.services import k8s
+    from sglang_stack.services import composefile
     from sglang_stack.services.variables import Environment
 
     out = []
@@ -60,7 +61,7 @@ def runs(lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> list[Run]:
         gpus = PROFILES[name].gpus
         env = Environment({"TP_SIZE": str(gpus)}, {"TP_SIZE": "profile"})
         for service in ("baseline", "eagle3"):
-            svc = compose.service(service, env, compose.COMPOSE_FILE)
+            svc = composefile.service(service, env, composefile.COMPOSE_FILE)
             container_env = {k: str(v) for k, v in svc.environment.items() if v is not None}
             out.append(Run(name, f"compose {service}", tuple(svc.argv), container_env))
         ctx = k8s.context(lock, {**values, "service": "eagle3", "tp_size": gpus, "nnodes": 1})

@@ -189,14 +189,14 @@ def context(lock: Lock, values: dict, where: str = "values.yaml") -> Context:
 
 def _accept_length_min(v: dict) -> float:
     """The values' threshold, else what `invoke acceptance` expects of the drafter, else its floor."""
-    from sglang_stack.services import acceptance, models
+    from sglang_stack.services import models
 
     if v["accept_length_min"] is not None:
         return float(v["accept_length_min"])
     drafter = models.load().get("drafter")
     if drafter and drafter.acceptance:
-        return acceptance.Expectation(**drafter.acceptance).minimum
-    return acceptance.FLOOR
+        return models.Expectation(**drafter.acceptance).minimum
+    return models.FLOOR
 
 
 def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:

@@ -135,9 +135,9 @@ def _objects(reader: Reader, key: str, required: set[str]) -> list[dict]:
 
 def nccl_variables() -> list[str]:
     """The NCCL_*/GLOO_* variables compose.yaml passes through: the same set is accepted here."""
-    from sglang_stack.services import compose
+    from sglang_stack.services import composefile
 
-    env = compose.load_raw().get("x-sglang", {}).get("environment", {})
+    env = composefile.load_raw().get("x-sglang", {}).get("environment", {})
     return sorted(k for k in env if k.startswith(("NCCL_", "GLOO_")))
 
 

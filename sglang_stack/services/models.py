@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack import ROOT
-from sglang_stack.errors import UserError, read_text
+from sglang_stack.errors import NETWORK, UserError, read_text
 
 MODELS_LOCK = ROOT / "models.lock"
 HUB_TIMEOUT_S = 30.0  # per request: a wedged Hub is an error after this, not silence
@@ -54,6 +54,24 @@ class ModelFile:
     size: int
     sha256: str = ""  # the Hub's LFS sha256
     git_sha1: str = ""  # the Hub's git blob id, for files not in LFS
+
+
+FLOOR = 1.2  # tokens per verify pass: below it the drafter contributes nothing (#22836 showed ~1.0)
+"""The accept length `invoke acceptance` asks of a drafter with no recorded expectation."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What `invoke acceptance` expects of the drafter: models.lock's `acceptance` table."""
+
+    accept_length: float
+    tolerance: float
+    settings: str
+    source: str
+
+    @property
+    def minimum(self) -> float:
+        return round(self.accept_length - self.tolerance, 3)
 
 
 @dataclass(frozen=True)
@@ -205,8 +223,6 @@ def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str,
     except RepositoryNotFoundError:
         raise UserError(f"{repo}: no such repository on the Hub (or it is gated: set HF_TOKEN)") from None
     except Exception as err:  # noqa: BLE001 (huggingface_hub raises its own, requests' and httpx's classes)
-        from sglang_stack.tasks.boundary import NETWORK
-
         if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
             raise
         first = (str(err).splitlines() or [""])[0]

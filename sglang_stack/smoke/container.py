@@ -330,6 +330,7 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
     """
     from sglang_stack.image import build as buildmod
     from sglang_stack.services import compose, variables
+    from sglang_stack.services import composefile
     from sglang_stack.doctor import checklist as doctor
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.bench.client import RequestFailed, http_post
@@ -343,15 +344,15 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
     buildmod.build(buildmod.BuildRequest(engine=engine, tag=image, ca_bundle=Path(ca) if ca else None))
     result.timings["build"] = time.monotonic() - start
     for name in services:
-        doctor.preflight(engine, name)
-        svc = compose.service(name)
+        svc = composefile.resolve(name)
+        doctor.preflight(engine, name, svc=svc)
         t0 = time.monotonic()
         try:
-            compose.up(engine, name, wait_timeout=compose.wait_timeout(svc))
+            compose.up(engine, svc, wait_timeout=composefile.wait_timeout(svc))
             result.timings[f"{name} up"] = time.monotonic() - t0
             body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
             try:
-                status, raw = http_post(svc.url, "/generate", compose.api_key(svc.env), 300, body)
+                status, raw = http_post(svc.url, "/generate", composefile.api_key(svc.env), 300, body)
             except RequestFailed as err:
                 status, raw = 0, str(err).encode()
             answer = json.loads(raw) if status == 200 else {}

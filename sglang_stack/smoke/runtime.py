@@ -150,9 +150,9 @@ print(json.dumps({"before": before.returncode, "before_out": (before.stdout + be
 
 def compose_healthcheck(service: str = "baseline") -> list[str]:
     """The healthcheck command compose gives ``service`` (resolved as `invoke up` resolves it), without its CMD marker."""
-    from sglang_stack.services import compose
+    from sglang_stack.services import composefile
 
-    test = compose.service(service).healthcheck["test"]
+    test = composefile.service(service).healthcheck["test"]
     return test[1:] if test[0] in ("CMD", "CMD-SHELL") else test
 
 

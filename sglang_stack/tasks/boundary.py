@@ -11,18 +11,11 @@ from pathlib import Path
 
 from invoke import Exit, ParseError
 
-from sglang_stack.errors import UserError, format_error, read_text
+from sglang_stack.errors import NETWORK, UserError, format_error, read_text
 
 
 BUG = ("error: this is a bug in sglang-stack, not something you did: please report it with the traceback above "
        "and the command you ran")
-# Exception classes (by name, anywhere in the class's MRO) that mean the network failed: requests',
-# httpx's (huggingface_hub), urllib3's, urllib's and the socket layer's.
-NETWORK = {"ConnectionError", "ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout", "Timeout",
-           "TimeoutException", "TimeoutError", "ProxyError", "SSLError", "SSLCertVerificationError", "RemoteDisconnected",
-           "IncompleteRead", "URLError", "gaierror", "NetworkError", "TransportError", "RequestException", "ProtocolError",
-           "ChunkedEncodingError", "ContentDecodingError", "MaxRetryError", "NewConnectionError", "LocalProtocolError",
-           "RemoteProtocolError"}
 MALFORMED = {"JSONDecodeError", "TOMLDecodeError", "YAMLError", "ParserError", "ScannerError", "BadZipFile"}
 DISK = {errno.ENOSPC: "no space left on the device: free some, or write elsewhere",
         errno.EDQUOT: "disk quota exceeded: free some, or write elsewhere",

@@ -47,7 +47,8 @@ def models_lock(c, token_file=None, accept_baseline=None, accept_tolerance=None)
     import os
 
     from sglang_stack.errors import read_text
-    from sglang_stack.services import acceptance, models
+    from sglang_stack.services import models
+    from sglang_stack.bench import acceptance
 
     if accept_baseline:
         if token_file:
@@ -86,14 +87,15 @@ def models_verify(c, role="target", dir=None, workers=None):
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     from sglang_stack.flags import parse_count
-    from sglang_stack.services import compose, models
+    from sglang_stack.services import models
+    from sglang_stack.services import composefile
 
     count = parse_count("--workers", workers, 1) if workers is not None else None
     model = _pinned(role)
     if dir:
         directory = Path(dir)
     else:
-        svc = compose.service("eagle3")
+        svc = composefile.service("eagle3")
         directory = svc.model_dir if role == "target" else svc.draft_dir
     if not directory.is_dir():
         raise UserError(f"{directory}: no such directory (pass --dir)")
@@ -142,8 +144,8 @@ def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
     from pathlib import Path
 
     from sglang_stack.flags import parse_seconds
-    from sglang_stack.services import acceptance as acceptmod
-    from sglang_stack.services import compose, models
+    from sglang_stack.bench import acceptance as acceptmod
+    from sglang_stack.services import compose, composefile, models
 
     if service != "eagle3":
         raise UserError(f"{service!r}: only eagle3 speculates; `invoke acceptance eagle3`")
@@ -157,7 +159,7 @@ def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
                 from None
         if not 0 <= threshold <= 64:
             raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
-    target = url or compose.endpoint(service, env)
+    target = url or composefile.endpoint(service, env)
     if out and not Path(out).resolve().parent.is_dir():
         raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
     pins = models.load()
@@ -165,7 +167,7 @@ def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
     expected = acceptmod.Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
     print(f"acceptance: {len(acceptmod.probe_prompts())} greedy requests of {acceptmod.MAX_NEW_TOKENS} tokens to {target}",
           flush=True)
-    m = acceptmod.measure(target, compose.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
+    m = acceptmod.measure(target, composefile.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
     passed, line = acceptmod.verdict(m, expected, threshold)
     print(f"{service}: {m.line()}")
     if out:
@@ -268,17 +270,21 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False):
     reads here (COMPOSE_FILE in .env for multi-node: docs/scaling.md).
     """
     from sglang_stack.flags import parse_count, parse_seconds
-    from sglang_stack.services import compose
     from sglang_stack.doctor import checklist as doctor
+    from sglang_stack.services import compose, composefile, variables
 
     # Numbers arrive as text and are read here: Invoke's own int() cast would end in a traceback.
     wait = parse_count("--timeout", 0 if timeout is None else timeout, 0)
     pause = parse_seconds("--interval", 15 if interval is None else interval)
-    compose.check_service_name(service)
-    doctor.preflight(c.stack.engine, service)
-    svc = compose.router_service() if service == compose.ROUTER else compose.service(service)
-    wait = wait or compose.wait_timeout(svc)
-    compose.up(c.stack.engine, service, wait_timeout=wait, interval=pause)
+    composefile.check_service_name(service)
+    # The service is resolved once here and handed on; a setting it cannot resolve is the preflight's FAIL, with its fix.
+    env = variables.environment()
+    try:
+        svc = composefile.resolve(service, env)
+    except UserError:
+        svc = None
+    doctor.preflight(c.stack.engine, service, env=env, svc=svc)
+    compose.up(c.stack.engine, svc, wait_timeout=wait or composefile.wait_timeout(svc), interval=pause)
     if service == "eagle3" and not skip_acceptance:
         # A healthy eagle3 can still have lost its acceptance silently (docs/services.md, Acceptance).
         from sglang_stack.tasks.services import acceptance as check_acceptance
@@ -314,9 +320,9 @@ def logs(c, service, follow=True, tail="200"):
 @user_errors
 def status(c, service=None):
     """One line per service: state, health, published address, uptime; says when the router is down."""
-    from sglang_stack.services import compose
+    from sglang_stack.services import compose, composefile
 
-    compose.status(c.stack.engine, only=compose.check_service_name(service) if service else None)
+    compose.status(c.stack.engine, only=composefile.check_service_name(service) if service else None)
 
 
 @task(help={"service": "which service to check for: baseline, eagle3 or router, also positionally (default: eagle3, "
@@ -333,10 +339,10 @@ def doctor(c, service="eagle3"):
     the policy, the port and the engine.
     Works without Docker (those checks fail, the rest run); exits 1 if any check failed.
     """
-    from sglang_stack.services import compose
     from sglang_stack.doctor import checklist as preflight_checks
+    from sglang_stack.services import composefile
 
-    compose.check_service_name(service)
+    composefile.check_service_name(service)
     code = preflight_checks.doctor(c.stack.engine, service)
     if code:
         raise Exit(code=code)

@@ -29,11 +29,11 @@ from pathlib import Path
 from sglang_stack.bench import client, stats
 from sglang_stack.bench.promptset import DEFAULT_PROMPTS, load_prompts
 from sglang_stack.errors import UserError, read_text
+from sglang_stack.services.models import FLOOR, Expectation
 
 CATEGORIES = ("chat", "code", "math")
 PER_CATEGORY = 2
 MAX_NEW_TOKENS = 256
-FLOOR = 1.2  # tokens per verify pass: below it the drafter contributes nothing (#22836 showed ~1.0)
 TOLERANCE = {"acceptance": 0.15, "bench": 0.3}  # default tolerance of an accepted baseline, by what measured it
 REPORT_KIND = "sglang-stack acceptance"
 WHAT_TO_CHECK = ("check the all-reduce fusion (docs/settings.md; patch 0006), the patch series (invoke verify), "
@@ -58,18 +58,6 @@ class Measurement:
         return (f"accept length {self.accept_length:.2f}{where}: {self.completion_tokens} tokens in "
                 f"{self.verify_passes} verify passes over {self.requests} requests"
                 + (f"; per position {positions}" if positions else "") + f" ({self.seconds:.1f} s)")
-
-
-@dataclass(frozen=True)
-class Expectation:
-    accept_length: float
-    tolerance: float
-    settings: str
-    source: str
-
-    @property
-    def minimum(self) -> float:
-        return round(self.accept_length - self.tolerance, 3)
 
 
 def probe_prompts(path: Path = DEFAULT_PROMPTS):
