@@ -10,7 +10,8 @@ What it masks, wherever it appears in a text:
   exact flag, any unambiguous prefix of it (argparse's ``allow_abbrev``, on by default:
   ``--api-ke`` is ``--api-key``), joined by ``=`` or as the next argument.
 
-Standard library only: the image's entrypoint uses ``key_flag`` for its guard.
+Standard library only: the image's entrypoint uses ``key_flag`` for its guard. On the host, the process's
+redactor (with ``.env``'s secret files) is ``sglang_stack.services.variables.redactor``.
 """
 
 from __future__ import annotations
@@ -110,29 +111,3 @@ def _mask_flags(text: str) -> str:
         return m.group(0)
 
     return _FLAG_IN_TEXT.sub(mask, text)
-
-
-_default: Redactor | None = None
-
-
-def redactor() -> Redactor:
-    """This process's redactor, built once from the environment and ``.env``'s secret files."""
-    global _default
-    if _default is None:
-        values = dict(os.environ)
-        root = None
-        try:
-            from sglang_stack import ROOT
-            from sglang_stack.services.variables import ENV_FILE, read_env_file
-
-            root = ROOT
-            if ENV_FILE.is_file():
-                values = {**read_env_file(ENV_FILE, values)[0], **values}
-        except Exception:  # noqa: BLE001 - a .env it cannot read teaches it nothing; the tasks say why
-            pass
-        _default = Redactor(known_secrets(values, root))
-    return _default
-
-
-def redact(text: str) -> str:
-    return redactor().text(text)

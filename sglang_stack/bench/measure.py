@@ -47,7 +47,7 @@ from sglang_stack.bench.promptset import (
     DEFAULT_PROMPTS, PromptSet, check_size, load_prompts, random_prompts,
 )
 from sglang_stack.errors import UserError
-from sglang_stack.redact import redact
+from sglang_stack.services.variables import redact
 from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds
 
 DEFAULT_LEVELS = (1, 4, 16)

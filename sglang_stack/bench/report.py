@@ -425,7 +425,7 @@ def _within_spread(row: dict | None, best: dict) -> bool:
 def write_results(out_dir: Path, doc: dict, plot: bool = False) -> None:
     """bench.json and bench.md, and with ``plot`` bench.png: the set whole or not at all (a full disk
     leaves the previous set as it was); URL credentials and known secrets are masked first."""
-    from sglang_stack.redact import redactor
+    from sglang_stack.services.variables import redactor
 
     doc = json.loads(redactor().text(json.dumps(doc, default=str)))
     files = {}

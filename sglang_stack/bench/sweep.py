@@ -34,7 +34,7 @@ from sglang_stack.bench.promptset import PromptSet
 from sglang_stack.bench.client import Endpoint, RequestFailed
 from sglang_stack.errors import UserError
 from sglang_stack.flags import INTEGER
-from sglang_stack.redact import redact
+from sglang_stack.services.variables import redact
 
 SERVICE = "eagle3"
 ENV_STEPS = "SGLANG_SPEC_NUM_STEPS"

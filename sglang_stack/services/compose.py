@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _redacted(argv: list[str]) -> list[str]:
-    from sglang_stack.redact import redactor
+    from sglang_stack.services.variables import redactor
 
     return redactor().argv(argv)
 

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
+from sglang_stack.redact import Redactor, known_secrets
 
 ENV_FILE = ROOT / ".env"
 ENV_LIMIT = 1 << 20  # .env.example is 7.5 KB
@@ -254,3 +255,27 @@ def interpolate_tree(node, env: Mapping[str, str], path: str = ""):
     if isinstance(node, str):
         return interpolate(node, env, f"compose.yaml: {path}")
     return node
+
+
+# --- redaction on the host: the secrets of this process's environment and .env ---------------------------
+
+_default: Redactor | None = None
+
+
+def redactor() -> Redactor:
+    """This process's redactor, built once from the environment and ``.env``'s secret files."""
+    global _default
+    if _default is None:
+        values = dict(os.environ)
+        root = ROOT
+        try:
+            if ENV_FILE.is_file():
+                values = {**read_env_file(ENV_FILE, values)[0], **values}
+        except (OSError, UserError):  # a .env it cannot read teaches it nothing; the tasks say why
+            pass
+        _default = Redactor(known_secrets(values, root))
+    return _default
+
+
+def redact(text: str) -> str:
+    return redactor().text(text)

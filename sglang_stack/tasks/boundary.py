@@ -74,7 +74,7 @@ def user_errors(body):
 
     @functools.wraps(body)
     def wrapper(*args, **kwargs):
-        from sglang_stack.redact import redact
+        from sglang_stack.services.variables import redact
 
         try:
             return body(*args, **kwargs)
