@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from sglang_server import Behaviour, SGLangServer  # noqa: E402
 from sglang_stack.bench import measure as bench, report  # noqa: E402
+from sglang_stack.bench.request import Request  # noqa: E402
 
 
 def main() -> None:
@@ -57,8 +58,7 @@ def main() -> None:
         with SGLangServer(behaviour) as server:
             for level in [int(x) for x in args.levels.split(",")]:
                 before = len(server.served)
-                out = bench.run(endpoints=[f"loopback={server.url}"], levels=str(level), repeats=1, warmup=1,
-                                prompts=prompts, out=Path(tmp) / f"r{level}", environ={}, progress=False, flush=False)
+                out = bench.run(Request(endpoints=[f"loopback={server.url}"], levels=str(level), repeats=1, warmup=1, prompts=prompts, out=Path(tmp) / f"r{level}", flush=False), environ={}, progress=False)
                 truth[level] = server.served[before + 1:]  # less the warm-up request
                 rows += report.load_results(out)["summary"]["rows"]
                 rounds_ = report.load_results(out)["rounds"]

@@ -17,6 +17,7 @@ from sglang_stack import ROOT
 from sglang_stack.bench import measure as bench, rounds, report
 from sglang_stack.bench import promptset
 from sglang_stack.errors import UserError
+from sglang_stack.bench.request import DEFAULT_LEVELS, Request
 
 # What is served. baseline: one token per step. eagle3: 2, 3, 2, 3 ... tokens per step.
 # The runs below stamp events with a ReadingClock of 1 ms, so each event is 2 ms after the
@@ -66,11 +67,7 @@ def pair_run(tmp_path_factory):
     prompts = write_prompts(tmp / "prompts.jsonl", count=2)
     (tmp / "key").write_text("sk-test\n")
     with SGLangServer(BASE) as base, SGLangServer(SPEC) as spec:
-        out = bench.run(
-            endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"],
-            levels="1,2", repeats=2, warmup=1, prompts=prompts, out=tmp / "results",
-            environ={"SGLANG_API_KEY_FILE": str(tmp / "key")}, progress=False, clock=ReadingClock(CLOCK_S),
-        )
+        out = bench.run(Request(endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,2", repeats=2, warmup=1, prompts=prompts, out=tmp / "results"), environ={"SGLANG_API_KEY_FILE": str(tmp / "key")}, progress=False, clock=ReadingClock(CLOCK_S))
         yield {"out": out, "doc": load(out), "base": base, "spec": spec}
 
 
@@ -326,8 +323,7 @@ def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
     with SGLangServer(BASE) as base:
         port = base.url.rsplit(":", 1)[1]
         env = {"BASELINE_PORT": port, "EAGLE3_PORT": str(free_port())}
-        out = bench.run(levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", environ=env,
-                        env_file=tmp_path / "none", progress=False)
+        out = bench.run(Request(levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
     doc = load(out)
     assert [e["name"] for e in doc["metadata"]["endpoints"]] == ["baseline"], "only the answering service is measured"
     assert doc["complete"], f"run incomplete: {doc['error']}"
@@ -338,16 +334,14 @@ def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
 def test_no_default_service_answering_is_an_error(tmp_path):
     env = {"BASELINE_PORT": str(free_port()), "EAGLE3_PORT": str(free_port())}
     with pytest.raises(UserError, match=r"no endpoint answers .*baseline.*connection refused.*eagle3"):
-        bench.run(prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", environ=env,
-                  env_file=tmp_path / "none", progress=False)
+        bench.run(Request(prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
     assert not (tmp_path / "r").exists(), "a results directory was created although nothing was measured"
 
 
 def test_loading_server_is_reported_as_such(tmp_path):
     with SGLangServer(Behaviour(health_status=503)) as server:
         with pytest.raises(UserError, match=r"still loading"):
-            bench.run(endpoints=[f"x={server.url}"], prompts=write_prompts(tmp_path / "p.jsonl"),
-                      out=tmp_path / "r", environ={}, progress=False)
+            bench.run(Request(endpoints=[f"x={server.url}"], prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, progress=False)
 
 
 # --- failures mid-run: partial results, marked incomplete ----------------------------
@@ -368,8 +362,7 @@ def test_server_failing_mid_run_leaves_partial_results(tmp_path, failure, messag
     behaviour = Behaviour(step_s=0.002, ttft_s=0.005, fail_after=3, failure=failure)
     with SGLangServer(behaviour) as server:
         with pytest.raises(UserError, match=message) as caught:
-            bench.run(endpoints=[f"flaky={server.url}"], levels="1", repeats=3, warmup=1, prompts=prompts,
-                      out=tmp_path / "r", environ={}, progress=False)
+            bench.run(Request(endpoints=[f"flaky={server.url}"], levels="1", repeats=3, warmup=1, prompts=prompts, out=tmp_path / "r"), environ={}, progress=False)
     text = str(caught.value)
     assert "flaky" in text and "repeat 2" in text and "prompt p0" in text, f"error does not say where: {text}"
     assert "marked incomplete" in text and str(tmp_path / "r") in text, f"error does not point at the results: {text}"
@@ -389,9 +382,7 @@ def test_wrong_api_key_fails_with_the_status(tmp_path):
     (tmp_path / "key").write_text("wrong")
     with SGLangServer(Behaviour(api_key="right")) as server:
         with pytest.raises(UserError, match=r"HTTP 401"):
-            bench.run(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,
-                      prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r",
-                      environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
+            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
 
 
 # --- prompt files --------------------------------------------------------------------
@@ -404,7 +395,7 @@ def test_packaged_prompt_set_is_balanced_across_chat_code_math():
     categories = [p.category for p in prompt_set.prompts]
     assert {c: categories.count(c) for c in set(categories)} == {"chat": 6, "code": 6, "math": 6}, categories
     assert {p.max_new_tokens for p in prompt_set.prompts} == {256}, "one budget for all"
-    assert len(prompt_set.prompts) >= max(bench.DEFAULT_LEVELS), "fewer prompts than the top concurrency level"
+    assert len(prompt_set.prompts) >= max(DEFAULT_LEVELS), "fewer prompts than the top concurrency level"
     v1 = promptset.load_prompts(promptset.PROMPTS_DIR / "v1.jsonl")
     assert v1.version == 1 and [p.prompt for p in v1.prompts] == [p.prompt for p in prompt_set.prompts], \
         "v1 stays for comparing with earlier results; v2 asks the same questions"
@@ -483,9 +474,7 @@ def test_compare_combines_sequential_runs(tmp_path):
     outs = []
     for name, behaviour in (("baseline", BASE), ("eagle3", SPEC)):
         with SGLangServer(behaviour) as server:
-            outs.append(bench.run(endpoints=[f"{name}={server.url}"], levels="1", repeats=1, warmup=0,
-                                  prompts=prompts, out=tmp_path / name, environ={}, progress=False,
-                                  clock=ReadingClock(CLOCK_S)))
+            outs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / name), environ={}, progress=False, clock=ReadingClock(CLOCK_S)))
     out = bench.compare(outs, out=tmp_path / "both")
     doc = load(out)
     assert doc["metadata"]["interleaved"] is False, "sequential runs must not be called interleaved"

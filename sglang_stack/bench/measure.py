@@ -43,6 +43,7 @@ from sglang_stack.bench.rounds import (
 from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
 from sglang_stack.bench.display import Progress, say, tell
+from sglang_stack.bench.request import Request
 from sglang_stack.bench.promptset import (
     DEFAULT_PROMPTS, PromptSet, check_size, load_prompts, random_prompts,
 )
@@ -50,7 +51,6 @@ from sglang_stack.errors import UserError
 from sglang_stack.services.variables import redact
 from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds
 
-DEFAULT_LEVELS = (1, 4, 16)
 # Bounds a run is checked against before anything starts: past them a run would hang the client or
 # outlive any timeout (each cap is named in its refusal).
 MAX_CONCURRENCY = 10_000  # requests in flight from one client process
@@ -188,78 +188,54 @@ def resolve_endpoints(
 
 
 def run(
-    endpoints: Sequence[str] = (),
-    levels: str | Sequence[int] = DEFAULT_LEVELS,
-    repeats: int = 3,
-    warmup: int = 2,
-    prompts: str | Path | None = None,
-    out: str | Path | None = None,
-    timeout: float = 600.0,
-    ignore_eos: bool = False,
-    prompt_template: str | None = None,
-    flush: bool = True,
-    reference: str | None = None,
+    request: Request,
+    *,
     environ: Mapping[str, str] | None = None,
     env_file: Path | None = None,
     progress: bool = True,
     clock: Callable[[], float] = time.perf_counter,
-    api: str = "native",
-    stream: bool = True,
-    model: str | None = None,
-    request_rate: float | str | None = None,
-    burstiness: float | str = 1.0,
-    max_concurrency: int | str | None = None,
-    num_requests: int | str | None = None,
-    seed: int | str = 0,
-    percentiles: str | Sequence[float] | None = None,
-    slo: str | None = None,
-    dataset: str | None = None,
-    random_input_len: int | str = 512,
-    random_output_len: int | str = 256,
-    random_range_ratio: float | str = 0.0,
-    engine: str | None = None,
 ) -> Path:
     """Measure the endpoints and write the results directory; return its path.
 
-    ``environ`` and ``env_file`` stand in for the shell and ``.env``, ``clock`` for the
-    time source that stamps each streamed event (tests).
+    ``request`` holds the user's flags, read here once. ``environ`` and ``env_file`` stand in for the shell
+    and ``.env``, ``clock`` for the time source that stamps each streamed event (tests).
     """
     env = stack_env(environ, env_file)
-    target = Target(parse_api(api), stream=bool(stream), model=model or None)
-    rate = parse_rate(request_rate)
+    target = Target(parse_api(request.api), stream=bool(request.stream), model=request.model or None)
+    rate = parse_rate(request.request_rate)
     options = Options(
-        levels=[parse_count("--max-concurrency", max_concurrency, 0, MAX_CONCURRENCY) if max_concurrency not in (None, "") else 0]
-        if rate is not None else parse_levels(levels),
-        repeats=parse_count("--repeats", repeats, 1),
-        warmup=parse_count("--warmup", warmup, 0),
-        timeout=parse_seconds("--timeout", timeout),
-        ignore_eos=bool(ignore_eos),
-        prompt_template=check_template(prompt_template),
-        flush_cache=bool(flush),
-        reference=reference or None,
+        levels=[parse_count("--max-concurrency", request.max_concurrency, 0, MAX_CONCURRENCY) if request.max_concurrency not in (None, "") else 0]
+        if rate is not None else parse_levels(request.levels),
+        repeats=parse_count("--repeats", request.repeats, 1),
+        warmup=parse_count("--warmup", request.warmup, 0),
+        timeout=parse_seconds("--timeout", request.timeout),
+        ignore_eos=bool(request.ignore_eos),
+        prompt_template=check_template(request.prompt_template),
+        flush_cache=bool(request.flush),
+        reference=request.reference or None,
         target=target,
         request_rate=rate,
-        burstiness=parse_positive("--burstiness", burstiness, *BURSTINESS_RANGE),
-        seed=parse_count("--seed", seed, 0),
-        num_requests=parse_count("--num-requests", num_requests, 1, MAX_REQUESTS) if num_requests not in (None, "") else None,
-        percentiles=parse_percentiles(percentiles),
-        slo=stats.parse_slo(slo),
+        burstiness=parse_positive("--burstiness", request.burstiness, *BURSTINESS_RANGE),
+        seed=parse_count("--seed", request.seed, 0),
+        num_requests=parse_count("--num-requests", request.num_requests, 1, MAX_REQUESTS) if request.num_requests not in (None, "") else None,
+        percentiles=parse_percentiles(request.percentiles),
+        slo=stats.parse_slo(request.slo),
         clock=clock,
     )
-    source = parse_dataset(prompts, dataset, options, random_input_len, random_output_len, random_range_ratio)
-    if out:
-        atomic.check_creatable(Path(out), "--out")  # before the probes: nothing is created for a run that cannot start
+    source = parse_dataset(request.prompts, request.dataset, options, request.random_input_len, request.random_output_len, request.random_range_ratio)
+    if request.out:
+        atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
     api_key = composefile.api_key(env)
-    chosen = resolve_endpoints(endpoints, env, api_key, min(options.timeout, 30.0), target)
+    chosen = resolve_endpoints(request.endpoints, env, api_key, min(options.timeout, 30.0), target)
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     prompt_set = source.load()  # once an endpoint answered; a bad file then leaves no results directory behind
-    out_dir = results_dir(out)  # created and proven writable before the first request
+    out_dir = results_dir(request.out)  # created and proven writable before the first request
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
     meta = metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1)
-    meta["provenance"] = provenance.collect(chosen, env, engine)
+    meta["provenance"] = provenance.collect(chosen, env, request.engine)
     results = Results(out_dir, meta)
     bar = Progress(planned_rounds(options, len(chosen)), enabled=progress)
     bar.line(redact(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}"))

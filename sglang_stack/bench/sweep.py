@@ -28,6 +28,7 @@ from sglang_stack.bench import measure as bench
 from sglang_stack.services import compose
 from sglang_stack.services import composefile
 from sglang_stack import shell
+from sglang_stack.bench.request import Request
 from sglang_stack.bench.rounds import Options, Results
 from sglang_stack.bench.display import Progress
 from sglang_stack.bench.promptset import PromptSet
@@ -285,23 +286,9 @@ def run_points(
 
 
 def run(
-    endpoints: Sequence[str] = (),
-    levels: str | Sequence[int] = bench.DEFAULT_LEVELS,
-    repeats: int = 3,
-    warmup: int = 2,
-    prompts: str | Path | None = None,
-    out: str | Path | None = None,
-    timeout: float = 600.0,
-    ignore_eos: bool = False,
-    prompt_template: str | None = None,
-    flush: bool = True,
-    steps: str = "1,2,3,4",
-    topk: str = "1",
-    draft_tokens: str = "",
-    level: str | int | None = None,
-    ready_timeout: float = 1800.0,
+    request: Request,
+    *,
     service: str = SERVICE,
-    engine: str = "docker",
     environ: Mapping[str, str] | None = None,
     env_file: Path | None = None,
     restart: Callable[[GridPoint], None] | None = None,
@@ -309,51 +296,49 @@ def run(
     ready_interval: float = 5.0,
     clock: Callable[[], float] = time.perf_counter,
     log_tail: Callable[[], str] | None = None,
-    **load,
 ) -> Path:
-    """Sweep ``service`` over the grid and write the results directory; return its path.
+    """Sweep ``service`` over the grid of ``request`` and write the results directory; return its path.
 
-    ``load`` takes the bench's dataset options (``dataset``, ``num_requests``, ``seed``,
-    ``percentiles``, ``random_*``); the sweep always measures SGLang's native API in
-    closed loop, which is what acceptance is read from.
+    The sweep always measures SGLang's native API in closed loop, which is what acceptance is read from.
+    ``restart``, ``log_tail`` and ``ready_interval`` stand in for Compose (tests).
     """
-    if load.get("api", "native") != "native" or load.get("request_rate") not in (None, ""):
+    if request.api != "native" or request.request_rate not in (None, ""):
         raise UserError("--sweep measures SGLang's native API in closed loop: drop --api and --request-rate")
     env = bench.stack_env(environ, env_file)
     options = Options(
-        levels=bench.parse_levels(levels),
-        repeats=bench.parse_count("--repeats", repeats, 1),
-        warmup=bench.parse_count("--warmup", warmup, 0),
-        timeout=bench.parse_seconds("--timeout", timeout),
-        ignore_eos=bool(ignore_eos),
-        prompt_template=bench.check_template(prompt_template),
-        flush_cache=bool(flush),
-        seed=bench.parse_count("--seed", load.get("seed", 0), 0),
-        num_requests=bench.parse_count("--num-requests", load["num_requests"], 1) if load.get("num_requests") else None,
-        percentiles=bench.parse_percentiles(load.get("percentiles")),
+        levels=bench.parse_levels(request.levels),
+        repeats=bench.parse_count("--repeats", request.repeats, 1),
+        warmup=bench.parse_count("--warmup", request.warmup, 0),
+        timeout=bench.parse_seconds("--timeout", request.timeout),
+        ignore_eos=bool(request.ignore_eos),
+        prompt_template=bench.check_template(request.prompt_template),
+        flush_cache=bool(request.flush),
+        seed=bench.parse_count("--seed", request.seed, 0),
+        num_requests=bench.parse_count("--num-requests", request.num_requests, 1) if request.num_requests else None,
+        percentiles=bench.parse_percentiles(request.percentiles),
         clock=clock,
     )
-    points = grid(parse_ints("--sweep-steps", steps, maximum=MAX_STEPS), parse_ints("--sweep-topk", topk, maximum=MAX_TOPK),
-                  parse_ints("--sweep-draft-tokens", draft_tokens, minimum=2))
-    rank_level = min(options.levels) if level in (None, "") else bench.parse_count("--sweep-level", level, 1)
+    points = grid(parse_ints("--sweep-steps", request.steps, maximum=MAX_STEPS), parse_ints("--sweep-topk", request.topk, maximum=MAX_TOPK),
+                  parse_ints("--sweep-draft-tokens", request.draft_tokens, minimum=2))
+    rank_level = min(options.levels) if request.level in (None, "") else bench.parse_count("--sweep-level", request.level, 1)
     if rank_level not in options.levels:
         raise UserError(f"--sweep-level {rank_level}: not one of --levels {','.join(map(str, options.levels))}")
-    ready = bench.parse_seconds("--ready-timeout", ready_timeout)
-    source = bench.parse_dataset(prompts, load.get("dataset"), options, load.get("random_input_len", 512),
-                                 load.get("random_output_len", 256), load.get("random_range_ratio", 0.0))
-    if endpoints:
-        given = bench.parse_endpoints(endpoints)
+    ready = bench.parse_seconds("--ready-timeout", request.ready_timeout)
+    source = bench.parse_dataset(request.prompts, request.dataset, options, request.random_input_len,
+                                 request.random_output_len, request.random_range_ratio)
+    if request.endpoints:
+        given = bench.parse_endpoints(request.endpoints)
         if len(given) != 1 or given[0].name != service:
             raise UserError(f"--sweep measures only {service}: pass at most --endpoint {service}=URL")
         endpoint = given[0]
     else:
         endpoint = Endpoint(service, composefile.endpoint(service, env))
     if restart is None:
-        preflight(engine, service)
-        restart = compose_restart(engine, service, ready)
-        log_tail = log_tail or (lambda: compose_log_tail(engine, service))
+        preflight(request.engine or "docker", service)
+        restart = compose_restart(request.engine or "docker", service, ready)
+        log_tail = log_tail or (lambda: compose_log_tail(request.engine or "docker", service))
     prompt_set = source.load()
-    out_dir = bench.results_dir(out)
+    out_dir = bench.results_dir(request.out)
     api_key = composefile.api_key(env)
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None

@@ -110,47 +110,30 @@ def bench(
     rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
     eagle3 per speculative setting. See docs/bench.md.
     """
-    from sglang_stack.bench import measure as bench_mod, sweep as sweep_mod
+    from sglang_stack.bench import measure, sweep as sweep_mod
+    from sglang_stack.bench.request import Request
 
     cfg = c.config.stack.bench
-    common = dict(
+    given = dict(prompts=prompts, ignore_eos=ignore_eos, prompt_template=prompt_template, flush=not no_flush,
+                 reference=reference, dataset=dataset, random_input_len=random_input_len,
+                 random_output_len=random_output_len, random_range_ratio=random_range_ratio, num_requests=num_requests,
+                 seed=seed, api=api, stream=not no_stream, model=model, request_rate=request_rate, burstiness=burstiness,
+                 max_concurrency=max_concurrency, percentiles=percentiles, slo=slo, level=sweep_level)
+    request = Request(
+        endpoints=tuple(endpoint or ()),
         levels=levels or cfg.levels,
         repeats=repeats or cfg.repeats,
         warmup=cfg.warmup if warmup is None else warmup,
-        prompts=prompts,
         out=_results_dir(cfg.results) if out is None else out,
         timeout=timeout or cfg.timeout,
-        ignore_eos=ignore_eos,
-        prompt_template=prompt_template,
-        flush=not no_flush,
-        dataset=dataset,
-        random_input_len=512 if random_input_len is None else random_input_len,
-        random_output_len=256 if random_output_len is None else random_output_len,
-        random_range_ratio=0.0 if random_range_ratio is None else random_range_ratio,
-        num_requests=num_requests,
-        seed=0 if seed is None else seed,
-        api=api,
-        stream=not no_stream,
-        model=model,
-        request_rate=request_rate,
-        burstiness=1.0 if burstiness is None else burstiness,
-        max_concurrency=max_concurrency,
-        percentiles=percentiles,
-        slo=slo,
+        steps=sweep_steps or cfg.sweep_steps,
+        topk=sweep_topk or cfg.sweep_topk,
+        draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
+        ready_timeout=ready_timeout or cfg.ready_timeout,
+        engine=c.config.stack.engine,
+        **{k: v for k, v in given.items() if v is not None},  # a flag not given keeps Request's default
     )
-    if sweep:
-        sweep_mod.run(
-            endpoints=endpoint or (),
-            steps=sweep_steps or cfg.sweep_steps,
-            topk=sweep_topk or cfg.sweep_topk,
-            draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
-            level=sweep_level,
-            ready_timeout=ready_timeout or cfg.ready_timeout,
-            engine=c.config.stack.engine,
-            **common,
-        )
-    else:
-        bench_mod.run(endpoints=endpoint or (), reference=reference, engine=c.config.stack.engine, **common)
+    (sweep_mod.run if sweep else measure.run)(request)
 
 
 @task(
