@@ -25,6 +25,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from sglang_stack.bench import client, stats
 from sglang_stack.bench.promptset import DEFAULT_PROMPTS, load_prompts
@@ -163,3 +164,37 @@ def baseline_from(path: Path, tolerance: float | None = None) -> Expectation:
     if not 0 <= tol < value:
         raise UserError(f"--accept-tolerance {tol:g}: must be at least 0 and below the accept length {value:.2f}")
     return Expectation(round(float(value), 3), round(float(tol), 3), settings, source)
+
+
+def check(service: str, url: str | None = None, accept_min=None, out: str | None = None, timeout=None,
+          say: Callable[[str], None] = lambda line: print(line, flush=True)) -> tuple[bool, str]:
+    """`invoke acceptance`: measure ``service``, judge it, write the report to ``out``; (passed, the verdict)."""
+    from sglang_stack.atomic import write as atomic_write
+    from sglang_stack.flags import parse_seconds
+    from sglang_stack.services import composefile, models, variables
+
+    if service != "eagle3":
+        raise UserError(f"{service!r}: only eagle3 speculates; `invoke acceptance eagle3`")
+    env = variables.environment()
+    threshold = None
+    if accept_min is not None:
+        try:
+            threshold = float(str(accept_min).strip())
+        except ValueError:
+            raise UserError(f"--accept-min {accept_min!r}: not a number (tokens per verify pass, e.g. 2.5; 0 turns it off)") \
+                from None
+        if not 0 <= threshold <= 64:
+            raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
+    target = url or composefile.endpoint(service, env)
+    if out and not Path(out).resolve().parent.is_dir():
+        raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
+    drafter = models.load().get("drafter")
+    expected = Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
+    say(f"acceptance: {len(probe_prompts())} greedy requests of {MAX_NEW_TOKENS} tokens to {target}")
+    m = measure(target, composefile.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
+    passed, line = verdict(m, expected, threshold)
+    say(f"{service}: {m.line()}")
+    if out:
+        atomic_write(Path(out), json.dumps(report(m, passed, line), indent=1) + "\n")
+        say(f"wrote {out}")
+    return passed, line

@@ -17,6 +17,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
@@ -258,3 +259,59 @@ def differences(old: dict, new: dict) -> list[str]:
             if was["ports"].get(name) != value:
                 out.append(f"{key}: ports.{name}: {was['ports'].get(name)!r} -> {value!r}")
     return out
+
+
+@dataclass(frozen=True)
+class Request:
+    """`invoke settings`'s flags (its --help says what each one means)."""
+
+    image: str | None = None
+    python: str | None = None
+    engine: str = "docker"
+    model_dir: str | None = None
+    draft_dir: str | None = None
+    profile: str | None = None
+    write: bool = False
+    check: bool = False
+
+
+def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
+    """`invoke settings`: run SGLang's own code at our settings; print the table, write it, or compare it with
+    docker/settings.json. Returns what changed (``check``), which the task turns into exit 1."""
+    from sglang_stack.lock import lockfile as lockmod
+
+    if request.write and request.check:
+        raise UserError("--write and --check: choose one")
+    if request.profile and request.profile not in PROFILES:
+        raise UserError(f"--profile {request.profile!r}: choose {', '.join(PROFILES)}")
+    if request.profile and (request.write or request.check):
+        raise UserError("--profile: the table has every profile; --write and --check take them all")
+    image = request.image
+    if image is not None:
+        from sglang_stack.image import store
+
+        store.reference(image, "--image")
+    lock, _ = lockmod.check_all(download=False)
+    if not request.python:
+        from sglang_stack import engine as enginemod
+
+        image = image or lock.tag
+        if request.engine == "docker":
+            enginemod.reachable()
+    runner = Runner(image=image if not request.python else None, engine=request.engine, python=request.python,
+                    model_dir=Path(request.model_dir) if request.model_dir else MODEL_DIR,
+                    draft_dir=Path(request.draft_dir) if request.draft_dir else DRAFT_DIR)
+    data = derive(runner, lock, (request.profile,) if request.profile else tuple(PROFILES))
+    if request.write:
+        for path in write(data):
+            say(f"wrote {path.relative_to(ROOT)}")
+        return []
+    say(markdown(data))
+    if not request.check:
+        return []
+    changed = differences(load(), data)
+    for line in changed:
+        say(f"changed: {line}")
+    if not changed:
+        say("settings: as docker/settings.json records")
+    return changed

@@ -53,7 +53,6 @@ def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=
     A file whose sha256 the lock does not allow is deleted and named, a re-upload upstream.
     Then `invoke build --mirror` builds with no network (docs/image.md, Offline builds).
     """
-    from sglang_stack import ROOT
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import mirror as mirrormod
 
@@ -250,61 +249,17 @@ def build(
     before it runs and ends with the image reference and ID. Fails fast, with a hint,
     when no engine is reachable.
     """
-    from pathlib import Path
-
-    from sglang_stack.image import build as buildmod
-    from sglang_stack import fetch
-    from sglang_stack.lock import lockfile as lockmod
-    from sglang_stack.lock import releases
-    from sglang_stack.image import render as rendermod
+    from sglang_stack.image import workflow
 
     cfg = c.config.stack
     engine = engine or cfg.engine
-    result, cross_checked = lockmod.check_all(download=False)
-    print(lockmod.summary(result, cross_checked))
-    print(releases.check_lock(result).line())
-    changed = rendermod.render(result)
-    print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
-    ca_bundle = ca_bundle or cfg.ca_bundle
-    if ca_bundle == "auto":
-        ca_bundle = fetch.ca_bundle(explicit_only=True)
-    elif ca_bundle == "none":
-        ca_bundle = None
-    isolation = isolation or (cfg.isolation if engine != "docker" else None) or None
-    request = buildmod.BuildRequest(
-        engine=engine,
-        tag=tag or buildmod.default_tag(result.tag, target, result.router_tag),
-        target=target,
-        base_image=base_image,
-        no_cache=no_cache,
-        ca_bundle=Path(ca_bundle) if ca_bundle else None,
-        hf_token_file=Path(hf_token_file) if hf_token_file else None,
-        build_args=buildmod.parse_build_args(build_arg or []),
-        isolation=isolation,
-        source_date_epoch=buildmod.commit_epoch(),
-        oci=bool(reproducible) and engine != "docker",
-        reproducible=bool(reproducible),
+    flags = workflow.BuildFlags(
+        engine=engine, target=target, tag=tag, base_image=base_image, no_cache=no_cache,
+        ca_bundle=ca_bundle or cfg.ca_bundle, hf_token_file=hf_token_file, build_args=tuple(build_arg or ()),
+        isolation=isolation, configured_isolation=cfg.isolation, flashinfer_jit_cache=flashinfer_jit_cache, cuda_arch_list=cuda_arch_list,
+        reproducible=bool(reproducible), mirror=mirror,
     )
-    if flashinfer_jit_cache:
-        request.build_args["FLASHINFER_JIT_CACHE"] = "1"
-    if cuda_arch_list is not None:
-        request.build_args["FLASHINFER_CUDA_ARCH_LIST"] = buildmod.arch_list(cuda_arch_list)
-    if mirror:
-        from sglang_stack.image import mirror as mirrormod
-
-        for line in mirrormod.prepare(request, result):
-            print(line)
-    ref, image_id = buildmod.build(request)
-    if target in ("sglang", "runtime", "router"):
-        from sglang_stack.image.verify import export_sbom
-
-        try:
-            sbom = export_sbom(engine, ref, ref)
-        except UserError as err:  # the image is built; only the copy beside it is missing
-            print(f"note: the SBOM stays inside the image (/opt/sglang-stack/sbom.cdx.json): {err}")
-        else:
-            print(f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at /opt/sglang-stack/sbom.cdx.json)" if sbom else
-                  f"note: {ref} has no SBOM at /opt/sglang-stack/sbom.cdx.json")
+    ref, image_id = workflow.build(flags)
     print(f"built {ref} ({image_id})")
 
 

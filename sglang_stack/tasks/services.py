@@ -8,7 +8,6 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from sglang_stack import ROOT
 from sglang_stack.tasks.boundary import user_errors
 from sglang_stack.errors import UserError
 
@@ -141,42 +140,9 @@ def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
     of 1.2. Every silent EAGLE-3 loss upstream showed only as a lower accept length. Exit 1 with
     one line below the threshold; a server that reports no speculative figures is an error.
     """
-    from pathlib import Path
-
-    from sglang_stack.flags import parse_seconds
     from sglang_stack.bench import acceptance as acceptmod
-    from sglang_stack.services import compose, composefile, models
 
-    if service != "eagle3":
-        raise UserError(f"{service!r}: only eagle3 speculates; `invoke acceptance eagle3`")
-    env = compose.environment()
-    threshold = None
-    if accept_min is not None:
-        try:
-            threshold = float(str(accept_min).strip())
-        except ValueError:
-            raise UserError(f"--accept-min {accept_min!r}: not a number (tokens per verify pass, e.g. 2.5; 0 turns it off)") \
-                from None
-        if not 0 <= threshold <= 64:
-            raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
-    target = url or composefile.endpoint(service, env)
-    if out and not Path(out).resolve().parent.is_dir():
-        raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
-    pins = models.load()
-    drafter = pins.get("drafter")
-    expected = acceptmod.Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
-    print(f"acceptance: {len(acceptmod.probe_prompts())} greedy requests of {acceptmod.MAX_NEW_TOKENS} tokens to {target}",
-          flush=True)
-    m = acceptmod.measure(target, composefile.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
-    passed, line = acceptmod.verdict(m, expected, threshold)
-    print(f"{service}: {m.line()}")
-    if out:
-        import json
-
-        from sglang_stack.atomic import write as atomic_write
-
-        atomic_write(Path(out), json.dumps(acceptmod.report(m, passed, line), indent=1) + "\n")
-        print(f"wrote {out}")
+    passed, line = acceptmod.check(service, url=url, accept_min=accept_min, out=out, timeout=timeout)
     if not passed:
         raise Exit(f"error: {service}: {line}", code=1)
     print(f"{service}: {line}")
@@ -207,46 +173,14 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
     the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md).
     The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
     """
-    from pathlib import Path
-
-    from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.services import derive
-    from sglang_stack.services.settings import PROFILES
 
-    if write and check:
-        raise UserError("--write and --check: choose one")
-    if profile and profile not in PROFILES:
-        raise UserError(f"--profile {profile!r}: choose {', '.join(PROFILES)}")
-    if profile and (write or check):
-        raise UserError("--profile: the table has every profile; --write and --check take them all")
-    if image is not None:
-        from sglang_stack.image import store
-
-        store.reference(image, "--image")
-    result, _ = lockmod.check_all(download=False)
-    if not python:
-        from sglang_stack import engine as enginemod
-
-        image = image or result.tag
-        if (engine or c.stack.engine) == "docker":
-            enginemod.reachable()
-    runner = derive.Runner(image=image if not python else None, engine=engine or c.stack.engine, python=python,
-                           model_dir=Path(model_dir) if model_dir else derive.MODEL_DIR,
-                           draft_dir=Path(draft_dir) if draft_dir else derive.DRAFT_DIR)
-    data = derive.derive(runner, result, (profile,) if profile else tuple(PROFILES))
-    if write:
-        for path in derive.write(data):
-            print(f"wrote {path.relative_to(ROOT)}")
-        return
-    print(derive.markdown(data))
-    if check:
-        changed = derive.differences(derive.load(), data)
-        for line in changed:
-            print(f"changed: {line}")
-        if changed:
-            raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
-                       "values): review them, then run `invoke settings --write`", code=1)
-        print("settings: as docker/settings.json records")
+    request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, model_dir=model_dir,
+                             draft_dir=draft_dir, profile=profile, write=write, check=check)
+    changed = derive.settings(request)
+    if changed:
+        raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
+                   "values): review them, then run `invoke settings --write`", code=1)
 
 
 @task(

@@ -1,0 +1,104 @@
+"""What `invoke build` does, in order: check the lock, render the Dockerfile, build, copy the SBOM out.
+
+The task turns its flags into ``BuildFlags`` (the ``stack.*`` defaults applied) and calls ``build``; every
+decision between the flags and the engine's command is made here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from sglang_stack import ROOT, fetch
+from sglang_stack.errors import UserError
+from sglang_stack.image import build as buildmod
+from sglang_stack.image import render as rendermod
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.lock import releases
+
+SBOM_IN_IMAGE = "/opt/sglang-stack/sbom.cdx.json"
+STAGES_WITH_SBOM = ("sglang", "runtime", "router")
+
+
+@dataclass(frozen=True)
+class BuildFlags:
+    """`invoke build`'s flags (its --help says what each one means)."""
+
+    engine: str = "docker"
+    target: str = "runtime"
+    tag: str | None = None
+    base_image: str | None = None
+    no_cache: bool = False
+    ca_bundle: str | None = "auto"  # a PEM file, "auto" ($PIP_CERT, $REQUESTS_CA_BUNDLE, $SSL_CERT_FILE) or "none"
+    hf_token_file: str | None = None
+    build_args: tuple[str, ...] = ()
+    isolation: str | None = None  # --isolation: podman and buildah only (docker refuses it)
+    configured_isolation: str | None = None  # stack.isolation: applied to podman and buildah, never to docker
+    flashinfer_jit_cache: bool = False
+    cuda_arch_list: str | None = None
+    reproducible: bool = False
+    mirror: bool = False
+
+
+def ca_bundle_of(value: str | None) -> Path | None:
+    """The CA bundle the build mounts as the secret 'ca': a path as given, 'auto' from the environment, 'none'."""
+    if value == "auto":
+        value = fetch.ca_bundle(explicit_only=True)
+    elif value == "none":
+        value = None
+    return Path(value) if value else None
+
+
+def request_of(flags: BuildFlags, lock: lockmod.Lock) -> buildmod.BuildRequest:
+    """The engine's build request for ``flags``: the tag from the lock, the commit's clock, the build arguments."""
+    request = buildmod.BuildRequest(
+        engine=flags.engine,
+        tag=flags.tag or buildmod.default_tag(lock.tag, flags.target, lock.router_tag),
+        target=flags.target,
+        base_image=flags.base_image,
+        no_cache=flags.no_cache,
+        ca_bundle=ca_bundle_of(flags.ca_bundle),
+        hf_token_file=Path(flags.hf_token_file) if flags.hf_token_file else None,
+        build_args=buildmod.parse_build_args(list(flags.build_args)),
+        isolation=flags.isolation or (flags.configured_isolation if flags.engine != "docker" else None) or None,
+        source_date_epoch=buildmod.commit_epoch(),
+        oci=flags.reproducible and flags.engine != "docker",
+        reproducible=flags.reproducible,
+    )
+    if flags.flashinfer_jit_cache:
+        request.build_args["FLASHINFER_JIT_CACHE"] = "1"
+    if flags.cuda_arch_list is not None:
+        request.build_args["FLASHINFER_CUDA_ARCH_LIST"] = buildmod.arch_list(flags.cuda_arch_list)
+    return request
+
+
+def build(flags: BuildFlags, say: Callable[[str], None] = print) -> tuple[str, str]:
+    """Check the lock, render, build; return the image's reference and ID."""
+    lock, cross_checked = lockmod.check_all(download=False)
+    say(lockmod.summary(lock, cross_checked))
+    say(releases.check_lock(lock).line())
+    say(f"docker/Dockerfile: {'rendered' if rendermod.render(lock) else 'up to date'}")
+    request = request_of(flags, lock)
+    if flags.mirror:
+        from sglang_stack.image import mirror
+
+        for line in mirror.prepare(request, lock):
+            say(line)
+    ref, image_id = buildmod.build(request)
+    if flags.target in STAGES_WITH_SBOM:
+        say(copy_sbom(flags.engine, ref))
+    return ref, image_id
+
+
+def copy_sbom(engine: str, ref: str) -> str:
+    """Copy the image's SBOM out beside the checkout; what happened, in one line."""
+    from sglang_stack.image.verify import export_sbom
+
+    try:
+        sbom = export_sbom(engine, ref, ref)
+    except UserError as err:  # the image is built; only the copy beside it is missing
+        return f"note: the SBOM stays inside the image ({SBOM_IN_IMAGE}): {err}"
+    if not sbom:
+        return f"note: {ref} has no SBOM at {SBOM_IN_IMAGE}"
+    return f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at {SBOM_IN_IMAGE})"
