@@ -1,16 +1,18 @@
 """sglang-stack: a pinned, patched, reproducible SGLang inference image.
 
-This package holds the logic behind ``tasks.py``, in layers, each using only those below it:
+The logic behind the `invoke` tasks (``sglang_stack.tasks``), in layers, each using only those below it
+(docs/architecture.md):
 
-    smoke                      the end-to-end check: builds, serves, benches
-    services/  bench/          compose, doctor, health, router, k8s; the client and reports
-    patching/                  the patch series and the EAGLE-3 audit
-    image/                     lock, pins, resolve, verify, render, build, store, size, binaries
-    errors shell atomic fetch engine flags yaml_file   the floor
+    tasks/                      every task, and the error boundary they run in
+    smoke/  bench/              the end-to-end checks; measuring running servers
+    image/  doctor/             building the image; the host preflight
+    services/  audit/           compose, settings, models, k8s; the EAGLE-3 audit
+    lock/  patching/            versions.lock and its requirement files; the patch series
+    entrypoints/  image/steps/  what the image runs, and its build steps
+    errors redact atomic shell fetch engine flags yaml_file templates   the floor
 
-Modules named here run
-inside the image as well (``patches``, ``audit``, ``health``, ``errors``, ``atomic``);
-they use the standard library only, so keep this file free of imports.
+entrypoints/, image/steps/, patching/, audit/ and errors, redact and atomic run inside the image on the
+standard library alone (tests/test_in_image.py), so keep this file free of imports.
 """
 
 from pathlib import Path

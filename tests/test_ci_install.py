@@ -19,6 +19,8 @@ import pytest
 from conftest import need
 from sglang_stack import ROOT
 
+pytestmark = pytest.mark.apt  # apt-get --simulate, several times a test: minutes
+
 FIXTURES = ROOT / "tests" / "fixtures" / "dpkg"
 INSTALL = ROOT / ".ci" / "install"
 # The container tools and everything of a Docker Engine: what a host "without them" lacks.

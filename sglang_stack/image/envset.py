@@ -1,6 +1,6 @@
 """What this project sets in SGLang's environment, and where: the image's ENV, compose.yaml, the Kubernetes render.
 
-``invoke render`` writes the list into docker/Dockerfile, where ``image/envaudit.py`` checks
+``invoke render`` writes the list into docker/Dockerfile, where ``image/steps/envaudit.py`` checks
 each name against docker/environment.toml and the installed trees during the build (a
 variable a dependency reads must be declared with what it does there). The same list is
 checked here, on the host, by ``undeclared``, so CI names a missing declaration before a build.

@@ -228,7 +228,7 @@ def read(values: dict, where: str) -> dict:
 
     metrics = top.section("metrics")
     out["pod_monitor"] = metrics.get("pod_monitor", bool, False)
-    # None: the drafter's expectation in models.lock, else the floor (services/acceptance.py).
+    # None: the drafter's expectation in models.lock, else the floor (bench/acceptance.py).
     out["accept_length_min"] = metrics.data.get("accept_length_min")
     if out["accept_length_min"] is not None:
         value = metrics.get("accept_length_min", (int, float))

@@ -81,7 +81,7 @@ class Model:
     track: str
     revision: str = ""
     files: tuple[ModelFile, ...] = field(default_factory=tuple)
-    acceptance: dict | None = None  # the drafter's expected EAGLE-3 accept length (services/acceptance.py)
+    acceptance: dict | None = None  # the drafter's expected EAGLE-3 accept length (bench/acceptance.py)
 
     @property
     def pinned(self) -> bool:

@@ -1,6 +1,7 @@
-"""The model and what SGLang makes of it: `invoke models-lock`, `models-verify` and `model-revision` (the weights,
-pinned by commit), `invoke acceptance` (EAGLE-3's accept length on this host) and `invoke settings` (what SGLang
-decides at our settings)."""
+"""The services and what they serve: `invoke up`, `down`, `logs`, `status` and `doctor` (compose.yaml on this
+host), `invoke k8s` (the same on Kubernetes), `invoke models-lock`, `models-verify` and `model-revision` (the
+weights, pinned by commit), `invoke acceptance` (EAGLE-3's accept length here) and `invoke settings` (what
+SGLang decides at our settings)."""
 
 from __future__ import annotations
 
