@@ -2,7 +2,7 @@
 
     python benchmarks/settings_profile_check.py --profile h200x1 [--json FILE]
 
-``sglang_stack/services/settings.py`` stands in for the GPU only: torch's device queries and
+``sglang_stack/entrypoints/settings.py`` stands in for the GPU only: torch's device queries and
 ``nvidia-smi``'s memory line. SGLang's own predicates (``is_sm90_supported``,
 ``get_device_memory_capacity``, ``get_device_name``, ...) are functions of exactly those answers.
 This script asks the real torch and nvidia-smi of the host the same questions, asks the profile,
@@ -47,7 +47,7 @@ def main() -> int:
     parser.add_argument("--profile", default="h200x1")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from sglang_stack.services import settings
+    from sglang_stack.entrypoints import settings
 
     real = answers()
     with tempfile.TemporaryDirectory() as tmp:

@@ -26,6 +26,7 @@ BUILD_TOOLS = {
     "sglang_stack/image/steps/binaries.py": {"elftools"},
     "sglang_stack/image/steps/sbom.py": {"packageurl"},
     "sglang_stack/audit/probe.py": {"standins"},
+    "sglang_stack/entrypoints/settings.py": {"sglang"},  # the image's own SGLang: `invoke settings` runs it there
 }
 
 

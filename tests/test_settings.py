@@ -14,7 +14,7 @@ from sglang_stack import ROOT
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.services import derive
 from sglang_stack.entrypoints import serve
-from sglang_stack.services.settings import PROFILES
+from sglang_stack.entrypoints.settings import PROFILES
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_with_sglang_port_set_the_tp_message_queue_takes_the_api_port(sglang_pyt
 
 @pytest.mark.network
 def test_the_settings_module_is_one_clean_line_on_a_missing_config(sglang_python, tmp_path):
-    proc = subprocess.run([sglang_python, "-m", "sglang_stack.services.settings", "--profile", "h200x8",
+    proc = subprocess.run([sglang_python, "-m", "sglang_stack.entrypoints.settings", "--profile", "h200x8",
                            "--model-dir", str(tmp_path), "--", "--model-path", "/models/target"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: {tmp_path}: no config.json", proc.stderr
@@ -126,3 +126,14 @@ def test_invoke_settings_refuses_conflicting_flags():
 
 def test_the_json_is_what_markdown_and_render_read(table):
     assert json.loads(derive.TABLE_JSON.read_text()) == table
+
+
+def test_the_module_invoke_settings_runs_in_the_image_is_one_the_image_has(lock):
+    """`invoke settings` (no --python) runs `python3 -m MODULE` in the built image: the Dockerfile must copy it."""
+    import image_layout
+
+    run = derive.runs(lock)[0]
+    argv, _ = derive.Runner(image="sglang-stack:test").argv(run)
+    module = argv[argv.index("-m") + 1]
+    path = module.replace(".", "/") + ".py"
+    assert path in image_layout.modules(), f"{path}: `invoke settings` runs it in the image, which lacks it"

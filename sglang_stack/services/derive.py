@@ -22,7 +22,7 @@ from typing import Callable
 from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError, read_text
-from sglang_stack.services.settings import DRAFT, PROFILES, TARGET
+from sglang_stack.entrypoints.settings import DRAFT, PROFILES, TARGET
 
 TABLE_JSON = ROOT / "docker" / "settings.json"
 TABLE_MD = ROOT / "docs" / "settings.md"
@@ -74,7 +74,7 @@ def runs(lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> list[Run]:
 
 
 class Runner:
-    """Where ``python3 -m sglang_stack.services.settings`` runs: in an image, or with a given interpreter."""
+    """Where ``python3 -m sglang_stack.entrypoints.settings`` runs: in an image, or with a given interpreter."""
 
     def __init__(self, *, image: str | None = None, engine: str = "docker", python: str | None = None,
                  model_dir: Path = MODEL_DIR, draft_dir: Path = DRAFT_DIR):
@@ -88,7 +88,7 @@ class Runner:
         self.where = f"image {image}" if image else f"python {python}"
 
     def argv(self, run: Run) -> tuple[list[str], dict[str, str]]:
-        module = ["-m", "sglang_stack.services.settings", "--profile", run.profile]
+        module = ["-m", "sglang_stack.entrypoints.settings", "--profile", run.profile]
         if self.image:
             cmd = [self.engine, "run", "--rm", "--network", "none", "--entrypoint", "python3",
                    "-v", f"{self.model_dir}:{TARGET}:ro", "-v", f"{self.draft_dir}:{DRAFT}:ro"]
@@ -208,7 +208,7 @@ def markdown(data: dict) -> str:
              "`ServerArgs` and `PortArgs` (and the tensor-parallel message queue, bound for real) with exactly the",
              "arguments and environment that compose.yaml and the Kubernetes render pass, on each host profile.",
              "Only the GPU is stood in for (torch's device queries and `nvidia-smi`); see",
-             "`sglang_stack/services/settings.py`. The image's ahead-of-time FlashInfer modules follow from it:",
+             "`sglang_stack/entrypoints/settings.py`. The image's ahead-of-time FlashInfer modules follow from it:",
              ""]
     for module, archs in aot_modules(data):
         lines.append(f"- `{module}` for {', '.join(archs)}")

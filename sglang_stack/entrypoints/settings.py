@@ -1,6 +1,6 @@
 """What SGLang decides at the settings we pass: its own ServerArgs and ports, resolved for a host profile.
 
-    python3 -m sglang_stack.services.settings --profile h200x8 --model-dir DIR [--draft-dir DIR] -- ARGS...
+    python3 -m sglang_stack.entrypoints.settings --profile h200x8 --model-dir DIR [--draft-dir DIR] -- ARGS...
 
 ``ARGS`` is the argument list compose.yaml (or the Kubernetes render) hands to
 ``sglang.launch_server``. SGLang 0.5.9 resolves it exactly as at start-up:
@@ -282,7 +282,7 @@ def resolve(profile: Profile, argv: list[str], model_dir: Path, draft_dir: Path 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m sglang_stack.services.settings",
+    parser = argparse.ArgumentParser(prog="python3 -m sglang_stack.entrypoints.settings",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", required=True, choices=sorted(PROFILES))
     parser.add_argument("--model-dir", type=Path, required=True, help=f"holds the target's config.json (for {TARGET})")
