@@ -87,6 +87,8 @@ class Case:
     """For `invoke doctor`: the check whose FAIL line must carry ``says``."""
     needs: str | None = None
     """An executable the case needs on PATH (docker, for a merge done by Compose)."""
+    engine: bool = False
+    """The case asks a running Docker Engine: it carries the `engine` marker."""
     as_user: bool = False
     """A permission case: meaningless as root, who reads everything."""
     environ: dict[str, str] = field(default_factory=dict)
@@ -177,7 +179,7 @@ CASES = [
     Case("logs-tail", ["logs", "eagle3", "--tail", "lots"], [], ["--tail", "lots"]),
     Case("logs-service", ["logs", "eagle4"], [], ["eagle4"]),
     Case("logs-never-created", ["logs", "eagle3", "--no-follow"], [], ["eagle3: no container", "invoke up eagle3"], code=1,
-         needs="docker"),
+         needs="docker", engine=True),
     Case("up-service", ["up", "--service", "eagle4"], [], ["eagle4"]),
     Case("doctor-service", ["doctor", "--service", "eagle4"], [], ["eagle4"]),
     Case("build-engine", ["build", "--engine", "dockr"], [], ["dockr"]),
@@ -304,7 +306,7 @@ def server():
         yield live.url
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.engine] if c.engine else []) for c in CASES])
 def test_bad_input(case: Case, pristine: Path, tmp_path: Path, request):
     if case.as_user and os.geteuid() == 0:
         pytest.skip("root reads every file: a permission case proves nothing")

@@ -94,6 +94,7 @@ def test_bench_results_carry_no_url_credentials(tmp_path):
         assert "user:pw" not in path.read_text(errors="replace"), path
 
 
+@pytest.mark.sglang_env
 @pytest.mark.network
 def test_the_prefixes_are_what_sglangs_own_parser_takes():
     """Ask SGLang 0.5.9's parser (allow_abbrev) which prefixes resolve to the key flags."""
