@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack import ROOT, fetch  # noqa: E402
-from sglang_stack.patching import patches  # noqa: E402
+from sglang_stack import ROOT, fetch
+from sglang_stack.patching import patches
 from sglang_stack.audit import eagle3 as audit
-from sglang_stack.lock import lockfile as lockmod  # noqa: E402
+from sglang_stack.lock import lockfile as lockmod
 
 CRASH_SECONDS = 485  # the reference EAGLE-3 run: Kimi-K2.5's load until the AttributeError
 ARCH = "KimiK25ForConditionalGeneration"
@@ -42,7 +42,7 @@ def cold(site: Path, repeat: int) -> tuple[float, float, int, str]:
         proc = subprocess.run(
             [sys.executable, "-m", "sglang_stack.audit.eagle3", "--sglang-src", str(site), "--arch", ARCH],
             cwd=ROOT, capture_output=True, text=True,
-        )  # fmt: skip
+        )
         times.append(time.perf_counter() - start)
     return statistics.median(times), max(times), proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
 

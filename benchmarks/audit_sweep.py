@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack.errors import UserError  # noqa: E402
-from sglang_stack.audit import eagle3 as audit  # noqa: E402
-from sglang_stack.audit.source import Tree  # noqa: E402
+from sglang_stack.errors import UserError
+from sglang_stack.audit import eagle3 as audit
+from sglang_stack.audit.source import Tree
 
 
 def main() -> None:

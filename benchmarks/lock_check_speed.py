@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack import ROOT  # noqa: E402
-from sglang_stack.lock import lockfile as lockmod  # noqa: E402
-from sglang_stack.lock import releases  # noqa: E402
+from sglang_stack import ROOT
+from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.lock import releases
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_stack.smoke import container as smoke
-from sglang_stack.image import store  # noqa: E402
-from sglang_stack.patching import patches  # noqa: E402
+from sglang_stack.image import store
+from sglang_stack.patching import patches
 
 
 def main() -> None:

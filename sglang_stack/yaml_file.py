@@ -35,7 +35,7 @@ def load(path: Path):
     import yaml
 
     try:
-        return yaml.load(read_text(path), Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(read_text(path), Loader=_loader())  # a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f":{mark.line + 1}" if mark else ""

@@ -157,7 +157,7 @@ def run(place: str, algorithm: str, lacking: str, target=None) -> str:
                 cls.__init__(obj, server_args, algo, False)
             else:
                 cls.__init__(obj, types.SimpleNamespace(model_runner=types.SimpleNamespace(model=target)), algo)
-    except Exception as err:  # noqa: BLE001 - whatever it raises, the server dies of it
+    except Exception as err:  # whatever it raises, the server dies of it
         return f"{type(err).__name__}: {err}"
     return ""
 

@@ -99,7 +99,7 @@ def test_no_docker_engine_fails_fast_with_a_hint(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "build", "--engine", "docker"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -139,7 +139,7 @@ def test_buildah_builds_the_base_stage_for_real(smoke_base, run_id, keep_images)
             "--target", "base", "--base-image", smoke_base, "--tag", tag,
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+    )
     try:
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "$ buildah bud --format docker --layers --isolation chroot" in proc.stderr, "the command is shown first"
@@ -158,7 +158,7 @@ def test_smoke_refuses_a_missing_base_image_instead_of_making_one():
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "smoke", "--base-image", "localhost/no-such-base:never"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --base-image localhost/no-such-base:never: no such image"), proc.stderr
 

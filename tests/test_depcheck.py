@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stack.fetch import locked_wheel
+from sglang_stack.image.size import locked_wheel
 from sglang_stack import ROOT
 
 OVERRIDE = '''

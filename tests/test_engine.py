@@ -79,7 +79,7 @@ def test_missing_base_image_is_one_line(docker_engine, run_id):
     proc = engine.ComposeProject(f"sgs-test-{run_id}-nobase", [], {}).invoke(
         "build", "--engine", "docker", "--target", "sglang", "--base-image", f"sglang-stack-test-{run_id}:no-such-base",
         "--tag", f"sglang-stack-test-{run_id}:never", check=False, timeout=300,
-    )  # fmt: skip
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: docker build failed"), proc.stderr[-2000:]

@@ -26,7 +26,7 @@ HEALTH_PY = ROOT / "sglang_stack" / "services" / "health.py"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - the name http.server calls
+    def do_GET(self):  # the name http.server calls
         state = self.server.state
         state["requests"].append({"path": self.path, "authorization": self.headers.get("Authorization")})
         mode = state["mode"]

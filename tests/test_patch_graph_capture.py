@@ -205,7 +205,7 @@ def model_runner(tree: Path, monkeypatch, *, layer_ids, device_kind="cuda", piec
     methods = [
         "initialize", "kernel_warmup", "_should_run_flashinfer_autotune", "_flashinfer_autotune", "_dummy_run",
         "init_device_graphs", "init_piecewise_cuda_graphs", "can_run_piecewise_cuda_graph", "update_weights_from_disk",
-    ]  # fmt: skip
+    ]
     runner_funcs = load_functions(tree / MODEL_RUNNER, ["resolve_language_model"] + [f"ModelRunner.{m}" for m in methods], runner_ns)
     runner_funcs.pop("resolve_language_model")
     runner = type("ModelRunner", (Anything,), runner_funcs)()

@@ -116,14 +116,14 @@ def test_image_commands_run_with_the_standard_library_only(sglang_tree, tmp_path
     apply = subprocess.run(
         [sys.executable, "-S", "-m", "sglang_stack.patching.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(opt / "patches")],
         capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert apply.returncode == 0, f"apply failed in the image layout: {apply.stdout}{apply.stderr}"
     for patch in patches.read_series(PATCHES):
         assert f"patch {patch.name} sha256={patch.sha256}" in apply.stdout, f"the build log lacks {patch.name} and its sha256"
     audit = subprocess.run(
         [sys.executable, "-S", "-m", "sglang_stack.audit.eagle3", "--sglang-src", str(sglang_tree), "--arch", "KimiK25ForConditionalGeneration"],
         capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert audit.returncode == 0, f"the audit fails on the patched tree in the image layout: {audit.stdout}{audit.stderr}"
     assert audit.stdout.strip().splitlines()[-1].startswith("audit passed"), f"last line is not the summary: {audit.stdout}"
 
@@ -328,7 +328,7 @@ def test_cli_failure_is_one_line_on_stderr_without_traceback(sglang_tree, tmp_pa
     proc = subprocess.run(
         [sys.executable, "-m", "sglang_stack.patching.patches", "apply", "--sglang-src", str(sglang_tree), "--patches-dir", str(pdir)],
         capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    )
     assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line]
@@ -336,7 +336,7 @@ def test_cli_failure_is_one_line_on_stderr_without_traceback(sglang_tree, tmp_pa
     missing = subprocess.run(
         [sys.executable, "-m", "sglang_stack.patching.patches", "apply", "--sglang-src", str(tmp_path / "nowhere")],
         capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr, f"{missing.returncode}: {missing.stderr}"
 
 
@@ -534,7 +534,7 @@ def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "invoke", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def test_invoke_patch_applies_then_reports_an_applied_series(sglang_tree):

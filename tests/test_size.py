@@ -39,7 +39,7 @@ def test_the_file_pip_installs_on_the_image_is_the_one_counted():
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves files with single byte-range requests (206), as PyPI's CDN does."""
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):  # http.server's name
         path = Path(self.translate_path(self.path))
         data = path.read_bytes()
         first, _, last = self.headers["Range"].removeprefix("bytes=").partition("-")

@@ -116,7 +116,7 @@ def test_a_bad_declaration_is_one_line_naming_the_entry(tmp_path, text, names):
 @pytest.mark.network
 def test_the_declared_removals_hold_on_the_locked_wheels(tmp_path):
     """docker/slim.toml on the real wheels requirements.lock.txt pins: every entry's evidence holds, and each removes something."""
-    from sglang_stack.fetch import locked_wheel
+    from sglang_stack.image.size import locked_wheel
 
     site = tmp_path / "site"
     for name in ("triton", "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc", "pandas", "numpy", "scipy", "sympy", "cuda-bindings", "cuda-pathfinder", "nvidia-cusolver", "torchao"):

@@ -59,7 +59,7 @@ def test_smoke_leaves_images_it_did_not_make(smoke_base, run_id):
     smoke = subprocess.Popen(
         [sys.executable, "-m", "invoke", "smoke", "--base-image", smoke_base, "--no-negative"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    )
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(smoke.stdout), daemon=True)
     reader.start()

@@ -18,7 +18,7 @@ import pytest
 from conftest import need
 from pypi_wheels import unpack
 
-from sglang_stack.fetch import locked_wheel
+from sglang_stack.image.size import locked_wheel
 from sglang_stack.image.steps import toolchain
 
 WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-runtime")

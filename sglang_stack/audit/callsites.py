@@ -632,7 +632,7 @@ def calls(tree: Tree) -> Calls:
     workers = list(dict.fromkeys(c for c in returned if isinstance(c, Cls)))
     if not workers:
         raise UserError(f"{spec.file}: {spec.name}.{WORKER_FACTORY}() returns no in-tree worker class for "
-                        f"{EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")  # fmt: skip
+                        f"{EAGLE3}; the audit cannot find the EAGLE-3 path; {LAYOUT}")
     # The workers' modules are on the EAGLE-3 path, and so are the speculative-package classes that
     # their classes inherit from (the draft worker's base).
     on_path = {c.module for c in workers}
@@ -655,7 +655,7 @@ def calls(tree: Tree) -> Calls:
         if role == LOOSE and where == "on":
             raise UserError(f"{tree.src / site.path}:{site.line}: {site.receiver}.{site.method}() is on the EAGLE-3 "
                             f"path, but the audit cannot tell whether {site.receiver} is the target or the draft model "
-                            f"(the target is reached through {TARGET_ATTR}); {LAYOUT}")  # fmt: skip
+                            f"(the target is reached through {TARGET_ATTR}); {LAYOUT}")
         if where == "never" or role == LOOSE:
             continue
         if not site.guard and not scan.possible(conds, (role, site.method)):
@@ -676,7 +676,7 @@ def calls(tree: Tree) -> Calls:
         group.setdefault(method, []).append(site)
     if not on:
         raise UserError(f"{tree.src}: found no call on the target model on the EAGLE-3 path, so the audit cannot "
-                        f"pass it; {LAYOUT}")  # fmt: skip
+                        f"pass it; {LAYOUT}")
     workers = [f"{c.module}.{c.name}" for c in workers]
     return Calls({m: tuple(ss) for m, ss in on.items()}, {m: tuple(ss) for m, ss in outside.items() if m not in on},
-                 {m: tuple(ss) for m, ss in draft.items()}, workers, sorted(spec.flags))  # fmt: skip
+                 {m: tuple(ss) for m, ss in draft.items()}, workers, sorted(spec.flags))

@@ -123,7 +123,7 @@ class Report:
             out.append(f"EAGLE-3 flags set under a condition: {', '.join(self.flags) or '-'}")
             groups = {"required": self.required, "optional (guarded)": self.optional,
                       "outside the EAGLE-3 path (not checked)": self.outside,
-                      "on the draft model (not checked)": self.draft}  # fmt: skip
+                      "on the draft model (not checked)": self.draft}
             for title, group in groups.items():
                 for method, sites in sorted(group.items()):
                     where = ", ".join(f"{s}{' [' + s.guard + ']' if s.guard else ''}" for s in sites)
@@ -517,7 +517,7 @@ def main(argv=None) -> int:
     which.add_argument("--model-config", type=Path, help="a model's config.json: audit its first 'architectures' entry, "
                        "and build the class with it")
     parser.add_argument("--dynamic", action="store_true", help="also import the class (needs torch and SGLang's "
-                        "imports: the runtime image) and bind every call site to its real signature")  # fmt: skip
+                        "imports: the runtime image) and bind every call site to its real signature")
     parser.add_argument("--allow-undecided", action="store_true", help="exit 0 when nothing is missing, even if some "
                         "methods are undecided (the image build never passes this)")
     parser.add_argument("--verbose", "-v", action="store_true", help="also list every call site and each provider")

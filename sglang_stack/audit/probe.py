@@ -31,7 +31,7 @@ if __package__:  # imported: a module of the package
     from sglang_stack.audit.standins import NN_MODULE_METHODS, Finder, Guessed, Module, StandIn, State
 else:  # run as a script with -I: its directory is not on sys.path, and no package is imported
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from standins import NN_MODULE_METHODS, Finder, Guessed, Module, StandIn, State  # noqa: E402
+    from standins import NN_MODULE_METHODS, Finder, Guessed, Module, StandIn, State
 
 
 def registry(candidates: list, arch: str):
@@ -41,7 +41,7 @@ def registry(candidates: list, arch: str):
     for name in candidates:
         try:
             module = importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - whatever the import raises is the answer
+        except Exception as err:  # whatever the import raises is the answer
             failed[name] = f"{type(err).__name__}: {err}"
             continue
         entry = getattr(module, "EntryClass", None)
@@ -193,7 +193,7 @@ def settle(cls: type, obj, method: str, sites: list, built: str, trees: Trees, d
             value = getattr(obj, method)
         except AttributeError:
             value = MISSING
-        except Exception as err:  # noqa: BLE001 - the server's lookup would raise it too
+        except Exception as err:  # the server's lookup would raise it too
             return {"kind": "not a method", "where": f"getting {method} raises {type(err).__name__}: {err}"}
         if len(State.guesses) > before:
             return {"kind": "unknown", "why": f"getting it took the {State.guesses[before][4]}"}
@@ -358,7 +358,7 @@ def walk(obj, chain: tuple) -> tuple:
     for i, name in enumerate(chain):
         try:
             obj = getattr(obj, name)
-        except Exception:  # noqa: BLE001 - AttributeError, or what a property raises: the server's read raises it too
+        except Exception:  # AttributeError, or what a property raises: the server's read raises it too
             return chain[: i + 1], MISSING
         if isinstance(obj, StandIn):
             return (), obj
@@ -446,7 +446,7 @@ def main() -> None:
         before = len(State.guesses)
         try:
             obj = cls(config=config, quant_config=None)
-        except Exception as err:  # noqa: BLE001 - the instance is then unknown; the class still answers
+        except Exception as err:  # the instance is then unknown; the class still answers
             built = f"{cls.__name__}(config=..., quant_config=None) raised {type(err).__name__}: {str(err)[:200]}"
         else:
             took = State.guesses[before:]

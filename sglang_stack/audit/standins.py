@@ -28,7 +28,7 @@ import types
 PLATFORM_CALLS = {"torch.cuda.is_available": True, "torch.cuda.device_count": 8, "torch.cuda.get_device_capability": (12, 0)}
 PLATFORM_VALUES = {"torch.version.cuda": "13.0", "torch.version.hip": None, "torch.__version__": "2.9.1+cu130"}
 PREDICATES = {"is_cuda": True, "is_cuda_alike": True, "is_hip": False, "is_npu": False, "is_cpu": False,
-              "is_xpu": False, "is_hpu": False, "is_musa": False, "is_mps": False}  # fmt: skip
+              "is_xpu": False, "is_hpu": False, "is_musa": False, "is_mps": False}
 NN_MODULE_METHODS = frozenset("""
 add_module apply bfloat16 buffers children compile cpu cuda double eval extra_repr float forward get_buffer
 get_extra_state get_parameter get_submodule half ipu load_state_dict modules mtia named_buffers named_children

@@ -21,7 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
+from matplotlib.figure import Figure
 
 SERIES_KEY = "sglang-stack:series"
 

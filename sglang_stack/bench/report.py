@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 
 from sglang_stack import atomic
 from sglang_stack.bench import stats
+from sglang_stack.bench.stats import mean, percentile
 from sglang_stack.errors import UserError, read_text
 
 JSON_NAME = "bench.json"
@@ -23,8 +24,6 @@ SCHEMA = 2
 SCHEMAS = (1, 2)  # 1: before per-request windows, every spec_* field and provenance; still read
 
 # --- statistics ----------------------------------------------------------------
-
-percentile, mean = stats.percentile, stats.mean  # noqa: F811 (the one implementation, re-exported)
 
 
 def _scaled(value: float | None, factor: float) -> float | None:

@@ -91,7 +91,7 @@ def check(url: str, timeout: float, api_key: str | None = None) -> Result:
                 outcome["status"] = resp.status
         except urllib.error.HTTPError as err:
             outcome["status"] = err.code
-        except Exception as err:  # noqa: BLE001 - any failure is "unhealthy", reported in one line
+        except Exception as err:  # any failure is "unhealthy", reported in one line
             outcome["error"] = f"{err.__class__.__name__}: {getattr(err, 'reason', err)}"
 
     start = time.monotonic()

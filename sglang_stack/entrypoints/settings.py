@@ -141,7 +141,7 @@ def stand_in_missing(names=OPTIONAL_IMPORTS) -> list[str]:
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - ImportError, or OSError from a missing CUDA library
+        except Exception as err:  # ImportError, or OSError from a missing CUDA library
             stood.append(f"{name} ({err.__class__.__name__}: {str(err).splitlines()[0][:80] if str(err) else ''})")
             for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
                 del sys.modules[key]

@@ -74,7 +74,7 @@ def resolve_command(lock: Lock, outfile: str, uv: str = "uv", *, router: bool = 
         "--no-header",  # ours names versions.lock instead of uv's command line
         "--no-python-downloads",
         "--quiet",
-    ]  # fmt: skip
+    ]
 
 
 def resolver_version(uv: str) -> str:

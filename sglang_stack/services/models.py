@@ -222,7 +222,7 @@ def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str,
         raise UserError(f"{repo}: no revision {revision!r} on the Hub") from None
     except RepositoryNotFoundError:
         raise UserError(f"{repo}: no such repository on the Hub (or it is gated: set HF_TOKEN)") from None
-    except Exception as err:  # noqa: BLE001 (huggingface_hub raises its own, requests' and httpx's classes)
+    except Exception as err:  # huggingface_hub raises its own, requests' and httpx's classes
         if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
             raise
         first = (str(err).splitlines() or [""])[0]

@@ -168,7 +168,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
         audit = box.run(
             "python3", "-m", "sglang_stack.audit.eagle3", "--sglang-src", "/opt/sglang", "--arch", lock.data["image"]["audit_arch"],
             check=False,
-        )  # fmt: skip
+        )
         summary = (audit.stdout.strip().splitlines() or [""])[-1]
         result.record("the EAGLE-3 audit passes inside the container", audit.returncode == 0, summary)
 

@@ -84,7 +84,7 @@ def user_errors(body):
             raise Exit("error: interrupted", code=130) from None
         except (Exit, SystemExit):
             raise
-        except Exception as err:  # noqa: BLE001 - the boundary: classify, or report a bug
+        except Exception as err:  # the boundary: classify, or report a bug
             line = expected_failure(err)
             if line is None:
                 import traceback
