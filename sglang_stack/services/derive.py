@@ -286,11 +286,7 @@ def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
         raise UserError(f"--profile {request.profile!r}: choose {', '.join(PROFILES)}")
     if request.profile and (request.write or request.check):
         raise UserError("--profile: the table has every profile; --write and --check take them all")
-    image = request.image
-    if image is not None:
-        from sglang_stack.image import store
-
-        store.reference(image, "--image")
+    image = request.image  # a reference the task has checked (image.store.reference)
     lock, _ = lockmod.check_all(download=False)
     if not request.python:
         from sglang_stack import engine as enginemod

@@ -174,8 +174,11 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
     the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md).
     The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
     """
+    from sglang_stack.image import store
     from sglang_stack.services import derive
 
+    if image is not None:
+        store.reference(image, "--image")
     request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, model_dir=model_dir,
                              draft_dir=draft_dir, profile=profile, write=write, check=check)
     changed = derive.settings(request)
