@@ -14,6 +14,7 @@ twice the same way by a test asked for by name (``-m whole_image``): about 25 mi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -115,9 +116,10 @@ def test_two_no_cache_builds_of_the_whole_runtime_give_one_image_id(run_id, tmp_
     context, _ = runtime_smoke.prepare_context(tmp_path, standins, wheels)
     tags = [f"localhost/sglang-stack-test-{run_id}:repro-runtime-{i}" for i in (1, 2)]
     try:
-        args = {"DEVEL_IMAGE": devel, "FLASHINFER_CUDA_ARCH_LIST": ""}
-        ids = [buildmod.build(request("runtime", tag, base, epoch, build_args=args, context=context,
-                                      dockerfile=context / "docker" / "Dockerfile"))[1] for tag in tags]
+        # The smoke's own request, as `invoke build --engine buildah --no-cache --reproducible` turns it.
+        ids = [buildmod.build(dataclasses.replace(
+            runtime_smoke.request(context, tag, base, devel), engine="buildah", no_cache=True, isolation="chroot",
+            layers=True, oci=True, source_date_epoch=epoch))[1] for tag in tags]
         if ids[0] != ids[1]:
             pytest.fail(f"runtime: two builds of one commit gave {ids[0]} and {ids[1]}: {first_difference(tags, tmp_path)}")
         print(f"runtime: both builds {ids[0]}")

@@ -54,13 +54,14 @@ def prepare_context(workdir: Path, standins: standinsmod.Standins, wheels: list[
     return context, lock
 
 
-def build(context: Path, tag: str, base: str, devel: str) -> str:
-    """``invoke build``'s own build of the runtime target on the stand-in base; returns the image ID."""
+def request(context: Path, tag: str, base: str, devel: str):
+    """``invoke build``'s request for the runtime target on the stand-ins: the devel stand-in, no ahead-of-time
+    FlashInfer step (nvcc's output is not what the stand-ins check)."""
     from sglang_stack.fetch import ca_bundle
     from sglang_stack.image import build as buildmod
 
     ca = ca_bundle()
-    request = buildmod.BuildRequest(
+    return buildmod.BuildRequest(
         engine="docker",
         tag=tag,
         target="runtime",
@@ -71,7 +72,13 @@ def build(context: Path, tag: str, base: str, devel: str) -> str:
         dockerfile=context / "docker" / "Dockerfile",
         source_date_epoch=buildmod.commit_epoch(),
     )
-    _, image_id = buildmod.build(request)
+
+
+def build(context: Path, tag: str, base: str, devel: str) -> str:
+    """``invoke build``'s own build of the runtime target on the stand-in base; returns the image ID."""
+    from sglang_stack.image import build as buildmod
+
+    _, image_id = buildmod.build(request(context, tag, base, devel))
     return image_id
 
 
