@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
+
 class Progress:
     """One short line per round on stdout, numbered against the rounds planned.
 

@@ -19,6 +19,7 @@ from sglang_stack.services.composefile import ALL_SERVICES, ROUTER, SERVICES
 from sglang_stack.services.progress import describe, failure_reason, format_elapsed, latest_state, parse_ps, progress_line
 from sglang_stack.services.variables import environment
 
+
 def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] = ALL_SERVICES) -> list[str]:
     """``docker compose`` for this project from any working directory, with the files it would read.
 
