@@ -582,7 +582,7 @@ def test_missing_compose_plugin_is_one_line_naming_the_package(tmp_path):
 
 
 def test_compose_files_follow_compose_file_and_the_override(tmp_path, monkeypatch):
-    monkeypatch.setattr(compose, "ROOT", tmp_path)
+    monkeypatch.setattr(composefile, "ROOT", tmp_path)
     monkeypatch.setattr(composefile, "COMPOSE_FILE", tmp_path / "compose.yaml")
     (tmp_path / "compose.yaml").write_text("services: {}\n")
     assert composefile.compose_files(env_of()) == [tmp_path / "compose.yaml"], "compose.yaml alone"

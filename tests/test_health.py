@@ -22,7 +22,7 @@ import image_layout
 from sglang_stack import ROOT
 from sglang_stack.entrypoints import health
 
-HEALTH_PY = ROOT / "sglang_stack" / "services" / "health.py"
+HEALTH_PY = ROOT / "sglang_stack" / "entrypoints" / "health.py"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -12,7 +12,7 @@ import pytest
 
 from sglang_stack import ROOT
 
-SLIM = ROOT / "sglang_stack" / "image" / "slim.py"
+SLIM = ROOT / "sglang_stack" / "image" / "steps" / "slim.py"
 
 
 def run_slim(site: Path, declarations: str, *flags: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 
-INVENTORY = Path(__file__).with_name("inventory.py")
+INVENTORY = Path(__file__).parent / "steps" / "inventory.py"  # the build step, run again in the image by verify
 MOUNTED = "/tmp/sglang-stack-inventory.py"
 SGLANG_TREE = "/opt/sglang"
 # The venv's own tooling, from the interpreter's ensurepip: no hashed step installs it.

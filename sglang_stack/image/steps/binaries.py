@@ -219,7 +219,7 @@ def lines(report: Report, cuda_major: int, lock_name: str = "versions.lock") -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", type=Path, required=True, help="an unpacked site-packages directory")
-    parser.add_argument("--lock", type=Path, default=Path(__file__).resolve().parents[2] / "versions.lock",
+    parser.add_argument("--lock", type=Path, default=Path(__file__).resolve().parents[3] / "versions.lock",
                         help="versions.lock with [cuda] version and the [[binary_exception]]s")
     args = parser.parse_args(argv)
     if not args.path.is_dir():
