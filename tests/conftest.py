@@ -33,6 +33,16 @@ def pytest_addoption(parser):
     parser.addoption("--keep-images", action="store_true", help="keep images built by container tests")
 
 
+# A test that needs none of these is `fast`: `python -m pytest -n auto -m fast` (docs/development.md).
+SLOW = ("container", "engine", "apt", "sglang_env", "network", "gpu", "whole_image")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in SLOW):
+            item.add_marker(pytest.mark.fast)
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.05):
     """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
