@@ -34,13 +34,17 @@ def pytest_addoption(parser):
 
 
 # A test that needs none of these is `fast`: `python -m pytest -n auto -m fast` (docs/development.md).
-SLOW = ("container", "engine", "apt", "sglang_env", "network", "gpu", "whole_image")
+SLOW = ("container", "engine", "apt", "sglang_env", "network", "schema", "gpu", "whole_image")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if not any(item.get_closest_marker(name) for name in SLOW):
             item.add_marker(pytest.mark.fast)
+        if item.get_closest_marker("container") or item.get_closest_marker("engine"):
+            # Under xdist (`--dist loadgroup`, as .ci/test runs) every image test goes to one worker: they share the
+            # session's images (the Debian base, the sglang stage), which a second worker would build again.
+            item.add_marker(pytest.mark.xdist_group("images"))
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05):

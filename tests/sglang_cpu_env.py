@@ -18,6 +18,7 @@ The venv is kept under the project's cache, keyed by everything that goes into i
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import re
 import shutil
@@ -59,13 +60,20 @@ def python() -> Path:
                          .encode()).hexdigest()[:16]
     home = fetch.cache_dir() / f"sglang-cpu-env-{key}"
     py = home / "bin" / "python"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"sglang-cpu-env-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test workers (pytest -n) make it once: the second waits, then reuses it
+        return _make(home, py, torch[0], sglang, pins)
+
+
+def _make(home: Path, py: Path, torch: Path, sglang: dict, pins: list[str]) -> Path:
     if (home / ".complete").is_file():
         return py
     shutil.rmtree(home, ignore_errors=True)
     wheel = fetch.fetch(sglang["url"], sglang["sha256"])
     subprocess.run([sys.executable, "-m", "venv", str(home)], check=True)
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-    for step in ([str(torch[0])], pins, [str(wheel)]):
+    for step in ([str(torch)], pins, [str(wheel)]):
         proc = subprocess.run([*pip, *step], capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
             shutil.rmtree(home, ignore_errors=True)

@@ -113,6 +113,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.schema
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
     raw = validate(composefile.load_raw(COMPOSE_YAML), tmp_path, "raw")
@@ -121,12 +122,14 @@ def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
     assert done.returncode == 0, f"compose.yaml interpolated for {scenario} fails the schema:\n{done.stdout}{done.stderr}"
 
 
+@pytest.mark.schema
 def test_compose_spec_schema_accepts_the_env_example(tmp_path):
     values, _ = variables.read_env_file(ENV_EXAMPLE, {})
     done = validate(composefile.load(COMPOSE_YAML, env_of(**values)), tmp_path, "env-example")
     assert done.returncode == 0, f"compose.yaml with .env.example's values fails the schema:\n{done.stdout}"
 
 
+@pytest.mark.schema
 def test_validator_catches_mistakes(tmp_path):
     """The validator can fail: typical slips in a GPU compose file are rejected."""
     broken = resolved(MODEL_DIR="/m")

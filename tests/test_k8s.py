@@ -154,6 +154,7 @@ def test_the_validator_can_fail(lock):
     assert k8s_errors(broken), "a string where an integer belongs must fail"
 
 
+@pytest.mark.schema
 @pytest.mark.parametrize("extra", [{}, {"placement": {"exclusive_topology": "topology.kubernetes.io/zone"}},
                                    {"rdma": {"enabled": True, "network": "rdma-net"}}], ids=["host-network", "exclusive", "multus"])
 def test_multinode_is_a_leaderworkerset_that_passes_the_crd_schema(lock, lws_schema, tmp_path, extra):
@@ -179,6 +180,7 @@ def test_multinode_is_a_leaderworkerset_that_passes_the_crd_schema(lock, lws_sch
     assert not k8s_errors(kind(docs, "PodDisruptionBudget"))
 
 
+@pytest.mark.schema
 def test_the_lws_check_can_fail(lock, lws_schema, tmp_path):
     lws = kind(documents(lock, **MULTINODE), "LeaderWorkerSet")
     lws["spec"]["leaderWorkerTemplate"]["groupSize"] = lws["spec"]["leaderWorkerTemplate"].pop("size")
