@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_stack import ROOT, fetch
+from sglang_stack import ROOT
+from sglang_stack import download
 from sglang_stack.patching import patches
 from sglang_stack.audit import eagle3 as audit
 from sglang_stack.lock import lockfile as lockmod
@@ -54,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
 
     table = lockmod.load()["sglang"]
-    wheel = fetch.fetch(table["url"], table["sha256"])
+    wheel = download.fetch(table["url"], table["sha256"])
     with tempfile.TemporaryDirectory(prefix="sglang-stack-bench-") as tmp:
         site = patches.unpack_wheel(wheel, Path(tmp) / "site")
         n_files = sum(1 for p in (site / "sglang").rglob("*.py"))
@@ -82,7 +83,7 @@ def main() -> None:
             ast.parse(data, filename=str(path))
         parse_all_s = time.perf_counter() - start
         if args.wheel:
-            other = patches.unpack_wheel(fetch.fetch(*args.wheel), Path(tmp) / "other")
+            other = patches.unpack_wheel(download.fetch(*args.wheel), Path(tmp) / "other")
             other_s, other_max, other_rc, other_line = cold(other, args.repeat)
 
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.2f}")

@@ -97,11 +97,11 @@ def main() -> int:
     args = parser.parse_args()
     out = args.out.resolve()
     wheels = download(TOOLCHAIN + FLASHINFER, out / "wheels")
-    from sglang_stack import fetch
+    from sglang_stack.download import fetch
     from sglang_stack.lock import lockfile as lockmod
 
     sglang = lockmod.load()["sglang"]
-    shutil.copy(fetch.fetch(sglang["url"], sglang["sha256"]), out / "wheels")
+    shutil.copy(fetch(sglang["url"], sglang["sha256"]), out / "wheels")
     for sub in ("toolchain", "flashinfer-site", "sglang-site"):
         shutil.rmtree(out / sub, ignore_errors=True)
     unpack(wheels, TOOLCHAIN, out / "toolchain-site")

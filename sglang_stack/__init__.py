@@ -9,7 +9,7 @@ The logic behind the `invoke` tasks (``sglang_stack.tasks``), in layers, each us
     services/  audit/           compose, settings, models, k8s; the EAGLE-3 audit
     lock/  patching/            versions.lock and its requirement files; the patch series
     entrypoints/  image/steps/  what the image runs, and its build steps
-    errors redact atomic shell fetch engine flags yaml_file templates   the floor
+    errors redact atomic shell download engine flags yaml_file templates   the floor
 
 entrypoints/, image/steps/, patching/, audit/ and errors, redact and atomic run inside the image on the
 standard library alone (tests/test_in_image.py), so keep this file free of imports.

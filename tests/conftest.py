@@ -195,11 +195,11 @@ def model_dirs(tmp_path) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def sglang_wheel() -> Path:
     """The pinned sglang wheel (versions.lock [sglang]), hash-verified and cached."""
-    from sglang_stack import fetch
+    from sglang_stack import download
     from sglang_stack.lock import lockfile as lock
 
     table = lock.load()["sglang"]
-    return fetch.fetch(table["url"], table["sha256"])
+    return download.fetch(table["url"], table["sha256"])
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_stack import ROOT, fetch
+from sglang_stack import ROOT
+from sglang_stack import download
 from sglang_stack.lock import lockfile as lockmod
 
 # Never imported while ServerArgs resolves, or GPU-only (CUDA libraries, kernels and their caches).
@@ -58,7 +59,7 @@ def python() -> Path:
     pins = requirements()
     key = hashlib.sha256("\n".join([sys.version, sglang["sha256"], torch[0].name, *pins, Path(__file__).read_text()])
                          .encode()).hexdigest()[:16]
-    home = fetch.cache_dir() / f"sglang-cpu-env-{key}"
+    home = download.cache_dir() / f"sglang-cpu-env-{key}"
     py = home / "bin" / "python"
     home.parent.mkdir(parents=True, exist_ok=True)
     with open(home.parent / f"sglang-cpu-env-{key}.lock", "w") as lock:
@@ -70,7 +71,7 @@ def _make(home: Path, py: Path, torch: Path, sglang: dict, pins: list[str]) -> P
     if (home / ".complete").is_file():
         return py
     shutil.rmtree(home, ignore_errors=True)
-    wheel = fetch.fetch(sglang["url"], sglang["sha256"])
+    wheel = download.fetch(sglang["url"], sglang["sha256"])
     subprocess.run([sys.executable, "-m", "venv", str(home)], check=True)
     pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
     for step in ([str(torch)], pins, [str(wheel)]):

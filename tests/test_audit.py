@@ -51,10 +51,10 @@ SGLANG_LATEST = (
 
 
 def unpacked(wheel: tuple[str, str], tmp_path: Path) -> Path:
-    from sglang_stack import fetch
+    from sglang_stack import download
     from sglang_stack.patching.patches import unpack_wheel
 
-    return unpack_wheel(fetch.fetch(*wheel), tmp_path / "site")
+    return unpack_wheel(download.fetch(*wheel), tmp_path / "site")
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ COPY sglang_stack/ /opt/sglang-stack/sglang_stack/
 
 
 def build(ctx: Path, tag: str) -> subprocess.CompletedProcess:
-    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.download import ca_bundle
 
     # --no-cache: the step's own output is what is judged, and a run before this one may have cached it.
     argv = ["docker", "buildx", "build", "--load", "--no-cache", "--progress", "plain", "--tag", tag]

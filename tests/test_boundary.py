@@ -98,7 +98,7 @@ def test_interrupt_and_user_error_inside_a_task():
 def test_a_failed_download_is_named_by_the_boundary_alone(tmp_path):
     """fetch() has no catch of its own: the boundary names the URL, and no partial file is left."""
     from loopback import Handler, serving
-    from sglang_stack.fetch import fetch
+    from sglang_stack.download import fetch
 
     with serving(Handler) as base:  # no do_GET: every GET is answered 501
         missing = f"{base}/torch-2.9.1-cp312-cp312-linux_x86_64.whl"

@@ -109,7 +109,7 @@ def test_fetch_resumes_prunes_and_names_a_reupload(lock, tmp_path):
     assert stray.read_bytes() == b"not in the lock"
     assert any(line.startswith(f"left {stray.name}: not written by invoke fetch") for line in again)
     assert stray.name not in (dest / "manifest.json").read_text()
-    from sglang_stack.fetch import sha256_of
+    from sglang_stack.download import sha256_of
 
     assert sha256_of(tool) == lock.build_tools[0].sha256
 
@@ -194,7 +194,7 @@ def test_a_changed_base_image_archive_is_refused_before_a_build_loads_it(lock, t
     archive = tmp_path / "images" / "base-image.tar"
     archive.parent.mkdir()
     archive.write_bytes(b"the saved image")
-    from sglang_stack.fetch import sha256_of
+    from sglang_stack.download import sha256_of
 
     entry = {"arg": "BASE_IMAGE", "ref": "cuda:13", "id": "sha256:" + "b" * 64, "path": "images/base-image.tar",
              "size": archive.stat().st_size, "sha256": sha256_of(archive)}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.fetch import fetch
+from sglang_stack.download import fetch
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image.steps import sbom
 

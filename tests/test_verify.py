@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
-from sglang_stack.fetch import ca_bundle
+from sglang_stack.download import ca_bundle
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import store
 from sglang_stack.image import verify as verify_image

@@ -119,7 +119,7 @@ def lock_hashes(lock: Lock) -> dict[str, str]:
 
 def _hash(path: Path, known: dict) -> str:
     """A file's sha256, reusing the manifest's when its size and mtime are unchanged (a resumed run)."""
-    from sglang_stack.fetch import sha256_of
+    from sglang_stack.download import sha256_of
 
     st = path.stat()
     entry = known.get(path.name)
@@ -276,8 +276,8 @@ def fetch(lock: Lock, target: str, images: dict[str, str], engine: str, mirror: 
 
 
 def _fetch(lock: Lock, target: str, want: Plan, engine: str, mirror: Path) -> list[str]:
-    from sglang_stack.fetch import fetch as download
-    from sglang_stack.fetch import sha256_of
+    from sglang_stack.download import fetch as download
+    from sglang_stack.download import sha256_of
     from sglang_stack.image import store
 
     wheels, archives = mirror / "wheels", mirror / "images"
@@ -380,7 +380,7 @@ def check(lock: Lock, target: str, images: dict[str, str], mirror: Path = MIRROR
 
 def _check_archive(mirror: Path, entry: dict, target: str) -> None:
     """A base image's archive is the bytes the fetch saved: its size, and its sha256 read again now."""
-    from sglang_stack.fetch import sha256_of
+    from sglang_stack.download import sha256_of
 
     archive = mirror / entry["path"]
     if not archive.is_file() or archive.stat().st_size != entry["size"]:

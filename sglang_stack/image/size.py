@@ -32,7 +32,7 @@ from packaging.utils import parse_wheel_filename
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.fetch import fetch
+from sglang_stack.download import fetch
 from sglang_stack.lock.lockfile import Lock
 from sglang_stack.lock.pins import Pin, read_pins
 
@@ -130,7 +130,7 @@ class RangeFile(io.RawIOBase):
 
 
 def cache_dir() -> Path:
-    from sglang_stack.fetch import cache_dir as base
+    from sglang_stack.download import cache_dir as base
 
     return base() / "sizes"
 

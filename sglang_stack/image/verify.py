@@ -193,7 +193,7 @@ def check_sbom(sbom, installed: dict[str, str], allowed: dict[str, str], patches
 
 def patched_hashes(lock, patches_dir: Path) -> dict[str, str]:
     """sha256 of every file the series touches, in the pinned wheel patched here (the cached download)."""
-    from sglang_stack.fetch import fetch, sha256_of
+    from sglang_stack.download import fetch, sha256_of
     from sglang_stack.patching import patches as patchmod
 
     wheel = fetch(lock.sglang.url, lock.sglang.sha256)
@@ -211,7 +211,7 @@ def check_patches(image_files: dict[str, str | None], want: dict[str, str | None
 
 
 def check_digest(engine: str, stage: str, image_id: str, base_image: str | None, lock=None, mirror: bool = False) -> Check:
-    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.download import ca_bundle
     from sglang_stack.image import build as buildmod
     from sglang_stack.image import store
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from sglang_stack import ROOT, fetch
+from sglang_stack import ROOT
+from sglang_stack import download
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import render as rendermod
@@ -44,7 +45,7 @@ class BuildFlags:
 def ca_bundle_of(value: str | None) -> Path | None:
     """The CA bundle the build mounts as the secret 'ca': a path as given, 'auto' from the environment, 'none'."""
     if value == "auto":
-        value = fetch.ca_bundle(explicit_only=True)
+        value = download.ca_bundle(explicit_only=True)
     elif value == "none":
         value = None
     return Path(value) if value else None

@@ -144,7 +144,7 @@ def fetch_all(index: str, wanted: dict[str, str]) -> dict[str, list[Advisory]]:
     """name -> its advisories, asking the index for every release document (in parallel, none cached)."""
     import requests
 
-    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.download import ca_bundle
 
     print(f"advisories: asking {json_url(index, 'NAME', 'VERSION')} for {len(wanted)} releases "
           f"(timeout {TIMEOUT_S[1]} s each)", file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
     Also compares each [[wheel]]'s ``requires`` with the wheel's own METADATA.
     Returns one line per artifact; raises ``LockProblems`` on any mismatch.
     """
-    from sglang_stack.fetch import fetch, sha256_of
+    from sglang_stack.download import fetch, sha256_of
 
     lock = check(path)
     report, problems, checked = [], [], []

@@ -460,7 +460,7 @@ def _check_router_requirements(lock: Lock, name: str, bad) -> None:
 
 def sglang_wheel(url: str, sha256: str, *, download: bool) -> Path | None:
     """The pinned sglang wheel from the cache; fetched (hash-verified) if ``download``."""
-    from sglang_stack.fetch import cache_dir, fetch, filename_of, sha256_of
+    from sglang_stack.download import cache_dir, fetch, filename_of, sha256_of
 
     if download:
         return fetch(url, sha256)

@@ -31,7 +31,7 @@ TIMEOUT_S = (5, 20)  # connect, read: an unreachable index fails in seconds
 
 
 def records_dir() -> Path:
-    from sglang_stack.fetch import cache_dir
+    from sglang_stack.download import cache_dir
 
     return cache_dir() / "releases"
 
@@ -143,7 +143,7 @@ def fetch_all(index: str, pins: list[Pin], directory: Path, what: str = "release
     """The one fetcher of release records: each missing one from the index's JSON API, in threads."""
     import requests
 
-    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.download import ca_bundle
 
     if not pins:
         return {}

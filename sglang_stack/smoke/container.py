@@ -121,7 +121,7 @@ def expected_patched_hashes(patches_dir: Path = ROOT / "patches") -> dict[str, s
     """sha256 of every file the series touches, after applying it on the host to the pinned wheel."""
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.patching import patches
-    from sglang_stack.fetch import fetch
+    from sglang_stack.download import fetch
 
     table = lockmod.load()["sglang"]
     wheel = fetch(table["url"], table["sha256"])
@@ -193,7 +193,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
 
 def smoke_secrets(workdir: Path) -> tuple[Path, bytes, Path, bytes]:
     """A working CA bundle carrying a unique marker, and a dummy HF token, as files."""
-    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.download import ca_bundle
 
     host = ca_bundle()
     if host is None:
@@ -334,7 +334,7 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
     from sglang_stack.doctor import checklist as doctor
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.bench.client import RequestFailed, http_post
-    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.download import ca_bundle
 
     result = SmokeResult()
     lock = lockmod.check()

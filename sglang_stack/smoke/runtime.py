@@ -32,7 +32,7 @@ IMAGE_NAME = "localhost/sglang-stack-smoke-runtime"
 
 
 def standin_wheels(standins: standinsmod.Standins) -> list[Path]:
-    from sglang_stack.fetch import fetch
+    from sglang_stack.download import fetch
 
     return [fetch(w.url, w.sha256) for w in standins.wheels]
 
@@ -57,7 +57,7 @@ def prepare_context(workdir: Path, standins: standinsmod.Standins, wheels: list[
 def request(context: Path, tag: str, base: str, devel: str):
     """``invoke build``'s request for the runtime target on the stand-ins: the devel stand-in, no ahead-of-time
     FlashInfer step (nvcc's output is not what the stand-ins check)."""
-    from sglang_stack.fetch import ca_bundle
+    from sglang_stack.download import ca_bundle
     from sglang_stack.image import build as buildmod
 
     ca = ca_bundle()

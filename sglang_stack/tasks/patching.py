@@ -12,11 +12,11 @@ DEFAULTS = {"stack": {"patches_dir": "patches"}}
 
 def _pinned_wheel():
     """The sglang wheel versions.lock pins, fetched by URL and sha256 (cached)."""
-    from sglang_stack import fetch
+    from sglang_stack import download
     from sglang_stack.lock import lockfile as lockmod
 
     table = lockmod.load()["sglang"]
-    return fetch.fetch(table["url"], table["sha256"])
+    return download.fetch(table["url"], table["sha256"])
 
 
 def _audit_arch(arch):
