@@ -113,8 +113,10 @@ def standin_dockerfile(sglang_stage: str) -> str:
 
 def build_standin(sglang_stage: str, tag: str, workdir: Path) -> str:
     """Build the stand-in image as ``tag`` with ``docker buildx build``; returns the tag."""
+    import image_layout
+
     context = workdir / "standin-context"
-    for rel in ("sglang_stack/services/__init__.py", "sglang_stack/entrypoints/health.py", "sglang_stack/entrypoints/serve.py"):
+    for rel in image_layout.modules():  # whatever the runtime stage's COPY lines take, read from the Dockerfile
         (context / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, context / rel)
     shutil.copy(TESTS / "sglang_server.py", context / "sglang_server.py")

@@ -104,7 +104,7 @@ def test_the_prefixes_are_what_sglangs_own_parser_takes():
         if os.environ.get("SGLANG_STACK_CI"):
             pytest.fail(str(err))
         pytest.skip(str(err))
-    code = ("import argparse, json, sys; sys.path.insert(0, %r); from sglang_stack.services import settings; "
+    code = ("import argparse, json, sys; sys.path.insert(0, %r); from sglang_stack.entrypoints import settings; "
             "settings.stand_in_missing(); from sglang.srt.server_args import ServerArgs; p = argparse.ArgumentParser(); "
             "ServerArgs.add_cli_args(p); opts = [o for a in p._actions for o in a.option_strings if o.startswith('--')]; "
             "print(json.dumps({f: min((f[:n] for n in range(3, len(f) + 1) if [o for o in opts if o.startswith(f[:n])] == [f]), "
