@@ -8,7 +8,6 @@ from sglang_stack.errors import UserError
 from sglang_stack.tasks.boundary import user_errors
 
 
-
 @task(
     help={
         "keep": "keep the images and containers the smoke test creates (default: remove them)",
