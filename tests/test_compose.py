@@ -584,6 +584,19 @@ def test_missing_compose_plugin_is_one_line_naming_the_package(tmp_path):
         assert last.startswith("error: docker compose (Compose v2) is not installed") and "docker-compose-plugin" in last, last
 
 
+def test_a_merge_without_the_compose_plugin_names_it_not_compose_file(tmp_path, monkeypatch):
+    """COMPOSE_FILE with two files is merged by `docker compose config`: without the plugin, the line says so."""
+    fake = fake_cli.install(tmp_path / "bin", info=fake_cli.PLAIN_INFO)  # no compose_version: no plugin
+    for key, value in fake.items():
+        monkeypatch.setenv(key, value)
+    files = [COMPOSE_YAML, ROOT / "compose.multinode.yaml"]
+    with pytest.raises(UserError) as err:
+        composefile.merged_config(files, env_of(COMPOSE_FILE="compose.yaml:compose.multinode.yaml"))
+    line = str(err.value)
+    assert line.startswith("COMPOSE_FILE=compose.yaml:compose.multinode.yaml (shell): ") and "Compose v2" in line \
+        and "docker-compose-plugin" in line, line
+
+
 def test_compose_files_follow_compose_file_and_the_override(tmp_path, monkeypatch):
     monkeypatch.setattr(composefile, "ROOT", tmp_path)
     monkeypatch.setattr(composefile, "COMPOSE_FILE", tmp_path / "compose.yaml")
