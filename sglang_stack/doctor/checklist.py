@@ -20,9 +20,10 @@ import resource
 import socket
 from typing import Callable
 
-from sglang_stack.services import compose, variables
+from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.entrypoints import serve
+from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.doctor.inputs import (
     check_api_key, check_models,
@@ -501,7 +502,7 @@ def evaluate(facts: Facts, engine: str, svc: composefile.Service | None, config_
 
 
 def _files(svc: composefile.Service) -> str:
-    return "compose files: " + ", ".join(str(f.relative_to(compose.ROOT)) if f.is_relative_to(compose.ROOT) else str(f) for f in svc.files)
+    return "compose files: " + ", ".join(str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else str(f) for f in svc.files)
 
 
 def router_checks(engine: str, env: variables.Environment | None = None,
