@@ -1,4 +1,4 @@
-"""Tasks for sglang-stack. Run `invoke --list`, or `invoke --help TASK`.
+"""Tasks for sglang-stack. Run `invoke --list`, or `invoke TASK --help`.
 
 The tasks live in ``sglang_stack/tasks/``, one module per concern; this file only hands Invoke their namespace.
 """

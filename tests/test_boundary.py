@@ -167,3 +167,34 @@ def test_ctrl_c_while_the_tasks_load_is_one_line():
     _, err = proc.communicate(timeout=30)
     assert err.strip() == "error: interrupted", err
     assert proc.returncode in (-signal.SIGINT, 130), proc.returncode
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("name", sorted(tasks.ns.task_names))
+def test_every_task_answers_help_after_its_name(name, tmp_path):
+    # The first thing docker, vLLM and SGLang users type. A task with a positional argument used to take
+    # "--help" as its value: `invoke k8s --help` wrote manifests into a directory named --help.
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True, text=True).stdout
+    proc = invoke("--search-root", str(ROOT), name, "--help", cwd=tmp_path, timeout=60)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"invoke {name} --help: exit {proc.returncode}\n{said}"
+    assert f"Usage: inv[oke] [--core-opts] {name} " in proc.stdout, said
+    assert "Traceback" not in said and "error:" not in said, said
+    assert _tree(tmp_path) == [], f"invoke {name} --help wrote {_tree(tmp_path)}"
+    assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
+                          text=True).stdout == status, f"invoke {name} --help changed the checkout"
+
+
+def test_help_piped_into_a_reader_that_left_is_quiet():
+    # `invoke up --help | head -1`: the reader is gone before the help is written (its end of the pipe closed first).
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "invoke", "up", "--help"], cwd=ROOT, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

@@ -12,7 +12,9 @@ from invoke import Collection, Task
 
 from sglang_stack import ROOT
 from sglang_stack.tasks import bench, image, patching, services, smoke
-from sglang_stack.tasks.boundary import check_project_config, optional_positionals, quiet_interrupts, shape_parse_errors
+from sglang_stack.tasks.boundary import (
+    check_project_config, help_after_task, optional_positionals, quiet_interrupts, shape_parse_errors,
+)
 
 MODULES = (image, patching, services, smoke, bench)
 
@@ -25,10 +27,11 @@ for _module in MODULES:
 
 
 def setup_cli() -> None:
-    """What the `invoke` command needs before it parses: quiet Ctrl-C, optional positionals, one-line parse
-    errors, and a check of invoke.yaml's keys."""
+    """What the `invoke` command needs before it parses: quiet Ctrl-C, optional positionals, ``TASK --help``,
+    one-line parse errors, and a check of invoke.yaml's keys."""
     program = sys.modules["invoke.main"].program
     quiet_interrupts()
+    help_after_task(program)  # innermost: it reads the line as the user typed it
     # Before shape_parse_errors wraps it again: `invoke doctor eagle3`, like `invoke up eagle3`.
     optional_positionals(program, {"doctor": "service", "status": "service", "model-revision": "role",
                                    "models-verify": "role"})

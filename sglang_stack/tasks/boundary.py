@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import re
 import socket
 import sys
@@ -98,7 +99,8 @@ def user_errors(body):
 
 
 def quiet_interrupts() -> None:
-    """Ctrl-C before a task runs (while Invoke and its imports load): one line, not a traceback.
+    """Ctrl-C before a task runs (while Invoke and its imports load): one line, not a traceback; a closed pipe
+    (help piped into ``head``): nothing.
 
     Python still exits by SIGINT after its excepthook, so the shell sees the interrupt.
     """
@@ -107,6 +109,9 @@ def quiet_interrupts() -> None:
     def hook(kind, value, tb):
         if issubclass(kind, KeyboardInterrupt):
             print("error: interrupted", file=sys.stderr)
+            return
+        if issubclass(kind, BrokenPipeError):  # `invoke up --help | head -1`: the reader left; nothing to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush, too, goes nowhere
             return
         previous(kind, value, tb)
 
@@ -173,6 +178,39 @@ def shape_parse_errors(program) -> None:
     for name in ("parse_tasks", "parse_cleanup"):
         if not getattr(getattr(program, name), "__shaped__", False):
             setattr(program, name, shaped(getattr(program, name)))
+
+
+def help_after_task(program) -> None:
+    """Let ``invoke TASK --help`` print TASK's help for every task, as ``invoke --help TASK`` does.
+
+    Invoke reads ``--help`` after a task name as a request for that task's help, except where the
+    task still waits for a positional argument or a flag's value: there it takes ``--help`` as the
+    value, so ``invoke up --help`` tried to start a service named "--help" and ``invoke k8s --help``
+    wrote manifests into a directory of that name (the parser fills positionals before it looks at
+    the core flags: invoke/parser/parser.py, ``handle``). Before Invoke parses the tasks, a
+    ``--help`` (or a ``-h`` the task does not define) in a task's arguments is read as ``--help TASK``,
+    which Invoke answers with the task's help and exit 0; the rest of the line is not read.
+    """
+    step = program.parse_tasks
+    if getattr(step, "__help__", False):
+        return
+
+    @functools.wraps(step)
+    def wrapper():
+        contexts = program._make_parser().contexts
+        task = None
+        for token in program.core.unparsed:
+            if token in contexts:
+                task = token
+            elif task and (token == "--help" or (token == "-h" and "-h" not in contexts[task].flags)):
+                program.core.unparsed = []
+                step()
+                program.args.help.value = task  # what `invoke --help TASK` sets: parse_cleanup prints it
+                return None
+        return step()
+
+    wrapper.__help__ = True
+    program.parse_tasks = wrapper
 
 
 def optional_positionals(program, flags: dict[str, str]) -> None:
