@@ -32,11 +32,16 @@ def _loader():
 
 def load(path: Path):
     """The document in ``path``, anchors and merge keys resolved; a missing file or bad YAML is a ``UserError``."""
+    return loads(read_text(path), str(path))
+
+
+def loads(text: str, where: str):
+    """The document in ``text`` (a file's, or a command's output named by ``where``); bad YAML is a ``UserError``."""
     import yaml
 
     try:
-        return yaml.load(read_text(path), Loader=_loader())  # a SafeLoader subclass
+        return yaml.load(text, Loader=_loader())  # a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f":{mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{at}: invalid YAML: {getattr(err, 'problem', err)}") from None
+        raise UserError(f"{where}{at}: invalid YAML: {getattr(err, 'problem', err)}") from None

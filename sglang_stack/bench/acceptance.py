@@ -75,7 +75,7 @@ def _settings(info: dict) -> str:
     return "/".join(str(n) for n in numbers) if all(n is not None for n in numbers) else ""
 
 
-def measure(url: str, api_key: str | None, timeout: float = 300.0, name: str = "eagle3") -> Measurement:
+def measure(url: str, api_key: str | None, timeout: float = 300.0, name: str = "server") -> Measurement:
     """Send the probe to ``url`` one request at a time; SGLang's own figures, pooled."""
     endpoint = client.Endpoint(name, url)
     if why := client.probe(endpoint, api_key, timeout=min(timeout, 30.0)):
@@ -166,16 +166,14 @@ def baseline_from(path: Path, tolerance: float | None = None) -> Expectation:
     return Expectation(round(float(value), 3), round(float(tol), 3), settings, source)
 
 
-def check(service: str, url: str | None = None, accept_min=None, out: str | None = None, timeout=None,
+def check(service: str | None = None, url: str | None = None, accept_min=None, out: str | None = None, timeout=None,
           say: Callable[[str], None] = lambda line: print(line, flush=True)) -> tuple[bool, str]:
-    """`invoke acceptance`: measure ``service``, judge it, write the report to ``out``; (passed, the verdict)."""
+    """`invoke acceptance`: measure ``service`` (default: compose.yaml's default), judge it, write the report to
+    ``out``; (passed, the verdict). With ``url``, that server is measured and ``service`` only labels it."""
     from sglang_stack.atomic import write as atomic_write
     from sglang_stack.flags import parse_seconds
-    from sglang_stack.services import composefile, models, variables
+    from sglang_stack.services import composefile, models
 
-    if service != "eagle3":
-        raise UserError(f"{service!r}: only eagle3 speculates; `invoke acceptance eagle3`")
-    env = variables.environment()
     threshold = None
     if accept_min is not None:
         try:
@@ -185,13 +183,29 @@ def check(service: str, url: str | None = None, accept_min=None, out: str | None
                 from None
         if not 0 <= threshold <= 64:
             raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
-    target = url or composefile.endpoint(service, env)
+    drafted = True  # whether the server speculates with models.lock's drafter, whose expectation then applies
+    if url is None:
+        proj = composefile.project()
+        service = service or proj.default
+        svc = composefile.service(service, proj.env)
+        if not svc.speculative:
+            raise UserError(f"{service!r}: its command in compose.yaml does not speculate (no --speculative-algorithm): "
+                            f"acceptance measures speculative decoding; name a service that does "
+                            f"({', '.join(n for n in proj.names(composefile.SERVER) if composefile.service(n, proj.env).speculative) or 'none'})")
+        target, key, drafted = svc.url, proj.api_key(), svc.draft_dir is not None
+    else:
+        service = service or "server"
+        target = url
+        try:
+            key = composefile.api_key()
+        except UserError:  # no compose here: a server on another box, with no key known on this one
+            key = None
     if out and not Path(out).resolve().parent.is_dir():
         raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
-    drafter = models.load().get("drafter")
+    drafter = models.load().get("drafter") if drafted else None
     expected = Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
     say(f"acceptance: {len(probe_prompts())} greedy requests of {MAX_NEW_TOKENS} tokens to {target}")
-    m = measure(target, composefile.api_key(env), parse_seconds("--timeout", timeout) if timeout else 300.0)
+    m = measure(target, key, parse_seconds("--timeout", timeout) if timeout else 300.0, service)
     passed, line = verdict(m, expected, threshold)
     say(f"{service}: {m.line()}")
     if out:

@@ -75,8 +75,9 @@ def stack_env(environ: Mapping[str, str] | None = None, env_file: Path | None = 
 
 
 def default_endpoints(env: variables.Environment) -> list[Endpoint]:
-    """The compose services on this host, at the address and port compose.yaml publishes them on."""
-    return [Endpoint(name, composefile.endpoint(name, env)) for name in composefile.SERVICES]
+    """compose.yaml's servers on this host, at the address and port it publishes them on."""
+    proj = composefile.project(env)
+    return [Endpoint(name, composefile.endpoint(name, proj.env)) for name in proj.names(composefile.SERVER)]
 
 
 def parse_endpoint(spec: str) -> Endpoint:
@@ -325,14 +326,13 @@ def check_template(template: str | None) -> str | None:
 
 def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Options, api_key: str | None,
              interleaved: bool) -> dict:
+    described = [{"name": e.name, "url": e.url, "server": server_info(e, api_key, min(options.timeout, 30.0))}
+                 for e in endpoints]
     return {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "finished": None,
-        "endpoints": [
-            {"name": e.name, "url": e.url, "server": server_info(e, api_key, min(options.timeout, 30.0))}
-            for e in endpoints
-        ],
-        "reference": options.reference or default_reference([e.name for e in endpoints]),
+        "endpoints": described,
+        "reference": options.reference or default_reference(described),
         "interleaved": interleaved,
         "prompt_set": {
             "path": str(prompt_set.path),
@@ -364,11 +364,10 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
     }
 
 
-def default_reference(names: Sequence[str]) -> str | None:
-    """``baseline`` when it is measured, else the first endpoint."""
-    if "baseline" in names:
-        return "baseline"
-    return names[0] if names else None
+def default_reference(endpoints: Sequence[dict]) -> str | None:
+    """The first endpoint whose server does not speculate (its ``/server_info``), else the first endpoint."""
+    plain = [e["name"] for e in endpoints if not (e.get("server") or {}).get("speculative_algorithm")]
+    return (plain or [e["name"] for e in endpoints] or [None])[0]
 
 
 def execute(results: Results, body: Callable[[], None]) -> None:
@@ -436,7 +435,7 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
         "started": min(d["metadata"]["started"] for d in docs),
         "finished": max(d["metadata"].get("finished") or d["metadata"]["started"] for d in docs),
         "endpoints": [e for d in docs for e in d["metadata"]["endpoints"]],
-        "reference": reference or default_reference(list(names)),
+        "reference": reference or default_reference([e for d in docs for e in d["metadata"]["endpoints"]]),
         "interleaved": False,
         "sources": [str(Path(p)) for p in paths],
         "taken": [{"source": str(Path(p)), "started": d["metadata"]["started"], "finished": d["metadata"].get("finished")}

@@ -90,14 +90,15 @@ def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
 
     out = {}
     try:
-        published = {composefile.endpoint(name, env): name for name in composefile.SERVICES}
+        proj = composefile.project(env)
+        published = {composefile.endpoint(name, proj.env): name for name in proj.names(composefile.SERVER)}
     except UserError:  # a broken .env: the probe has said so already; provenance is best effort
         return {}
     wanted = {e.name: published[e.url] for e in endpoints if e.url in published}
     if not wanted:
         return {}
     try:
-        rows = compose.ps(engine, list(set(wanted.values())), quiet=True)
+        rows = compose.ps(engine, proj, sorted(set(wanted.values())), quiet=True)
     except UserError:  # no engine, or compose failed: the images stay unrecorded
         return {}
     for name, service in wanted.items():
@@ -118,8 +119,7 @@ def models(env) -> dict:
     except UserError:
         return {}
     try:
-        svc = composefile.service("eagle3", env)
-        dirs = {"target": svc.model_dir, "drafter": svc.draft_dir}
+        dirs = composefile.model_dirs(env)
     except UserError:
         dirs = {}
     out = {}

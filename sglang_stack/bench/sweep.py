@@ -1,4 +1,4 @@
-"""``invoke bench --sweep``: restart ``eagle3`` once per speculative setting and keep the fastest.
+"""``invoke bench --sweep``: restart the EAGLE service once per speculative setting and keep the fastest.
 
 compose.yaml turns ``SGLANG_SPEC_NUM_STEPS``, ``SGLANG_SPEC_EAGLE_TOPK`` and
 ``SGLANG_SPEC_NUM_DRAFT_TOKENS`` into ``--speculative-num-steps``,
@@ -37,7 +37,6 @@ from sglang_stack.errors import UserError
 from sglang_stack.flags import INTEGER
 from sglang_stack.services.variables import redact
 
-SERVICE = "eagle3"
 ENV_STEPS = "SGLANG_SPEC_NUM_STEPS"
 ENV_TOPK = "SGLANG_SPEC_EAGLE_TOPK"
 ENV_DRAFT = "SGLANG_SPEC_NUM_DRAFT_TOKENS"
@@ -49,7 +48,7 @@ class GridPoint:
     topk: int
     draft_tokens: int
 
-    def label(self, service: str = SERVICE) -> str:
+    def label(self, service: str) -> str:
         return f"{service} s{self.steps} k{self.topk} d{self.draft_tokens}"
 
     def env(self) -> dict[str, str]:
@@ -127,11 +126,11 @@ def grid(steps: Sequence[int], topks: Sequence[int], draft_tokens: Sequence[int]
     return points
 
 
-def compose_argv(engine: str = "docker", service: str = SERVICE, wait_timeout: float = 1800) -> list[str]:
+def compose_argv(engine: str, proj: composefile.Project, service: str, wait_timeout: float = 1800) -> list[str]:
     """The command that recreates ``service`` and waits until its healthcheck passes; it never builds."""
     return compose.compose_argv(
-        engine, "up", "--detach", "--wait", "--wait-timeout", str(int(wait_timeout)), "--force-recreate", "--no-build",
-        service, profiles=[service],
+        engine, proj, "up", "--detach", "--wait", "--wait-timeout", str(int(wait_timeout)), "--force-recreate",
+        "--no-build", service,
     )
 
 
@@ -140,23 +139,21 @@ def compose_env(point: GridPoint, base: Mapping[str, str]) -> dict[str, str]:
     return {**base, **point.env()}
 
 
-def compose_restart(
-    engine: str = "docker", service: str = SERVICE, wait_timeout: float = 1800
-) -> Callable[[GridPoint], None]:
+def compose_restart(engine: str, proj: composefile.Project, service: str, wait_timeout: float = 1800
+                    ) -> Callable[[GridPoint], None]:
     """A restart function that runs ``docker compose up`` for each grid point."""
     shell.require(engine, f"the sweep restarts {service} with {engine} compose; install it with its compose plugin")
 
     def restart(point: GridPoint) -> None:
-        shell.run(compose_argv(engine, service, wait_timeout), env=compose_env(point, dict(os.environ)),
+        shell.run(compose_argv(engine, proj, service, wait_timeout), env=compose_env(point, dict(os.environ)),
                   what=f"{engine} compose up {service} ({point.label(service)})")
 
     return restart
 
 
-def compose_log_tail(engine: str, service: str = SERVICE, lines: int = 15) -> str:
+def compose_log_tail(engine: str, proj: composefile.Project, service: str, lines: int = 15) -> str:
     """The service's last log lines (``docker compose logs --tail``), or "" when they cannot be read."""
-    argv = compose.compose_argv(engine, "logs", "--no-color", "--no-log-prefix", "--tail", str(lines), service,
-                                profiles=[service])
+    argv = compose.compose_argv(engine, proj, "logs", "--no-color", "--no-log-prefix", "--tail", str(lines), service)
     try:
         proc = shell.run(argv, capture=True, check=False, quiet=True, timeout=30)
     except UserError:
@@ -164,7 +161,7 @@ def compose_log_tail(engine: str, service: str = SERVICE, lines: int = 15) -> st
     return (proc.stdout or "").strip()
 
 
-def preflight(engine: str, service: str = SERVICE) -> None:
+def preflight(engine: str, service: str) -> None:
     """The checks `invoke up` runs, once, before the first grid point; and the image must exist.
 
     A host that cannot serve fails here, in one line, not after one compose run per grid point.
@@ -218,7 +215,7 @@ def run_points(
     restart: Callable[[GridPoint], None],
     ready_timeout: float,
     level: int,
-    service: str = SERVICE,
+    service: str,
     progress: Progress | None = None,
     ready_interval: float = 5.0,
     log_tail: Callable[[], str] | None = None,
@@ -288,7 +285,7 @@ def run_points(
 def run(
     request: Request,
     *,
-    service: str = SERVICE,
+    service: str | None = None,
     environ: Mapping[str, str] | None = None,
     env_file: Path | None = None,
     restart: Callable[[GridPoint], None] | None = None,
@@ -297,7 +294,8 @@ def run(
     clock: Callable[[], float] = time.perf_counter,
     log_tail: Callable[[], str] | None = None,
 ) -> Path:
-    """Sweep ``service`` over the grid of ``request`` and write the results directory; return its path.
+    """Sweep ``service`` (default: compose.yaml's default service, which must speculate with EAGLE) over the grid
+    of ``request`` and write the results directory; return its path.
 
     The sweep always measures SGLang's native API in closed loop, which is what acceptance is read from.
     ``restart``, ``log_tail`` and ``ready_interval`` stand in for Compose (tests).
@@ -326,20 +324,29 @@ def run(
     ready = bench.parse_seconds("--ready-timeout", request.ready_timeout)
     source = bench.parse_dataset(request.prompts, request.dataset, options, request.random_input_len,
                                  request.random_output_len, request.random_range_ratio)
+    proj = None
+    if service is None or not request.endpoints:
+        proj = composefile.project(env)
+        service = service or proj.default
+        algorithm = composefile.service(service, proj.env).speculative
+        if not algorithm.startswith("EAGLE"):
+            raise UserError(f"--sweep varies EAGLE's steps, top-k and draft tokens, and {service} "
+                            f"{'runs ' + algorithm if algorithm else 'does not speculate'}: name an EAGLE service")
     if request.endpoints:
         given = bench.parse_endpoints(request.endpoints)
         if len(given) != 1 or given[0].name != service:
             raise UserError(f"--sweep measures only {service}: pass at most --endpoint {service}=URL")
         endpoint = given[0]
     else:
-        endpoint = Endpoint(service, composefile.endpoint(service, env))
+        endpoint = Endpoint(service, composefile.endpoint(service, proj.env))
     if restart is None:
+        proj = proj or composefile.project(env)
         preflight(request.engine or "docker", service)
-        restart = compose_restart(request.engine or "docker", service, ready)
-        log_tail = log_tail or (lambda: compose_log_tail(request.engine or "docker", service))
+        restart = compose_restart(request.engine or "docker", proj, service, ready)
+        log_tail = log_tail or (lambda: compose_log_tail(request.engine or "docker", proj, service))
     prompt_set = source.load()
     out_dir = bench.results_dir(request.out)
-    api_key = composefile.api_key(env)
+    api_key = (proj or composefile.project(env)).api_key()
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None
     results = Results(out_dir, meta)

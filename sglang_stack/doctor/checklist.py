@@ -1,6 +1,6 @@
-"""Host preflight: can this machine run `baseline` or `eagle3`?
+"""Host preflight: can this machine run a service of compose.yaml?
 
-    invoke doctor [--service eagle3]      or    python -m sglang_stack.doctor.checklist [SERVICE]
+    invoke doctor [SERVICE]      or    python -m sglang_stack.doctor.checklist [SERVICE]
 
 One line per check, each ``ok``, ``warn``, ``FAIL``, ``skip`` or ``note``; every
 FAIL says how to fix it. It runs without Docker (the Docker checks fail, the
@@ -11,7 +11,9 @@ one ``docker run`` of the audit), each under a timeout, so it takes seconds.
 first FAIL with that check's line.
 
 The module gathers raw facts (``Facts``) first and judges them in pure
-functions, so the tests feed it recorded ``nvidia-smi`` output.
+functions, so the tests feed it recorded ``nvidia-smi`` output. Each check is
+registered (``doctor.registry``): ``CHECKS`` is their order, a check's docstring
+its row in docs/services.md.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from sglang_stack.doctor.inputs import (
     check_api_key, check_models,
 )
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check
+from sglang_stack.doctor.registry import Context, check, evaluate as run_checks
 from sglang_stack.doctor.host import (
     CACHE_DIR, DEFAULT_IMAGE, Facts, Gpu, gather, gather_engine, last_line, model_architecture,
     version_tuple,
@@ -47,7 +50,13 @@ GIB = 1 << 30
 # --- checks --------------------------------------------------------------------------------
 
 
+@check("config")
 def check_config(svc: composefile.Service | None, error: str, env: variables.Environment | None) -> Check:
+    """Compose reads .env and the compose files, every value SGLang gets is valid, and Docker's healthcheck
+    timeout exceeds the probe's.
+
+    Fix: the value to correct, in the file and line Compose names.
+    """
     if svc is None:
         return Check("config", FAIL, error, _config_fix(error))
     source = f".env {env.env_file}" if env and env.env_file else "no .env (compose.yaml defaults; cp .env.example .env)"
@@ -101,8 +110,14 @@ def _own_container(rows: list | None, name: str) -> dict | None:
     return None
 
 
+@check(needs=("service",), roles=("server", "router"))
 def check_port(svc, rows: list | None) -> Check:
-    var = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", composefile.ROUTER: "ROUTER_PORT"}[svc.name]
+    """The host port is free, or held by this service's own container; connections a just-stopped service left in
+    TIME_WAIT do not count, as Docker binds over them.
+
+    Fix: stop the other listener, or set the service's port variable (compose.yaml names it) to a free port.
+    """
+    var = svc.port_variable or "its port variable"
     where = f"{svc.bind_address}:{svc.host_port}"
     if _own_container(rows, svc.name):
         return Check("port", OK, f"{where} is held by {svc.name}'s own container (already up)")
@@ -123,7 +138,12 @@ def check_port(svc, rows: list | None) -> Check:
     return Check("port", OK, f"{where} is free")
 
 
+@check(roles=("server", "router"))
 def check_docker(facts: Facts, engine: str) -> Check:
+    """The engine answers and the compose plugin is there (2.17 or newer, for ``up --wait-timeout``).
+
+    Fix: install or start Docker Engine with the compose plugin.
+    """
     if not facts.docker_cli:
         return Check("docker", FAIL, f"{engine} CLI not found on PATH",
                      "install Docker Engine with the compose plugin: https://docs.docker.com/engine/install/")
@@ -141,8 +161,13 @@ def check_docker(facts: Facts, engine: str) -> Check:
     return Check("docker", OK, detail)
 
 
+@check(needs=("gpu",))
 def check_gpu_runtime(facts: Facts) -> Check:
-    """compose.yaml reserves GPUs with driver "nvidia": Docker needs the NVIDIA container toolkit for that."""
+    """The ``nvidia`` runtime is registered, or ``nvidia-container-runtime-hook`` is on PATH: compose.yaml reserves
+    GPUs with driver "nvidia".
+
+    Fix: install nvidia-container-toolkit, then ``nvidia-ctk runtime configure``.
+    """
     runtimes = sorted(((facts.docker_info or {}).get("Runtimes") or {}).keys())
     fix = ("install nvidia-container-toolkit, then sudo nvidia-ctk runtime configure --runtime=docker "
            "&& sudo systemctl restart docker")
@@ -159,10 +184,16 @@ def check_gpu_runtime(facts: Facts) -> Check:
     return Check("gpu-runtime", FAIL, f"no NVIDIA container runtime ({known}; no nvidia-container-runtime-hook)", fix)
 
 
+@check(needs=("service",))
 def check_exclusive(svc: composefile.Service, rows: list | None) -> Check:
+    """No other server of compose.yaml is running: each takes the GPUs it reserves.
+
+    Fix: ``invoke down`` first.
+    """
     if rows is None:
         return Check("exclusive", SKIP, "skipped: cannot ask Docker which services run")
-    others = [r for r in rows if r.get("Service") in composefile.SERVICES and r.get("Service") != svc.name
+    servers = composefile.project(svc.env).names(composefile.SERVER)
+    others = [r for r in rows if r.get("Service") in servers and r.get("Service") != svc.name
               and r.get("State") in ("running", "restarting")]
     if others:
         other = others[0].get("Service")
@@ -171,7 +202,12 @@ def check_exclusive(svc: composefile.Service, rows: list | None) -> Check:
     return Check("exclusive", OK, "no other sglang-stack service is running")
 
 
+@check(needs=("gpu",))
 def check_driver(facts: Facts) -> Check:
+    """The driver supports the image's CUDA 13.0 (R580 or newer).
+
+    Fix: upgrade the NVIDIA driver.
+    """
     if not facts.gpus:
         error = facts.smi_error or "no GPU listed"
         return Check("driver", FAIL, error if error.startswith("nvidia-smi") else f"nvidia-smi: {error}",
@@ -203,7 +239,12 @@ def visible_gpus(gpus: list[Gpu], gpu_ids: str) -> tuple[list[Gpu], str]:
     return chosen, ""
 
 
+@check(needs=("service", "gpu"))
 def check_gpus(facts: Facts, svc: composefile.Service) -> Check:
+    """The GPUs visible through ``GPU_IDS`` are at least TP_SIZE (per node, with NNODES).
+
+    Fix: more GPUs, or a smaller TP_SIZE if the model fits.
+    """
     if not facts.gpus:
         return Check("gpus", SKIP, "skipped: nvidia-smi listed no GPU")
     chosen, error = visible_gpus(facts.gpus, svc.gpu_ids)
@@ -219,7 +260,12 @@ def check_gpus(facts: Facts, svc: composefile.Service) -> Check:
     return Check("gpus", OK, detail)
 
 
+@check("arch", "sm120", needs=("gpu",))
 def check_arch(facts: Facts, svc: composefile.Service | None) -> list[Check]:
+    """One GPU model, of compute capability 9.0, 10.x or 12.x; on SM120, notes on what the flags and patches do there.
+
+    Fix: give the service identical GPUs (``GPU_IDS``).
+    """
     if not facts.gpus:
         return [Check("arch", SKIP, "skipped: nvidia-smi listed no GPU")]
     groups: dict[tuple[str, str], list[Gpu]] = {}
@@ -251,9 +297,13 @@ def check_arch(facts: Facts, svc: composefile.Service | None) -> list[Check]:
     return out
 
 
+@check()
 def check_shm(facts: Facts, svc: composefile.Service | None = None) -> Check:
-    """The /dev/shm the workers get: the container's own (shm_size, compose.yaml's way), or the host's
-    where an override sets ipc: host."""
+    """The /dev/shm the workers get is 32 GiB or more (under 2 GiB fails) and not above the host's memory: the
+    container's own (``SHM_SIZE``), or the host's where an override sets ``ipc: host``.
+
+    Fix: set SHM_SIZE in .env.
+    """
     if svc is not None and svc.ipc != "host":
         if svc.shm_bytes is None:
             return Check("shm", FAIL, "no shm_size: the container's /dev/shm is Docker's 64 MB",
@@ -282,10 +332,14 @@ def shm_size_check(gib: float, detail: str, fix: str, fail_fix: str | None = Non
     return Check("shm", OK, detail)
 
 
+@check(needs=("service",))
 def check_privilege(svc: composefile.Service) -> Check:
-    """compose.yaml runs SGLang with no capability, no privilege gained and a read-only root; an
-    override that widens that (privileged, cap_add, a host mount beside the models, the host's
-    PID or IPC namespace) is said, with the file it came from."""
+    """SGLang runs as compose.yaml runs it: no capability, no privilege gained, a read-only root. An override
+    that widens that (``privileged``, ``cap_add``, ``ipc``/``pid: host``, a writable root, devices or host
+    mounts beside the models) is named, with the compose files (a warning).
+
+    Fix: drop it from the override unless you mean it.
+    """
     h = svc.hardening
     found = []
     if h.get("privileged"):
@@ -316,7 +370,13 @@ def _limit(value: int) -> str:
     return "unlimited" if value == resource.RLIM_INFINITY else f"{value // 1024} KiB"
 
 
+@check()
 def check_memlock(facts: Facts, svc: composefile.Service | None = None) -> Check:
+    """A container of the built image starts with compose.yaml's ulimits (memlock -1); without the image, the
+    host's and rootless Docker's limits allow it.
+
+    Fix: ``LimitMEMLOCK=infinity`` for dockerd, or limits.conf for rootless Docker.
+    """
     soft, hard = facts.memlock
     host = f"host ulimit -l {_limit(soft)} (hard {_limit(hard)})"
     if svc is not None and "memlock" not in svc.ulimits:
@@ -336,7 +396,12 @@ def check_memlock(facts: Facts, svc: composefile.Service | None = None) -> Check
     return Check("memlock", OK, f"the container gets memlock unlimited from compose.yaml; {host}")
 
 
+@check()
 def check_disk(facts: Facts) -> Check:
+    """Free space at Docker's root: 60 GiB to build the image (an estimate), 10 GiB once it is built.
+
+    Fix: free space there, or move Docker's data-root.
+    """
     if facts.disk_free is None:
         return Check("disk", SKIP, "skipped: no local Docker root directory")
     need = DISK_RUN_GIB if facts.image else DISK_BUILD_GIB
@@ -348,7 +413,13 @@ def check_disk(facts: Facts) -> Check:
     return Check("disk", OK, detail)
 
 
+@check()
 def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
+    """The service's image exists, runs SGLang's launcher, and owns /home/sglang/.cache as uid 10001 (the cache
+    volume takes that owner).
+
+    Fix: ``invoke build``.
+    """
     name = svc.image if svc else DEFAULT_IMAGE
     if not facts.docker_info:
         return Check("image", SKIP, "skipped: no Docker engine")
@@ -373,8 +444,12 @@ def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
 ARCH_LABEL = "io.sglang-stack.flashinfer.arch-list"
 
 
+@check()
 def check_kernels(facts: Facts) -> Check:
-    """The GPUs against the architectures the image's FlashInfer modules were built for (its label)."""
+    """The image's ahead-of-time FlashInfer modules (its arch-list label) are built for these GPUs.
+
+    Fix: the ``invoke build --cuda-arch-list`` for these GPUs.
+    """
     if not facts.image:
         return Check("kernels", SKIP, "skipped: no image to read the label of")
     labels = (facts.image.get("Config") or {}).get("Labels") or {}
@@ -394,7 +469,13 @@ def check_kernels(facts: Facts) -> Check:
     return Check("kernels", OK, f"FlashInfer modules built for {arch_list} cover these GPUs")
 
 
+@check()
 def check_audit(facts: Facts, svc: composefile.Service | None) -> Check:
+    """The EAGLE-3 audit passes in the image for the model's architecture (a FAIL where the service mounts a
+    drafter, a warning otherwise).
+
+    Fix: rebuild the image with the patch series (``invoke build``).
+    """
     if facts.audit is None:
         return Check("audit", SKIP, facts.audit_skip or "skipped")
     code, output = facts.audit
@@ -410,9 +491,15 @@ def check_audit(facts: Facts, svc: composefile.Service | None) -> Check:
                  "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.audit.eagle3 --help")
 
 
+@check("multinode", "rdma", "netif", "exposure", needs=("service", "multinode"))
 def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
-    """NNODES > 1: the rank and rendezvous, RDMA devices, the interfaces NCCL and Gloo bind to."""
-    env = svc.env
+    """Across nodes: host networking, the rank and rendezvous, RDMA devices the container gets
+    (``/dev/infiniband``, ``NCCL_IB_HCA``), the interfaces NCCL and Gloo bind to, and no open API on every
+    interface.
+
+    Fix: compose.multinode.yaml (and compose.rdma.yaml) in COMPOSE_FILE, on every node; the NCCL variables in .env.
+    """
+    nccl = {k: str(v) for k, v in svc.environment.items() if v is not None}  # what the container gets
     where = f"node {svc.node_rank} of {svc.nnodes}, rendezvous {svc.dist_init_addr}, TP {svc.tp_size} in all"
     if not svc.host_network:
         out = [Check("multinode", FAIL, f"{where}, but {svc.name} is on Docker's bridge network ({_files(svc)}): "
@@ -420,9 +507,9 @@ def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
                      "set COMPOSE_FILE=compose.yaml:compose.multinode.yaml in .env (host networking), on every node")]
     else:
         out = [Check("multinode", OK, f"{where}; host networking ({_files(svc)})")]
-    rdma_file = composefile.RDMA_FILE in svc.files
-    hca = env.get("NCCL_IB_HCA") or ""
-    ib_off = (env.get("NCCL_IB_DISABLE") or "") == "1"
+    rdma_devices = any("/dev/infiniband" in str(d) for d in svc.hardening.get("devices", []))
+    hca = nccl.get("NCCL_IB_HCA") or ""
+    ib_off = (nccl.get("NCCL_IB_DISABLE") or "") == "1"
     if ib_off:
         out.append(Check("rdma", NOTE, "NCCL_IB_DISABLE=1: NCCL uses TCP sockets between nodes"))
     elif facts.ib_devices is None:
@@ -437,7 +524,7 @@ def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
         if missing and not hca.startswith("^"):
             out.append(Check("rdma", FAIL, f"NCCL_IB_HCA={hca} names {', '.join(missing)}, but the host has {', '.join(facts.ib_devices)}",
                              "set NCCL_IB_HCA in .env to devices ibv_devinfo lists"))
-        elif not rdma_file:
+        elif not rdma_devices:
             out.append(Check("rdma", FAIL, f"RDMA devices {', '.join(facts.ib_devices)} on the host, but the container gets none: "
                                            "NCCL would fall back to TCP sockets",
                              "add compose.rdma.yaml to COMPOSE_FILE in .env (compose.yaml:compose.multinode.yaml:compose.rdma.yaml)"))
@@ -445,7 +532,7 @@ def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
             out.append(Check("rdma", OK, f"RDMA devices {', '.join(facts.ib_devices)}; compose.rdma.yaml passes /dev/infiniband"
                                          + (f", NCCL_IB_HCA={hca}" if hca else "")))
     for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-        value = env.get(var) or ""
+        value = nccl.get(var) or ""
         if not value:
             out.append(Check("netif", WARN, f"{var} unset: it picks an interface by itself, possibly docker0 or one the other nodes cannot reach",
                              f"set {var} in .env to the interface that holds DIST_INIT_ADDR's network (ip -br addr)"))
@@ -457,7 +544,7 @@ def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
                              f"set {var} in .env to one of the host's interfaces"))
         else:
             out.append(Check("netif", OK, f"{var}={value}"))
-    if svc.bind_address in ("0.0.0.0", "::") and not env.get("SGLANG_API_KEY_FILE"):
+    if svc.bind_address in ("0.0.0.0", "::") and svc.api_key_file is None:
         out.append(Check("exposure", WARN, f"host networking with SGLANG_HOST={svc.bind_address} and no SGLANG_API_KEY_FILE: the API is open on every interface",
                          "set SGLANG_HOST=127.0.0.1 in .env, or set SGLANG_API_KEY_FILE"))
     return out
@@ -466,70 +553,49 @@ def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
 # --- running -------------------------------------------------------------------------------
 
 
+@check("config", roles=("router",))
+def check_router(svc: composefile.RouterService | None, error: str) -> Check:
+    """A router's settings resolve: ``ROUTER_WORKER_URLS``, its policy and its port.
+
+    Fix: the value to correct in .env (see .env.example).
+    """
+    if svc is None:
+        return Check("config", FAIL, error, "correct that value in .env (see .env.example)")
+    return Check("config", OK, f"{svc.name} on {svc.url}, policy {svc.policy}, {len(svc.worker_urls)} workers: "
+                 f"{', '.join(svc.worker_urls)}")
+
+
+# The order they print in: what you asked for, then the host, then the image.
+CHECKS = (check_config, check_router, check_models, check_api_key, check_port, check_docker, check_gpu_runtime,
+          check_exclusive, check_driver, check_gpus, check_arch, check_multinode, check_privilege, check_shm,
+          check_memlock, check_disk, check_image, check_kernels, check_audit)
+
+
 def evaluate(facts: Facts, engine: str, svc: composefile.Service | None, config_error: str = "",
-             env: variables.Environment | None = None) -> list[Check]:
-    """All checks, in the order they print: what you asked for, then the host, then the image."""
-    checks = [check_config(svc, config_error, env)]
-    if svc is not None:
-        checks += check_models(svc)
-        checks.append(check_api_key(svc))
-        checks.append(check_port(svc, facts.ps_rows))
-    else:
-        checks += [Check(name, SKIP, "skipped: config invalid") for name in ("model", "drafter", "api-key", "port")]
-    checks.append(check_docker(facts, engine))
-    gpu_free = svc is not None and not svc.gpus
-    if gpu_free:
-        # An override that drops the GPU reservation (a CPU stand-in in a test) makes the GPU
-        # checks moot; compose.yaml itself always reserves GPUs, so users get every check.
-        why = f"skipped: {svc.name} reserves no GPU ({_files(svc)})"
-        checks.append(Check("gpu-runtime", SKIP, why))
-    else:
-        checks.append(check_gpu_runtime(facts))
-    checks.append(check_exclusive(svc, facts.ps_rows) if svc else Check("exclusive", SKIP, "skipped: config invalid"))
-    if gpu_free:
-        checks += [Check(name, SKIP, why) for name in ("driver", "gpus", "arch")]
-    else:
-        checks.append(check_driver(facts))
-        checks.append(check_gpus(facts, svc) if svc else Check("gpus", SKIP, "skipped: config invalid"))
-        checks += check_arch(facts, svc)
-    if svc is not None and svc.nnodes > 1:
-        checks += check_multinode(facts, svc)
-    if svc is not None:
-        checks.append(check_privilege(svc))
-    checks += [check_shm(facts, svc), check_memlock(facts, svc), check_disk(facts), check_image(facts, svc),
-               check_kernels(facts), check_audit(facts, svc)]
-    return checks
+             env: variables.Environment | None = None, role: str = composefile.SERVER) -> list[Check]:
+    """Every check of ``CHECKS`` that applies to this role and service, in order."""
+    return run_checks(CHECKS, Context(facts, svc, engine, env, config_error, role))
 
 
 def _files(svc: composefile.Service) -> str:
     return "compose files: " + ", ".join(str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else str(f) for f in svc.files)
 
 
-def router_checks(engine: str, env: variables.Environment | None = None,
-                  svc: composefile.RouterService | None = None) -> list[Check]:
-    """The router's preflight: its settings, its port and the Docker engine; no GPU, no model."""
-    env = env if env is not None else variables.environment()
-    try:
-        svc = svc or composefile.router_service(env)
-    except UserError as err:
-        return [Check("config", FAIL, str(err), "correct that value in .env (see .env.example)")]
-    facts = gather_engine(engine, None)
-    config = Check("config", OK, f"router on {svc.url}, policy {svc.policy}, {len(svc.worker_urls)} workers: {', '.join(svc.worker_urls)}")
-    return [config, check_port(svc, facts.ps_rows), check_docker(facts, engine)]
-
-
 def run(engine: str, name: str, show: bool = False, env: variables.Environment | None = None,
-        svc: composefile.Service | None = None) -> list[Check]:
-    """Every check of GPU service ``name``; ``svc``, when the caller resolved it already, is not resolved again."""
-    composefile.check_service_name(name, composefile.SERVICES)
+        svc: "composefile.Service | composefile.RouterService | None" = None) -> list[Check]:
+    """Every check of service ``name``; ``svc``, when the caller resolved it already, is not resolved again."""
     env = env if env is not None else variables.environment()
+    role = composefile.project(env).role(composefile.project(env).check(name))
     error = ""
     try:
-        svc = svc or composefile.service(name, env)
+        svc = svc or composefile.resolve(name, env)
     except UserError as err:
         error = str(err)
-    facts = gather(engine, svc, show=show)
-    return evaluate(facts, engine, svc, error, env)
+    if role == composefile.ROUTER:
+        facts = gather_engine(engine, None)
+    else:
+        facts = gather(engine, svc, show=show)
+    return evaluate(facts, engine, svc, error, env, role)
 
 
 def summary(checks: list[Check]) -> str:
@@ -538,13 +604,14 @@ def summary(checks: list[Check]) -> str:
     return ", ".join(words)
 
 
-def doctor(engine: str, name: str, out: Callable[[str], None] = print, show: bool = True) -> int:
-    """Print every check; return 1 when any failed."""
+def doctor(engine: str, name: str | None, out: Callable[[str], None] = print, show: bool = True) -> int:
+    """Print every check of service ``name`` (default: compose.yaml's); return 1 when any failed."""
     env = variables.environment()
+    name = name or composefile.project(env).default
     out(f"sglang-stack doctor: service {name}" + (f", {env.env_file}" if env.env_file else ", no .env"))
-    checks = router_checks(engine, env) if name == composefile.ROUTER else run(engine, name, show=show, env=env)
-    for check in checks:
-        out(check.line())
+    checks = run(engine, name, show=show, env=env)
+    for line in checks:
+        out(line.line())
     out(f"doctor: {summary(checks)}")
     return 1 if any(c.status == FAIL for c in checks) else 0
 
@@ -554,18 +621,15 @@ def preflight(engine: str, name: str, out: Callable[[str], None] = print, *, env
     """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error.
 
     ``env`` and ``svc``: what the caller resolved already (``composefile.resolve``), so it is read once."""
-    if name == composefile.ROUTER:
-        checks = router_checks(engine, env, svc)
-    else:
-        checks = run(engine, name, show=False, env=env, svc=svc)
+    checks = run(engine, name, show=False, env=env, svc=svc)
     failed = [c for c in checks if c.status == FAIL]
     if failed:
         first = failed[0]
         more = f" (+{len(failed) - 1} more: invoke doctor --service {name})" if len(failed) > 1 else ""
         raise UserError(f"preflight {first.name}: {first.detail} -- fix: {first.fix}{more}")
-    for check in checks:
-        if check.status == WARN:
-            out(check.line())
+    for found in checks:
+        if found.status == WARN:
+            out(found.line())
     out(f"preflight: {summary(checks)}")
     return checks
 
@@ -574,10 +638,16 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m sglang_stack.doctor.checklist", description="Host preflight for sglang-stack.")
-    parser.add_argument("service", nargs="?", default="eagle3", help="baseline, eagle3 or router (default: eagle3)")
+    parser.add_argument("service", nargs="?", default=None,
+                        help="a service of compose.yaml (default: compose.yaml's x-sglang-stack.default)")
     parser.add_argument("--engine", default="docker", help="container CLI (default: docker)")
+    parser.add_argument("--docs", action="store_true", help="print the table of checks docs/services.md holds")
     args = parser.parse_args(argv)
-    composefile.check_service_name(args.service)
+    if args.docs:
+        from sglang_stack.doctor.registry import markdown
+
+        print(markdown(CHECKS), end="")
+        return 0
     return doctor(args.engine, args.service)
 
 

@@ -14,6 +14,7 @@ from sglang_stack.errors import UserError
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, OK, SKIP, WARN, Check
+from sglang_stack.doctor.registry import check
 
 
 def readable_by(st, uid: int, gid: int, directory: bool = False) -> bool:
@@ -127,9 +128,16 @@ KEY_FIX = ("mkdir -m 700 secrets; openssl rand -base64 32 > secrets/sglang_api_k
            "then SGLANG_API_KEY_FILE=secrets/sglang_api_key in .env")
 
 
+@check(needs=("service",))
 def check_api_key(svc: composefile.Service) -> Check:
-    """The key file the server and the clients read, and an API open beyond loopback should have one."""
-    for legacy in composefile.LEGACY_SECRETS:
+    """The file ``SGLANG_API_KEY_FILE`` names exists, the image's user can read it and it holds one word, read as the
+    entrypoint reads it; no ``SGLANG_API_KEY``/``HF_TOKEN`` value is left in .env (it would reach nothing); a warning
+    when the API is published beyond loopback with no key. The key itself is never printed.
+
+    Fix: ``mkdir -m 700 secrets; openssl rand -base64 32 > secrets/sglang_api_key; chmod 644
+    secrets/sglang_api_key``, then name the file in .env; or ``BIND_ADDRESS=127.0.0.1``.
+    """
+    for legacy in variables.LEGACY_SECRETS:
         if svc.env.get(legacy):
             file_var = f"{legacy}_FILE"
             return Check("api-key", FAIL, f"{legacy} ({svc.env.origin.get(legacy, 'shell')}) is no longer read: compose "
@@ -150,7 +158,7 @@ def check_api_key(svc: composefile.Service) -> Check:
         return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and no "
                      "SGLANG_API_KEY_FILE is set", KEY_FIX + ", or BIND_ADDRESS=127.0.0.1")
     if key:
-        st = composefile.secret_path(svc.env, "SGLANG_API_KEY_FILE").stat()
+        st = svc.api_key_file.stat()
         if not readable_by(st, IMAGE_USER_UID, IMAGE_USER_UID):
             return Check("api-key", FAIL, f"{where}: mode {st.st_mode & 0o777:o}, owner {st.st_uid}: the container's user "
                          f"(uid {IMAGE_USER_UID}) cannot read it, so SGLang would not start",
@@ -159,7 +167,16 @@ def check_api_key(svc: composefile.Service) -> Check:
     return Check("api-key", OK, f"none; the API listens on {svc.bind_address} only")
 
 
+@check("model", "drafter", needs=("service",))
 def check_models(svc: composefile.Service) -> list[Check]:
+    """The model directory (and the drafter's, where the service mounts one) holds ``config.json`` and every shard
+    its index lists; uid 10001, the image's user, can read every file and enter every directory (judged from each
+    entry's owner and mode, one stat each, no byte read; dot directories are skipped, ACLs not read); a drafter
+    looks like EAGLE-3; where models.lock pins a commit, every file it lists is there with the size the Hub records.
+
+    Fix: set MODEL_DIR or DRAFT_MODEL_DIR; finish the download (``hf download ... --revision COMMIT`` resumes);
+    ``chmod -R a+rX`` the directory.
+    """
     model, _ = _model_dir_check("model", "MODEL_DIR", svc.model_dir, svc.env, svc.name)
     if svc.draft_dir is None:
         drafter = Check("drafter", SKIP, f"{svc.name} uses no drafter")

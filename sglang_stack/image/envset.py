@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 
-from sglang_stack import ROOT, yaml_file
+from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 
 DECLARATIONS = ROOT / "docker" / "environment.toml"
-COMPOSE = ROOT / "compose.yaml"
 # The stages whose ENV the server runs with: runtime and what it is built FROM, and the
 # sglang stage, whose tree it copies.
 RUNTIME_STAGES = ("base", "deps", "sglang", "runtime")
@@ -36,26 +35,24 @@ def image_env(dockerfile: str, stages: tuple[str, ...] = RUNTIME_STAGES) -> list
     return names
 
 
-def compose_env(path=COMPOSE) -> list[str]:
-    """The names compose.yaml's SGLang services set (the shared ``x-sglang`` block and each service)."""
-    data = yaml_file.load(path)
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping")
-    blocks = [data.get("x-sglang", {})] + [s for n, s in (data.get("services") or {}).items() if n != "router"]
-    names = []
-    for block in blocks:
-        env = (block or {}).get("environment") or {}
-        names += list(env) if isinstance(env, dict) else [str(e).split("=", 1)[0] for e in env]
-    return names
+def compose_env() -> list[str]:
+    """The names compose.yaml's servers set, as Compose resolves compose.yaml alone."""
+    from sglang_stack.services import composefile
+    from sglang_stack.services.variables import Environment
+
+    proj = composefile.project(Environment({}), (composefile.COMPOSE_FILE,))
+    return [name for service in proj.names(composefile.SERVER)
+            for name in proj.config["services"][service].get("environment") or {}]
 
 
 def k8s_env(lock) -> list[str]:
-    """The names the Kubernetes render sets on the servers, for the shipped values (baseline and eagle3)."""
-    from sglang_stack.services import k8s  # k8s renders through image/render's Jinja environment
+    """The names the Kubernetes render sets on the servers, for the shipped values and each server of compose.yaml."""
+    from sglang_stack.services import composefile, k8s
+    from sglang_stack.services.variables import Environment
 
     names = []
     values = k8s.load_values()
-    for service in ("baseline", "eagle3"):
+    for service in composefile.project(Environment({}), (composefile.COMPOSE_FILE,)).names(composefile.SERVER):
         ctx = k8s.context(lock, {**values, "service": service})
         names += [item["name"] for item in ctx.env]
     return names

@@ -15,21 +15,18 @@ from typing import Callable
 from sglang_stack import ROOT, shell
 from sglang_stack.errors import UserError
 from sglang_stack.services import composefile
-from sglang_stack.services.composefile import ALL_SERVICES, ROUTER, SERVICES
+from sglang_stack.services.composefile import ROUTER
 from sglang_stack.services.progress import describe, failure_reason, format_elapsed, latest_state, parse_ps, progress_line
-from sglang_stack.services.variables import environment
 
 
-def compose_argv(engine: str, *args: str, profiles: tuple[str, ...] | list[str] = ALL_SERVICES) -> list[str]:
-    """``docker compose`` for this project from any working directory, with the files it would read.
+def compose_argv(engine: str, proj: composefile.Project, *args: str) -> list[str]:
+    """``docker compose`` for this project from any working directory; Compose picks the files (COMPOSE_FILE).
 
-    Profiles are named explicitly: a service in an inactive profile is invisible
-    to ``down``, ``ps`` and ``logs``. The override files of a multi-node setup
-    come from ``compose_files``.
+    Every profile of the project is named: a service in an inactive profile is invisible to
+    ``down``, ``ps`` and ``logs``.
     """
     argv = [engine, "compose", "--project-directory", str(ROOT)]
-    for path in composefile.compose_files():
-        argv += ["--file", str(path)]
+    profiles = sorted({p for spec in proj.config["services"].values() for p in spec.get("profiles") or ()})
     for profile in profiles:
         argv += ["--profile", profile]
     return argv + list(args)
@@ -44,16 +41,16 @@ def require_engine(engine: str) -> None:
         engine_mod.reachable()
 
 
-def ps(engine: str, services: tuple[str, ...] | list[str] = ALL_SERVICES, quiet: bool = False) -> list[dict]:
-    argv = compose_argv(engine, "ps", "--all", "--format", "json", *services)
+def ps(engine: str, proj: composefile.Project, services: tuple[str, ...] | list[str] = (), quiet: bool = False) -> list[dict]:
+    argv = compose_argv(engine, proj, "ps", "--all", "--format", "json", *(services or proj.names()))
     proc = shell.run(argv, capture=True, quiet=quiet, what="docker compose ps", timeout=30)
     return parse_ps(proc.stdout)
 
 
 
-def last_log_line(engine: str, name: str) -> str:
+def last_log_line(engine: str, proj: composefile.Project, name: str) -> str:
     """The newest line the service logged, as ``latest_state`` reduces it."""
-    argv = compose_argv(engine, "logs", "--no-color", "--no-log-prefix", "--tail", "1", name, profiles=[name])
+    argv = compose_argv(engine, proj, "logs", "--no-color", "--no-log-prefix", "--tail", "1", name)
     try:
         proc = shell.run(argv, capture=True, check=False, quiet=True, timeout=15)
     except UserError:
@@ -75,12 +72,12 @@ def up(
     ``wait_timeout`` seconds. Progress comes from ``ps`` and the last log line.
     """
     name = svc.name
+    proj = composefile.project(svc.env)
+    router = proj.role(name) == ROUTER
     require_engine(engine)
-    argv = compose_argv(
-        engine, "up", "--detach", "--wait", "--wait-timeout", str(wait_timeout), name, profiles=[name]
-    )
+    argv = compose_argv(engine, proj, "up", "--detach", "--wait", "--wait-timeout", str(wait_timeout), name)
     shell.show(argv)
-    what = "a worker to be healthy" if name == ROUTER else "/health to generate a token"
+    what = "a worker to be healthy" if router else "/health to generate a token"
     out(f"{name}: waiting for {what} (start period {svc.healthcheck.get('start_period', '?')}); "
         f"progress every {interval:g}s, full log: invoke logs {name}")
     start = time.monotonic()
@@ -98,11 +95,11 @@ def up(
             except subprocess.TimeoutExpired:
                 pass
             try:
-                rows = [r for r in ps(engine, [name], quiet=True) if r.get("Service") == name]
+                rows = [r for r in ps(engine, proj, [name], quiet=True) if r.get("Service") == name]
             except UserError:
                 rows = []
             row = rows[0] if rows else None
-            log_line = last_log_line(engine, name)
+            log_line = last_log_line(engine, proj, name)
             # A line when something changed, and at least once a minute while nothing does.
             key = ((row or {}).get("State"), (row or {}).get("Health"), log_line)
             if key != last_key or time.monotonic() - last_time >= 60:
@@ -118,15 +115,12 @@ def up(
     if code == 0:
         out(f"{name}: healthy after {elapsed}: {svc.url} (OpenAI-compatible API under {svc.url}/v1)")
         return
-    if name == ROUTER:
-        reason = "did not become ready: no worker answered /health"
-    else:
-        reason = "did not become healthy"
+    reason = "did not become ready: no worker answered /health" if router else "did not become healthy"
     try:
-        rows = [r for r in ps(engine, [name], quiet=True) if r.get("Service") == name]
+        rows = [r for r in ps(engine, proj, [name], quiet=True) if r.get("Service") == name]
         if rows:
             reason = failure_reason(rows[0])
-        shell.run(compose_argv(engine, "logs", "--no-color", "--tail", "40", name, profiles=[name]), check=False, timeout=30)
+        shell.run(compose_argv(engine, proj, "logs", "--no-color", "--tail", "40", name), check=False, timeout=30)
     except UserError:
         pass
     raise UserError(f"{name} {reason} after {elapsed} (docker compose exit {code}): see the log above, or invoke logs {name}")
@@ -134,31 +128,32 @@ def up(
 
 def down(engine: str, volumes: bool = False) -> None:
     """Stop and remove every service's containers (and the cache volume with ``volumes``)."""
+    proj = composefile.project()
     require_engine(engine)
-    shell.run(compose_argv(engine, "down", *(["--volumes"] if volumes else [])), what="docker compose down")
+    shell.run(compose_argv(engine, proj, "down", *(["--volumes"] if volumes else [])), what="docker compose down")
 
 
-def check_services(names: tuple[str, ...] | list[str]) -> None:
+def check_services(proj: composefile.Project) -> None:
     """Resolve each service's settings, so a bad .env value is named before Compose trips on it."""
-    env = environment()
-    for name in names:
-        if name == ROUTER:
-            composefile.router_service(env, need_workers=False)
+    for name in proj.names():
+        if proj.role(name) == ROUTER:
+            composefile.router_service(name, proj.env, need_workers=False)
         else:
-            composefile.service(name, env)
+            composefile.service(name, proj.env)
 
 
 def logs(engine: str, name: str, follow: bool, tail: str) -> None:
-    composefile.check_service_name(name)
+    proj = composefile.project()
+    proj.check(name)
     tail = str(tail).strip()
     if tail != "all" and not tail.isdigit():
         raise UserError(f"--tail {tail!r}: a number of lines, or 'all'")
-    check_services(ALL_SERVICES)  # compose interpolates every service, so any bad value stops it
+    check_services(proj)  # compose interpolates every service, so any bad value stops it
     require_engine(engine)  # after the user's own input: a mistake there is named first
-    if not any(row.get("Service") == name for row in ps(engine, [name], quiet=True)):
+    if not any(row.get("Service") == name for row in ps(engine, proj, [name], quiet=True)):
         raise UserError(f"{name}: no container (never started, or removed by `invoke down`): invoke up {name}", code=1)
     args = ["logs", "--tail", str(tail)] + (["--follow"] if follow else []) + [name]
-    shell.run(compose_argv(engine, *args, profiles=[name]), what="docker compose logs")
+    shell.run(compose_argv(engine, proj, *args), what="docker compose logs")
 
 
 def status(engine: str, out: Callable[[str], None] = print, only: str | None = None) -> list[dict]:
@@ -167,20 +162,25 @@ def status(engine: str, out: Callable[[str], None] = print, only: str | None = N
     A router that is not running says it is down in so many words: clients of its
     address get connection refused even while every worker is healthy.
     """
-    check_services(ALL_SERVICES)
+    proj = composefile.project()
+    if only is not None:
+        proj.check(only)
+    check_services(proj)
     require_engine(engine)
-    rows = [row for row in ps(engine) if only is None or row.get("Service") == only]
+    rows = [row for row in ps(engine, proj) if only is None or row.get("Service") == only]
     seen = {row.get("Service") for row in rows}
+    width = max(9, *(len(n) for n in proj.names()))
     for row in rows:
-        line = describe(row)
-        if row.get("Service") == ROUTER and (row.get("State") != "running" or row.get("Health") == "unhealthy"):
+        line = describe(row, width)
+        name = row.get("Service")
+        if proj.role(name) == ROUTER and (row.get("State") != "running" or row.get("Health") == "unhealthy"):
             why = "no worker answers /health" if row.get("State") == "running" else "clients get connection refused"
-            line += f"  -- router DOWN: {why}; invoke logs router, invoke up router"
+            line += f"  -- router DOWN: {why}; invoke logs {name}, invoke up {name}"
         out(line)
-    for name in ALL_SERVICES if only is None else (only,):
+    for name in proj.names() if only is None else (only,):
         if name not in seen:
-            hint = "router down (not created): invoke up router" if name == ROUTER else f"invoke up {name}"
-            out(f"{name:<9} {'not created':<22} {'-':<26} {hint}")
+            hint = f"router down (not created): invoke up {name}" if proj.role(name) == ROUTER else f"invoke up {name}"
+            out(f"{name:<{width}} {'not created':<22} {'-':<26} {hint}")
     return rows
 
 
@@ -189,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m sglang_stack.services.compose", description=main.__doc__)
-    parser.add_argument("service", nargs="?", choices=SERVICES, default=None)
+    parser.add_argument("service", nargs="?", default=None)
     args = parser.parse_args(argv)
-    for name in [args.service] if args.service else SERVICES:
-        svc = composefile.service(name)
+    proj = composefile.project()
+    for name in [proj.check(args.service, composefile.SERVER)] if args.service else proj.names(composefile.SERVER):
+        svc = composefile.service(name, proj.env)
         print(f"{name}: {svc.url}  image {svc.image}  tp {svc.tp_size}  gpus {svc.gpu_ids}")
         print(f"  model {svc.model_dir}" + (f"  drafter {svc.draft_dir}" if svc.draft_dir else ""))
         print(f"  sglang {shlex.join(_redacted(svc.argv))}")

@@ -1,117 +1,167 @@
-"""compose.yaml as the host sees it: the services' settings, resolved the way Docker Compose resolves them.
+"""compose.yaml as Docker Compose resolves it: which services there are, what each one is, and its settings.
 
-compose.yaml is the single source of every service setting and default. This module reads it the way
-Docker Compose does (``.env``, then the shell, then ``${VAR:-default}`` interpolation, in
-``sglang_stack.services.variables``), so the preflight, ``invoke status`` and the bench read the same model
-directory, port and TP size that ``docker compose`` will use, without a second copy of the defaults. It
-needs no Docker for one file: the preflight must run on a host without it. Several files (COMPOSE_FILE)
-are merged by ``docker compose config`` itself. The commands that run the services: ``compose``.
+compose.yaml is the one list of services. Each says what the tools need to know about it in an
+``x-sglang-stack`` extension field: its ``role``, ``server`` (SGLang on GPUs) or ``router``. A
+service without one (a sidecar in an override) is not ours and is left alone. The top level's
+``x-sglang-stack.default`` names the service a task takes when none is given. Everything else is
+read from the service itself: its command (whether it speculates, and with which drafter), its
+published port and the variable that sets it, its GPU reservation, mounts and environment.
+
+Compose reads the files (``variables.config``): ``.env``, the shell, interpolation, overrides
+(``COMPOSE_FILE``, compose.override.yaml) and profiles are Compose's own. The commands that run
+the services: ``compose``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_stack import ROOT, shell, yaml_file
+from sglang_stack import ROOT, yaml_file
 from sglang_stack.errors import UserError
-from sglang_stack.services.variables import Environment, environment, interpolate_tree
+from sglang_stack.services.variables import Environment, config, environment, unescape
 
 COMPOSE_FILE = ROOT / "compose.yaml"
-# Overrides for multi-node tensor parallelism (host networking) and RDMA devices, named in COMPOSE_FILE.
-MULTINODE_FILE = ROOT / "compose.multinode.yaml"
-RDMA_FILE = ROOT / "compose.rdma.yaml"
-SERVICES = ("baseline", "eagle3")  # the GPU services: one at a time, every GPU each
-ROUTER = "router"
-ALL_SERVICES = (*SERVICES, ROUTER)
+EXTENSION = "x-sglang-stack"
+SERVER, ROUTER = "server", "router"  # the roles a service's x-sglang-stack gives it
+ROLES = (SERVER, ROUTER)
 TARGET_MOUNT = "/models/target"
 DRAFT_MOUNT = "/models/draft"
 CONTAINER_PORT = 30000
+SECRET_FILES = {"sglang_api_key": "SGLANG_API_KEY_FILE", "hf_token": "HF_TOKEN_FILE"}
+"""compose.yaml's secrets, each a file named by a variable (unset: /dev/null, no secret)."""
 
 
-# --- compose.yaml --------------------------------------------------------------------------
+# --- the project ------------------------------------------------------------------------------
 
 
-def load_raw(path: Path = COMPOSE_FILE) -> dict:
-    """compose.yaml as YAML, anchors and merge keys resolved, nothing interpolated."""
-    data = yaml_file.load(path)
-    if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
-        raise UserError(f"{path}: no 'services' mapping")
-    return data
+@dataclass(frozen=True)
+class Project:
+    """``docker compose config`` of this checkout, every profile's services included."""
+
+    config: dict
+    env: Environment
+    files: tuple[Path, ...] = ()  # given explicitly; () for what Compose picks (COMPOSE_FILE or the defaults)
+    _raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def names(self, role: str | None = None) -> tuple[str, ...]:
+        """The services that have a role (or this role), in compose.yaml's order as Compose prints it."""
+        return tuple(n for n, spec in self.config["services"].items()
+                     if _role(spec) and (role is None or _role(spec) == role))
+
+    def role(self, name: str) -> str:
+        return _role(self.config["services"].get(name) or {})
+
+    def check(self, name: str, role: str | None = None) -> str:
+        """``name`` when it is one of the services (of ``role``); otherwise one line listing them."""
+        allowed = self.names(role)
+        if name not in allowed:
+            what = f"{role} service" if role else "service"
+            raise UserError(f"unknown {what} {name!r}: choose one of {', '.join(allowed) or 'none'} (compose.yaml)")
+        return name
+
+    @property
+    def default(self) -> str:
+        """The service a task takes when none is named: compose.yaml's ``x-sglang-stack.default``."""
+        name = str((self.config.get(EXTENSION) or {}).get("default") or "")
+        if not name:
+            raise UserError(f"compose.yaml: no {EXTENSION}.default: name the service to take when none is given")
+        return self.check(name)
+
+    def raw(self) -> dict:
+        """The same files uninterpolated (``--no-interpolate``): which variable each setting comes from."""
+        if not self._raw:
+            text = config(["--profile", "*", "config", "--no-interpolate", "--format", "yaml"], self.env, files=self.files)
+            self._raw.update(yaml_file.loads(text, "docker compose config --no-interpolate") or {})
+        return self._raw
+
+    def variable(self, name: str, flag: str, fallback: str) -> str:
+        """The variable that gives ``flag`` its value in service ``name``'s command (``--tp ${TP_SIZE:-8}``)."""
+        try:
+            command = (self.raw().get("services") or {}).get(name, {}).get("command") or ""
+        except UserError:
+            return fallback
+        text = command if isinstance(command, str) else " ".join(map(str, command))
+        m = re.search(rf"{re.escape(flag)}[ =]\S*?\$\{{?([A-Za-z_][A-Za-z0-9_]*)", text)
+        return m.group(1) if m else fallback
+
+    def port_variable(self, name: str, container_port: int) -> str:
+        """The variable that sets the host port publishing ``container_port`` (``${EAGLE3_PORT:-30001}:30000``)."""
+        try:
+            ports = (self.raw().get("services") or {}).get(name, {}).get("ports") or []
+        except UserError:
+            ports = []
+        for entry in ports:
+            m = re.search(rf"\$\{{([A-Za-z_][A-Za-z0-9_]*)[^}}]*\}}:{container_port}(/tcp)?$", str(entry))
+            if m:
+                return m.group(1)
+        return f"the host port of services.{name}.ports"
+
+    def api_key(self) -> str | None:
+        """The API key compose.yaml hands the servers (its sglang_api_key secret), read as the entrypoint reads it."""
+        from sglang_stack.entrypoints import serve
+
+        source = ((self.config.get("secrets") or {}).get("sglang_api_key") or {}).get("file") or os.devnull
+        if source == os.devnull:
+            return None
+        try:
+            return serve.api_key({"SGLANG_API_KEY_FILE": source})
+        except serve.KeyError_ as err:
+            raise UserError(f"{self.env.where('SGLANG_API_KEY_FILE')}: {err}") from None
+
+    def secret_file(self, secret: str) -> Path | None:
+        """The host file behind one of compose.yaml's secrets; None when it is /dev/null (none)."""
+        source = ((self.config.get("secrets") or {}).get(secret) or {}).get("file") or os.devnull
+        return None if source == os.devnull else Path(source)
+
+    def compose_files(self) -> tuple[Path, ...]:
+        """The files Compose read, for a message: ``files``, else COMPOSE_FILE as Compose read it, else the defaults."""
+        if self.files:
+            return self.files
+        listed = self.env.get("COMPOSE_FILE") or ""
+        separator = self.env.get("COMPOSE_PATH_SEPARATOR") or os.pathsep
+        if listed:
+            return tuple(Path(p) if Path(p).is_absolute() else ROOT / p for p in listed.split(separator) if p)
+        return (COMPOSE_FILE, *[f for f in (ROOT / "compose.override.yaml",) if f.is_file()])
 
 
-def compose_files(env: Environment | None = None) -> list[Path]:
-    """The files ``docker compose`` reads in this directory, in order.
+def _role(spec: dict) -> str:
+    ext = spec.get(EXTENSION) if isinstance(spec, dict) else None
+    return str(ext.get("role") or "") if isinstance(ext, dict) else ""
 
-    ``COMPOSE_FILE`` (from the shell or ``.env``, split on ``COMPOSE_PATH_SEPARATOR``,
-    default ``:``; relative to this directory) when set; otherwise compose.yaml, plus
-    compose.override.yaml when it exists, as Compose itself does.
-    """
+
+_projects: dict[int, tuple[Environment, Project]] = {}
+
+
+def project(env: Environment | None = None, files: tuple[Path, ...] = ()) -> Project:
+    """The compose files as Compose resolves them with ``env`` (default: ``.env`` and the shell); read once per ``env``."""
     env = env if env is not None else environment()
-    listed = env.get("COMPOSE_FILE") or ""
-    if listed:
-        separator = env.get("COMPOSE_PATH_SEPARATOR") or os.pathsep
-        files = [Path(os.path.expanduser(part)) for part in listed.split(separator) if part]
-        files = [f if f.is_absolute() else ROOT / f for f in files]
-    else:
-        files = [COMPOSE_FILE] + [f for f in (ROOT / "compose.override.yaml",) if f.is_file()]
-    for f in files:
-        if not f.is_file():
-            raise UserError(f"{env.where('COMPOSE_FILE')}: {f}: no such file")
-    return files
+    key = id(env) ^ hash(files)
+    if key in _projects and _projects[key][0] is env and _projects[key][1].files == files:
+        return _projects[key][1]
+    text = config(["--profile", "*", "config", "--format", "yaml"], env, files=files)
+    data = unescape(yaml_file.loads(text, "docker compose config") or {})
+    if not isinstance(data.get("services"), dict):
+        raise UserError("compose.yaml: no 'services' mapping")
+    for name, spec in data["services"].items():
+        role = _role(spec)
+        if role and role not in ROLES:
+            raise UserError(f"compose.yaml: services.{name}.{EXTENSION}.role: {role!r} should be one of {', '.join(ROLES)}")
+    found = Project(data, env, files)
+    if len(_projects) > 8:
+        _projects.clear()
+    _projects[key] = (env, found)
+    return found
 
 
-def load(path: Path | None = None, env: Environment | None = None) -> dict:
-    """The compose configuration after interpolation, as ``docker compose config`` sees it.
-
-    One file (compose.yaml, or ``path``) is read here, without Docker, so the
-    preflight runs on a host that has none yet. Several files (an override in
-    ``COMPOSE_FILE``) are merged by Compose itself: ``docker compose config``.
-    """
-    env = env if env is not None else environment()
-    files = [path] if path is not None else compose_files(env)
-    if len(files) == 1:
-        return interpolate_tree(load_raw(files[0]), env.values)
-    return merged_config(files, env)
-
-
-def merged_config(files: list[Path], env: Environment) -> dict:
-    """``docker compose config --format json`` of several files: Compose's own merge (``!reset``, ``!override``)."""
-    if not shutil.which("docker"):
-        raise UserError(f"{env.where('COMPOSE_FILE')}: merging several compose files needs the docker CLI with the compose plugin")
-    # Without the plugin, `docker compose config` fails with words that read as if COMPOSE_FILE were at fault.
-    from sglang_stack import engine
-
-    try:
-        engine.require_plugin("compose")
-    except UserError as err:
-        raise UserError(f"{env.where('COMPOSE_FILE')}: merging several compose files needs Compose v2: {err}") from None
-    argv = ["docker", "compose", "--project-directory", str(ROOT)]
-    for f in files:
-        argv += ["--file", str(f)]
-    for profile in ALL_SERVICES:
-        argv += ["--profile", profile]
-    for f in files:  # a YAML syntax error is named with its file here; Compose's own message says only "yaml: line 3"
-        yaml_file.load(f)
-    variables = {"PATH": os.environ.get("PATH", "")} | dict(env.values)
-    proc = shell.run([*argv, "config", "--format", "json"], env=variables, capture=True, check=False, quiet=True, timeout=60)
-    if proc.returncode != 0:
-        said = (proc.stderr or "").strip().splitlines()
-        last = said[-1] if said else f"exit {proc.returncode}"
-        if m := re.match(r"validating (\S+): (.*)", last):  # lead with the file Compose found at fault
-            raise UserError(f"{m.group(1)}: {m.group(2)}")
-        raise UserError(f"docker compose config ({', '.join(str(f) for f in files)}): {last}")
-    return json.loads(proc.stdout)
+# --- one service --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Service:
-    """What the preflight and the tasks need to know about one service."""
+    """What the preflight and the tasks need to know about one server."""
 
     name: str
     image: str
@@ -125,6 +175,7 @@ class Service:
     environment: dict
     healthcheck: dict
     env: Environment
+    port_variable: str = ""
     gpus: bool = True  # whether it reserves GPUs (deploy.resources.reservations.devices)
     ulimits: dict = field(default_factory=dict)
     files: tuple[Path, ...] = (COMPOSE_FILE,)
@@ -135,23 +186,52 @@ class Service:
     ipc: str = ""  # "host" where an override shares the host's IPC namespace (and its /dev/shm)
     shm_bytes: int | None = None  # the container's own /dev/shm (shm_size); None: Docker's 64 MB
     hardening: dict = field(default_factory=dict)  # privileged, cap_add, security_opt, read_only, host mounts
+    api_key_file: Path | None = None  # the host file of its sglang_api_key secret; None: no key
 
     @property
     def url(self) -> str:
-        host = self.bind_address
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.host_port}"
+        return _url(self.bind_address, self.host_port)
 
     def flag(self, name: str) -> str | None:
         """The last value given to ``--name`` in the command line (SGLANG_EXTRA_ARGS may repeat it)."""
         return _flag(self.argv, name)
 
+    @property
+    def speculative(self) -> str:
+        """The speculative algorithm its command asks SGLang for (``EAGLE3``, ``NGRAM``), or ''."""
+        return (self.flag("--speculative-algorithm") or "").upper()
+
+
+@dataclass(frozen=True)
+class RouterService:
+    """A router service as compose.yaml resolves it."""
+
+    name: str
+    image: str
+    argv: list[str]
+    worker_urls: list[str]
+    policy: str
+    bind_address: str
+    host_port: int
+    healthcheck: dict
+    env: Environment
+    port_variable: str = ""
+
+    @property
+    def url(self) -> str:
+        return _url(self.bind_address, self.host_port)
+
+
+def _url(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
 
 def parse_duration(text: str) -> float | None:
-    """Compose durations: ``15s``, ``30m``, ``1h30m``, ``1m30s``, ``500ms``."""
+    """Compose durations: ``15s``, ``30m``, ``1h30m``, ``30m0s``, ``500ms``."""
     text = str(text).strip()
     parts = re.findall(r"([0-9.]+)(ms|us|h|m|s)", text)
     if not parts or "".join(n + u for n, u in parts) != text:
@@ -160,7 +240,7 @@ def parse_duration(text: str) -> float | None:
     return sum(float(n) * scale[u] for n, u in parts)
 
 
-def wait_timeout(svc: Service) -> int:
+def wait_timeout(svc: Service | RouterService) -> int:
     """Seconds ``up --wait`` may take: the start period plus every retry after it, and 2 minutes more."""
     hc = svc.healthcheck
     start = parse_duration(hc.get("start_period", "")) or 0
@@ -181,50 +261,39 @@ def unhealthy_within(svc: Service) -> float:
     return int(hc.get("retries") or 3) * step
 
 
-def check_service_name(name: str, allowed: tuple[str, ...] = ALL_SERVICES) -> str:
-    if name not in allowed:
-        raise UserError(f"unknown service {name!r}: choose one of {', '.join(allowed)} (compose.yaml)")
-    return name
-
-
-def service(name: str, env: Environment | None = None, path: Path | None = None) -> Service:
-    """Resolve GPU service ``name`` from the compose files; a bad value is one line naming its variable."""
-    check_service_name(name, SERVICES)
-    env = env if env is not None else environment()
-    files = (path,) if path is not None else tuple(compose_files(env))
-    path = files[-1]
-    config = load(path if len(files) == 1 else None, env)
-    spec = config["services"].get(name)
-    if not isinstance(spec, dict):
-        raise UserError(f"{path}: service {name!r} is missing")
-    command = spec.get("command") or ""
-    try:
-        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
-    except ValueError as err:
-        raise UserError(f"{path}: services.{name}.command: {err} (check SGLANG_EXTRA_ARGS)") from None
+def service(name: str, env: Environment | None = None, files: tuple[Path, ...] = ()) -> Service:
+    """Resolve server ``name`` from the compose files; a bad value is one line naming its variable."""
+    proj = project(env, files)
+    env = proj.env
+    proj.check(name, SERVER)
+    spec = proj.config["services"][name]
+    argv = [str(a) for a in spec.get("command") or []]
     mounts = {m.get("target"): m.get("source") for m in spec.get("volumes", []) if isinstance(m, dict)}
     if TARGET_MOUNT not in mounts:
-        raise UserError(f"{path}: services.{name} mounts nothing at {TARGET_MOUNT}")
-    tp_raw = _flag(argv, "--tp") or _flag(argv, "--tp-size") or _flag(argv, "--tensor-parallel-size") or ""
-    tp = _positive_int(tp_raw, "TP_SIZE", env)
-    for var, flag in (
-        ("SGLANG_SPEC_NUM_STEPS", "--speculative-num-steps"),
-        ("SGLANG_SPEC_EAGLE_TOPK", "--speculative-eagle-topk"),
-        ("SGLANG_SPEC_NUM_DRAFT_TOKENS", "--speculative-num-draft-tokens"),
-    ):
+        raise UserError(f"compose.yaml: services.{name} mounts nothing at {TARGET_MOUNT}")
+
+    def number(flag: str, fallback: str, *aliases: str) -> int:
+        raw = next((v for v in (_flag(argv, f) for f in (flag, *aliases)) if v is not None), "")
+        return _positive_int(raw, proj.variable(name, flag, fallback), env)
+
+    tp = number("--tp", "TP_SIZE", "--tp-size", "--tensor-parallel-size")
+    for flag, fallback in (("--speculative-num-steps", "SGLANG_SPEC_NUM_STEPS"),
+                           ("--speculative-eagle-topk", "SGLANG_SPEC_EAGLE_TOPK"),
+                           ("--speculative-num-draft-tokens", "SGLANG_SPEC_NUM_DRAFT_TOKENS")):
         if flag in argv:
-            _positive_int(_flag(argv, flag) or "", var, env)
-    nnodes, node_rank, dist_init_addr = _multinode(argv, tp, env)
+            number(flag, fallback)
+    nnodes, node_rank, dist_init_addr = _multinode(proj, name, argv, tp)
     host_network = spec.get("network_mode") == "host"
     if host_network:  # compose.multinode.yaml: nothing is published, SGLang listens on the host itself
         bind, port = _flag(argv, "--host") or "0.0.0.0", CONTAINER_PORT
     else:
-        bind, port = _published(spec.get("ports") or [], name, env, path)
+        bind, port = _published(spec, name, CONTAINER_PORT)
     reserved = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
     devices = reserved or [{}]
     gpu_ids = ",".join(devices[0].get("device_ids") or ["all"])
     if not re.fullmatch(r"all|[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*", gpu_ids):
         raise UserError(f"{env.where('GPU_IDS')}: use 'all' or comma-separated GPU indices or UUIDs, e.g. 0,1,2,3")
+    volumes = spec.get("volumes") or []
     return Service(
         name=name,
         image=str(spec.get("image") or ""),
@@ -238,9 +307,10 @@ def service(name: str, env: Environment | None = None, path: Path | None = None)
         environment=dict(spec.get("environment") or {}),
         healthcheck=dict(spec.get("healthcheck") or {}),
         env=env,
+        port_variable="" if host_network else proj.port_variable(name, CONTAINER_PORT),
         gpus=bool(reserved),
         ulimits=dict(spec.get("ulimits") or {}),
-        files=files,
+        files=proj.compose_files(),
         nnodes=nnodes,
         node_rank=node_rank,
         dist_init_addr=dist_init_addr,
@@ -249,83 +319,103 @@ def service(name: str, env: Environment | None = None, path: Path | None = None)
         shm_bytes=_bytes(spec["shm_size"], "SHM_SIZE", env) if spec.get("shm_size") not in (None, "") else None,
         hardening={"privileged": spec.get("privileged") is True, "cap_add": list(spec.get("cap_add") or []),
                    "security_opt": list(spec.get("security_opt") or []), "read_only": spec.get("read_only") is True,
-                   "host_mounts": [m.get("source") for m in spec.get("volumes", []) if isinstance(m, dict)
-                                   and m.get("type") == "bind" and m.get("target") not in (TARGET_MOUNT, DRAFT_MOUNT)]
-                   + [v.split(":", 1)[0] for v in spec.get("volumes", []) if isinstance(v, str) and v.startswith(("/", "."))],
-                   "pid": str(spec.get("pid") or ""), "devices": list(spec.get("devices") or [])},
+                   "host_mounts": [m.get("source") for m in volumes if isinstance(m, dict) and m.get("type") == "bind"
+                                   and m.get("target") not in (TARGET_MOUNT, DRAFT_MOUNT)],
+                   "pid": str(spec.get("pid") or ""),
+                   "devices": [d if isinstance(d, str) else f"{d.get('source')}:{d.get('target')}"
+                               for d in spec.get("devices") or []]},
+        api_key_file=proj.secret_file("sglang_api_key") if "sglang_api_key" in _secret_names(spec) else None,
     )
 
 
-def resolve(name: str, env: Environment | None = None) -> "Service | RouterService":
-    """SERVICE as compose.yaml resolves it: the router's settings, or a GPU service's; resolved once and handed on."""
-    check_service_name(name)
-    return router_service(env) if name == ROUTER else service(name, env)
+def _secret_names(spec: dict) -> list[str]:
+    return [s if isinstance(s, str) else str(s.get("source")) for s in spec.get("secrets") or []]
 
 
-def _multinode(argv: list[str], tp: int, env: Environment) -> tuple[int, int, str]:
-    """NNODES, NODE_RANK, DIST_INIT_ADDR as SGLang will get them, checked the way SGLang would refuse them."""
-    nnodes = _positive_int(_flag(argv, "--nnodes") or "1", "NNODES", env)
-    raw_rank = _flag(argv, "--node-rank") or "0"
-    if not re.fullmatch(r"[0-9]+", raw_rank) or int(raw_rank) >= nnodes:
-        shown = env.where("NODE_RANK") if "NODE_RANK" in env.values else f"NODE_RANK={raw_rank!r}"
-        raise UserError(f"{shown}: must be 0..{nnodes - 1} (NNODES={nnodes})")
-    addr = _flag(argv, "--dist-init-addr") or ""
-    if nnodes > 1:
-        if not addr:
-            raise UserError(f"{env.where('DIST_INIT_ADDR')}: NNODES={nnodes} needs DIST_INIT_ADDR=HOST:PORT of node rank 0, the same on every node")
-        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}", addr) or not 1 <= int(addr.rsplit(":", 1)[1]) <= 65535:
-            raise UserError(f"{env.where('DIST_INIT_ADDR')}: must be HOST:PORT, e.g. 10.0.0.11:20000")
-        if tp % nnodes:
-            raise UserError(f"{env.where('TP_SIZE')}: the total tensor-parallel size must divide by NNODES={nnodes} (SGLang refuses it)")
-    return nnodes, int(raw_rank), addr
-
-
-@dataclass(frozen=True)
-class RouterService:
-    """The ``router`` service as compose.yaml resolves it."""
-
-    name: str
-    image: str
-    argv: list[str]
-    worker_urls: list[str]
-    policy: str
-    bind_address: str
-    host_port: int
-    healthcheck: dict
-    env: Environment
-
-    @property
-    def url(self) -> str:
-        return Service.url.fget(self)  # the same loopback rule as the GPU services
-
-
-def router_service(env: Environment | None = None, path: Path | None = None, *, need_workers: bool = True) -> RouterService:
-    """Resolve the router from the compose files; a bad ROUTER_* value is one line naming it."""
+def router_service(name: str | None = None, env: Environment | None = None, files: tuple[Path, ...] = (), *,
+                   need_workers: bool = True) -> RouterService:
+    """Resolve a router (default: the only one) from the compose files; a bad ROUTER_* value is one line naming it."""
     from sglang_stack.entrypoints import router as routermod
 
-    env = env if env is not None else environment()
-    files = [path] if path is not None else compose_files(env)
-    path = files[-1]
-    spec = load(files[0] if len(files) == 1 else None, env)["services"].get(ROUTER)
-    if not isinstance(spec, dict):
-        raise UserError(f"{path}: service {ROUTER!r} is missing")
-    try:
-        command = spec.get("command") or ""
-        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
-    except ValueError as err:
-        raise UserError(f"{path}: services.router.command: {err} (check ROUTER_EXTRA_ARGS)") from None
+    proj = project(env, files)
+    env = proj.env
+    routers = proj.names(ROUTER)
+    if name is None:
+        if not routers:
+            raise UserError(f"compose.yaml: no service with {EXTENSION}.role: router")
+        name = routers[0]
+    proj.check(name, ROUTER)
+    spec = proj.config["services"][name]
+    argv = [str(a) for a in spec.get("command") or []]
     workers = []
     if need_workers:
         # As compose.yaml passes it: ROUTER_WORKER_URLS verbatim after --worker-urls.
         workers = routermod.parse_worker_urls(env.get(routermod.VARIABLE) or "", env.where(routermod.VARIABLE))
     if "--worker-startup-timeout-secs" in argv:
-        _positive_int(_flag(argv, "--worker-startup-timeout-secs") or "", "ROUTER_WORKER_STARTUP_TIMEOUT", env)
+        _positive_int(_flag(argv, "--worker-startup-timeout-secs") or "",
+                      proj.variable(name, "--worker-startup-timeout-secs", "ROUTER_WORKER_STARTUP_TIMEOUT"), env)
     policy = _flag(argv, "--policy") or ""
     if policy not in routermod.POLICIES:
-        raise UserError(f"{env.where('ROUTER_POLICY')}: choose one of {', '.join(routermod.POLICIES)}")
-    bind, port = _published(spec.get("ports") or [], ROUTER, env, path, routermod.CONTAINER_PORT)
-    return RouterService(ROUTER, str(spec.get("image") or ""), argv, workers, policy, bind, port,
-                         dict(spec.get("healthcheck") or {}), env)
+        raise UserError(f"{env.where(proj.variable(name, '--policy', 'ROUTER_POLICY'))}: choose one of {', '.join(routermod.POLICIES)}")
+    bind, port = _published(spec, name, routermod.CONTAINER_PORT)
+    return RouterService(name, str(spec.get("image") or ""), argv, workers, policy, bind, port,
+                         dict(spec.get("healthcheck") or {}), env, proj.port_variable(name, routermod.CONTAINER_PORT))
+
+
+def resolve(name: str, env: Environment | None = None) -> Service | RouterService:
+    """SERVICE as compose.yaml resolves it: a router's settings, or a server's; resolved once and handed on."""
+    proj = project(env)
+    proj.check(name)
+    return router_service(name, proj.env) if proj.role(name) == ROUTER else service(name, proj.env)
+
+
+def endpoint(name: str, env: Environment | None = None) -> str:
+    """The base URL on the host for service ``name``, e.g. ``http://127.0.0.1:30001``."""
+    proj = project(env)
+    proj.check(name)
+    if proj.role(name) == ROUTER:
+        return router_service(name, proj.env, need_workers=False).url
+    return service(name, proj.env).url
+
+
+def api_key(env: Environment | None = None) -> str | None:
+    """The API key compose.yaml hands the servers (SGLANG_API_KEY_FILE), read as the entrypoint reads it; None: none."""
+    return project(env).api_key()
+
+
+def model_dirs(env: Environment | None = None) -> dict[str, Path]:
+    """The host directories the servers mount as the target model and as the drafter (``target``, ``drafter``)."""
+    proj = project(env)
+    out: dict[str, Path] = {}
+    for name in proj.names(SERVER):
+        svc = service(name, proj.env)
+        out.setdefault("target", svc.model_dir)
+        if svc.draft_dir is not None:
+            out.setdefault("drafter", svc.draft_dir)
+    return out
+
+
+def _multinode(proj: Project, name: str, argv: list[str], tp: int) -> tuple[int, int, str]:
+    """NNODES, NODE_RANK, DIST_INIT_ADDR as SGLang will get them, checked the way SGLang would refuse them."""
+    env = proj.env
+    nnodes_var = proj.variable(name, "--nnodes", "NNODES")
+    rank_var = proj.variable(name, "--node-rank", "NODE_RANK")
+    addr_var = proj.variable(name, "--dist-init-addr", "DIST_INIT_ADDR")
+    tp_var = proj.variable(name, "--tp", "TP_SIZE")
+    nnodes = _positive_int(_flag(argv, "--nnodes") or "1", nnodes_var, env)
+    raw_rank = _flag(argv, "--node-rank") or "0"
+    if not re.fullmatch(r"[0-9]+", raw_rank) or int(raw_rank) >= nnodes:
+        shown = env.where(rank_var) if rank_var in env.values else f"{rank_var}={raw_rank!r}"
+        raise UserError(f"{shown}: must be 0..{nnodes - 1} (NNODES={nnodes})")
+    addr = _flag(argv, "--dist-init-addr") or ""
+    if nnodes > 1:
+        if not addr:
+            raise UserError(f"{env.where(addr_var)}: NNODES={nnodes} needs DIST_INIT_ADDR=HOST:PORT of node rank 0, the same on every node")
+        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}", addr) or not 1 <= int(addr.rsplit(":", 1)[1]) <= 65535:
+            raise UserError(f"{env.where(addr_var)}: must be HOST:PORT, e.g. 10.0.0.11:20000")
+        if tp % nnodes:
+            raise UserError(f"{env.where(tp_var)}: the total tensor-parallel size must divide by NNODES={nnodes} (SGLang refuses it)")
+    return nnodes, int(raw_rank), addr
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -354,65 +444,17 @@ def _positive_int(raw: str, var: str, env: Environment) -> int:
     return int(raw)
 
 
-def _published(ports: list, name: str, env: Environment, path: Path, container_port: int = CONTAINER_PORT) -> tuple[str, int]:
-    """The host address and port that publish the container's port (30000, the router's 30080).
+def _published(spec: dict, name: str, container_port: int) -> tuple[str, int]:
+    """The host address and port that publish the container's port (30000, a router's 30080).
 
-    Short syntax only, as compose.yaml writes it: ``[IP:]HOST_PORT:30000``
-    (an IPv6 address in brackets).
+    Compose has checked both already (``Invalid hostPort``); here only which entry it is.
     """
-    var = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", ROUTER: "ROUTER_PORT"}[name]
-    for entry in ports:
-        if isinstance(entry, dict):  # long syntax, as `docker compose config` prints it
-            entry = f"[{entry.get('host_ip') or '0.0.0.0'}]:{entry.get('published', '')}:{entry.get('target')}"
-        parts = str(entry).removesuffix("/tcp").rsplit(":", 2)
-        if len(parts) < 2 or parts[-1] != str(container_port):
-            continue
-        ip = parts[0].strip("[]") if len(parts) == 3 else "0.0.0.0"
-        host = parts[-2]
-        if not re.fullmatch(r"[0-9]+", host) or not 1 <= int(host) <= 65535:
-            shown = env.where(var) if var in env.values else f"{var}={host!r}"
-            raise UserError(f"{shown}: must be a port number 1-65535")
-        if not re.fullmatch(r"[0-9A-Fa-f:.]+", ip):
-            raise UserError(f"{env.where('BIND_ADDRESS')}: must be an IP address such as 127.0.0.1 or 0.0.0.0")
-        return ip, int(host)
-    raise UserError(f"{path}: services.{name} publishes no port for the container's {container_port}")
+    for entry in spec.get("ports") or []:
+        if isinstance(entry, dict) and str(entry.get("target")) == str(container_port) and entry.get("published"):
+            return str(entry.get("host_ip") or "0.0.0.0"), int(str(entry["published"]).split("-")[0])
+    raise UserError(f"compose.yaml: services.{name} publishes no port for the container's {container_port}")
 
 
 def _host_path(source: str | None) -> Path:
     path = Path(os.path.expanduser(source or ""))
     return path if path.is_absolute() else (ROOT / path)
-
-
-def endpoint(name: str, env: Environment | None = None) -> str:
-    """The base URL on the host for service ``name``, e.g. ``http://127.0.0.1:30001``."""
-    if name == ROUTER:
-        return router_service(env, need_workers=False).url
-    return service(name, env).url
-
-
-SECRET_FILES = {"sglang_api_key": "SGLANG_API_KEY_FILE", "hf_token": "HF_TOKEN_FILE"}
-"""compose.yaml's secrets, each a file named by a variable (unset: /dev/null, no secret)."""
-LEGACY_SECRETS = ("SGLANG_API_KEY", "HF_TOKEN")  # what .env held before the secrets became files
-
-
-def secret_path(env: Environment, variable: str) -> Path | None:
-    """The file ``variable`` names, relative to this directory as Compose takes it; None when unset."""
-    raw = env.get(variable) or ""
-    if not raw:
-        return None
-    path = Path(os.path.expanduser(raw))
-    return path if path.is_absolute() else ROOT / path
-
-
-def api_key(env: Environment | None = None) -> str | None:
-    """The API key compose.yaml hands the server (SGLANG_API_KEY_FILE), read as the entrypoint reads it; None: none."""
-    from sglang_stack.entrypoints import serve
-
-    env = env if env is not None else environment()
-    path = secret_path(env, "SGLANG_API_KEY_FILE")
-    if path is None:
-        return None
-    try:
-        return serve.api_key({"SGLANG_API_KEY_FILE": str(path)})
-    except serve.KeyError_ as err:
-        raise UserError(f"{env.where('SGLANG_API_KEY_FILE')}: {err}") from None

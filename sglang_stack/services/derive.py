@@ -1,7 +1,7 @@
 """The settings table: SGLang's own decisions at the settings compose.yaml and the Kubernetes render pass, per host.
 
 For each host profile (8x H200, 8x RTX PRO 6000, one GPU) and each argument list we hand to
-``sglang.launch_server`` (compose's ``baseline`` and ``eagle3``, the Kubernetes render's server),
+``sglang.launch_server`` (each server of compose.yaml, the Kubernetes render's server),
 ``services/settings.py`` runs SGLang 0.5.9's ``ServerArgs`` and ``PortArgs`` in the image (or in
 any Python where that SGLang imports) with the container's environment, and reports what SGLang
 chose. ``invoke settings --write`` keeps the result in docker/settings.json and docs/settings.md;
@@ -60,16 +60,18 @@ def runs(lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> list[Run]:
     values = k8s.load_values()
     for name in profiles:
         gpus = PROFILES[name].gpus
+        # compose.yaml's own defaults, the GPU count aside: not this host's .env or shell.
         env = Environment({"TP_SIZE": str(gpus)}, {"TP_SIZE": "profile"})
-        for service in ("baseline", "eagle3"):
-            svc = composefile.service(service, env, composefile.COMPOSE_FILE)
+        proj = composefile.project(env, (composefile.COMPOSE_FILE,))
+        for service in proj.names(composefile.SERVER):
+            svc = composefile.service(service, env, (composefile.COMPOSE_FILE,))
             container_env = {k: str(v) for k, v in svc.environment.items() if v is not None}
             out.append(Run(name, f"compose {service}", tuple(svc.argv), container_env))
-        ctx = k8s.context(lock, {**values, "service": "eagle3", "tp_size": gpus, "nnodes": 1})
-        out.append(Run(name, "k8s eagle3", tuple(ctx.args), {e["name"]: e["value"] for e in ctx.env}))
-        if PROFILES[name].capability[0] == 12:  # what the flag our reference deployment passed does on SM120
-            eagle3 = next(r for r in out if r.profile == name and r.source == "compose eagle3")
-            out.append(Run(name, f"compose eagle3 {FUSION_FLAG}", (*eagle3.argv, FUSION_FLAG), eagle3.env))
+            if svc.speculative and PROFILES[name].capability[0] == 12:
+                # What the flag our reference deployment passed does on SM120.
+                out.append(Run(name, f"compose {service} {FUSION_FLAG}", (*svc.argv, FUSION_FLAG), container_env))
+        ctx = k8s.context(lock, {**values, "tp_size": gpus, "nnodes": 1})
+        out.append(Run(name, f"k8s {ctx.v['service']}", tuple(ctx.args), {e["name"]: e["value"] for e in ctx.env}))
     return out
 
 

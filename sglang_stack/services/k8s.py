@@ -58,6 +58,8 @@ class Context:
     router_image: str
     gpus_per_pod: int
     args: tuple[str, ...]
+    speculative: str  # the server's --speculative-algorithm, or ''
+    drafter: bool  # whether it mounts a drafter (/models/draft)
     router_args: tuple[str, ...]
     env: tuple[dict, ...]
     resources: dict
@@ -94,15 +96,23 @@ def load_values(path: Path = VALUES) -> dict:
     return data
 
 
-def _server_args(v: dict) -> list[str]:
-    args = ["--model-path", "/models/target", "--served-model-name", v["served_model_name"], "--host", "0.0.0.0",
-            "--port", str(SERVER_PORT), "--tp", str(v["tp_size"]), "--trust-remote-code", "--tool-call-parser", "kimi_k2",
-            "--reasoning-parser", "kimi_k2", "--enable-metrics"]
-    if v["service"] == "eagle3":
-        args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/draft",
-                 "--speculative-num-steps", str(v["spec_num_steps"]), "--speculative-eagle-topk", str(v["spec_eagle_topk"]),
-                 "--speculative-num-draft-tokens", str(v["spec_num_draft_tokens"])]
-    return args
+def _server(v: dict):
+    """The server ``v["service"]`` as compose.yaml defines it, with the values' numbers for its variables.
+
+    Compose resolves its command (``--tp ${TP_SIZE:-8}`` ...) from compose.yaml alone, neither this
+    host's .env nor its shell, so a pod runs what ``docker compose up`` of that service would.
+    """
+    from sglang_stack.services import composefile
+    from sglang_stack.services.variables import Environment
+
+    files = (composefile.COMPOSE_FILE,)
+    proj = composefile.project(Environment({}), files)
+    name = v["service"]
+    given = {"--tp": v["tp_size"], "--served-model-name": v["served_model_name"],
+             "--speculative-num-steps": v["spec_num_steps"], "--speculative-eagle-topk": v["spec_eagle_topk"],
+             "--speculative-num-draft-tokens": v["spec_num_draft_tokens"]}
+    values = {proj.variable(name, flag, flag): str(value) for flag, value in given.items()}
+    return composefile.service(name, Environment(values, dict.fromkeys(values, "values")), files)
 
 
 def _router_args(v: dict, name: str, selector: dict) -> list[str]:
@@ -158,13 +168,16 @@ def context(lock: Lock, values: dict, where: str = "values.yaml") -> Context:
     multinode = v["nnodes"] > 1
     selector = {**labels, **dict([LWS_LEADER_LABEL])} if multinode else dict(labels)
     rdma = v["rdma"]["enabled"]
+    server = _server(v)
     return Context(
         v=v,
         name=name,
         image=v["image"] or lock.tag,
         router_image=v["router_image"] or lock.router_tag,
         gpus_per_pod=v["tp_size"] // v["nnodes"],
-        args=tuple(_server_args(v) + v["extra_args"]),
+        args=tuple(server.argv + ["--enable-metrics"] + v["extra_args"]),
+        speculative=server.speculative,
+        drafter=server.draft_dir is not None,
         router_args=tuple(_router_args(v, name, selector)),
         env=tuple(_env(v)),
         # the RDMA device plugin's resource (it also puts /dev/infiniband into the pod)

@@ -133,12 +133,21 @@ def _objects(reader: Reader, key: str, required: set[str]) -> list[dict]:
     return value
 
 
-def nccl_variables() -> list[str]:
-    """The NCCL_*/GLOO_* variables compose.yaml passes through: the same set is accepted here."""
+def _servers():
+    """compose.yaml's own project (no .env, no shell): the servers a values file may name."""
     from sglang_stack.services import composefile
+    from sglang_stack.services.variables import Environment
 
-    env = composefile.load_raw().get("x-sglang", {}).get("environment", {})
-    return sorted(k for k in env if k.startswith(("NCCL_", "GLOO_")))
+    return composefile.project(Environment({}), (composefile.COMPOSE_FILE,))
+
+
+def nccl_variables() -> list[str]:
+    """The NCCL_*/GLOO_* variables compose.yaml passes through to its servers: the same set is accepted here."""
+    from sglang_stack.services.composefile import SERVER
+
+    proj = _servers()
+    names = {k for n in proj.names(SERVER) for k in proj.config["services"][n].get("environment") or {}}
+    return sorted(k for k in names if k.startswith(("NCCL_", "GLOO_")))
 
 
 def read(values: dict, where: str) -> dict:
@@ -148,9 +157,12 @@ def read(values: dict, where: str) -> dict:
     if unknown:
         raise UserError(f"{where}: {unknown[0]}: not a known value (see deploy/k8s/values.yaml)")
     out: dict = {}
-    out["service"] = top.get("service", str, "eagle3")
-    if out["service"] not in ("baseline", "eagle3"):
-        raise top.fail("service", f"{out['service']!r} should be baseline or eagle3")
+    from sglang_stack.services.composefile import SERVER
+
+    proj = _servers()
+    out["service"] = top.get("service", str, proj.default)
+    if out["service"] not in proj.names(SERVER):
+        raise top.fail("service", f"{out['service']!r} should be a server of compose.yaml: {', '.join(proj.names(SERVER))}")
     out["nnodes"], out["tp_size"] = top.integer("nnodes", 1), top.integer("tp_size", 8)
     if out["tp_size"] % out["nnodes"]:
         raise top.fail("tp_size", f"{out['tp_size']} does not divide by nnodes {out['nnodes']} (SGLang refuses it)")

@@ -32,8 +32,9 @@ def parse_ps(text: str) -> list[dict]:
     return rows
 
 
-def describe(row: dict) -> str:
-    """One status line for a ``ps`` row: ``eagle3  running (healthy)  127.0.0.1:30001->30000  Up 9 minutes``."""
+def describe(row: dict, width: int = 9) -> str:
+    """One status line for a ``ps`` row: ``eagle3  running (healthy)  127.0.0.1:30001->30000  Up 9 minutes``;
+    the name padded to ``width``, the longest service name."""
     state = row.get("State", "?")
     health = row.get("Health") or ""
     if state == "exited":
@@ -44,7 +45,7 @@ def describe(row: dict) -> str:
     for pub in row.get("Publishers") or []:
         if pub.get("PublishedPort"):
             ports.append(f"{pub.get('URL') or '0.0.0.0'}:{pub['PublishedPort']}->{pub.get('TargetPort')}")
-    return f"{row.get('Service', '?'):<9} {state:<22} {', '.join(sorted(set(ports))) or '-':<26} {row.get('Status', '')}".rstrip()
+    return f"{row.get('Service', '?'):<{width}} {state:<22} {', '.join(sorted(set(ports))) or '-':<26} {row.get('Status', '')}".rstrip()
 
 
 def latest_state(log: str) -> str:

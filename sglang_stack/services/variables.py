@@ -1,260 +1,271 @@
-"""Compose's variables: the ``.env`` file, the shell over it, and ``${VAR:-default}`` interpolation.
+"""Compose's variables as Docker Compose itself reads them: ``.env`` overlaid by the shell.
 
-Read the way Docker Compose reads them, so the preflight, ``invoke status`` and the bench
-see the values ``docker compose`` will use. An error names the file and line, or the
-variable, that holds the bad value.
+Compose is the only reader of ``.env`` and the compose files here: ``docker compose config``
+does ``.env``, the shell, ``${VAR:-x}`` interpolation, ``COMPOSE_FILE`` overrides and profiles.
+This module runs it (``config``) and turns what it refuses into one line that names the file and
+line, or the variable, at fault, never showing a secret. ``environment`` asks Compose for the
+value of every variable the compose files use, by interpolating a probe file of ``${NAME}``
+references, so the doctor's messages and the bench see exactly what ``docker compose up`` will.
+Where a variable comes from (the shell, or the ``.env`` line that sets it) is looked up only to
+name it in a message.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from sglang_stack import ROOT
+from sglang_stack import ROOT, yaml_file
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.redact import Redactor, known_secrets
 
 ENV_FILE = ROOT / ".env"
 ENV_LIMIT = 1 << 20  # .env.example is 7.5 KB
+COMPOSE_TIMEOUT = 30  # seconds: `config` takes a tenth of one; a YAML alias bomb would take forever
 # Characters that end or hide a line for an editor but not for Compose: C0/C1 controls but the tab,
 # the BOM past the start, and Unicode's line and paragraph separators.
 _ODD = frozenset({*map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u2028", "\u2029", "\ufeff"} - {"\t"})
-
-
-# --- .env ------------------------------------------------------------------------------------
-
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+# A variable whose value is a secret: its value never appears in an error line.
+# SGLANG_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD (not KEY or a *_FILE naming a file).
+SECRET_NAME = re.compile(r"_(API_KEY|KEY|TOKEN|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
+# What the docker CLI itself needs from the shell, whatever else a caller hands Compose.
+CLI_ENV = ("PATH", "HOME", "DOCKER_CONFIG", "DOCKER_HOST", "DOCKER_CONTEXT", "XDG_RUNTIME_DIR")
 
 
 @dataclass(frozen=True)
 class Environment:
-    """The variables compose interpolates with: ``.env`` overlaid by the shell.
+    """The variables Compose interpolates with, as Compose read them.
 
-    ``origin`` says where each came from (``.env:12`` or ``shell``) so an error
-    can point at the line to fix.
+    ``values``: every variable the compose files use that is set, in ``.env`` or the shell (the
+    shell wins, as in Compose). ``origin`` says where each came from (``/path/.env:12`` or
+    ``shell``), for a message. ``shell`` is the environment Compose runs with; None for one made
+    by hand (a test, the settings table), which runs Compose with only ``values`` and no ``.env``.
     """
 
     values: Mapping[str, str]
     origin: Mapping[str, str] = field(default_factory=dict)
     env_file: Path | None = None
+    shell: Mapping[str, str] | None = None
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self.values.get(name, default)
 
     def where(self, name: str) -> str:
-        """``NAME=value (.env:12)``, ``NAME=value (shell)``, or ``NAME (unset)``."""
+        """``NAME=value (.env:12)``, ``NAME=value (shell)``, or ``NAME (unset)``; a secret's value is never shown."""
         if name not in self.values:
             return f"{name} (unset)"
-        return f"{name}={self.values[name]} ({self.origin.get(name, 'shell')})"
+        value = "***" if SECRET_NAME.search(name) else self.values[name]
+        return f"{name}={value} ({self.origin.get(name, 'shell')})"
+
+    def compose_environ(self) -> dict[str, str]:
+        """The process environment ``docker compose`` runs with: the shell's, or the CLI's own plus ``values``."""
+        if self.shell is not None:
+            return dict(self.shell)
+        return {k: os.environ[k] for k in CLI_ENV if k in os.environ} | dict(self.values)
+
+    def env_file_args(self) -> list[str]:
+        """``--env-file``: this environment's ``.env``, or none at all (an empty file) for one made by hand."""
+        return ["--env-file", str(self.env_file if self.env_file is not None else os.devnull)]
 
 
-def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> tuple[dict, dict]:
-    """Parse a Compose ``.env`` file into ``(values, origin)``.
+# --- running `docker compose config` ---------------------------------------------------------------
 
-    ``KEY=VALUE`` per line, optional ``export``; ``#`` starts a comment line, or an
-    inline comment after whitespace in an unquoted value. Double-quoted values
-    take ``\\n``, ``\\"`` and ``\\\\`` escapes; single-quoted ones are literal.
-    Unquoted and double-quoted values may use ``${VAR}`` of earlier lines or
-    the shell, as Compose allows. A malformed line is a ``UserError`` naming it.
+
+def config(args: Sequence[str], env: Environment, *, files: Sequence[Path] = (), what: str = "compose.yaml") -> str:
+    """``docker compose --project-directory ROOT ... ARGS`` for this checkout: its standard output.
+
+    A refusal is one ``UserError`` in the project's words (``explain``); Compose not installed,
+    or a file it cannot finish reading within ``COMPOSE_TIMEOUT``, is one line too.
     """
-    lookup = dict(lookup if lookup is not None else os.environ)
-    values: dict[str, str] = {}
-    origin: dict[str, str] = {}
+    argv = ["docker", "compose", "--project-directory", str(ROOT), *env.env_file_args()]
+    for f in files:
+        argv += ["--file", str(f)]
+    argv += list(args)
+    if not shutil.which("docker"):
+        raise UserError(f"{what}: reading it needs Docker Compose v2 (`docker compose`), and there is no docker CLI "
+                        "on PATH: install Docker Engine with the compose plugin")
+    try:
+        proc = subprocess.run(argv, env=env.compose_environ(), capture_output=True, text=True,
+                              timeout=COMPOSE_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what}: `docker compose config` did not finish within {COMPOSE_TIMEOUT} s (a YAML alias "
+                        "bomb or a huge override?): check the compose files and .env") from None
+    if proc.returncode != 0:
+        raise UserError(explain(proc.stderr or proc.stdout or "", proc.returncode, env, files))
+    return proc.stdout
+
+
+def _plugin_missing(said: str) -> bool:
+    return "is not a docker command" in said or "unknown shorthand flag" in said or "unknown flag: --project-directory" in said
+
+
+_QUOTED = re.compile(r"""\s*["'].*""", re.S)
+
+
+def explain(said: str, code: int, env: Environment, files: Sequence[Path] = ()) -> str:
+    """What ``docker compose config`` refused, as one line naming the file and line or the variable.
+
+    Compose's own words, rephrased: ``failed to read F: line N: M`` becomes ``F:N: M``; a
+    ``.env`` error with no line (``setenv: invalid argument``) is given its line by asking
+    Compose again about ever shorter copies of the file (``_bad_line``); ``validating F: M``
+    leads with F. Text Compose quotes from a ``.env`` line (which may be a secret) is left out.
+    """
+    lines = [line.strip() for line in said.strip().splitlines() if line.strip() and "level=warning" not in line]
+    if _plugin_missing(said):
+        from sglang_stack.engine import PLUGINS
+
+        return f"reading compose.yaml needs Docker Compose v2 (`docker compose`): install {PLUGINS['compose'][1]}"
+    if not lines:
+        return f"docker compose config: exit {code}"
+    if m := next((re.match(r"failed to read (.+?): (line (\d+): )?(.*)", line) for line in lines
+                  if line.startswith("failed to read ")), None):
+        path, lineno, message = m.group(1), m.group(3), m.group(4)
+        if lineno is None:
+            lineno = _bad_line(Path(path), env)
+        message = _QUOTED.sub("", message) or message
+        return f"{path}:{lineno}: {message}" if lineno else f"{path}: {message}"
+    if lines[-1] == "setenv: invalid argument" and env.env_file is not None:
+        lineno = _bad_line(env.env_file, env)
+        return f"{env.env_file}:{lineno or '?'}: Compose cannot set this variable (an empty name, or a NUL in it)"
+    if m := re.match(r"validating (\S+): (.*)", lines[-1]):
+        return f"{m.group(1)}: {m.group(2)}"
+    if m := next((re.match(r"error decoding '(.+?)': (.*)", line) for line in lines
+                  if line.startswith("error decoding ")), None):
+        return f"{_variables_at(m.group(1), env, files) or 'compose.yaml'}: {m.group(1)}: {m.group(2)}"
+    if lines[-1].startswith("yaml:"):
+        return _yaml_error(lines[-1], env, files)
+    last = lines[-1]
+    if m := re.match(r"(Invalid \w+|invalid \w+[^:]*): (.+)", last):  # "Invalid hostPort: abc"
+        suspects = [name for name, value in env.values.items() if value == m.group(2).strip()]
+        if suspects:
+            return f"{', '.join(env.where(n) for n in sorted(suspects))}: {last}"
+    return f"compose.yaml: {last}"
+
+
+def _bad_line(path: Path, env: Environment) -> int | None:
+    """The first line of the ``.env`` at ``path`` that Compose refuses: the shortest copy of the file it refuses, by halves."""
+    try:
+        lines = read_text(path, limit=ENV_LIMIT).split("\n")
+    except UserError:
+        return None
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-env-") as tmp:
+        copy = Path(tmp) / ".env"
+        probe = Path(tmp) / "compose.yaml"
+        probe.write_text("services:\n  probe:\n    image: scratch\n")
+
+        def refused(n: int) -> bool:
+            copy.write_text("\n".join(lines[:n]) + "\n")
+            copy.chmod(0o600)
+            argv = ["docker", "compose", "--project-directory", tmp, "--env-file", str(copy), "--file", str(probe),
+                    "config", "--quiet"]
+            proc = subprocess.run(argv, env=env.compose_environ(), capture_output=True, timeout=COMPOSE_TIMEOUT)
+            return proc.returncode != 0
+
+        low, high = 0, len(lines)
+        if not refused(high):
+            return None
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if refused(mid) else (mid, high)
+        return high
+
+
+def _variables_at(path: str, env: Environment, files: Sequence[Path]) -> str:
+    """The variables the uninterpolated file uses at ``path`` (``services[baseline].shm_size``), each with its origin."""
+    try:
+        raw = yaml_file.loads(config(["--profile", "*", "config", "--no-interpolate", "--format", "yaml"], env,
+                                     files=files), "docker compose config --no-interpolate")
+    except UserError:
+        return ""
+    node = raw
+    for part in re.findall(r"[^.\[\]]+", path):
+        node = node.get(part) if isinstance(node, dict) else None
+    names = sorted(set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", str(node)))) if node is not None else []
+    return ", ".join(env.where(n) for n in names)
+
+
+def _yaml_error(message: str, env: Environment, files: Sequence[Path]) -> str:
+    """A YAML syntax error Compose names without its file: the first of the candidate files that does not parse."""
+    candidates = list(files) or [ROOT / "compose.yaml", ROOT / "compose.override.yaml"]
+    listed = env.values.get("COMPOSE_FILE") or (env.shell or {}).get("COMPOSE_FILE") or ""
+    separator = env.values.get("COMPOSE_PATH_SEPARATOR") or os.pathsep
+    candidates += [Path(p) if Path(p).is_absolute() else ROOT / p for p in listed.split(separator) if p]
+    for f in candidates:
+        if f.is_file():
+            yaml_file.load(f)  # raises the file and line
+    return f"compose files: {message}"
+
+
+# --- the variables ---------------------------------------------------------------------------------
+
+LEGACY_SECRETS = ("SGLANG_API_KEY", "HF_TOKEN")  # what .env held before the secrets became files
+
+
+def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | None = None) -> Environment:
+    """``env_file`` (default: the project's ``.env``, when present) overlaid by the shell, as Compose reads them."""
+    env_file = env_file if env_file is not None else ENV_FILE
+    shell = dict(os.environ if shell_env is None else shell_env)
+    used = env_file if (env_file.exists() or env_file.is_symlink()) else None
+    lines = lint_env_file(used) if used is not None else []
+    blank = Environment({}, {}, used, shell)
+    listed = config(["--profile", "*", "config", "--variables"], blank)
+    names = sorted({line.split()[0] for line in listed.splitlines()[1:] if line.split()} | set(LEGACY_SECRETS)
+                   | {"COMPOSE_FILE", "COMPOSE_PATH_SEPARATOR"})
+    values = probe(names, blank)
+    origin = {}
+    for name in values:
+        if name in shell:
+            origin[name] = "shell"
+        else:
+            found = [i for i, line in enumerate(lines, 1) if re.match(rf"\s*(?:export\s+)?{re.escape(name)}\s*=", line)]
+            origin[name] = f"{used}:{found[-1]}" if found else str(used)
+    return Environment(values, origin, used, shell)
+
+
+def probe(names: Sequence[str], env: Environment) -> dict[str, str]:
+    """The value of each variable Compose sees, for those set: Compose interpolates ``${NAME}`` and ``${NAME+1}``."""
+    if not names:
+        return {}
+    body = "".join(f'      V{i}: "${{{name}}}"\n      S{i}: "${{{name}+1}}"\n' for i, name in enumerate(names))
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-vars-") as tmp:
+        path = Path(tmp) / "variables.yaml"
+        path.write_text(f"services:\n  variables:\n    image: scratch\n    environment:\n{body}")
+        out = yaml_file.loads(config(["config", "--format", "yaml"], env, files=[path], what=".env"), "variables")
+    got = unescape(((out.get("services") or {}).get("variables") or {}).get("environment") or {})
+    return {name: str(got.get(f"V{i}") or "") for i, name in enumerate(names) if got.get(f"S{i}") == "1"}
+
+
+def unescape(node):
+    """``docker compose config`` prints every ``$`` of a value as ``$$``, so that its output reads back the same."""
+    if isinstance(node, dict):
+        return {key: unescape(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [unescape(value) for value in node]
+    return node.replace("$$", "$") if isinstance(node, str) else node
+
+
+def lint_env_file(path: Path) -> list[str]:
+    """The lines of ``.env``, refused in one line when far too large or holding what an editor hides.
+
+    Compose reads both without a word, but a ``U+2028`` that an editor shows as a line break
+    (or a stray control character) keeps text inside a value that the user believes is a line
+    of its own.
+    """
     text = read_text(path, limit=ENV_LIMIT).removeprefix("\ufeff")  # Compose skips a UTF-8 BOM too
-    # Compose ends a line at \n (and \r\n) only; str.splitlines() would also end one at U+2028,
-    # U+0085 or \x0c, and then the doctor and Compose would read different values.
-    for lineno, raw in enumerate(text.split("\n"), 1):
-        raw = raw.removesuffix("\r")
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    for lineno, raw in enumerate(lines, 1):
         if odd := next((ch for ch in raw if ch in _ODD), None):
             name = unicodedata.name(odd, "a control character")
             raise UserError(f"{path}:{lineno}: U+{ord(odd):04X} {name} in the line: Compose keeps it inside the value "
                             "(an editor may show a line break or nothing); remove it")
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        where = f"{path}:{lineno}"
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, sep, rest = line.partition("=")
-        key = key.strip()
-        if not _KEY.fullmatch(key):
-            shown = raw.strip() if not SECRET_WORD.search(raw) else f"{key.split()[0] if key.split() else key}=***"
-            raise UserError(f"{path}:{lineno}: expected KEY=VALUE, got {shown!r}")
-        if not sep:  # a bare KEY takes its value from the shell, as in Compose
-            if key in lookup:
-                values[key], origin[key] = lookup[key], "shell"
-            continue
-        try:
-            value = _value(rest.strip(), {**lookup, **values}, path, lineno, key, where)
-        except UserError as err:
-            if SECRET_NAME.search(key):  # a malformed secret is named, its value never shown
-                raise UserError(f"{path}:{lineno}: {key}: not a valid value ({_kind(str(err))}); "
-                                "the value is not shown") from None
-            raise
-        values[key], origin[key] = value, where
-    return values, origin
-
-
-# A variable whose value is a secret: its value never appears in an error line.
-# SGLANG_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD (not KEY or a *_FILE naming a file).
-SECRET_NAME = re.compile(r"_(API_KEY|KEY|TOKEN|SECRET|SECRET_ACCESS_KEY|PASSWORD|PASSWD|CREDENTIALS?)$", re.I)
-SECRET_WORD = re.compile(r"API_KEY|_TOKEN\b|SECRET|PASSW", re.I)  # in a line that is not even KEY=VALUE
-
-
-def _kind(message: str) -> str:
-    """What was wrong, without the text it was wrong in."""
-    for words in ("unterminated single quote", "unterminated double quote", "unexpected text after the closing quote",
-                  "invalid interpolation", "required variable"):
-        if words in message:
-            return words
-    return "malformed"
-
-
-def _value(rest: str, scope: Mapping[str, str], path: Path, lineno: int, key: str, where: str) -> str:
-    """One ``.env`` value as Compose reads it: quoted, with comments, interpolated."""
-    if rest[:1] == "'":
-        end = rest.find("'", 1)
-        if end < 0:
-            raise UserError(f"{path}:{lineno}: {key}: unterminated single quote")
-        _expect_comment(rest[end + 1 :], path, lineno, key)
-        return rest[1:end]
-    if rest[:1] == '"':
-        value, end = _double_quoted(rest, path, lineno, key)
-        _expect_comment(rest[end + 1 :], path, lineno, key)
-        return interpolate(value, scope, f"{where} {key}")
-    return interpolate(re.split(r"\s+#", rest, maxsplit=1)[0].strip(), scope, f"{where} {key}")
-
-
-def _double_quoted(rest: str, path: Path, lineno: int, key: str) -> tuple[str, int]:
-    out = []
-    i = 1
-    escapes = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "$": "$$"}
-    while i < len(rest):
-        ch = rest[i]
-        if ch == "\\" and i + 1 < len(rest):
-            out.append(escapes.get(rest[i + 1], "\\" + rest[i + 1]))
-            i += 2
-            continue
-        if ch == '"':
-            return "".join(out), i
-        out.append(ch)
-        i += 1
-    raise UserError(f"{path}:{lineno}: {key}: unterminated double quote")
-
-
-def _expect_comment(tail: str, path: Path, lineno: int, key: str) -> None:
-    tail = tail.strip()
-    if tail and not tail.startswith("#"):
-        raise UserError(f"{path}:{lineno}: {key}: unexpected text after the closing quote: {tail!r}")
-
-
-def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | None = None) -> Environment:
-    """``env_file`` (default: the project's ``.env``, when present) overlaid by the shell: Compose's precedence."""
-    env_file = env_file if env_file is not None else ENV_FILE
-    shell_env = dict(os.environ if shell_env is None else shell_env)
-    values: dict[str, str] = {}
-    origin: dict[str, str] = {}
-    used = None
-    if env_file.exists() or env_file.is_symlink():  # a directory or a dangling link is named, not skipped
-        values, origin = read_env_file(env_file, shell_env)
-        used = env_file
-    for key, value in shell_env.items():
-        values[key], origin[key] = value, "shell"
-    return Environment(values, origin, used)
-
-
-# --- interpolation -----------------------------------------------------------------------------
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def interpolate(text: str, env: Mapping[str, str], where: str = "") -> str:
-    """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}``,
-    ``${VAR:?error}``, ``${VAR?error}``, ``${VAR:+alt}``, ``${VAR+alt}`` and
-    ``$$`` as Docker Compose does; defaults and alternatives may nest.
-
-    ``:?`` on an unset or empty variable, or a malformed expression, is a
-    ``UserError`` that names ``where``.
-    """
-    out, end = _expand(text, 0, env, where, closing=False)
-    return out
-
-
-def _expand(text: str, i: int, env: Mapping[str, str], where: str, closing: bool) -> tuple[str, int]:
-    out = []
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if closing and ch == "}":
-            return "".join(out), i
-        if ch != "$":
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1 : i + 2]
-        if nxt == "$":
-            out.append("$")
-            i += 2
-        elif nxt == "{":
-            value, i = _braced(text, i + 2, env, where)
-            out.append(value)
-        else:
-            match = _NAME.match(text, i + 1)
-            if not match:
-                out.append("$")
-                i += 1
-                continue
-            out.append(env.get(match.group(), ""))
-            i = match.end()
-    if closing:
-        raise UserError(f"{where}: invalid interpolation: missing '}}' in {text!r}")
-    return "".join(out), i
-
-
-def _braced(text: str, i: int, env: Mapping[str, str], where: str) -> tuple[str, int]:
-    match = _NAME.match(text, i)
-    if not match:
-        raise UserError(f"{where}: invalid interpolation format in {text!r}: a variable name must follow '${{'")
-    name = match.group()
-    i = match.end()
-    value = env.get(name)
-    if i >= len(text):
-        raise UserError(f"{where}: invalid interpolation: missing '}}' in {text!r}")
-    if text[i : i + 1] == "}":
-        return value or "", i + 1
-    for op in (":-", ":?", ":+", "-", "?", "+"):
-        if text.startswith(op, i):
-            break
-    else:
-        raise UserError(f"{where}: invalid interpolation format for {name} in {text!r}")
-    word, end = _expand(text, i + len(op), env, where, closing=True)
-    unset = value is None
-    empty = unset or value == ""
-    missing = empty if op.startswith(":") else unset
-    if op in (":-", "-"):
-        result = word if missing else value
-    elif op in (":+", "+"):
-        result = "" if missing else word
-    else:  # ":?" / "?"
-        if missing:
-            raise UserError(f"{where}: required variable {name} is missing a value: {word or 'set it in .env'}")
-        result = value
-    return result, end + 1
-
-
-def interpolate_tree(node, env: Mapping[str, str], path: str = ""):
-    """Interpolate every string value (not key) of a loaded YAML tree."""
-    if isinstance(node, dict):
-        return {key: interpolate_tree(value, env, f"{path}.{key}" if path else str(key)) for key, value in node.items()}
-    if isinstance(node, list):
-        return [interpolate_tree(value, env, f"{path}[{i}]") for i, value in enumerate(node)]
-    if isinstance(node, str):
-        return interpolate(node, env, f"compose.yaml: {path}")
-    return node
+    return lines
 
 
 # --- redaction on the host: the secrets of this process's environment and .env ---------------------------
@@ -263,17 +274,16 @@ _default: Redactor | None = None
 
 
 def redactor() -> Redactor:
-    """This process's redactor, built once from the environment and ``.env``'s secret files."""
+    """This process's redactor, built once from the environment and the secret files ``.env`` names."""
     global _default
     if _default is None:
         values = dict(os.environ)
-        root = ROOT
         try:
             if ENV_FILE.is_file():
-                values = {**read_env_file(ENV_FILE, values)[0], **values}
-        except (OSError, UserError):  # a .env it cannot read teaches it nothing; the tasks say why
+                values = {**environment().values, **values}
+        except (OSError, UserError):  # a .env Compose cannot read teaches it nothing; the tasks say why
             pass
-        _default = Redactor(known_secrets(values, root))
+        _default = Redactor(known_secrets(values, ROOT))
     return _default
 
 

@@ -322,8 +322,9 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
 PROMPT = "The capital of France is"
 
 
-def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "eagle3"), keep: bool = False) -> SmokeResult:
-    """Build the full image, then bring up each service with --wait, send one completion, take it down.
+def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = (), keep: bool = False) -> SmokeResult:
+    """Build the full image, then bring up each server of compose.yaml (or ``services``) with --wait, send one
+    completion, take it down.
 
     For a host with Docker, the NVIDIA container toolkit, the GPUs and the model
     directories that .env names. Never run in CI, which has none of them.
@@ -338,13 +339,15 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
 
     result = SmokeResult()
     lock = lockmod.check()
-    image = variables.environment().get("SGLANG_STACK_IMAGE") or lock.tag
+    proj = composefile.project(variables.environment())
+    services = services or proj.names(composefile.SERVER)
+    image = composefile.service(services[0], proj.env).image or lock.tag
     start = time.monotonic()
     ca = ca_bundle(explicit_only=True)
     buildmod.build(buildmod.BuildRequest(engine=engine, tag=image, ca_bundle=Path(ca) if ca else None))
     result.timings["build"] = time.monotonic() - start
     for name in services:
-        svc = composefile.resolve(name)
+        svc = composefile.resolve(name, proj.env)
         doctor.preflight(engine, name, svc=svc)
         t0 = time.monotonic()
         try:
@@ -352,16 +355,16 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = ("baseline", "
             result.timings[f"{name} up"] = time.monotonic() - t0
             body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
             try:
-                status, raw = http_post(svc.url, "/generate", composefile.api_key(svc.env), 300, body)
+                status, raw = http_post(svc.url, "/generate", proj.api_key(), 300, body)
             except RequestFailed as err:
                 status, raw = 0, str(err).encode()
             answer = json.loads(raw) if status == 200 else {}
             text = answer.get("text", "")
             result.record(f"{name}: one completion", status == 200 and bool(text.strip()), f"HTTP {status}: {text.strip()[:60]!r}")
-            if name == "eagle3":
+            if svc.speculative:
                 meta = answer.get("meta_info", {})
                 result.record(
-                    "eagle3: speculative decoding is on",
+                    f"{name}: speculative decoding ({svc.speculative}) is on",
                     int(meta.get("spec_verify_ct") or 0) > 0,
                     f"spec_verify_ct={meta.get('spec_verify_ct')}, accept length={meta.get('spec_accept_length')}",
                 )

@@ -155,11 +155,12 @@ print(json.dumps({"before": before.returncode, "before_out": (before.stdout + be
 """
 
 
-def compose_healthcheck(service: str = "baseline") -> list[str]:
-    """The healthcheck command compose gives ``service`` (resolved as `invoke up` resolves it), without its CMD marker."""
+def compose_healthcheck() -> list[str]:
+    """The healthcheck command compose gives its first server (resolved as `invoke up` resolves it), without its CMD marker."""
     from sglang_stack.services import composefile
 
-    test = composefile.service(service).healthcheck["test"]
+    proj = composefile.project()
+    test = composefile.service(proj.names(composefile.SERVER)[0], proj.env).healthcheck["test"]
     return test[1:] if test[0] in ("CMD", "CMD-SHELL") else test
 
 

@@ -33,7 +33,7 @@ def setup_cli() -> None:
     quiet_interrupts()
     help_after_task(program)  # innermost: it reads the line as the user typed it
     # Before shape_parse_errors wraps it again: `invoke doctor eagle3`, like `invoke up eagle3`.
-    optional_positionals(program, {"doctor": "service", "status": "service", "model-revision": "role",
-                                   "models-verify": "role"})
+    optional_positionals(program, {"doctor": "service", "status": "service", "acceptance": "service",
+                                   "model-revision": "role", "models-verify": "role"})
     shape_parse_errors(program)
     check_project_config(ROOT)

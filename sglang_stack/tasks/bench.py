@@ -28,7 +28,7 @@ DEFAULTS = {
     iterable=["endpoint"],
     help={
         "endpoint": "NAME=URL of a running SGLang server; repeat for several "
-        "(default: the compose services baseline and eagle3, those that answer)",
+        "(default: the servers of compose.yaml, those that answer)",
         "levels": "comma-separated concurrency levels (default: stack.bench.levels, 1,4,16)",
         "repeats": "measured rounds per endpoint and level (default: stack.bench.repeats, 3)",
         "warmup": "unmeasured requests per endpoint first (default: stack.bench.warmup, 2)",
@@ -56,14 +56,14 @@ DEFAULTS = {
         "ignore_eos": "generate max_new_tokens even past end-of-sequence (default: off)",
         "prompt_template": "wrap each prompt, e.g. a chat template; must contain {prompt} (default: none, raw text)",
         "no_flush": "keep SGLang's prefix cache between rounds (default: flushed before each round)",
-        "reference": "endpoint the others are divided by (default: baseline, else the first)",
-        "sweep": "restart eagle3 once per speculative setting and report the best (default: off)",
+        "reference": "endpoint the others are divided by (default: the first whose server does not speculate, else the first)",
+        "sweep": "restart the EAGLE service (compose.yaml's default) once per speculative setting and report the best (default: off)",
         "sweep_steps": "--speculative-num-steps values (default: stack.bench.sweep_steps, 1,2,3,4)",
         "sweep_topk": "--speculative-eagle-topk values (default: stack.bench.sweep_topk, 1)",
         "sweep_draft_tokens": "--speculative-num-draft-tokens values for topk > 1; with topk 1 SGLang "
         "uses steps + 1 (default: stack.bench.sweep_draft_tokens, none)",
         "sweep_level": "concurrency level the sweep ranks by (default: the lowest of --levels)",
-        "ready_timeout": "seconds to wait for eagle3 after each restart (default: stack.bench.ready_timeout, 1800)",
+        "ready_timeout": "seconds to wait for the service after each restart (default: stack.bench.ready_timeout, 1800)",
     },
 )
 @user_errors
@@ -108,7 +108,7 @@ def bench(
     instead. Through SGLang's streaming /generate (every acceptance figure it sends), or
     --api chat/completions of any OpenAI-compatible server. Interleaves the endpoints'
     rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
-    eagle3 per speculative setting. See docs/bench.md.
+    the EAGLE service per speculative setting. See docs/bench.md.
     """
     from sglang_stack.bench import measure, sweep as sweep_mod
     from sglang_stack.bench.request import Request
@@ -143,7 +143,7 @@ def bench(
     help={
         "results": "a results directory from invoke bench; repeat (at least two)",
         "out": "where the combined results go (default: stack.bench.results/<UTC timestamp>)",
-        "reference": "endpoint the others are divided by (default: baseline, else the first)",
+        "reference": "endpoint the others are divided by (default: the first whose server does not speculate, else the first)",
     },
 )
 @user_errors

@@ -95,8 +95,9 @@ def models_verify(c, role="target", dir=None, workers=None):
     if dir:
         directory = Path(dir)
     else:
-        svc = composefile.service("eagle3")
-        directory = svc.model_dir if role == "target" else svc.draft_dir
+        directory = composefile.model_dirs().get(role)
+        if directory is None:
+            raise UserError(f"no server of compose.yaml mounts a {role} directory: pass --dir")
     if not directory.is_dir():
         raise UserError(f"{directory}: no such directory (pass --dir)")
     with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -122,7 +123,8 @@ def model_revision(c, role="target"):
 
 @task(
     help={
-        "service": "the EAGLE-3 service: eagle3 (required; its URL comes from compose.yaml and .env)",
+        "service": "a service of compose.yaml whose command speculates, also positionally (default: compose.yaml's "
+        "x-sglang-stack.default; with --url, only the name the report gives the server)",
         "url": "probe this server instead, e.g. a replica on another box (default: the service's published address)",
         "accept-min": "fail below this accept length; 0 turns the check off (default: the drafter's expectation in "
         "models.lock, else 1.2)",
@@ -131,8 +133,8 @@ def model_revision(c, role="target"):
     }
 )
 @user_errors
-def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
-    """EAGLE-3 acceptance on this host: accept length and per-position acceptance from SGLang's own meta_info.
+def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=None):
+    """Speculative acceptance on this host: accept length and per-position acceptance from SGLang's own meta_info.
 
     Sends a short fixed probe (six prompts of the shipped set, greedy, 256 tokens each) to
     the running server's /generate and pools SGLang's meta_info: completion tokens over verify
@@ -145,8 +147,8 @@ def acceptance(c, service, url=None, accept_min=None, out=None, timeout=None):
 
     passed, line = acceptmod.check(service, url=url, accept_min=accept_min, out=out, timeout=timeout)
     if not passed:
-        raise Exit(f"error: {service}: {line}", code=1)
-    print(f"{service}: {line}")
+        raise Exit(f"error: {service or 'acceptance'}: {line}", code=1)
+    print(f"{service or 'acceptance'}: {line}")
 
 
 @task(
@@ -189,22 +191,24 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
 
 @task(
     help={
-        "service": "baseline, eagle3 or router (required)",
+        "service": "a service of compose.yaml (`invoke status` lists them) (required)",
         "timeout": "whole seconds to wait for /health to generate a token (default 0: the healthcheck's "
         "start period plus its retries, 32 min with compose.yaml's defaults)",
         "interval": "seconds between progress lines while the model loads (default 15)",
-        "skip-acceptance": "for eagle3, do not run `invoke acceptance eagle3` once it is healthy (default: off: it runs)",
+        "skip-acceptance": "for a service that speculates, do not run `invoke acceptance SERVICE` once it is healthy "
+        "(default: off: it runs)",
     }
 )
 @user_errors
 def up(c, service, timeout=None, interval=None, skip_acceptance=False):
-    """Start SERVICE (baseline or eagle3 on every GPU, or router) and wait until it really serves.
+    """Start SERVICE (a server of compose.yaml on its GPUs, or a router) and wait until it really serves.
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
     first failed check. Then `docker compose up --detach --wait SERVICE`, which builds the
     image if it is missing, printing progress while the model loads. Returns once the
-    healthcheck passes: SGLang's /health generated one token, or for the router, at least
-    one of ROUTER_WORKER_URLS is healthy. The compose files are those `docker compose`
+    healthcheck passes: SGLang's /health generated one token, or for a router, at least
+    one of ROUTER_WORKER_URLS is healthy. A server whose command speculates then has its
+    acceptance measured (`invoke acceptance SERVICE`). The compose files are those `docker compose`
     reads here (COMPOSE_FILE in .env for multi-node: docs/scaling.md).
     """
     from sglang_stack.flags import parse_count, parse_seconds
@@ -214,26 +218,26 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False):
     # Numbers arrive as text and are read here: Invoke's own int() cast would end in a traceback.
     wait = parse_count("--timeout", 0 if timeout is None else timeout, 0)
     pause = parse_seconds("--interval", 15 if interval is None else interval)
-    composefile.check_service_name(service)
-    # The service is resolved once here and handed on; a setting it cannot resolve is the preflight's FAIL, with its fix.
     env = variables.environment()
+    composefile.project(env).check(service)
+    # The service is resolved once here and handed on; a setting it cannot resolve is the preflight's FAIL, with its fix.
     try:
         svc = composefile.resolve(service, env)
     except UserError:
         svc = None
     doctor.preflight(c.stack.engine, service, env=env, svc=svc)
     compose.up(c.stack.engine, svc, wait_timeout=wait or composefile.wait_timeout(svc), interval=pause)
-    if service == "eagle3" and not skip_acceptance:
-        # A healthy eagle3 can still have lost its acceptance silently (docs/services.md, Acceptance).
+    if getattr(svc, "speculative", "") and not skip_acceptance:
+        # A healthy server can still have lost its acceptance silently (docs/services.md, Acceptance).
         from sglang_stack.tasks.services import acceptance as check_acceptance
 
-        check_acceptance(c, "eagle3")
+        check_acceptance(c, service)
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})
 @user_errors
 def down(c, volumes=False):
-    """Stop and remove the baseline, eagle3 and router containers (whichever runs)."""
+    """Stop and remove the containers of every service of compose.yaml (whichever runs)."""
     from sglang_stack.services import compose
 
     compose.down(c.stack.engine, volumes=volumes)
@@ -241,7 +245,7 @@ def down(c, volumes=False):
 
 @task(
     help={
-        "service": "baseline, eagle3 or router (required)",
+        "service": "a service of compose.yaml (`invoke status` lists them) (required)",
         "follow": "keep printing new lines (default: on; --no-follow to stop at the end)",
         "tail": "lines of history to show first (default 200; 'all' for everything)",
     }
@@ -254,33 +258,32 @@ def logs(c, service, follow=True, tail="200"):
     compose.logs(c.stack.engine, service, follow=follow, tail=tail)
 
 
-@task(help={"service": "only this service: baseline, eagle3 or router, also positionally (default: every one)"})
+@task(help={"service": "only this service of compose.yaml, also positionally (default: every one)"})
 @user_errors
 def status(c, service=None):
-    """One line per service: state, health, published address, uptime; says when the router is down."""
-    from sglang_stack.services import compose, composefile
+    """One line per service of compose.yaml: state, health, published address, uptime; says when a router is down."""
+    from sglang_stack.services import compose
 
-    compose.status(c.stack.engine, only=composefile.check_service_name(service) if service else None)
+    compose.status(c.stack.engine, only=service)
 
 
-@task(help={"service": "which service to check for: baseline, eagle3 or router, also positionally (default: eagle3, "
-                       "which also needs the drafter)"})
+@task(help={"service": "which service of compose.yaml to check for, also positionally (default: compose.yaml's "
+                       "x-sglang-stack.default)"})
 @user_errors
-def doctor(c, service="eagle3"):
+def doctor(c, service=None):
     """Check this host for SERVICE, one line per check, each FAIL with its fix.
 
     Docker engine and NVIDIA runtime, driver (CUDA 13.0), GPU count against TP_SIZE,
     compute capability (with SM120 notes), /dev/shm, memlock, disk, the model and
     drafter directories, the port, and the EAGLE-3 audit inside the built image.
     With NNODES > 1: the rank and rendezvous, RDMA devices (/dev/infiniband, NCCL_IB_HCA)
-    and the interfaces NCCL and Gloo bind to. For the router: ROUTER_WORKER_URLS,
-    the policy, the port and the engine.
-    Works without Docker (those checks fail, the rest run); exits 1 if any check failed.
+    and the interfaces NCCL and Gloo bind to. For a router: ROUTER_WORKER_URLS,
+    the policy, the port and the engine. docs/services.md lists every check.
+    Reads compose.yaml through `docker compose config`; without Docker the engine checks fail and the rest
+    run. Exits 1 if any check failed.
     """
     from sglang_stack.doctor import checklist as preflight_checks
-    from sglang_stack.services import composefile
 
-    composefile.check_service_name(service)
     code = preflight_checks.doctor(c.stack.engine, service)
     if code:
         raise Exit(code=code)
