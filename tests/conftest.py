@@ -65,6 +65,18 @@ def need(reason: str):
 
 
 @pytest.fixture(scope="session")
+def compose() -> None:
+    """The docker CLI with its Compose v2 plugin, which reads every compose file (no engine needed)."""
+    import shutil
+
+    if not shutil.which("docker"):
+        need("no docker CLI on PATH: Compose reads the compose files")
+    proc = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        need(f"no Compose v2 plugin (docker compose): {(proc.stderr or proc.stdout).strip()[:120]}")
+
+
+@pytest.fixture(scope="session")
 def run_id() -> str:
     """Part of every name this session gives an image or a compose project."""
     from sglang_stack.image import store

@@ -8,12 +8,14 @@ the code under test runs its real subprocess path. Each call appends its argv to
 prove that nothing was started. `nvidia-smi` prints the fixture files under
 tests/fixtures/nvidia-smi/ (recorded for H200, constructed for RTX PRO 6000).
 The `docker info` and `docker compose ps` answers are built by each test from
-the keys the code reads; they are not recordings.
+the keys the code reads; they are not recordings. `docker compose config` is the real
+Compose (the docker CLI found when the fake is installed): the files are read as a user's are.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -48,12 +50,16 @@ if args[:1] == ["buildx"]:
         sys.stderr.write("docker: 'buildx' is not a docker command.\nSee 'docker --help'\n"); sys.exit(1)
     out(cfg["buildx_version"] + "\n"); sys.exit(0)
 if args[:1] == ["compose"]:
+    if not cfg.get("compose_version"):
+        sys.stderr.write("docker: 'compose' is not a docker command.\n"); sys.exit(1)
     if "version" in args:
-        if not cfg.get("compose_version"):
-            sys.stderr.write("docker: 'compose' is not a docker command.\n"); sys.exit(1)
         out(cfg["compose_version"] + "\n"); sys.exit(0)
     if "ps" in args:
         out("".join(json.dumps(r) + "\n" for r in cfg.get("ps_rows", []))); sys.exit(0)
+    if "config" in args:  # Compose itself reads the files: the real plugin, through the real CLI
+        if not cfg.get("real_docker"):
+            sys.stderr.write("fake_cli: no real docker CLI with the compose plugin to read the compose files\n"); sys.exit(1)
+        os.execv(cfg["real_docker"], [cfg["real_docker"]] + args)
     sys.exit(0)
 sys.exit(0)
 '''
@@ -86,7 +92,8 @@ def install(bin_dir: Path, *, smi: str | None = None, **config) -> dict:
         path.write_text(body.replace("#!PYTHON", "#!" + python, 1))
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     cfg_path = bin_dir / "fake-cli.json"
-    cfg_path.write_text(json.dumps({"smi": smi, **config}))
+    real = shutil.which("docker")
+    cfg_path.write_text(json.dumps({"smi": smi, "real_docker": real if config.get("compose_version") else None, **config}))
     log = bin_dir / "fake-cli.log"
     log.write_text("")
     # PATH is this directory alone: a real docker, nvidia-smi or nvidia-container-runtime-hook

@@ -293,9 +293,9 @@ def test_default_endpoints_follow_compose_variables(tmp_path):
         bench.Endpoint("baseline", "http://10.0.0.5:33000"),
         bench.Endpoint("eagle3", "http://10.0.0.5:32001"),
     ], "the shell environment must win over .env, as in compose"
-    env = bench.stack_env({"BIND_ADDRESS": "::1"}, env_file=tmp_path / "none")
+    env = bench.stack_env({"BIND_ADDRESS": "[::1]"}, env_file=tmp_path / "none")
     assert bench.default_endpoints(env)[0].url == "http://[::1]:30000", "IPv6 needs brackets"
-    with pytest.raises(UserError, match=r"EAGLE3_PORT=http \(shell\): must be a port number"):
+    with pytest.raises(UserError, match=r"EAGLE3_PORT=http \(shell\): Invalid hostPort: http"):
         bench.default_endpoints(bench.stack_env({"EAGLE3_PORT": "http"}, env_file=tmp_path / "none"))
 
 

@@ -2,8 +2,9 @@
 
 The file is validated with a real validator: check-jsonschema (pinned in the dev
 extras) and the official compose-spec JSON schema it vendors. Compose validates
-after interpolation, so each scenario is interpolated first, as `docker compose
-config` would, then validated; the raw file is validated too.
+after interpolation, so each scenario is resolved by `docker compose config` first,
+then validated; the uninterpolated file is validated too. Compose reads every file
+here (tests/conftest.py's ``compose`` fixture skips, or fails under CI, without it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -52,22 +52,30 @@ SHARED_WITH_BENCH = {
 }
 
 
+pytestmark = pytest.mark.usefixtures("compose")
+
+
 def env_of(**values: str) -> variables.Environment:
-    """An Environment with only these values, as if from a shell with nothing else set."""
+    """An Environment with only these values, as if from a shell with nothing else set, and no .env."""
     return variables.Environment(values, {k: "shell" for k in values})
 
 
 def resolved(**values: str) -> dict:
-    return composefile.load(COMPOSE_YAML, env_of(**values))
+    """``docker compose config`` of compose.yaml alone with these variables."""
+    return composefile.project(env_of(**values), (COMPOSE_YAML,)).config
+
+
+def uninterpolated() -> dict:
+    return composefile.project(env_of(), (COMPOSE_YAML,)).raw()
 
 
 def gpu_services(config: dict) -> list[tuple[str, dict]]:
-    """baseline and eagle3: the services that run SGLang on the GPUs (the router runs neither)."""
-    return [(name, config["services"][name]) for name in composefile.SERVICES]
+    """The servers: the services whose x-sglang-stack role is server (SGLang on GPUs)."""
+    return [(name, spec) for name, spec in config["services"].items() if spec["x-sglang-stack"]["role"] == "server"]
 
 
 def command_of(config: dict, name: str) -> list[str]:
-    return shlex.split(config["services"][name]["command"])
+    return list(config["services"][name]["command"])
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:
@@ -116,7 +124,7 @@ SCENARIOS = {
 @pytest.mark.schema
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
-    raw = validate(composefile.load_raw(COMPOSE_YAML), tmp_path, "raw")
+    raw = validate(uninterpolated(), tmp_path, "raw")
     assert raw.returncode == 0, f"compose.yaml (not interpolated) fails the compose-spec schema:\n{raw.stdout}{raw.stderr}"
     done = validate(resolved(**SCENARIOS[scenario]), tmp_path, scenario)
     assert done.returncode == 0, f"compose.yaml interpolated for {scenario} fails the schema:\n{done.stdout}{done.stderr}"
@@ -124,8 +132,8 @@ def test_compose_spec_schema_accepts_the_file(scenario, tmp_path):
 
 @pytest.mark.schema
 def test_compose_spec_schema_accepts_the_env_example(tmp_path):
-    values, _ = variables.read_env_file(ENV_EXAMPLE, {})
-    done = validate(composefile.load(COMPOSE_YAML, env_of(**values)), tmp_path, "env-example")
+    env = variables.environment(ENV_EXAMPLE, {"PATH": os.environ["PATH"]})
+    done = validate(composefile.project(env, (COMPOSE_YAML,)).config, tmp_path, "env-example")
     assert done.returncode == 0, f"compose.yaml with .env.example's values fails the schema:\n{done.stdout}"
 
 
@@ -147,8 +155,11 @@ def test_validator_catches_mistakes(tmp_path):
 
 
 def test_services_and_profiles():
-    config = resolved()
-    assert set(config["services"]) == {"baseline", "eagle3", "router"}, f"services: {sorted(config['services'])}"
+    proj = composefile.project(env_of(), (COMPOSE_YAML,))
+    config = proj.config
+    assert proj.names(composefile.SERVER) == ("baseline", "eagle3"), f"servers: {proj.names(composefile.SERVER)}"
+    assert proj.names(composefile.ROUTER) == ("router",), f"routers: {proj.names(composefile.ROUTER)}"
+    assert proj.default == "eagle3", "invoke doctor and acceptance take eagle3 when none is named"
     for name, spec in config["services"].items():
         # A profile per service: plain `docker compose up` starts neither (both want every GPU),
         # and `docker compose up eagle3` activates eagle3's profile by naming the service.
@@ -158,7 +169,7 @@ def test_services_and_profiles():
 def test_image_and_build():
     for name, spec in gpu_services(resolved()):
         assert spec["image"] == "sglang-stack:0.5.9-cu130", f"{name}: default image must be invoke build's tag: {spec['image']}"
-        assert spec["build"] == {"context": ".", "dockerfile": "docker/Dockerfile", "target": "runtime"}, (
+        assert spec["build"] == {"context": str(ROOT), "dockerfile": "docker/Dockerfile", "target": "runtime"}, (
             f"{name}: build must point at docker/Dockerfile's runtime stage: {spec['build']}"
         )
     config = resolved(SGLANG_STACK_IMAGE="registry.example/sglang-stack:test")
@@ -180,7 +191,7 @@ def test_gpu_reservation():
 
 def test_runtime_settings():
     for name, spec in gpu_services(resolved()):
-        assert "ipc" not in spec and spec["shm_size"] == "64g", f"{name}: the container's own /dev/shm, 64g by default"
+        assert "ipc" not in spec and spec["shm_size"] == str(64 << 30), f"{name}: the container's own /dev/shm, 64g by default"
         assert spec["cap_drop"] == ["ALL"] and spec["security_opt"] == ["no-new-privileges:true"], name
         assert spec["read_only"] is True and spec["tmpfs"] == ["/tmp:size=8g,mode=1777"], name
         assert spec["ulimits"]["memlock"] == -1, f"{name}: memlock must be unlimited: {spec['ulimits']}"
@@ -262,18 +273,17 @@ def test_eagle3_command_and_overrides():
 def test_the_api_key_is_a_secret_file_never_a_flag_or_a_variable():
     config = resolved(SGLANG_API_KEY_FILE="/etc/keys/api", HF_TOKEN_FILE="/etc/keys/hub",
                       SGLANG_EXTRA_ARGS="--mem-fraction-static 0.85")
-    assert config["secrets"]["sglang_api_key"] == {"file": "/etc/keys/api"}, config.get("secrets")
-    for name in (*composefile.SERVICES, "router"):
+    assert config["secrets"]["sglang_api_key"]["file"] == "/etc/keys/api", config.get("secrets")
+    for name in config["services"]:
         spec = config["services"][name]
-        argv = shlex.split(spec["command"])
+        argv = list(spec["command"])
         assert not [a for a in argv if "keys" in a or a.startswith("--api-key")], f"{name}: the key is on the command line: {argv}"
         assert "SGLANG_API_KEY" not in (spec.get("environment") or {}), f"{name}: the key would show in docker inspect"
-        assert "sglang_api_key" in (spec.get("secrets") or []), f"{name}: the key does not reach the container"
-    assert config["secrets"]["hf_token"] == {"file": "/etc/keys/hub"}, config.get("secrets")
-    for name in composefile.SERVICES:
-        spec = config["services"][name]
+        assert "sglang_api_key" in [x["source"] for x in spec.get("secrets") or []], f"{name}: the key does not reach the container"
+    assert config["secrets"]["hf_token"]["file"] == "/etc/keys/hub", config.get("secrets")
+    for name, spec in gpu_services(config):
         assert "HF_TOKEN" not in (spec.get("environment") or {}), f"{name}: the Hub token would show in docker inspect"
-        assert "hf_token" in (spec.get("secrets") or []), f"{name}: the Hub token does not reach the container"
+        assert "hf_token" in [x["source"] for x in spec.get("secrets") or []], f"{name}: the Hub token does not reach the container"
         assert spec["environment"]["HF_TOKEN_PATH"] == "/run/secrets/hf_token", f"{name}: huggingface_hub would not find it"
     argv = command_of(config, "eagle3")
     assert argv[-2:] == ["--mem-fraction-static", "0.85"], f"SGLANG_EXTRA_ARGS must be appended: {argv}"
@@ -282,7 +292,8 @@ def test_the_api_key_is_a_secret_file_never_a_flag_or_a_variable():
 def test_without_a_key_or_a_token_the_secrets_are_empty_files():
     """A fresh clone has no .env: each secret is /dev/null, so Compose has a file and the server no key."""
     config = resolved()
-    assert config["secrets"] == {"sglang_api_key": {"file": "/dev/null"}, "hf_token": {"file": "/dev/null"}}, config["secrets"]
+    assert {k: v["file"] for k, v in config["secrets"].items()} == {"sglang_api_key": "/dev/null", "hf_token": "/dev/null"}, \
+        config["secrets"]
 
 
 def test_the_clients_read_the_key_file_the_server_gets(tmp_path):
@@ -291,23 +302,32 @@ def test_the_clients_read_the_key_file_the_server_gets(tmp_path):
     key = tmp_path / "api"
     key.write_text("k-123\n")
     env = variables.Environment({"SGLANG_API_KEY_FILE": str(key)}, {"SGLANG_API_KEY_FILE": ".env:3"})
+    # a fresh Environment for each read: a project is resolved once per Environment
     assert composefile.api_key(env) == "k-123", "clients send what the entrypoint reads"
     assert composefile.api_key(variables.Environment({})) is None, "no file: no key"
     key.write_text("two words\n")
     with pytest.raises(UserError) as err:
-        composefile.api_key(env)
+        composefile.api_key(variables.Environment(dict(env.values), dict(env.origin)))
     assert str(err.value).startswith(f"SGLANG_API_KEY_FILE={key} (.env:3): ") and "whitespace" in str(err.value), err.value
     missing = variables.Environment({"SGLANG_API_KEY_FILE": str(tmp_path / "gone")})
     with pytest.raises(UserError, match="no such file"):
         composefile.api_key(missing)
 
 
+def published(spec: dict) -> list[str]:
+    return [f"{p.get('host_ip')}:{p.get('published')}:{p.get('target')}" for p in spec["ports"]]
+
+
 def test_ports_bind_loopback_by_default():
     config = resolved()
-    assert config["services"]["baseline"]["ports"] == ["127.0.0.1:30000:30000"], config["services"]["baseline"]["ports"]
-    assert config["services"]["eagle3"]["ports"] == ["127.0.0.1:30001:30000"], config["services"]["eagle3"]["ports"]
+    assert published(config["services"]["baseline"]) == ["127.0.0.1:30000:30000"], config["services"]["baseline"]["ports"]
+    assert published(config["services"]["eagle3"]) == ["127.0.0.1:30001:30000"], config["services"]["eagle3"]["ports"]
     moved = resolved(BIND_ADDRESS="0.0.0.0", EAGLE3_PORT="31001")
-    assert moved["services"]["eagle3"]["ports"] == ["0.0.0.0:31001:30000"], f"BIND_ADDRESS/EAGLE3_PORT: {moved['services']['eagle3']['ports']}"
+    assert published(moved["services"]["eagle3"]) == ["0.0.0.0:31001:30000"], f"BIND_ADDRESS/EAGLE3_PORT: {moved['services']['eagle3']['ports']}"
+    proj = composefile.project(env_of(), (COMPOSE_YAML,))
+    assert [proj.port_variable(n, 30000) for n in ("baseline", "eagle3")] == ["BASELINE_PORT", "EAGLE3_PORT"], \
+        "each server's port variable, read from its own ports entry"
+    assert proj.port_variable("router", 30080) == "ROUTER_PORT"
     for name, spec in gpu_services(config):
         assert "SGLANG_PORT" not in spec["environment"], \
             f"{name}: SGLANG_PORT is SGLang's: with TP > 1 its message queue would bind the API port first"
@@ -323,14 +343,14 @@ def test_nccl_and_runtime_knobs_reach_the_container():
 
 
 def test_no_secret_values_in_the_files():
-    raw = composefile.load_raw(COMPOSE_YAML)
+    raw = uninterpolated()
     text = COMPOSE_YAML.read_text()
     for name, spec in raw["services"].items():
         env = spec.get("environment") or {}
         for secret in ("HF_TOKEN", "SGLANG_API_KEY"):
             assert secret not in env, f"{name}: {secret} must never be a variable of the container"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), "compose.yaml contains something that looks like a Hugging Face token"
-    assert raw["secrets"]["sglang_api_key"] == {"file": "${SGLANG_API_KEY_FILE:-/dev/null}"}, \
+    assert raw["secrets"]["sglang_api_key"]["file"] == "${SGLANG_API_KEY_FILE:-/dev/null}", \
         "the API key must come from the file .env names, as a secret"
     for line in ENV_EXAMPLE.read_text().splitlines():
         assert not re.match(r"\s*#?\s*(HF_TOKEN|SGLANG_API_KEY)\s*=", line), f".env.example holds a secret itself: {line!r}"
@@ -339,12 +359,11 @@ def test_no_secret_values_in_the_files():
 
 
 def _compose_variables() -> set[str]:
-    text = "\n".join(line.split(" #")[0] for line in COMPOSE_YAML.read_text().splitlines() if not line.strip().startswith("#"))
-    names = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
-    raw = composefile.load_raw(COMPOSE_YAML)
+    """What compose.yaml interpolates, by Compose's uninterpolated output, and what it passes through unset."""
+    names = variables.referenced(env_of())
+    raw = uninterpolated()
     for spec in raw["services"].values():
         names |= {k for k, v in (spec.get("environment") or {}).items() if v is None}
-    names |= {s["environment"] for s in raw.get("secrets", {}).values() if "environment" in s}
     return names
 
 
@@ -383,103 +402,49 @@ def test_env_example_shows_the_real_defaults():
             assert defaults.get(name) == default, f"shared variable {name} must default to {default}, not {defaults.get(name)}"
 
 
-# --- interpolation and .env ----------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text, env, expected",
-    [
-        ("${A}", {"A": "1"}, "1"),
-        ("$A-x", {"A": "1"}, "1-x"),
-        ("${A:-d}", {}, "d"),
-        ("${A:-d}", {"A": ""}, "d"),
-        ("${A-d}", {"A": ""}, ""),
-        ("${A:+alt}", {"A": "1"}, "alt"),
-        ("${A:+alt}", {"A": ""}, ""),
-        ("${A+alt}", {"A": ""}, "alt"),
-        ("${A:+--key=${A:-}}", {"A": "s3"}, "--key=s3"),
-        ("${A:-${B:-deep}}", {}, "deep"),
-        ("$${A}", {"A": "1"}, "${A}"),
-        ("cost $5", {}, "cost $5"),
-        ("${UNSET}", {}, ""),
-    ],
-)
-def test_interpolation(text, env, expected):
-    assert variables.interpolate(text, env, "test") == expected, f"{text!r} with {env} should give {expected!r}"
-
-
-@pytest.mark.parametrize(
-    "text, env, message",
-    [
-        ("${A:?set A in .env}", {}, "required variable A is missing a value: set A in .env"),
-        ("${A?}", {}, "required variable A"),
-        ("${A", {}, "missing '}'"),
-        ("${1A}", {}, "a variable name must follow"),
-        ("${A%x}", {"A": "1"}, "invalid interpolation format for A"),
-    ],
-)
-def test_interpolation_errors(text, env, message):
-    with pytest.raises(UserError) as err:
-        variables.interpolate(text, env, "compose.yaml: services.x")
-    assert message in str(err.value), f"{text!r}: expected {message!r} in {err.value}"
-    assert "compose.yaml: services.x" in str(err.value), f"the error must say where: {err.value}"
-
-
-def test_env_file_parsing(tmp_path):
-    env_file = tmp_path / ".env"
-    env_file.write_text(
-        "# comment\n"
-        "\n"
-        "MODEL_DIR=/srv/models/k   # trailing comment\n"
-        "export TP_SIZE=4\n"
-        "QUOTED=\"a # not a comment\"\n"
-        "SINGLE='${NOT_EXPANDED}'\n"
-        "DERIVED=${MODEL_DIR}-eagle3\n"
-        "ESCAPED=\"line\\nnext\"\n"
-        "EMPTY=\n"
-        "FROM_SHELL\n"
-    )
-    values, origin = variables.read_env_file(env_file, {"FROM_SHELL": "yes"})
-    expected = {
-        "MODEL_DIR": "/srv/models/k",
-        "TP_SIZE": "4",
-        "QUOTED": "a # not a comment",
-        "SINGLE": "${NOT_EXPANDED}",
-        "DERIVED": "/srv/models/k-eagle3",
-        "ESCAPED": "line\nnext",
-        "EMPTY": "",
-        "FROM_SHELL": "yes",
-    }
-    assert values == expected, f"parsed {values}"
-    assert origin["TP_SIZE"] == f"{env_file}:4", f"origin must name the file and line: {origin}"
+# --- .env, as Compose reads it ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("not a line", "expected KEY=VALUE"),
-        ("KEY='open", "unterminated single quote"),
-        ('KEY="open', "unterminated double quote"),
-        ('KEY="x" junk', "unexpected text after the closing quote"),
-        ("KEY=${", "a variable name must follow"),
-        ("KEY=${A", "missing '}'"),
+        ("not a line", "key cannot contain a space"),
+        ("KEY='open", "unterminated quoted value"),
+        ('KEY="open', "unterminated quoted value"),
+        ("KEY=${A", "Invalid template"),
+        ("export  =3", "Compose cannot set this variable"),
     ],
 )
-def test_env_file_errors_name_the_line(tmp_path, line, message):
+def test_env_file_errors_name_the_file_and_line(tmp_path, line, message):
     env_file = tmp_path / ".env"
-    env_file.write_text(f"OK=1\n{line}\n")
+    env_file.write_text(f"OK=1\n{line}\nLATER=2\n")
     with pytest.raises(UserError) as err:
-        variables.read_env_file(env_file, {})
-    assert f"{env_file}:2" in str(err.value), f"error must name the file and line: {err.value}"
+        variables.environment(env_file, {"PATH": os.environ["PATH"]})
+    assert str(err.value).startswith(f"{env_file}:2: "), f"error must name the file and line: {err.value}"
     assert message in str(err.value), f"expected {message!r} in {err.value}"
+
+
+def test_a_malformed_secret_line_is_named_never_shown(tmp_path):
+    env_file = tmp_path / ".env"
+    env_file.write_text('OK=1\nSGLANG_API_KEY="sk-live-0123456789\n')
+    with pytest.raises(UserError) as err:
+        variables.environment(env_file, {"PATH": os.environ["PATH"]})
+    assert str(err.value).startswith(f"{env_file}:2: unterminated quoted value"), err.value
+    assert "sk-live" not in str(err.value), f"the secret's text is in the error: {err.value}"
 
 
 def test_shell_wins_over_env_file(tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text("TP_SIZE=4\nEAGLE3_PORT=31001\n")
-    env = variables.environment(env_file, {"TP_SIZE": "2"})
+    env = variables.environment(env_file, {"TP_SIZE": "2", "PATH": os.environ["PATH"]})
     assert env.get("TP_SIZE") == "2" and env.origin["TP_SIZE"] == "shell", f"the shell must win, as in Compose: {env.where('TP_SIZE')}"
     assert env.get("EAGLE3_PORT") == "31001" and env.origin["EAGLE3_PORT"] == f"{env_file}:2", env.where("EAGLE3_PORT")
+    assert "MODEL_DIR" not in env.values and env.where("MODEL_DIR") == "MODEL_DIR (unset)", env.where("MODEL_DIR")
+
+
+def test_a_secret_variable_is_named_without_its_value():
+    env = variables.Environment({"HF_TOKEN": "hf_abcdefgh"}, {"HF_TOKEN": ".env:3"})
+    assert env.where("HF_TOKEN") == "HF_TOKEN=*** (.env:3)", env.where("HF_TOKEN")
 
 
 # --- resolving a service ---------------------------------------------------------------------
@@ -501,16 +466,17 @@ def test_service_resolution():
     [
         ({"TP_SIZE": "eight"}, "TP_SIZE=eight (shell): must be a positive integer"),
         ({"TP_SIZE": "0"}, "TP_SIZE=0 (shell): must be a positive integer"),
-        ({"EAGLE3_PORT": "70000"}, "EAGLE3_PORT=70000 (shell): must be a port number"),
+        ({"EAGLE3_PORT": "70000"}, "EAGLE3_PORT=70000 (shell): Invalid hostPort: 70000"),
         ({"SGLANG_SPEC_NUM_STEPS": "x"}, "SGLANG_SPEC_NUM_STEPS=x (shell): must be a positive integer"),
         ({"GPU_IDS": "0, 1"}, "GPU_IDS=0, 1 (shell)"),
-        ({"BIND_ADDRESS": "localhost"}, "BIND_ADDRESS=localhost (shell): must be an IP address"),
-        ({"SGLANG_EXTRA_ARGS": '--x "open'}, "services.eagle3.command"),
+        ({"BIND_ADDRESS": "localhost"}, "BIND_ADDRESS=localhost (shell): Invalid ip address: localhost"),
+        ({"SGLANG_EXTRA_ARGS": '--x "open'}, "SGLANG_EXTRA_ARGS=--x \"open (shell): services[baseline].command: invalid"),
+        ({"SHM_SIZE": "lots"}, "SHM_SIZE=lots (shell): services["),
     ],
 )
 def test_bad_values_are_one_line_errors(values, message):
     with pytest.raises(UserError) as err:
-        composefile.service("eagle3", env_of(**values))
+        composefile.service("eagle3", env_of(**values), (COMPOSE_YAML,))
     assert message in str(err.value), f"expected {message!r} in {err.value}"
     assert "\n" not in str(err.value), f"errors must be one line: {err.value!r}"
 
@@ -524,8 +490,10 @@ def test_cli_bad_value_no_traceback():
 
 
 def test_unknown_service():
-    with pytest.raises(UserError, match="unknown service 'gpt'"):
-        composefile.service("gpt", env_of())
+    with pytest.raises(UserError, match="unknown service 'gpt': choose one of baseline, eagle3 "):
+        composefile.service("gpt", env_of(), (COMPOSE_YAML,))
+    with pytest.raises(UserError, match="'router' is a router of compose.yaml, not a server"):
+        composefile.service("router", env_of(), (COMPOSE_YAML,))
 
 
 def test_wait_timeout_follows_the_healthcheck():
@@ -564,10 +532,10 @@ def test_parse_ps_both_formats():
     assert "running (healthy)" in line and "127.0.0.1:30001->30000" in line, line
 
 
-def test_compose_argv_names_project_file_and_profiles():
-    argv = compose.compose_argv("docker", "ps")
+def test_compose_argv_names_project_and_profiles():
+    argv = compose.compose_argv("docker", composefile.project(env_of(), (COMPOSE_YAML,)), "ps")
     assert argv[:2] == ["docker", "compose"], argv
-    assert argv[argv.index("--file") + 1] == str(COMPOSE_YAML), argv
+    assert "--file" not in argv, f"Compose picks the files itself (COMPOSE_FILE, compose.override.yaml): {argv}"
     assert argv[argv.index("--project-directory") + 1] == str(ROOT), argv
     profiles = [argv[i + 1] for i, a in enumerate(argv) if a == "--profile"]
     assert profiles == ["baseline", "eagle3", "router"], f"down/ps must see every profiled service: {argv}"
@@ -584,34 +552,14 @@ def test_missing_compose_plugin_is_one_line_naming_the_package(tmp_path):
         assert last.startswith("error: docker compose (Compose v2) is not installed") and "docker-compose-plugin" in last, last
 
 
-def test_a_merge_without_the_compose_plugin_names_it_not_compose_file(tmp_path, monkeypatch):
-    """COMPOSE_FILE with two files is merged by `docker compose config`: without the plugin, the line says so."""
-    fake = fake_cli.install(tmp_path / "bin", info=fake_cli.PLAIN_INFO)  # no compose_version: no plugin
-    for key, value in fake.items():
-        monkeypatch.setenv(key, value)
-    files = [COMPOSE_YAML, ROOT / "compose.multinode.yaml"]
+def test_the_files_a_message_names_follow_compose_file(tmp_path):
+    proj = composefile.project(env_of(COMPOSE_FILE="compose.yaml:compose.multinode.yaml"))
+    assert proj.compose_files() == (COMPOSE_YAML, ROOT / "compose.multinode.yaml"), proj.compose_files()
+    proj = composefile.project(env_of(COMPOSE_FILE="compose.yaml;compose.rdma.yaml", COMPOSE_PATH_SEPARATOR=";"))
+    assert proj.compose_files()[-1] == ROOT / "compose.rdma.yaml", proj.compose_files()
     with pytest.raises(UserError) as err:
-        composefile.merged_config(files, env_of(COMPOSE_FILE="compose.yaml:compose.multinode.yaml"))
-    line = str(err.value)
-    assert line.startswith("COMPOSE_FILE=compose.yaml:compose.multinode.yaml (shell): ") and "Compose v2" in line \
-        and "docker-compose-plugin" in line, line
-
-
-def test_compose_files_follow_compose_file_and_the_override(tmp_path, monkeypatch):
-    monkeypatch.setattr(composefile, "ROOT", tmp_path)
-    monkeypatch.setattr(composefile, "COMPOSE_FILE", tmp_path / "compose.yaml")
-    (tmp_path / "compose.yaml").write_text("services: {}\n")
-    assert composefile.compose_files(env_of()) == [tmp_path / "compose.yaml"], "compose.yaml alone"
-    (tmp_path / "compose.override.yaml").write_text("services: {}\n")
-    assert composefile.compose_files(env_of()) == [tmp_path / "compose.yaml", tmp_path / "compose.override.yaml"], \
-        "compose.override.yaml is read when present, as Compose does"
-    (tmp_path / "t.yaml").write_text("services: {}\n")
-    assert composefile.compose_files(env_of(COMPOSE_FILE="compose.yaml:t.yaml")) == [tmp_path / "compose.yaml", tmp_path / "t.yaml"], \
-        "COMPOSE_FILE replaces the default list, relative to the project directory"
-    assert composefile.compose_files(env_of(COMPOSE_FILE="compose.yaml;t.yaml", COMPOSE_PATH_SEPARATOR=";"))[-1] == tmp_path / "t.yaml"
-    with pytest.raises(UserError) as err:
-        composefile.compose_files(env_of(COMPOSE_FILE="compose.yaml:missing.yaml"))
-    assert str(err.value).startswith("COMPOSE_FILE=compose.yaml:missing.yaml (shell): ") and "missing.yaml: no such file" in str(err.value), err.value
+        composefile.project(env_of(COMPOSE_FILE="compose.yaml:missing.yaml"))
+    assert "missing.yaml" in str(err.value) and "\n" not in str(err.value), err.value
 
 
 @pytest.mark.parametrize(
@@ -633,7 +581,7 @@ def test_logs_refuses_an_unknown_service():
         compose.logs("docker", "nope", follow=False, tail="1")
 
 
-# --- one reader of .env: ours agrees with Compose's own, on the same bytes -----------------------
+# --- .env's values are Compose's own, read back through a probe file ------------------------------
 
 ENV_CASES = {
     "plain": b"A=1\nB=two words\nC=\n",
@@ -642,19 +590,13 @@ ENV_CASES = {
     "export and spaces": b"export A=1\n  B = 2  \nC=3 # comment\n# D=4\n",
     "quotes": b"A='single ${X}'\nB=\"double # not a comment\"\nC=\"esc\\\\aped\\\"\"\n",
     "interpolation": b"A=base\nB=${A}-x\nC=${UNSET:-fallback}\n",
-    "separator inside a value": "A=1\nB=\"q\u2028r\"\n".encode(),  # refused by ours, named: see below
+    "dollars": b"A='a$b'\nB=c$$d\n",
     "last wins": b"A=1\nA=2\n",
 }
 
 
 def compose_reads(tmp_path: Path, data: bytes) -> dict[str, str]:
-    """The values `docker compose config` resolves from ``data`` as the project's .env (no engine needed)."""
-    import shutil
-
-    if not shutil.which("docker") or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode:
-        from conftest import need
-
-        need("the docker CLI with its compose plugin")
+    """The values `docker compose config` resolves from ``data`` as a project's .env, in a file of its own."""
     (tmp_path / ".env").write_bytes(data)
     names = "ABC"
     (tmp_path / "compose.yaml").write_text("services:\n  s:\n    image: x\n    environment:\n"
@@ -663,20 +605,14 @@ def compose_reads(tmp_path: Path, data: bytes) -> dict[str, str]:
                           capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     env = json.loads(proc.stdout)["services"]["s"]["environment"]
-    # `config` prints a literal $ as $$, so that its output reads back the same
     return {n: v.replace("$$", "$") for n, v in env.items() if v != "(unset)"}
 
 
 @pytest.mark.parametrize("case", sorted(ENV_CASES))
-def test_the_doctor_reads_dotenv_as_compose_does(tmp_path, case):
+def test_the_values_are_what_compose_reads(tmp_path, case):
     theirs = compose_reads(tmp_path, ENV_CASES[case])
-    if case == "separator inside a value":
-        assert theirs["B"] == "q\u2028r", theirs  # Compose keeps it: ours names it instead of reading another value
-        with pytest.raises(UserError, match=r"\.env:2: U\+2028 LINE SEPARATOR in the line"):
-            variables.read_env_file(tmp_path / ".env", {})
-        return
-    ours, _ = variables.read_env_file(tmp_path / ".env", {})
-    assert {k: v for k, v in ours.items() if k in "ABC"} == theirs
+    env = variables.Environment({}, {}, tmp_path / ".env", {"PATH": os.environ["PATH"]})
+    assert variables.probe(["A", "B", "C"], env) == theirs, f"the probe of {ENV_CASES[case]!r}"
 
 
 @pytest.mark.parametrize("data, says", [
@@ -687,11 +623,11 @@ def test_the_doctor_reads_dotenv_as_compose_does(tmp_path, case):
 def test_what_an_editor_hides_in_dotenv_is_named(tmp_path, data, says):
     (tmp_path / ".env").write_bytes(data)
     with pytest.raises(UserError, match=re.escape(says)):
-        variables.read_env_file(tmp_path / ".env", {})
+        variables.environment(tmp_path / ".env", {"PATH": os.environ["PATH"]})
 
 
 def test_a_dotenv_far_larger_than_any_is_refused_unread(tmp_path):
     with open(tmp_path / ".env", "wb") as handle:
         handle.truncate(40 << 20)
     with pytest.raises(UserError, match=r"\.env: 41943040 bytes, more than the 1048576 such a file may hold"):
-        variables.read_env_file(tmp_path / ".env", {})
+        variables.environment(tmp_path / ".env", {"PATH": os.environ["PATH"]})

@@ -359,12 +359,17 @@ def test_drafter_that_is_not_eagle3_warns(tmp_path):
     [
         ({"HEALTH_TIMEOUT": "25s"}, "must exceed the probe's 30s"),
         ({"SGLANG_HEALTH_CHECK_TIMEOUT": "60"}, "must exceed the probe's 70s"),
-        ({"HEALTH_INTERVAL": "15"}, "interval='15' is not a duration"),
     ],
 )
 def test_config_health_timeouts(values, text):
     check = doctor.check_config(svc_of(**values), "", env_of(**values))
     assert check.status == FAIL and text in check.detail, check.line()
+
+
+def test_a_healthcheck_compose_refuses_names_its_variable():
+    with pytest.raises(UserError) as err:
+        svc_of(HEALTH_INTERVAL="15")
+    assert str(err.value).startswith("HEALTH_INTERVAL=15 (shell): ") and "missing unit" in str(err.value), err.value
 
 
 def test_image_cache_directory_ownership():
@@ -456,7 +461,8 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
 
 
 def test_doctor_without_docker_or_gpu(tmp_path):
-    """A bare host: the Docker and GPU checks fail with fixes, the rest still run."""
+    """A bare host: the Docker and GPU checks fail with fixes, the rest still run. Without Docker, Compose cannot
+    read compose.yaml: the config check says so, and what needs the service is skipped."""
     bare = tmp_path / "empty-bin"
     bare.mkdir()
     proc = run_module("sglang_stack.doctor.checklist", "baseline", env=clean_env({"PATH": str(bare)}))
@@ -466,8 +472,10 @@ def test_doctor_without_docker_or_gpu(tmp_path):
     assert lines["docker"].startswith("FAIL") and "docker CLI not found" in lines["docker"] and "fix:" in lines["docker"], lines["docker"]
     assert lines["driver"].startswith("FAIL") and "fix:" in lines["driver"], lines["driver"]
     assert lines["audit"].startswith("skip"), lines["audit"]
-    for name in ("shm", "memlock", "disk", "port"):
+    assert lines["config"].startswith("FAIL") and "Docker Compose v2" in lines["config"], lines["config"]
+    for name in ("shm", "memlock", "disk"):
         assert not lines[name].startswith("skip"), f"{name} must still run without Docker: {lines[name]}"
+    assert lines["port"].startswith("skip") and "config invalid" in lines["port"], lines["port"]
     assert proc.stdout.splitlines()[-1].startswith("doctor: "), "a summary line closes the report"
 
 
@@ -489,7 +497,8 @@ def test_up_refuses_unknown_service(tmp_path):
     fake = fake_cli.install(tmp_path / "bin", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3")
     proc = invoke_up("gpt", clean_env(fake))
     assert_refused(proc, fake, "unknown service 'gpt': choose one of baseline, eagle3")
-    assert fake_cli.calls(fake) == [], "an unknown service must be refused before any command runs"
+    ran = [call for call in fake_cli.calls(fake) if call[:2] != ["docker", "compose"] or "config" not in call]
+    assert ran == [], f"an unknown service must be refused before any command but Compose's reading runs: {ran}"
 
 
 def test_up_refuses_missing_model_and_drafter(tmp_path):

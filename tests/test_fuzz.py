@@ -192,7 +192,7 @@ def test_a_generated_dotenv_is_read_or_refused_in_one_line_and_shows_no_secret(t
     except UnicodeEncodeError:
         return
     try:
-        variables.read_env_file(path, {})
+        variables.environment(path, {"PATH": os.environ["PATH"]})
     except UserError as err:
         secret = next((line.split("=", 1)[1] for line in lines if line.startswith("SGLANG_API_KEY=")), "")
         if len(secret.strip()) >= 8 and secret.strip() not in ("${A:-", "$$"):
@@ -247,7 +247,7 @@ def test_generated_compose_variables_resolve_or_are_refused_in_one_line(env):
     from sglang_stack.services import composefile
 
     environment = variables.Environment(env, {k: "shell" for k in env})
-    expect_clean(composefile.service, "eagle3", environment, composefile.COMPOSE_FILE)
+    expect_clean(composefile.service, "eagle3", environment, (composefile.COMPOSE_FILE,))
 
 
 @given(levels=st.one_of(TEXT, SCALARS, st.lists(SCALARS, max_size=3)), rate=st.one_of(TEXT, SCALARS),

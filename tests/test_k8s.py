@@ -236,7 +236,7 @@ def test_eagle3_alerts_on_sglangs_own_accept_length(lock, tmp_path, monkeypatch)
     "values, message",
     [
         ({"nnodes": 3, "tp_size": 16}, "tp_size: 16 does not divide by nnodes 3"),
-        ({"service": "gpt"}, "service: 'gpt' should be baseline or eagle3"),
+        ({"service": "gpt"}, "service: 'gpt' should be a server of compose.yaml: baseline, eagle3"),
         ({"namespace": "Bad_NS"}, "namespace: 'Bad_NS' is not a Kubernetes name"),
         ({"image": "no spaces allowed"}, "image: 'no spaces allowed' is not an image reference"),
         ({"replicas": 0}, "replicas: 0 must be 1 or more"),

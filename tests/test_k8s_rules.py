@@ -221,7 +221,10 @@ def test_nccl_variables_are_the_set_compose_passes():
     from sglang_stack.services import k8s_values
     from sglang_stack.services import composefile
 
-    env = composefile.load_raw()["x-sglang"]["environment"]
+    from sglang_stack.services.variables import Environment
+
+    proj = composefile.project(Environment({}), (composefile.COMPOSE_FILE,))
+    env = proj.config["services"][proj.default]["environment"]
     assert k8s_values.nccl_variables() == sorted(k for k in env if re.match(r"(NCCL|GLOO)_", k))
     assert {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} <= set(k8s_values.nccl_variables())
 

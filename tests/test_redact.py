@@ -41,17 +41,17 @@ def test_known_secrets_come_from_the_files_and_variables(tmp_path):
     assert {"sk-from-file", "hf_from_env"} <= found, found
 
 
-def test_a_malformed_secret_in_env_is_named_not_shown(tmp_path):
+def test_a_malformed_secret_in_env_is_named_not_shown(tmp_path, compose):
     env = tmp_path / ".env"
     env.write_text('HF_TOKEN=hf_abc${oops\nSGLANG_API_KEY="sk-unterminated\n')
     with pytest.raises(UserError) as err:
-        variables.read_env_file(env, {})
+        variables.environment(env, {"PATH": os.environ["PATH"]})
     message = str(err.value)
-    assert "HF_TOKEN" in message and "hf_abc" not in message and "not shown" in message, message
+    assert message.startswith(f"{env}:1: ") and "hf_abc" not in message, message
     env.write_text('SGLANG_API_KEY="sk-unterminated\n')
     with pytest.raises(UserError) as err:
-        variables.read_env_file(env, {})
-    assert "sk-unterminated" not in str(err.value) and "unterminated double quote" in str(err.value), err.value
+        variables.environment(env, {"PATH": os.environ["PATH"]})
+    assert "sk-unterminated" not in str(err.value) and "unterminated quoted value" in str(err.value), err.value
 
 
 def test_the_entrypoint_guard_refuses_an_abbreviated_key_flag(capsys):
@@ -72,11 +72,12 @@ def test_k8s_values_refuse_key_flags_as_compose_does():
         assert where in str(err.value) and "--api-key" in str(err.value) and "sk-x" not in str(err.value), err.value
 
 
-def test_the_doctor_fails_a_key_flag_in_extra_args():
+def test_the_doctor_fails_a_key_flag_in_extra_args(compose):
     from sglang_stack.services import composefile
     from sglang_stack.doctor import inputs
 
-    svc = composefile.service("eagle3", variables.Environment({"SGLANG_EXTRA_ARGS": "--api-ke sk-x"}), composefile.COMPOSE_FILE)
+    svc = composefile.service("eagle3", variables.Environment({"SGLANG_EXTRA_ARGS": "--api-ke sk-x"}),
+                              (composefile.COMPOSE_FILE,))
     check = inputs.check_api_key(svc)
     assert check.status == "FAIL" and "--api-ke" in check.detail and "sk-x" not in check.line(), check.line()
 

@@ -5,7 +5,6 @@ The router and stand-in workers on the real Docker Engine are in tests/test_rout
 from __future__ import annotations
 
 import resource
-import shlex
 import subprocess
 import sys
 
@@ -26,10 +25,8 @@ from sglang_stack.doctor.host import Facts
 MULTI = {"NNODES": "2", "NODE_RANK": "1", "DIST_INIT_ADDR": "10.0.0.11:20000", "TP_SIZE": "16"}
 # What .env holds on each node of a two-box RDMA setup (docs/scaling.md); several files are merged by Compose itself.
 FILES = {"COMPOSE_FILE": "compose.yaml:compose.multinode.yaml:compose.rdma.yaml"}
-needs_compose = pytest.mark.skipif(
-    subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0 if __import__("shutil").which("docker") else True,
-    reason="merging compose files needs the docker CLI with Compose v2 (.ci/run installs it)",
-)
+MULTINODE_FILE, RDMA_FILE = ROOT / "compose.multinode.yaml", ROOT / "compose.rdma.yaml"
+pytestmark = pytest.mark.usefixtures("compose")
 
 
 def env_of(**values: str) -> variables.Environment:
@@ -37,14 +34,17 @@ def env_of(**values: str) -> variables.Environment:
 
 
 def argv_of(name: str, **values: str) -> list[str]:
-    return shlex.split(composefile.load(composefile.COMPOSE_FILE, env_of(**values))["services"][name]["command"])
+    return list(composefile.project(env_of(**values), (composefile.COMPOSE_FILE,)).config["services"][name]["command"])
+
+
+SERVERS = ("baseline", "eagle3")
 
 
 # --- multi-node tensor parallelism --------------------------------------------------------------
 
 
 def test_multinode_flags_reach_eagle3_and_baseline():
-    for name in composefile.SERVICES:
+    for name in SERVERS:
         argv = argv_of(name, **MULTI)
         for flag in ("--nnodes=2", "--node-rank=1", "--dist-init-addr=10.0.0.11:20000"):
             assert flag in argv, f"{name}: {flag} must reach SGLang: {argv}"
@@ -52,17 +52,17 @@ def test_multinode_flags_reach_eagle3_and_baseline():
     assert (svc.nnodes, svc.node_rank, svc.dist_init_addr) == (2, 1, "10.0.0.11:20000"), svc
 
 
-@needs_compose
 def test_host_networking_comes_from_the_override_files():
     svc = composefile.service("eagle3", env_of(**MULTI, **FILES))
-    assert svc.host_network and svc.files[1:] == (composefile.MULTINODE_FILE, composefile.RDMA_FILE), svc.files
+    assert svc.host_network and svc.files[1:] == (MULTINODE_FILE, RDMA_FILE), svc.files
+    assert "/dev/infiniband:/dev/infiniband" in svc.hardening["devices"], svc.hardening["devices"]
     assert svc.url == "http://127.0.0.1:30000", f"host networking: SGLang's own port on the host: {svc.url}"
     bridged = composefile.service("eagle3", env_of(**MULTI))
     assert not bridged.host_network and bridged.url == "http://127.0.0.1:30001", bridged.url
 
 
 def test_unset_multinode_variables_leave_the_command_as_before():
-    for name in composefile.SERVICES:
+    for name in SERVERS:
         argv = argv_of(name)
         assert not [a for a in argv if a.startswith(("--nnodes", "--node-rank", "--dist-init-addr"))], argv
         assert argv[argv.index("--host") + 1] == "0.0.0.0", argv
@@ -93,11 +93,9 @@ def test_bad_multinode_values_are_one_line_errors(values, message):
 
 def test_docker_compose_merges_the_multinode_override():
     """The real Compose CLI: host networking, no published port, and the flags in eagle3's command."""
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0:
-        pytest.skip("docker compose is not installed")
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "MODEL_DIR": "/srv/m", "DRAFT_MODEL_DIR": "/srv/d", **MULTI}
     proc = subprocess.run(["docker", "compose", "--project-directory", str(ROOT), "-f", str(composefile.COMPOSE_FILE),
-                           "-f", str(composefile.MULTINODE_FILE), "-f", str(composefile.RDMA_FILE), "--profile", "eagle3",
+                           "-f", str(MULTINODE_FILE), "-f", str(RDMA_FILE), "--profile", "eagle3",
                            "config", "--format", "json", "eagle3"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     import json
@@ -108,7 +106,7 @@ def test_docker_compose_merges_the_multinode_override():
     assert any(d.get("source") == "/dev/infiniband" for d in spec["devices"]), spec["devices"]
     assert "IPC_LOCK" in spec["cap_add"], spec["cap_add"]
     for knob in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-        assert knob in composefile.load_raw()["services"]["eagle3"]["environment"], f"{knob} must be passed through"
+        assert knob in spec["environment"], f"{knob} must be passed through"
 
 
 # --- the doctor on a multi-node host ------------------------------------------------------------
@@ -125,7 +123,7 @@ def by_name(checks, name):
     return [c for c in checks if c.name == name]
 
 
-@needs_compose
+
 def test_doctor_multinode_checks():
     svc = composefile.service("eagle3", env_of(**MULTI, **FILES, NCCL_SOCKET_IFNAME="eth0", GLOO_SOCKET_IFNAME="eth0", SGLANG_HOST="127.0.0.1"))
     checks = doctor.check_multinode(facts(), svc)
@@ -175,9 +173,10 @@ def test_router_service_defaults():
     svc = composefile.router_service(env_of(ROUTER_WORKER_URLS="http://10.0.0.11:30000,http://10.0.0.12:30000"))
     assert svc.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"], svc.worker_urls
     assert (svc.policy, svc.url, svc.image) == ("cache_aware", "http://127.0.0.1:30080", "sglang-stack-router:0.3.2"), svc
-    spec = composefile.load(composefile.COMPOSE_FILE, env_of())["services"]["router"]
+    spec = composefile.project(env_of(), (composefile.COMPOSE_FILE,)).config["services"]["router"]
     assert spec["profiles"] == ["router"] and spec["build"]["target"] == "router", spec
-    assert spec["ports"] == ["127.0.0.1:30080:30080"], f"loopback by default: {spec['ports']}"
+    assert [(p["host_ip"], p["published"], p["target"]) for p in spec["ports"]] == [("127.0.0.1", "30080", 30080)], \
+        f"loopback by default: {spec['ports']}"
     assert "/readiness" in " ".join(spec["healthcheck"]["test"]), spec["healthcheck"]
     moved = composefile.router_service(env_of(ROUTER_WORKER_URLS="http://a:1", ROUTER_PORT="31080", ROUTER_POLICY="round_robin"))
     assert (moved.host_port, moved.policy) == (31080, "round_robin"), moved
@@ -191,7 +190,7 @@ def test_router_service_defaults():
         ({"ROUTER_WORKER_URLS": "a:1"}, "'a:1' is not http://HOST:PORT"),
         ({"ROUTER_WORKER_URLS": "http://a:1,http://a:1"}, "names a worker twice"),
         ({"ROUTER_WORKER_URLS": "http://a:1", "ROUTER_POLICY": "fastest"}, "ROUTER_POLICY=fastest (shell): choose one of"),
-        ({"ROUTER_WORKER_URLS": "http://a:1", "ROUTER_PORT": "0"}, "ROUTER_PORT=0 (shell): must be a port number"),
+        ({"ROUTER_WORKER_URLS": "http://a:1", "ROUTER_PORT": "abc"}, "ROUTER_PORT=abc (shell): Invalid hostPort: abc"),
     ],
 )
 def test_bad_router_values_are_one_line_errors(values, message):

@@ -51,17 +51,23 @@ def test_bad_grids_are_one_line_errors():
 # --- the compose command ---------------------------------------------------------------
 
 
-def test_compose_command_and_environment():
-    argv = sweep.compose_argv("docker", "eagle3", 1800)
-    assert argv == ["docker", "compose", "--project-directory", str(ROOT), "--file", str(ROOT / "compose.yaml"),
-                    "--profile", "eagle3", "up", "--detach", "--wait", "--wait-timeout", "1800", "--force-recreate",
+def project():
+    from sglang_stack.services import composefile, variables
+
+    return composefile.project(variables.Environment({}), (ROOT / "compose.yaml",))
+
+
+def test_compose_command_and_environment(compose):
+    argv = sweep.compose_argv("docker", project(), "eagle3", 1800)
+    assert argv == ["docker", "compose", "--project-directory", str(ROOT), "--profile", "baseline", "--profile", "eagle3",
+                    "--profile", "router", "up", "--detach", "--wait", "--wait-timeout", "1800", "--force-recreate",
                     "--no-build", "eagle3"], f"the restart must recreate eagle3 and wait for its healthcheck: {argv}"
     env = sweep.compose_env(GridPoint(3, 1, 4), {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "9"})
     assert env == {"PATH": "/bin", "SGLANG_SPEC_NUM_STEPS": "3", "SGLANG_SPEC_EAGLE_TOPK": "1",
                    "SGLANG_SPEC_NUM_DRAFT_TOKENS": "4"}, f"grid point must override the environment: {env}"
 
 
-def test_compose_yaml_reads_the_sweep_variables():
+def test_compose_yaml_reads_the_sweep_variables(compose):
     from sglang_stack.services import variables
     from sglang_stack.services import composefile
 
@@ -72,7 +78,7 @@ def test_compose_yaml_reads_the_sweep_variables():
         assert argv[argv.index(flag) + 1] == value, f"compose.yaml does not pass {flag} from the sweep's variable"
 
 
-def test_compose_restart_runs_docker_with_the_grid_point(tmp_path, monkeypatch):
+def test_compose_restart_runs_docker_with_the_grid_point(tmp_path, monkeypatch, compose):
     # A stand-in `docker` on PATH records what it was called with; no container is started.
     record = tmp_path / "record.json"
     tool = tmp_path / "docker"
@@ -82,18 +88,20 @@ def test_compose_restart_runs_docker_with_the_grid_point(tmp_path, monkeypatch):
         f"json.dump({{'argv': sys.argv[1:], 'env': env}}, open({str(record)!r}, 'w'))\n"
     )
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    proj = project()
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    sweep.compose_restart("docker", "eagle3", 600)(GridPoint(2, 1, 3))
+    sweep.compose_restart("docker", proj, "eagle3", 600)(GridPoint(2, 1, 3))
     seen = json.loads(record.read_text())
-    assert seen["argv"] == sweep.compose_argv("docker", "eagle3", 600)[1:], f"argv: {seen['argv']}"
+    assert seen["argv"] == sweep.compose_argv("docker", proj, "eagle3", 600)[1:], f"argv: {seen['argv']}"
     assert seen["env"] == {"SGLANG_SPEC_NUM_STEPS": "2", "SGLANG_SPEC_EAGLE_TOPK": "1",
                            "SGLANG_SPEC_NUM_DRAFT_TOKENS": "3"}, f"variables compose saw: {seen['env']}"
 
 
-def test_compose_restart_without_docker_is_an_error(tmp_path, monkeypatch):
+def test_compose_restart_without_docker_is_an_error(tmp_path, monkeypatch, compose):
+    proj = project()
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match=r"docker not found on PATH"):
-        sweep.compose_restart()
+        sweep.compose_restart("docker", proj, "eagle3")
 
 
 # --- checks and choice -----------------------------------------------------------------

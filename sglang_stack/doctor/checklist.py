@@ -581,18 +581,26 @@ def _files(svc: composefile.Service) -> str:
     return "compose files: " + ", ".join(str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else str(f) for f in svc.files)
 
 
-def run(engine: str, name: str, show: bool = False, env: variables.Environment | None = None,
+def run(engine: str, name: str | None, show: bool = False, env: variables.Environment | None = None,
         svc: "composefile.Service | composefile.RouterService | None" = None) -> list[Check]:
-    """Every check of service ``name``; ``svc``, when the caller resolved it already, is not resolved again."""
-    env = env if env is not None else variables.environment()
-    role = composefile.project(env).role(composefile.project(env).check(name))
-    error = ""
+    """Every check of service ``name`` (default: compose.yaml's); ``svc``, when the caller resolved it already, is
+    not resolved again. Files Compose cannot read are the ``config`` check's FAIL, and the host's checks still run;
+    a name compose.yaml does not have is an error."""
+    error, role = "", composefile.SERVER
     try:
-        svc = svc or composefile.resolve(name, env)
+        env = env if env is not None else variables.environment()
+        proj = composefile.project(env)
     except UserError as err:
         error = str(err)
+    else:
+        name = proj.check(name or proj.default)
+        role = proj.role(name)
+        try:
+            svc = svc or composefile.resolve(name, env)
+        except UserError as err:
+            error = str(err)
     if role == composefile.ROUTER:
-        facts = gather_engine(engine, None)
+        facts = gather_engine(engine, None, proj=composefile.project(env) if not error else None)
     else:
         facts = gather(engine, svc, show=show)
     return evaluate(facts, engine, svc, error, env, role)
@@ -606,10 +614,10 @@ def summary(checks: list[Check]) -> str:
 
 def doctor(engine: str, name: str | None, out: Callable[[str], None] = print, show: bool = True) -> int:
     """Print every check of service ``name`` (default: compose.yaml's); return 1 when any failed."""
-    env = variables.environment()
-    name = name or composefile.project(env).default
-    out(f"sglang-stack doctor: service {name}" + (f", {env.env_file}" if env.env_file else ", no .env"))
-    checks = run(engine, name, show=show, env=env)
+    env_file = variables.ENV_FILE if variables.ENV_FILE.exists() else None
+    checks = run(engine, name, show=show)
+    shown = name or "compose.yaml's default"
+    out(f"sglang-stack doctor: service {shown}" + (f", {env_file}" if env_file else ", no .env"))
     for line in checks:
         out(line.line())
     out(f"doctor: {summary(checks)}")

@@ -127,8 +127,9 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def gather_engine(engine: str, image: str | None, show: bool = False) -> Facts:
-    """The engine's facts: CLI, ``docker info``, Compose, the image (when named), this project's containers."""
+def gather_engine(engine: str, image: str | None, show: bool = False, proj=None) -> Facts:
+    """The engine's facts: CLI, ``docker info``, Compose, the image (when named), the containers of ``proj``
+    (a ``composefile.Project``; none when Compose could not read the files)."""
     facts = Facts(docker_cli=shutil.which(engine) is not None)
     if not facts.docker_cli:
         return facts
@@ -152,7 +153,9 @@ def gather_engine(engine: str, image: str | None, show: bool = False) -> Facts:
                 facts.image = (json.loads(out) or [None])[0]
             except json.JSONDecodeError:
                 facts.image = None
-    code, out, _ = _capture(compose.compose_argv(engine, "ps", "--all", "--format", "json"), 15, show)
+    if proj is None:
+        return facts
+    code, out, _ = _capture(compose.compose_argv(engine, proj, "ps", "--all", "--format", "json"), 15, show)
     if code == 0:
         try:
             facts.ps_rows = progress.parse_ps(out)
@@ -163,7 +166,7 @@ def gather_engine(engine: str, image: str | None, show: bool = False) -> Facts:
 
 def gather(engine: str, svc: composefile.Service | None, show: bool = False, audit: bool = True) -> Facts:
     """Ask the host; never raises for a missing tool or an unreachable daemon."""
-    facts = gather_engine(engine, svc.image if svc else DEFAULT_IMAGE, show)
+    facts = gather_engine(engine, svc.image if svc else DEFAULT_IMAGE, show, composefile.project(svc.env) if svc else None)
     facts.nvidia_hook = shutil.which("nvidia-container-runtime-hook") is not None
     code, out, err = _capture(["nvidia-smi", f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader,nounits"], 20, show)
     if code == 0:

@@ -137,7 +137,7 @@ def check_services(proj: composefile.Project) -> None:
     """Resolve each service's settings, so a bad .env value is named before Compose trips on it."""
     for name in proj.names():
         if proj.role(name) == ROUTER:
-            composefile.router_service(name, proj.env, need_workers=False)
+            composefile.router_service(proj.env, name=name, need_workers=False)
         else:
             composefile.service(name, proj.env)
 

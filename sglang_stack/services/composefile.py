@@ -56,10 +56,12 @@ class Project:
 
     def check(self, name: str, role: str | None = None) -> str:
         """``name`` when it is one of the services (of ``role``); otherwise one line listing them."""
-        allowed = self.names(role)
-        if name not in allowed:
-            what = f"{role} service" if role else "service"
-            raise UserError(f"unknown {what} {name!r}: choose one of {', '.join(allowed) or 'none'} (compose.yaml)")
+        if role and name in self.names() and self.role(name) != role:
+            raise UserError(f"{name!r} is a {self.role(name)} of compose.yaml, not a {role}: choose one of "
+                            f"{', '.join(self.names(role)) or 'none'}")
+        if name not in self.names(role):
+            what = f"compose.yaml's {role}s" if role else "compose.yaml"
+            raise UserError(f"unknown service {name!r}: choose one of {', '.join(self.names(role)) or 'none'} ({what})")
         return name
 
     @property
@@ -73,7 +75,7 @@ class Project:
     def raw(self) -> dict:
         """The same files uninterpolated (``--no-interpolate``): which variable each setting comes from."""
         if not self._raw:
-            text = config(["--profile", "*", "config", "--no-interpolate", "--format", "yaml"], self.env, files=self.files)
+            text = config(["--profile", "*", "config", "--no-interpolate", "--no-path-resolution", "--format", "yaml"], self.env, files=self.files)
             self._raw.update(yaml_file.loads(text, "docker compose config --no-interpolate") or {})
         return self._raw
 
@@ -332,7 +334,7 @@ def _secret_names(spec: dict) -> list[str]:
     return [s if isinstance(s, str) else str(s.get("source")) for s in spec.get("secrets") or []]
 
 
-def router_service(name: str | None = None, env: Environment | None = None, files: tuple[Path, ...] = (), *,
+def router_service(env: Environment | None = None, files: tuple[Path, ...] = (), *, name: str | None = None,
                    need_workers: bool = True) -> RouterService:
     """Resolve a router (default: the only one) from the compose files; a bad ROUTER_* value is one line naming it."""
     from sglang_stack.entrypoints import router as routermod
@@ -366,7 +368,7 @@ def resolve(name: str, env: Environment | None = None) -> Service | RouterServic
     """SERVICE as compose.yaml resolves it: a router's settings, or a server's; resolved once and handed on."""
     proj = project(env)
     proj.check(name)
-    return router_service(name, proj.env) if proj.role(name) == ROUTER else service(name, proj.env)
+    return router_service(proj.env, name=name) if proj.role(name) == ROUTER else service(name, proj.env)
 
 
 def endpoint(name: str, env: Environment | None = None) -> str:
@@ -374,7 +376,7 @@ def endpoint(name: str, env: Environment | None = None) -> str:
     proj = project(env)
     proj.check(name)
     if proj.role(name) == ROUTER:
-        return router_service(name, proj.env, need_workers=False).url
+        return router_service(proj.env, name=name, need_workers=False).url
     return service(name, proj.env).url
 
 

@@ -88,11 +88,14 @@ def config(args: Sequence[str], env: Environment, *, files: Sequence[Path] = (),
     for f in files:
         argv += ["--file", str(f)]
     argv += list(args)
+    environ = env.compose_environ()
+    if bad := next((k for k, v in environ.items() if "\0" in k or "\0" in v), None):
+        raise UserError(f"{env.where(bad)}: holds a NUL character, which no environment variable can")
     if not shutil.which("docker"):
         raise UserError(f"{what}: reading it needs Docker Compose v2 (`docker compose`), and there is no docker CLI "
                         "on PATH: install Docker Engine with the compose plugin")
     try:
-        proc = subprocess.run(argv, env=env.compose_environ(), capture_output=True, text=True,
+        proc = subprocess.run(argv, env=environ, capture_output=True, text=True,
                               timeout=COMPOSE_TIMEOUT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise UserError(f"{what}: `docker compose config` did not finish within {COMPOSE_TIMEOUT} s (a YAML alias "
@@ -119,21 +122,24 @@ def explain(said: str, code: int, env: Environment, files: Sequence[Path] = ()) 
     """
     lines = [line.strip() for line in said.strip().splitlines() if line.strip() and "level=warning" not in line]
     if _plugin_missing(said):
-        from sglang_stack.engine import PLUGINS
+        from sglang_stack.engine import PLUGINS, require_plugin
 
+        require_plugin("compose")  # raises, in the words every other task uses
         return f"reading compose.yaml needs Docker Compose v2 (`docker compose`): install {PLUGINS['compose'][1]}"
     if not lines:
         return f"docker compose config: exit {code}"
     if m := next((re.match(r"failed to read (.+?): (line (\d+): )?(.*)", line) for line in lines
                   if line.startswith("failed to read ")), None):
-        path, lineno, message = m.group(1), m.group(3), m.group(4)
-        if lineno is None:
-            lineno = _bad_line(Path(path), env)
+        path, message = m.group(1), m.group(4)
+        # Compose's own line is where it gave up (the file's end, for an open quote): the first line it refuses instead.
+        lineno = _bad_line(Path(path), env) or m.group(3)
         message = _QUOTED.sub("", message) or message
         return f"{path}:{lineno}: {message}" if lineno else f"{path}: {message}"
     if lines[-1] == "setenv: invalid argument" and env.env_file is not None:
         lineno = _bad_line(env.env_file, env)
         return f"{env.env_file}:{lineno or '?'}: Compose cannot set this variable (an empty name, or a NUL in it)"
+    if (m := re.search(r"(?:stat|open) (\S+): no such file or directory", lines[-1])) and env.get("COMPOSE_FILE"):
+        return f"{env.where('COMPOSE_FILE')}: {m.group(1)}: no such file"
     if m := re.match(r"validating (\S+): (.*)", lines[-1]):
         return f"{m.group(1)}: {m.group(2)}"
     if m := next((re.match(r"error decoding '(.+?)': (.*)", line) for line in lines
@@ -142,7 +148,7 @@ def explain(said: str, code: int, env: Environment, files: Sequence[Path] = ()) 
     if lines[-1].startswith("yaml:"):
         return _yaml_error(lines[-1], env, files)
     last = lines[-1]
-    if m := re.match(r"(Invalid \w+|invalid \w+[^:]*): (.+)", last):  # "Invalid hostPort: abc"
+    if m := re.match(r"([Ii]nvalid [^:]+): (.+)", last):  # "Invalid hostPort: abc", "Invalid ip address: x"
         suspects = [name for name, value in env.values.items() if value == m.group(2).strip()]
         if suspects:
             return f"{', '.join(env.where(n) for n in sorted(suspects))}: {last}"
@@ -180,7 +186,7 @@ def _bad_line(path: Path, env: Environment) -> int | None:
 def _variables_at(path: str, env: Environment, files: Sequence[Path]) -> str:
     """The variables the uninterpolated file uses at ``path`` (``services[baseline].shm_size``), each with its origin."""
     try:
-        raw = yaml_file.loads(config(["--profile", "*", "config", "--no-interpolate", "--format", "yaml"], env,
+        raw = yaml_file.loads(config(["--profile", "*", "config", "--no-interpolate", "--no-path-resolution", "--format", "yaml"], env,
                                      files=files), "docker compose config --no-interpolate")
     except UserError:
         return ""
@@ -188,7 +194,8 @@ def _variables_at(path: str, env: Environment, files: Sequence[Path]) -> str:
     for part in re.findall(r"[^.\[\]]+", path):
         node = node.get(part) if isinstance(node, dict) else None
     names = sorted(set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", str(node)))) if node is not None else []
-    return ", ".join(env.where(n) for n in names)
+    given = [n for n in names if n in env.values]  # a default is valid: the variable set is the one at fault
+    return ", ".join(env.where(n) for n in given or names)
 
 
 def _yaml_error(message: str, env: Environment, files: Sequence[Path]) -> str:
@@ -215,10 +222,11 @@ def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | Non
     used = env_file if (env_file.exists() or env_file.is_symlink()) else None
     lines = lint_env_file(used) if used is not None else []
     blank = Environment({}, {}, used, shell)
-    listed = config(["--profile", "*", "config", "--variables"], blank)
-    names = sorted({line.split()[0] for line in listed.splitlines()[1:] if line.split()} | set(LEGACY_SECRETS)
-                   | {"COMPOSE_FILE", "COMPOSE_PATH_SEPARATOR"})
-    values = probe(names, blank)
+    # Compose's own settings first, through the probe file alone: a COMPOSE_FILE that names no file is then named.
+    first = probe(["COMPOSE_FILE", "COMPOSE_PATH_SEPARATOR", *LEGACY_SECRETS], blank)
+    known = Environment(first, dict.fromkeys(first, "shell"), used, shell)
+    names = sorted(referenced(known) | set(first))
+    values = {**first, **probe(sorted(set(names) - set(first)), blank)}
     origin = {}
     for name in values:
         if name in shell:
@@ -227,6 +235,16 @@ def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | Non
             found = [i for i, line in enumerate(lines, 1) if re.match(rf"\s*(?:export\s+)?{re.escape(name)}\s*=", line)]
             origin[name] = f"{used}:{found[-1]}" if found else str(used)
     return Environment(values, origin, used, shell)
+
+
+def referenced(env: Environment) -> set[str]:
+    """Every variable the compose files interpolate, from Compose's uninterpolated output.
+
+    Not ``config --variables``: Compose 2.26 leaves out those of long-syntax volumes and of device
+    reservations (MODEL_DIR, GPU_IDS).
+    """
+    raw = config(["--profile", "*", "config", "--no-interpolate", "--no-path-resolution", "--format", "yaml"], env)
+    return set(re.findall(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)", raw))
 
 
 def probe(names: Sequence[str], env: Environment) -> dict[str, str]:
