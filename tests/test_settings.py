@@ -46,7 +46,9 @@ def test_docs_show_the_table(table):
 
 
 def test_the_image_builds_ahead_of_time_what_sglang_chooses(table, lock):
-    modules = derive.aot_modules(table)
+    from sglang_stack.image.steps import aot
+
+    modules = aot.modules_of(table)
     assert modules == [("sampling", ("9.0a", "12.0a")), ("trtllm_comm", ("9.0a",))], \
         f"SGLang's choices changed the FlashInfer modules to build: {modules}"
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()

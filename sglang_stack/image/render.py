@@ -1,12 +1,13 @@
 """Render docker/Dockerfile from docker/Dockerfile.j2 and versions.lock.
 
-Pure and offline: the same lock, requirements file, patch series and template
-always give the same bytes. The template sees one context object, ``lock``.
+Pure and offline: the same lock, requirement files, patch series and template always give the same
+bytes, and nothing else is read: what a build step needs beyond the pins (the variables to audit, the
+FlashInfer modules to build, each patch's hash) it reads from the files the build copies. The template
+sees one context object, ``lock``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import hashlib
 import json
@@ -24,9 +25,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.templates import environment
 from sglang_stack.atomic import write_all as atomic_write_all
-from sglang_stack.image import envset
-from sglang_stack.services import derive
-from sglang_stack.entrypoints import serve
+from sglang_stack.entrypoints.serve import ARCH_FILE
 from sglang_stack.lock.lockfile import Artifact, Lock
 from sglang_stack.patching.patches import read_series
 
@@ -37,10 +36,9 @@ LABEL_PREFIX = "io.sglang-stack"
 
 HEADER = """\
 # ------------------------------------------------------------------------------
-# GENERATED FILE: do not edit. Rendered by `invoke render` from docker/Dockerfile.j2,
-# versions.lock, requirements*.lock.txt, patches/series, docker/settings.json and the variables
-# compose.yaml and the Kubernetes render set; `invoke render --check` fails when this file and
-# its sources disagree.
+# GENERATED FILE: do not edit. Rendered by `invoke render` from docker/Dockerfile.j2, versions.lock,
+# requirements*.lock.txt and patches/series; `invoke render --check` fails when this file and its
+# sources disagree.
 # ------------------------------------------------------------------------------"""
 
 
@@ -64,19 +62,18 @@ class Context:
     jit_compiler: str
     cuda_home: str
     build_tools: tuple[Artifact, ...]
-    labels: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]  # every pin label of the runtime image (what `invoke verify` expects)
     sglang_labels: tuple[tuple[str, str], ...]  # the sglang stage's: its own pins and the patches
+    base_labels: tuple[tuple[str, str], ...]  # those the base stage writes, inherited by every stage FROM it
     router: Artifact
     router_python: str
     router_base_image: str
     router_base_name: str
     router_base_digest: str
     router_requirements_sha256: str
-    aot_modules: tuple[str, ...]  # FlashInfer modules built ahead of time: what SGLang chooses (docker/settings.json)
-    aot_arch_file: str
+    aot_arch_file: str  # where the AOT step records the architectures, which the entrypoint reads
     lock_epoch: int  # resolve.exclude_newer as a Unix time: the date of the pins, which dates the image's account
     apt_snapshot: str  # resolve.apt_snapshot: Ubuntu's archive as of that instant
-    env_audit_lines: tuple[str, ...] = ()  # NAME=WHERE arguments of the environment audit, a few a line
     generated_header: str = HEADER
 
 
@@ -87,6 +84,9 @@ def series_numbers(series) -> list[str]:
 
 # What only the runtime holds: the sglang stage (FROM base) has none of the wheels, overrides or requirements.
 RUNTIME_ONLY = (f"{LABEL_PREFIX}.wheel.", f"{LABEL_PREFIX}.override.", f"{LABEL_PREFIX}.requirements.")
+# What the base stage labels, which every stage FROM it inherits: the pins that change only with a bump.
+IN_BASE = tuple(f"{LABEL_PREFIX}.{k}" for k in ("cuda.version", "python.version", "sglang.version", "sglang.sha256",
+                                                 "apt.snapshot"))
 
 
 def labels(lock: Lock, patches_dir: Path, stage: str = "runtime") -> tuple[tuple[str, str], ...]:
@@ -111,11 +111,9 @@ def labels(lock: Lock, patches_dir: Path, stage: str = "runtime") -> tuple[tuple
         (f"{LABEL_PREFIX}.requirements.sha256", hashlib.sha256(requirements.read_bytes()).hexdigest()),
         (f"{LABEL_PREFIX}.requirements.count", str(len(lock.requirements))),
     ]
-    series = read_series(patches_dir)
-    # The series in order by number (each patch's own label carries its name and sha256): a line under 160 characters.
-    out.append((f"{LABEL_PREFIX}.patches", " ".join(series_numbers(series))))
-    for patch in series:
-        out.append((f"{LABEL_PREFIX}.patch.{patch.name.removesuffix('.patch')}.sha256", patch.sha256))
+    # The series in order, by number. Each patch's sha256 is the SBOM's (the build reads the files it copies):
+    # a patch edit changes no Dockerfile line.
+    out.append((f"{LABEL_PREFIX}.patches", " ".join(series_numbers(read_series(patches_dir)))))
     for key, value in out:
         if '"' in value or "\\" in value or "\n" in value:
             raise UserError(f"label {key}: value {value!r} cannot be written into a Dockerfile LABEL")
@@ -145,29 +143,17 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         build_tools=lock.build_tools,
         labels=labels(lock, patches_dir),
         sglang_labels=labels(lock, patches_dir, "sglang"),
+        base_labels=tuple((k, v) for k, v in labels(lock, patches_dir) if k in IN_BASE),
         router=lock.router,
         router_python=lock.router_table["python"],
         router_base_image=lock.router_base_image,
         router_base_name=f"{lock.router_table['base']['image']}:{lock.router_table['base']['tag']}",
         router_base_digest=lock.router_table["base"]["digest"],
         router_requirements_sha256=hashlib.sha256(lock.path.with_name("requirements.router.lock.txt").read_bytes()).hexdigest(),
-        aot_modules=tuple(module for module, _ in derive.aot_modules(derive.load())),
-        aot_arch_file=serve.ARCH_FILE,
+        aot_arch_file=ARCH_FILE,
         lock_epoch=int(datetime.fromisoformat(lock.data["resolve"]["exclude_newer"].replace("Z", "+00:00")).timestamp()),
         apt_snapshot=lock.data["resolve"]["apt_snapshot"],
     )
-
-
-def wrap(words: list[str], width: int = 100) -> tuple[str, ...]:
-    """Words joined by spaces into lines of at most about ``width`` characters."""
-    lines, line = [], ""
-    for word in words:
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return tuple(lines + [line] if line else lines)
 
 
 def render_text(lock: Lock, *, template_dir: Path = TEMPLATE_DIR, patches_dir: Path = ROOT / "patches") -> str:
@@ -175,11 +161,7 @@ def render_text(lock: Lock, *, template_dir: Path = TEMPLATE_DIR, patches_dir: P
     env = environment(template_dir)
     try:
         template = env.get_template(TEMPLATE)
-        ctx = context(lock, patches_dir)
-        # Two passes: the environment audit's list includes the names the Dockerfile's own ENV sets.
-        first = template.render(lock=ctx)
-        lines = wrap(envset.audit_args(envset.variables_set(first, lock)))
-        return template.render(lock=dataclasses.replace(ctx, env_audit_lines=lines))
+        return template.render(lock=context(lock, patches_dir))
     except jinja2.UndefinedError as err:
         raise UserError(f"{template_dir / TEMPLATE}: {err.message} (is it missing from versions.lock?)") from None
     except jinja2.TemplateSyntaxError as err:

@@ -5,7 +5,7 @@ For each host profile (8x H200, 8x RTX PRO 6000, one GPU) and each argument list
 ``services/settings.py`` runs SGLang 0.5.9's ``ServerArgs`` and ``PortArgs`` in the image (or in
 any Python where that SGLang imports) with the container's environment, and reports what SGLang
 chose. ``invoke settings --write`` keeps the result in docker/settings.json and docs/settings.md;
-the image's ahead-of-time FlashInfer modules follow from it (``aot_modules``), and the tests
+the image's ahead-of-time FlashInfer modules follow from it (``image.steps.aot.modules_of``), and the tests
 fail when compose's arguments, a pin or a patch change what SGLang decides without a new table.
 """
 
@@ -23,19 +23,13 @@ from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.entrypoints.settings import DRAFT, PROFILES, TARGET
+from sglang_stack.image.steps import aot
 
 TABLE_JSON = ROOT / "docker" / "settings.json"
 TABLE_MD = ROOT / "docs" / "settings.md"
 MODELS = ROOT / "deploy" / "models"
 MODEL_DIR, DRAFT_DIR = MODELS / "Kimi-K2.5", MODELS / "Kimi-K2.5-eagle3"
 FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"
-# FlashInfer modules SGLang 0.5.9 compiles on first use, and the setting that makes it use each.
-AOT_RULES = (
-    ("sampling", "sampling", "sampling_backend", "flashinfer"),  # top-k/top-p sampling of any non-greedy request
-    ("trtllm_comm", "all-reduce", "fusion_runs", True),  # the fused all-reduce + RMSNorm, where a layer takes it
-)
-
-
 @dataclass(frozen=True)
 class Run:
     """One argument list on one host profile, with the environment the container gives SGLang."""
@@ -140,18 +134,6 @@ def load(path: Path = TABLE_JSON) -> dict:
     return data
 
 
-def aot_modules(data: dict) -> list[tuple[str, tuple[str, ...]]]:
-    """FlashInfer modules to build ahead of time, each with the architectures whose runs use it."""
-    out = []
-    for module, concern, name, wanted in AOT_RULES:
-        archs = sorted({r["resolved"]["arch"] for r in data["runs"]
-                        if r["resolved"]["settings"].get(concern, {}).get(name) == wanted},
-                       key=lambda arch: tuple(int(x) for x in arch.rstrip("af").split(".")))
-        if archs:
-            out.append((module, tuple(archs)))
-    return out
-
-
 def stale(data: dict, lock) -> list[str]:
     """Runs whose arguments or environment differ from what compose.yaml and the k8s render pass today."""
     recorded = {(r["profile"], r["source"]): r for r in data["runs"]}
@@ -212,7 +194,7 @@ def markdown(data: dict) -> str:
              "Only the GPU is stood in for (torch's device queries and `nvidia-smi`); see",
              "`sglang_stack/entrypoints/settings.py`. The image's ahead-of-time FlashInfer modules follow from it:",
              ""]
-    for module, archs in aot_modules(data):
+    for module, archs in aot.modules_of(data):
         lines.append(f"- `{module}` for {', '.join(archs)}")
     lines += ["", "What ServerArgs leaves to the model load: a MoE runner of `auto` is picked when the weights load,",
               "by their quantization method (Kimi-K2.5's INT4 `compressed-tensors` experts: Marlin, repacked at load",

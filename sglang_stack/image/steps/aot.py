@@ -14,9 +14,11 @@ So each module is built once, for every architecture in ``FLASHINFER_CUDA_ARCH_L
 needs no GPU), and copied there: the first request finds it, in compose, in Kubernetes with an
 emptyDir, and on a read-only root file system alike.
 
-Run in the image build:  python3 -m sglang_stack.image.steps.aot --arch-list "9.0a 12.0a" sampling trtllm_comm
-Needs flashinfer and the CUDA compiler (toolchain.py); no GPU. The list it was built for is written
-to ``--record`` (the entrypoint's ``ARCH_FILE``) and becomes a label of the image: an AOT module holds SASS for exactly those
+Run in the image build:  python3 -m sglang_stack.image.steps.aot --arch-list "9.0a 12.0a" --settings settings.json
+Which modules: those SGLang itself takes on those GPUs, by docker/settings.json (``invoke settings``),
+which the build copies; or the modules named. Needs flashinfer and the CUDA compiler (toolchain.py); no
+GPU. The list it was built for is written to ``--record`` (the entrypoint's ``ARCH_FILE``), and the
+build argument becomes a label of the image: an AOT module holds SASS for exactly those
 architectures and no PTX, and FlashInfer loads it whatever the GPU, so on any other GPU its first
 call would fail with "no kernel image". The entrypoint (``services/serve.py``) and ``invoke doctor``
 refuse such a GPU instead. No PTX on purpose: ``sm_90a``/``sm_120a`` code uses architecture-specific
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -44,6 +47,34 @@ MODULES = {
     # Its generator builds only majors 9 and 10 of the arch list: from "9.0a 12.0a", 9.0a.
     "trtllm_comm": ("flashinfer.jit.comm", "gen_trtllm_comm_module"),
 }
+
+
+# Which module SGLang uses where: the setting of docker/settings.json's resolved runs that makes it take each.
+RULES = (
+    ("sampling", "sampling", "sampling_backend", "flashinfer"),  # top-k/top-p sampling of any non-greedy request
+    ("trtllm_comm", "all-reduce", "fusion_runs", True),  # the fused all-reduce + RMSNorm, where a layer takes it
+)
+
+
+def _arch_key(arch: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in arch.rstrip("af").split("."))
+
+
+def modules_of(table: dict) -> list[tuple[str, tuple[str, ...]]]:
+    """Each module SGLang takes in the settings table, with the architectures whose runs take it."""
+    out = []
+    for module, concern, name, wanted in RULES:
+        archs = sorted({r["resolved"]["arch"] for r in table["runs"]
+                        if r["resolved"]["settings"].get(concern, {}).get(name) == wanted}, key=_arch_key)
+        if archs:
+            out.append((module, tuple(archs)))
+    return out
+
+
+def modules_for(table: dict, arch_list: str) -> list[str]:
+    """The modules some GPU of ``arch_list`` takes: what the image is built for, nothing for the others."""
+    wanted = {_arch_key(a) for a in arch_list.split()}
+    return [module for module, archs in modules_of(table) if wanted & {_arch_key(a) for a in archs}]
 
 
 def build(names: list[str], arch_list: str) -> list[tuple[str, Path, float, int]]:
@@ -82,17 +113,27 @@ def build(names: list[str], arch_list: str) -> list[tuple[str, Path, float, int]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch-list", required=True, help='FLASHINFER_CUDA_ARCH_LIST, e.g. "9.0a 12.0a"')
-    parser.add_argument("--record", type=Path, help="write the arch list here once built (default: nowhere)")
-    parser.add_argument("modules", nargs="*", default=list(MODULES), help=f"modules to build (default: {' '.join(MODULES)})")
+    parser.add_argument("--arch-list", default="", help='FLASHINFER_CUDA_ARCH_LIST, e.g. "9.0a 12.0a"; empty: build nothing')
+    parser.add_argument("--settings", type=Path, help="docker/settings.json: the modules SGLang takes on those GPUs")
+    parser.add_argument("--record", type=Path, required=True,
+                        help="write the arch list here once built: the entrypoint's ARCH_FILE, where it checks the GPU")
+    parser.add_argument("modules", nargs="*", help=f"modules to build instead (known: {' '.join(MODULES)})")
     args = parser.parse_args(argv)
+    args.record.parent.mkdir(parents=True, exist_ok=True)
     if not args.arch_list.split():
-        print("error: --arch-list is empty; give the GPU architectures, e.g. \"9.0a 12.0a\"", file=sys.stderr)
-        return 2
-    build(args.modules, args.arch_list)
-    if args.record:  # the architectures the modules were built for, where the entrypoint checks the GPU
-        args.record.parent.mkdir(parents=True, exist_ok=True)
-        args.record.write_text(" ".join(args.arch_list.split()) + "\n")
+        print("aot: FLASHINFER_CUDA_ARCH_LIST is empty: skipping the ahead-of-time FlashInfer build "
+              "(FlashInfer compiles at first use)", flush=True)
+        args.record.write_text("")
+        return 0
+    names = args.modules
+    if not names:
+        if args.settings is None:
+            parser.error("give --settings (docker/settings.json) or the modules to build")
+        names = modules_for(json.loads(args.settings.read_text(encoding="utf-8")), args.arch_list)
+        print(f"aot: SGLang takes {' '.join(names) or 'no module'} on {args.arch_list} (docker/settings.json)", flush=True)
+    build(names, args.arch_list)
+    # The architectures the modules were built for, where the entrypoint checks the GPU.
+    args.record.write_text(" ".join(args.arch_list.split()) + "\n")
     return 0
 
 

@@ -1,12 +1,14 @@
 """Environment audit: every variable we set is declared, and none of ours is read by a dependency by accident.
 
     python3 -m sglang_stack.image.steps.envaudit --declarations docker/environment.toml \\
-        --root /opt/sglang [--root SITE ...] NAME=WHERE[,WHERE] ...
+        --root /opt/sglang [--root SITE ...] [NAME=WHERE[,WHERE] ...]
 
-Each ``NAME=WHERE`` is a variable this project sets and where (``image``, ``compose``, ``k8s``);
-``invoke render`` writes the list into docker/Dockerfile from the Dockerfile's own ENV lines,
-compose.yaml and the Kubernetes render. Under each ``--root`` (an installed tree: the patched
-sglang, the venv's site-packages) the audit finds who reads each name:
+The names are every variable the declarations file declares, which the build copies (or, given,
+each ``NAME=WHERE``: a variable this project sets and where, ``image``, ``compose`` or ``k8s``). That
+the file declares every variable the image's ENV, compose.yaml and the Kubernetes render set is checked
+on the host, where those are read (``image/envset.py``, tests/test_environment.py). Under each
+``--root`` (an installed tree: the patched sglang, the venv's site-packages) the audit finds who reads
+each name:
 
 - a Python file that holds the name as a string literal (``os.getenv("X")``,
   ``os.environ["X"]``, ``get_bool_env_var("X")``), defines it as one of SGLang's ``envs``
@@ -187,16 +189,17 @@ def audit(declared: dict[str, Declaration], set_: dict[str, tuple[str, ...]], re
     errors, warnings = [], []
     for name in sorted(set_):
         where = "+".join(set_[name])
+        set_by = "" if where == "declared" else f" (set by {where})"
         found = [r for r in readers.found.get(name, []) if package_of(r) != OURS and not r.startswith("sglang_stack/")]
         decl = declared.get(name)
         if decl is None:
             read = (f"{found[0]} reads it" + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
                     if found else "nothing scanned reads it")
-            errors.append(f"{name} (set by {where}) is not declared in {declarations}; {read}: "
+            errors.append(f"{name}{set_by} is not declared in {declarations}; {read}: "
                           "declare who reads it and what it does, or stop setting it")
             continue
         if OURS in decl.reader and found:
-            errors.append(f"{name} (set by {where}) is meant for {OURS} only, but {found[0]} reads it"
+            errors.append(f"{name}{set_by} is meant for {OURS} only, but {found[0]} reads it"
                           + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
                           + ": give our setting a name of its own")
             continue
@@ -213,10 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, action="append", required=True, help="an installed tree to scan (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="also list every reader found")
     parser.add_argument("--strict", action="store_true", help="a declared reader that holds no name is an error, not a warning")
-    parser.add_argument("variables", nargs="*", help="NAME=WHERE[,WHERE]: what this project sets, and where")
+    parser.add_argument("variables", nargs="*", help="NAME=WHERE[,WHERE]: what this project sets, and where "
+                        "(default: every name the declarations file declares)")
     args = parser.parse_args(argv)
     declared = load_declarations(args.declarations)
-    set_ = parse_set(args.variables)
+    set_ = parse_set(args.variables) if args.variables else {name: ("declared",) for name in declared}
     readers = scan(args.root, set(set_))
     errors, warnings = audit(declared, set_, readers, args.declarations.name)
     if args.strict:

@@ -1,13 +1,14 @@
 """Byte-compile what one build step added, the same bytes every build (runs in the image, standard library only).
 
     PYTHONHASHSEED=0 python3 -m sglang_stack.image.steps.pyc --report /tmp/pip-report.json [--target DIR]
-    PYTHONHASHSEED=0 python3 -m sglang_stack.image.steps.pyc --tree DIR
+    PYTHONHASHSEED=0 python3 -m sglang_stack.image.steps.pyc --tree DIR [--clean]
 
 Every ``pip install`` of the Dockerfile runs with ``--no-compile``: pip's own ``.pyc`` files embed the
 source's mtime, and under ``--target`` the path of pip's random temporary directory, so two builds of
 one commit would differ in that layer even where a later step rewrites them. This module then writes
 hash-checked ``.pyc`` files (``--invalidation-mode checked-hash``) for exactly the files the step
-installed (``--report``: each distribution's RECORD) or for one tree (``--tree``), in the same layer.
+installed (``--report``: each distribution's RECORD) or for one tree (``--tree``; ``--clean`` removes its
+``__pycache__`` directories first, a run's default .pyc files among them), in the same layer.
 Test suites and examples (any ``tests`` or ``examples`` directory) are left as source: nothing the
 server runs imports them, and they were 70 MB of ``.pyc`` and a log full of SyntaxWarnings.
 The Dockerfile runs it under ``PYTHONHASHSEED=0`` as it runs ``compileall``: the interpreter's marshal
@@ -23,6 +24,7 @@ import importlib.util
 import json
 import os
 import py_compile
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -87,7 +89,13 @@ def main(argv=None) -> int:
     which.add_argument("--report", type=Path, help="pip's --report of the step: compile what it installed")
     which.add_argument("--tree", type=Path, help="compile every .py file under this directory")
     parser.add_argument("--target", type=Path, help="with --report: the --target directory pip installed into")
+    parser.add_argument("--clean", action="store_true", help="with --tree: remove its __pycache__ directories first")
     args = parser.parse_args(argv)
+    if args.clean and args.tree:
+        for here, dirs, _ in os.walk(args.tree):
+            for name in [d for d in dirs if d == "__pycache__"]:
+                shutil.rmtree(Path(here, name))
+                dirs.remove(name)
     files = installed_files(args.report, args.target) if args.report else tree_files(args.tree)
     done, failed = compile_files(files)
     where = args.tree or args.report
