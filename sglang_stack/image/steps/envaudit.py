@@ -212,7 +212,8 @@ def audit(declared: dict[str, Declaration], set_: dict[str, tuple[str, ...]], re
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m sglang_stack.image.steps.envaudit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--declarations", type=Path, required=True, help="docker/environment.toml")
+    parser.add_argument("--declarations", type=Path, default=Path("/opt/sglang-stack/environment.toml"),
+                        help="docker/environment.toml (default: where the image build copies it)")
     parser.add_argument("--root", type=Path, action="append", required=True, help="an installed tree to scan (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="also list every reader found")
     parser.add_argument("--strict", action="store_true", help="a declared reader that holds no name is an error, not a warning")

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The one way the build installs Debian packages: `sh /tmp/apt-install.sh PACKAGE...`, from the apt steps of
+# The one way the build installs Debian packages: `sh /apt.sh PACKAGE...`, from the apt steps of
 # docker/Dockerfile, which mount this file there and apt's lists and archive as caches for that step.
 #
 # The image keeps apt's downloads out of its layers (the cache mounts hold them), so Docker's own
