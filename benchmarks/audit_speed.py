@@ -1,4 +1,4 @@
-"""Time the EAGLE-3 audit on the full sglang 0.5.9 tree, against the crash it replaces.
+"""Time the EAGLE-3 audit on the full sglang tree, against the crash it replaces.
 
     python benchmarks/audit_speed.py [--repeat N] [--wheel URL SHA256]
 

@@ -4,8 +4,8 @@
 
 Needs an NVIDIA GPU, torch, and the pieces of the image given as directories:
   --toolchain        the pip CUDA 13 compiler tree (nvidia/cu13: nvcc, nvvm, crt, cccl, runtime)
-  --flashinfer-site  flashinfer-python 0.6.4 and apache-tvm-ffi, unpacked (no jit-cache, no cubin)
-  --sglang-site      the sglang 0.5.9 wheel, unpacked (its jit_kernel sources)
+  --flashinfer-site  the pinned flashinfer-python and apache-tvm-ffi, unpacked (no jit-cache, no cubin)
+  --sglang-site      the sglang wheel, unpacked (its jit_kernel sources)
   --stub             NVIDIA's full libcuda.so link stub (the image copies it from the devel image)
 The tree must hold what the image's venv has in nvidia/cu13, headers included: FlashInfer's
 sampling includes <curand.h>, which comes from the nvidia-curand wheel (a torch requirement).

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def answers() -> dict:
-    """What SGLang 0.5.9's device predicates read, from whatever torch and nvidia-smi say now."""
+    """What SGLang's device predicates read, from whatever torch and nvidia-smi say now."""
     import torch
 
     props = torch.cuda.get_device_properties(0)

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 MASK = "***"
-# Flags whose value is a secret: SGLang 0.5.9's and sglang-router 0.3.2's.
+# Flags whose value is a secret: SGLang's and the pinned sglang-router's.
 KEY_FLAGS = ("--api-key", "--admin-api-key")
 # The shortest prefix argparse resolves to each key flag (allow_abbrev is on): derived from SGLang
 # 0.5.9's own parser, where `--a` is ambiguous (--attention-backend, --allow-auto-truncate, ...) but

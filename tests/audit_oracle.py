@@ -4,7 +4,7 @@
     python audit_oracle.py calls SITE PLACE METHOD           (PLACE: runner or worker)
     python audit_oracle.py serve SITE ARCH                   (the built class as the worker's target)
 
-``provider`` imports every top-level module of ``sglang.srt.models`` the way SGLang 0.5.9's registry
+``provider`` imports every top-level module of ``sglang.srt.models`` the way SGLang's registry
 does (``pkgutil.iter_modules``, packages skipped, a module that fails to import skipped), takes the
 class its ``EntryClass`` serves for ARCH, builds it the way SGLang's loader does
 (``cls(config=..., quant_config=None)``), and makes each call. It prints ``{"serves": bool, "why": str}``.

@@ -1,4 +1,4 @@
-"""A Python where the real SGLang 0.5.9 imports on a machine without a GPU: to run its own ServerArgs and ports.
+"""A Python where the real SGLang imports on a machine without a GPU: to run its own ServerArgs and ports.
 
 The image is the place SGLang runs (``invoke settings`` uses it where it is built); this machine
 cannot build it with the real cu130 wheels. So the tests make the nearest environment that can

@@ -1,4 +1,4 @@
-"""A loopback HTTP server that streams ``/generate`` the way SGLang 0.5.9 does.
+"""A loopback HTTP server that streams ``/generate`` the way SGLang does.
 
 It serves the same wire format (read from the 0.5.9 wheel:
 ``sglang/srt/entrypoints/http_server.py`` and

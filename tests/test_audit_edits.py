@@ -1,4 +1,4 @@
-"""The EAGLE-3 audit against realistic edits of the real sglang 0.5.9 tree.
+"""The EAGLE-3 audit against realistic edits of the real sglang tree.
 
 Each case is a small source change, made in a copy of the unpatched wheel, that changes what
 a real EAGLE-3 server on Kimi-K2.5 does; `server` says what that is, and `expect` is the

@@ -22,6 +22,7 @@ from typing import Callable
 import pytest
 
 from sglang_stack import ROOT
+from pins import PIN
 
 Edit = Callable[[Path], None]
 
@@ -116,7 +117,7 @@ CASES = [
          ["exclude_newer", "yesterday"]),
     Case("lock-base-digest", ["render"], [replace(LOCK, 'digest = "sha256:f8ef28f5', 'digest = "sha265:f8ef28f5')],
          ["cuda.base.digest"]),
-    Case("lock-wheel-version", ["render"], [replace(LOCK, 'version = "2.9.1+cu130"', 'version = ""')], ["torch"]),
+    Case("lock-wheel-version", ["render"], [replace(LOCK, f'version = "{PIN["torch"]}"', 'version = ""')], ["torch"]),
     Case("lock-arch-list", ["render"], [replace(LOCK, 'arch_list = "9.0a 12.0a"', 'arch_list = "9.0a sm_120"')],
          ["arch_list", "sm_120"]),
     Case("lock-python-version", ["render"], [replace(LOCK, 'version = "3.12"', 'version = "three"')], ["python.version"]),
@@ -299,7 +300,7 @@ def clean_environ(home: Path, extra: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def server():
-    """A loopback server in SGLang 0.5.9's format, for the cases that need an endpoint to answer."""
+    """A loopback server in SGLang's format, for the cases that need an endpoint to answer."""
     from sglang_server import SGLangServer
 
     with SGLangServer() as live:

@@ -1,6 +1,6 @@
 """The binary audit on the real wheels: CUDA 12 builds named by package and file, declared exceptions, stale ones.
 
-torchao 0.9.0 and torch_memory_saver 0.0.9 are the wheels requirements.lock.txt pins (fetched
+torchao and torch_memory_saver are wheels requirements.lock.txt pins (fetched
 from PyPI and checked against the lock's hashes); markupsafe's speedups are a clean extension.
 torch itself is not in the test tree (it comes from PyTorch's index), so the libraries its
 extensions need from it are small real shared objects made here with the C compiler, under
@@ -22,6 +22,7 @@ from pypi_wheels import unpack
 
 from sglang_stack.image.size import locked_wheel
 from sglang_stack import ROOT
+from pins import PIN
 
 TORCH_SONAMES = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so")
 NO_EXCEPTIONS = re.compile(r"\n\[\[binary_exception\]\]\n.*?(?=\n\[\[|\n# -{10}|\Z)", re.S)
@@ -67,9 +68,9 @@ def test_undeclared_cuda12_builds_fail_naming_package_and_file(cuda12_site, lock
     proc = audit(cuda12_site, lock_without_exceptions)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     errors = [line for line in proc.stdout.splitlines() if line.startswith("error: ")]
-    assert any(line.startswith("error: torchao 0.9.0: torchao/_C.abi3.so needs libcudart.so.12 (CUDA 12; this stack is CUDA 13)")
+    assert any(line.startswith(f"error: torchao {PIN['torchao']}: torchao/_C.abi3.so needs libcudart.so.12 (CUDA 12; this stack is CUDA 13)")
                for line in errors), proc.stdout
-    assert any(line.startswith("error: torch_memory_saver 0.0.9: torch_memory_saver_hook_mode_preload.abi3.so needs libcudart.so.12")
+    assert any(line.startswith(f"error: torch_memory_saver {PIN['torch-memory-saver']}: torch_memory_saver_hook_mode_preload.abi3.so needs libcudart.so.12")
                for line in errors), proc.stdout
     assert not any("libtorch" in line or "libc10" in line for line in errors), "torch's own libraries must resolve"
     assert "Traceback" not in proc.stderr
@@ -79,7 +80,7 @@ def test_declared_exceptions_pass_and_say_what_they_break(cuda12_site):
     proc = audit(cuda12_site)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     declared = [line for line in proc.stdout.splitlines() if line.startswith("declared: ")]
-    assert any(line.startswith("declared: torchao 0.9.0: torchao/_C.abi3.so needs libcudart.so.12 (breaks: ") for line in declared), proc.stdout
+    assert any(line.startswith(f"declared: torchao {PIN['torchao']}: torchao/_C.abi3.so needs libcudart.so.12 (breaks: ") for line in declared), proc.stdout
     assert any("--enable-memory-saver" in line for line in declared), proc.stdout
     assert proc.stdout.strip().endswith("0 error(s)"), proc.stdout
 
@@ -113,7 +114,7 @@ def test_invoke_binaries_is_the_same_check(cuda12_site, tmp_path):
 
     proc = subprocess.run([*engine.INVOKE, "binaries", "--path", str(cuda12_site)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "declared: torchao 0.9.0" in proc.stdout
+    assert f"declared: torchao {PIN['torchao']}" in proc.stdout
     missing = subprocess.run([*engine.INVOKE, "binaries", "--path", str(tmp_path / "nope")], capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
     assert missing.stderr.strip().count("\n") == 0 and "nope" in missing.stderr, missing.stderr

@@ -2,7 +2,7 @@
 
 The build step is the rendered docker/Dockerfile's own audit instruction, run verbatim (with its
 pip cache and CA secret mounts) in an image that has what ``deps`` would have at that point for
-this purpose: a venv holding the locked torchao 0.9.0 wheel (a CUDA 12 build: libcudart.so.12),
+this purpose: a venv holding the locked torchao wheel (a CUDA 12 build: libcudart.so.12),
 torch's libraries as stand-ins with torch's sonames, versions.lock and the in-image modules.
 With versions.lock's declaration the step passes; with it removed, the build fails and says
 which package and file.
@@ -18,6 +18,7 @@ import pytest
 
 from sglang_stack.image.size import locked_wheel
 from sglang_stack import ROOT
+from pins import PIN
 from sglang_stack.image import store
 from test_binaries import NO_EXCEPTIONS, TORCH_SONAMES
 
@@ -37,7 +38,7 @@ def audit_instruction() -> str:
 def context(tmp: Path, base: str, lock_text: str) -> Path:
     ctx = tmp / "context"
     (ctx / "stand-ins").mkdir(parents=True)
-    shutil.copy(locked_wheel("torchao"), ctx / "torchao-0.9.0-cp39-abi3-manylinux_2_28_x86_64.whl")
+    shutil.copy(locked_wheel("torchao"), ctx / locked_wheel("torchao").name)
     source = tmp / "empty.c"
     source.write_text("int sglang_stack_stand_in;\n")
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -53,8 +54,8 @@ def context(tmp: Path, base: str, lock_text: str) -> Path:
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY torchao-0.9.0-cp39-abi3-manylinux_2_28_x86_64.whl /tmp/
-RUN pip install --no-deps --no-index /tmp/torchao-0.9.0-cp39-abi3-manylinux_2_28_x86_64.whl
+COPY {locked_wheel('torchao').name} /tmp/
+RUN pip install --no-deps --no-index /tmp/{locked_wheel('torchao').name}
 COPY stand-ins/ /tmp/stand-ins/
 # As the base stage does: a .pth file puts the in-image tools on the venv's path.
 RUN site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && mkdir -p "$site/torch/lib" \\
@@ -85,9 +86,9 @@ def test_the_build_step_judges_a_cuda12_library(declared, docker_base, run_id, t
         log = proc.stdout + proc.stderr
         if declared:
             assert proc.returncode == 0, log[-4000:]
-            assert "declared: torchao 0.9.0: torchao/_C.abi3.so needs libcudart.so.12" in log, log[-3000:]
+            assert f"declared: torchao {PIN['torchao']}: torchao/_C.abi3.so needs libcudart.so.12" in log, log[-3000:]
         else:
             assert proc.returncode != 0, "a CUDA 12 library the lock does not declare must fail the build"
-            assert "error: torchao 0.9.0: torchao/_C.abi3.so needs libcudart.so.12 (CUDA 12; this stack is CUDA 13)" in log, log[-4000:]
+            assert f"error: torchao {PIN['torchao']}: torchao/_C.abi3.so needs libcudart.so.12 (CUDA 12; this stack is CUDA 13)" in log, log[-4000:]
     finally:
         store.remove("docker", tag)

@@ -101,7 +101,7 @@ def test_a_failed_download_is_named_by_the_boundary_alone(tmp_path):
     from sglang_stack.download import fetch
 
     with serving(Handler) as base:  # no do_GET: every GET is answered 501
-        missing = f"{base}/torch-2.9.1-cp312-cp312-linux_x86_64.whl"
+        missing = f"{base}/torch-1.0-cp312-cp312-linux_x86_64.whl"
         for url, words in [(missing, [missing, "answered HTTP 501"]),
                            ("http://127.0.0.1:1/x-1-py3-none-any.whl", ["network failed", "127.0.0.1:1", "refused"])]:
             with pytest.raises(Exit) as exit_:

@@ -1,4 +1,4 @@
-"""SGLang's HTTP API from the host, against a loopback server that speaks SGLang 0.5.9's format."""
+"""SGLang's HTTP API from the host, against a loopback server that speaks SGLang's format."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`pip check` judged against the declared overrides, in a real virtualenv with real installs.
 
-jinja2 3.1.6 (the wheel requirements.lock.txt pins) requires MarkupSafe>=2.0. Installed with
+jinja2 (the wheel requirements.lock.txt pins) requires MarkupSafe>=2.0. Installed with
 --no-deps, as the image installs everything, it leaves pip check one line to report: MarkupSafe
 missing, or present at a version it does not admit (a wheel of "markupsafe 1.0" made here).
 The check passes exactly when versions.lock declares that override, and names a stale one.

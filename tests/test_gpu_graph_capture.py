@@ -1,6 +1,6 @@
 """On a GPU: a CUDA graph replays the EAGLE-3 layers that were set when it was captured.
 
-This is the premise of patch 0004. A model in the shape of SGLang 0.5.9's
+This is the premise of patch 0004. A model in the shape of SGLang's
 ``DeepseekV2Model.forward`` picks the layers whose hidden states it hands to the
 drafter from a Python attribute (``layers_to_capture``) while the layer loop runs.
 A CUDA graph records the kernels that loop launched, not the loop, so changing the

@@ -5,8 +5,8 @@ has them unpacked somewhere of its own choosing (docs/image.md, "The JIT path, p
 `python benchmarks/jit_inputs.py --out DIR` makes all four from the pinned wheels and writes
 DIR/env.sh that sets them). The JSON results stay in build/measurements/jit-path.json:
   SGLANG_STACK_JIT_TOOLCHAIN  the pip nvidia/cu13 tree (nvcc, nvvm, crt, cccl, runtime, curand headers)
-  SGLANG_STACK_JIT_FLASHINFER flashinfer-python 0.6.4 and apache-tvm-ffi, unpacked
-  SGLANG_STACK_JIT_SGLANG     the sglang 0.5.9 wheel, unpacked
+  SGLANG_STACK_JIT_FLASHINFER the pinned flashinfer-python and apache-tvm-ffi, unpacked
+  SGLANG_STACK_JIT_SGLANG     the sglang wheel, unpacked
   SGLANG_STACK_JIT_STUB       NVIDIA's full libcuda.so link stub
 """
 

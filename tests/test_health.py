@@ -1,6 +1,6 @@
 """The HEALTHCHECK probe against a real HTTP server on loopback.
 
-The server answers the way SGLang 0.5.9's /health does over a container's
+The server answers the way SGLang's /health does over a container's
 life: 200 once it generates, 503 while it starts (or when the one-token
 generation fails), and, when the scheduler is wedged, nothing at all.
 """

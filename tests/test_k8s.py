@@ -215,7 +215,7 @@ def test_eagle3_alerts_on_sglangs_own_accept_length(lock, tmp_path, monkeypatch)
 
     rule = acceptance_rule(documents(lock, metrics={"pod_monitor": True}))
     assert rule and rule["alert"] == "SGLangEagle3AcceptanceLow", rule
-    assert "sglang:spec_accept_length" in rule["expr"], "SGLang 0.5.9's own gauge (metrics/collector.py)"
+    assert "sglang:spec_accept_length" in rule["expr"], "SGLang's own gauge (metrics/collector.py)"
     assert f"< {models.FLOOR}" in rule["expr"] and "> 0" in rule["expr"], f"no expectation yet: the floor: {rule['expr']}"
     assert acceptance_rule(documents(lock, service="baseline", metrics={"pod_monitor": True})) is None, "baseline drafts nothing"
     overridden = acceptance_rule(documents(lock, metrics={"pod_monitor": True, "accept_length_min": 2.4}))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
+from pins import PIN
 from sglang_stack.errors import UserError
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.lock import resolve as resolvemod
@@ -22,7 +23,7 @@ ROUTER_REQUIREMENTS = (ROOT / "requirements.router.lock.txt").read_text()
 
 @pytest.fixture(scope="module")
 def sglang_requires(sglang_wheel) -> list[str]:
-    """Requires-Dist of the real, hash-verified sglang 0.5.9 wheel."""
+    """Requires-Dist of the real, hash-verified sglang wheel."""
     return lockmod.wheel_requires(sglang_wheel)
 
 
@@ -47,7 +48,7 @@ def replace_once(text: str, old: str, new: str) -> str:
 
 def test_committed_lock_is_consistent_with_sglang_metadata(sglang_requires):
     lock = lockmod.check(ROOT / "versions.lock", sglang_requires=sglang_requires)
-    assert lock.tag == "sglang-stack:0.5.9-cu130", f"default tag derived from the lock: {lock.tag}"
+    assert lock.tag == f"sglang-stack:{lock.sglang.version}-{lock.cuda['tag']}", f"default tag derived from the lock: {lock.tag}"
     assert len(lock.requirements) > 100, "requirements.lock.txt should pin the whole transitive set"
 
 
@@ -57,26 +58,23 @@ def test_sglang_declares_the_conflicts_facts_describe(sglang_requires):
     assert "==12.9" in declared["cuda-python"], declared["cuda-python"]
 
 
-def test_pins_from_the_target_stack():
+def test_pins_hold_the_target_stacks_rules():
+    """What a pin must satisfy, whatever its version (the versions themselves are the lock's alone)."""
+    from packaging.version import Version
+
     lock = lockmod.check()
     pins = lock.pins()
-    expected = {
-        "torch": "2.9.1+cu130",
-        "torchvision": "0.24.1+cu130",
-        "sgl-kernel": "0.3.21+cu130",
-        "flashinfer-python": "0.6.4",
-        "flashinfer-jit-cache": "0.6.4+cu130",  # an option of the build, off by default
-        "nvidia-cuda-nvcc": "13.0.88",  # the JIT compiler: only 13.0.88 works from pip
-        "nvidia-nvvm": "13.0.88",
-        "setuptools": "81.0.0",  # 82 has no pkg_resources, which modelscope imports
-        "sglang": "0.5.9",
-        "cuda-python": "13.1.1",
-        "nvidia-nccl-cu13": "2.28.3",
-        "nvidia-cudnn-cu13": "9.16.0.29",
-        "nvidia-cublas": "13.1.0.3",
-    }
-    for name, version in expected.items():
-        assert pins.get(name) == version, f"{name}: pinned {pins.get(name)!r}, expected {version}"
+    for name in ("torch", "torchvision", "sgl-kernel", "flashinfer-jit-cache"):
+        assert pins[name].endswith(f"+{lock.cuda['tag']}"), f"{name} {pins[name]}: not the {lock.cuda['tag']} build"
+    # flashinfer refuses to start unless its jit-cache starts with its own version.
+    assert pins["flashinfer-jit-cache"].startswith(pins["flashinfer-python"] + "+"), pins["flashinfer-jit-cache"]
+    # The JIT compiler's parts move together, and not at the runtime's release, whose nvcc and nvvm are broken from pip.
+    toolchain = {r.split("==")[0]: r.split("==")[1] for r in lock.jit["toolchain"]}
+    assert toolchain["nvidia-nvvm"] == toolchain["nvidia-cuda-nvcc"] == pins["nvidia-cuda-nvcc"], toolchain
+    assert pins["nvidia-cuda-nvcc"] != pins["nvidia-cuda-runtime"], "the runtime's own nvcc release lacks cicc and link.stub"
+    assert Version(pins["setuptools"]) < Version("82"), "82 has no pkg_resources, which modelscope imports"
+    for override in lock.overrides:
+        assert pins.get(override.package) == override.version, f"{override.package}: pinned {pins.get(override.package)!r}"
     assert not any(n.endswith("-cu12") for n in pins), "a CUDA 12 library leaked into the CUDA 13 set"
     assert "flashinfer-cubin" not in pins, "flashinfer-cubin holds only sm_100/sm_103 cubins: left out"
     assert [w.name for w in lock.wheels if w.optional] == ["flashinfer-jit-cache"]
@@ -107,17 +105,17 @@ def test_pins_from_the_target_stack():
             id="plain-http-url",
         ),
         pytest.param(
-            "flashinfer_jit_cache-0.6.4+cu130-cp39-abi3-manylinux_2_28_x86_64.whl",
-            "flashinfer_jit_cache-0.6.4+cu130.tar.gz",
+            f"flashinfer_jit_cache-{PIN['flashinfer-jit-cache']}-cp39-abi3-manylinux_2_28_x86_64.whl",
+            f"flashinfer_jit_cache-{PIN['flashinfer-jit-cache']}.tar.gz",
             "wheel[flashinfer-jit-cache].url",
-            "flashinfer_jit_cache-0.6.4+cu130.tar.gz",
+            f"flashinfer_jit_cache-{PIN['flashinfer-jit-cache']}.tar.gz",
             id="url-not-a-wheel",
         ),
         pytest.param(
-            "sglang-0.5.9-py3-none-any.whl",
+            f"sglang-{PIN['sglang']}-py3-none-any.whl",
             "sglang-0.5.8-py3-none-any.whl",
             "sglang.url",
-            "'sglang-0.5.8-py3-none-any.whl' is not sglang 0.5.9",
+            "'sglang-0.5.8-py3-none-any.whl' is not sglang",
             id="url-version-differs",
         ),
         pytest.param(
@@ -135,7 +133,7 @@ def test_pins_from_the_target_stack():
             id="cuda-tag",
         ),
         pytest.param(
-            'version = "0.6.4+cu130"',
+            f'version = "{PIN["flashinfer-jit-cache"]}"',
             'version = "0.6.3+cu130"',
             "flashinfer",
             "flashinfer-jit-cache 0.6.3",
@@ -271,14 +269,14 @@ def test_requirements_must_have_hashes(tmp_path):
 
 
 def test_requirements_must_not_pin_a_url_wheel_from_pypi(tmp_path):
-    entry = "sgl-kernel==0.3.21 \\\n    --hash=sha256:" + "ab" * 32 + "\n"
+    entry = f"sgl-kernel=={PIN['sgl-kernel'].split('+')[0]} \\\n    --hash=sha256:" + "ab" * 32 + "\n"
     path = write(tmp_path, requirements=REQUIREMENTS + entry)
     problems = problems_of(path)
     assert any("pins sgl-kernel from PyPI" in p for p in problems), problems
 
 
 def test_omitted_package_must_not_be_pinned(tmp_path, sglang_requires):
-    entry = "torchaudio==2.9.1 \\\n    --hash=sha256:" + "cd" * 32 + "\n"
+    entry = "torchaudio==1.0 \\\n    --hash=sha256:" + "cd" * 32 + "\n"
     path = write(tmp_path, requirements=REQUIREMENTS + entry)
     problems = problems_of(path, sglang_requires=sglang_requires)
     assert any("override[torchaudio]" in p and "omit = true" in p for p in problems), problems
@@ -294,11 +292,11 @@ def test_missing_requirements_file(tmp_path):
 def test_resolve_inputs_drop_url_wheels_and_apply_overrides():
     lock = lockmod.check()
     requirements_in, overrides = resolvemod.resolve_inputs(lock)
-    assert requirements_in.splitlines()[0] == "sglang==0.5.9"
-    assert "nvidia-cuda-runtime==13.0.48" in requirements_in, "torch's own requirements are resolved from PyPI"
+    assert requirements_in.splitlines()[0] == f"sglang=={lock.sglang.version}"
+    assert f"nvidia-cuda-runtime=={PIN['nvidia-cuda-runtime']}" in requirements_in, "torch's own requirements are resolved from PyPI"
     for name in ("torch", "torchvision", "sgl-kernel", "flashinfer-jit-cache", "torchaudio"):
         assert f"{name} ; sys_platform == 'never'" in overrides, f"{name} must be kept out of the PyPI resolution"
-    assert "flashinfer-python==0.6.4" in overrides and "cuda-python==13.1.1" in overrides
+    assert f"flashinfer-python=={PIN['flashinfer-python']}" in overrides and f"cuda-python=={PIN['cuda-python']}" in overrides
 
 
 @pytest.fixture
@@ -375,16 +373,17 @@ def test_relock_is_byte_identical(tmp_path, monkeypatch):
     )
 
 
-FOREIGN_JINJA2 = "jinja2==3.1.5 \\\n"  # 3.1.6's hashes follow unchanged in the committed file
+JINJA2 = f"jinja2=={PIN['jinja2']} \\\n"
+FOREIGN_JINJA2 = "jinja2==3.1.5 \\\n"  # the pinned release's hashes follow unchanged in the committed file
 
 
 @pytest.mark.network
 def test_cli_lock_check_names_a_version_edited_against_foreign_hashes(repo_copy):
     requirements = repo_copy / "requirements.lock.txt"
     text = requirements.read_text()
-    assert text.count("jinja2==3.1.6 \\\n") == 1, "test setup: jinja2 3.1.6 is no longer pinned"
-    requirements.write_text(text.replace("jinja2==3.1.6 \\\n", FOREIGN_JINJA2))
-    line = text[: text.index("jinja2==3.1.6")].count("\n") + 1
+    assert text.count(JINJA2) == 1 and JINJA2 != FOREIGN_JINJA2, "test setup: pick another foreign jinja2 release"
+    requirements.write_text(text.replace(JINJA2, FOREIGN_JINJA2))
+    line = text[: text.index(JINJA2)].count("\n") + 1
     proc = invoke(repo_copy, "lock", "--check")
     assert proc.returncode == 2, f"exit code {proc.returncode}: {proc.stdout}{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -1,4 +1,4 @@
-"""Patch 0005 on the real sglang 0.5.9 tree: ServerArgs' repr, the one SGLang logs at start, hides the API keys.
+"""Patch 0005 on the real sglang tree: ServerArgs' repr, the one SGLang logs at start, hides the API keys.
 
 ServerArgs itself cannot be imported without SGLang's dependencies, so the class is rebuilt
 from the patched file's own source: every field (annotations made plain ``object``, defaults
@@ -70,5 +70,5 @@ def test_an_unset_key_is_shown_as_unset(trees):
 
 
 def test_unpatched_sglang_logs_the_key(trees):
-    """The premise: SGLang 0.5.9's own dataclass repr prints the key."""
+    """The premise: SGLang's own dataclass repr prints the key."""
     assert KEY in log_line(server_args_class(trees[0]), api_key=KEY)

@@ -98,7 +98,7 @@ def test_bench_results_carry_no_url_credentials(tmp_path):
 @pytest.mark.sglang_env
 @pytest.mark.network
 def test_the_prefixes_are_what_sglangs_own_parser_takes():
-    """Ask SGLang 0.5.9's parser (allow_abbrev) which prefixes resolve to the key flags."""
+    """Ask SGLang's parser (allow_abbrev) which prefixes resolve to the key flags."""
     try:
         python = str(sglang_cpu_env.python())
     except sglang_cpu_env.Unavailable as err:

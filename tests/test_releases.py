@@ -18,10 +18,10 @@ H = {name: name[0] * 64 for name in ("a", "b", "c", "d", "e", "f")}  # sha256-sh
 # What the index publishes: name -> version -> {filename: sha256}
 PUBLISHED = {
     "jinja2": {
-        "3.1.5": {"jinja2-3.1.5-py3-none-any.whl": H["a"], "jinja2-3.1.5.tar.gz": H["b"]},
-        "3.1.6": {"jinja2-3.1.6-py3-none-any.whl": H["c"], "jinja2-3.1.6.tar.gz": H["d"]},
+        "9.1.5": {"jinja2-9.1.5-py3-none-any.whl": H["a"], "jinja2-9.1.5.tar.gz": H["b"]},
+        "9.1.6": {"jinja2-9.1.6-py3-none-any.whl": H["c"], "jinja2-9.1.6.tar.gz": H["d"]},
     },
-    "filelock": {"3.24.3": {"filelock-3.24.3-py3-none-any.whl": H["e"]}},
+    "filelock": {"9.24.3": {"filelock-9.24.3-py3-none-any.whl": H["e"]}},
 }
 
 
@@ -73,9 +73,9 @@ class PyPI:
         self._httpd.server_close()
 
 
-def requirements(tmp_path: Path, jinja2: str = "3.1.6", hashes: tuple[str, ...] = (H["c"], H["d"])) -> Path:
+def requirements(tmp_path: Path, jinja2: str = "9.1.6", hashes: tuple[str, ...] = (H["c"], H["d"])) -> Path:
     lines = [pins.REQUIREMENTS_HEADER, "#"]
-    lines += ["filelock==3.24.3 \\", f"    --hash=sha256:{H['e']}", "    # via jinja2"]
+    lines += ["filelock==9.24.3 \\", f"    --hash=sha256:{H['e']}", "    # via jinja2"]
     lines += [f"jinja2=={jinja2} \\"] + [f"    --hash=sha256:{h} \\" for h in hashes[:-1]] + [f"    --hash=sha256:{hashes[-1]}"]
     path = tmp_path / "requirements.lock.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -87,7 +87,7 @@ def test_cold_check_fetches_each_release_once_then_runs_offline(tmp_path):
     with PyPI() as pypi:
         cold = releases.check(path, pypi.index, cache)
         asked = list(pypi.requests)
-    assert sorted(asked) == ["/pypi/filelock/3.24.3/json", "/pypi/jinja2/3.1.6/json"], f"one request per pin: {asked}"
+    assert sorted(asked) == ["/pypi/filelock/9.24.3/json", "/pypi/jinja2/9.1.6/json"], f"one request per pin: {asked}"
     assert (cold.pins, cold.hashes, cold.cached, cold.fetched) == (2, 3, 0, 2), f"cold report: {cold}"
     # The index is gone now: a warm check must not need it.
     warm = releases.check(path, pypi.index, cache)
@@ -98,14 +98,14 @@ def test_cold_check_fetches_each_release_once_then_runs_offline(tmp_path):
 def test_version_edited_against_foreign_hashes_names_the_line(tmp_path):
     path, cache = requirements(tmp_path), tmp_path / "cache"
     with PyPI() as pypi:
-        releases.check(path, pypi.index, cache)  # 3.1.6 is known, as after a clean `invoke lock --check`
-        edited = requirements(tmp_path, jinja2="3.1.5")  # a hand edit: 3.1.6's hashes stay
+        releases.check(path, pypi.index, cache)  # 9.1.6 is known, as after a clean `invoke lock --check`
+        edited = requirements(tmp_path, jinja2="9.1.5")  # a hand edit: 9.1.6's hashes stay
         with pytest.raises(lockmod.LockProblems) as info:
             releases.check(edited, pypi.index, cache)
     problems = info.value.problems
     assert len(problems) == 1, f"one line per wrong pin, not one per hash: {problems}"
-    assert problems[0].startswith(f"requirements.lock.txt:6: jinja2==3.1.5: hash sha256:{H['c']} belongs to no file of that release"), problems[0]
-    assert "(it is jinja2-3.1.6-py3-none-any.whl of jinja2 3.1.6)" in problems[0], f"the owner is named: {problems[0]}"
+    assert problems[0].startswith(f"requirements.lock.txt:6: jinja2==9.1.5: hash sha256:{H['c']} belongs to no file of that release"), problems[0]
+    assert "(it is jinja2-9.1.6-py3-none-any.whl of jinja2 9.1.6)" in problems[0], f"the owner is named: {problems[0]}"
     assert "and 1 more hash like it" in problems[0] and problems[0].endswith("run `invoke lock`"), problems[0]
 
 
@@ -114,7 +114,7 @@ def test_one_foreign_hash_among_right_ones(tmp_path):
     with PyPI() as pypi, pytest.raises(lockmod.LockProblems) as info:
         releases.check(path, pypi.index, tmp_path / "cache")
     assert info.value.problems == [
-        f"requirements.lock.txt:6: jinja2==3.1.6: hash sha256:{H['f']} belongs to no file of that release: run `invoke lock`"
+        f"requirements.lock.txt:6: jinja2==9.1.6: hash sha256:{H['f']} belongs to no file of that release: run `invoke lock`"
     ], info.value.problems
 
 
@@ -132,8 +132,8 @@ def test_index_without_per_release_documents_falls_back_to_the_project(tmp_path)
     with PyPI(per_version=False) as pypi:
         report = releases.check(path, pypi.index, cache)
     assert report.fetched == 2, f"both records fetched through the project documents: {pypi.requests}"
-    record = json.loads((cache / "jinja2" / "3.1.6.json").read_text())
-    assert record["files"] == PUBLISHED["jinja2"]["3.1.6"], f"only 3.1.6's files are recorded: {record}"
+    record = json.loads((cache / "jinja2" / "9.1.6.json").read_text())
+    assert record["files"] == PUBLISHED["jinja2"]["9.1.6"], f"only 9.1.6's files are recorded: {record}"
     assert record["source"].endswith("/pypi/jinja2/json"), record["source"]
 
 
@@ -153,12 +153,12 @@ def test_cold_and_offline_is_one_line_naming_the_fix(tmp_path):
 def test_broken_cached_record_is_fetched_again(tmp_path):
     path, cache = requirements(tmp_path), tmp_path / "cache"
     (cache / "jinja2").mkdir(parents=True)
-    (cache / "jinja2" / "3.1.6.json").write_text('{"files": ')  # an interrupted copy of the cache
+    (cache / "jinja2" / "9.1.6.json").write_text('{"files": ')  # an interrupted copy of the cache
     with PyPI() as pypi:
         report = releases.check(path, pypi.index, cache)
-    assert report.fetched == 2 and "/pypi/jinja2/3.1.6/json" in pypi.requests, f"the broken record was trusted: {pypi.requests}"
+    assert report.fetched == 2 and "/pypi/jinja2/9.1.6/json" in pypi.requests, f"the broken record was trusted: {pypi.requests}"
 
 
 def test_json_url_sits_beside_the_simple_index():
-    assert releases.json_url("https://pypi.org/simple", "jinja2", "3.1.6") == "https://pypi.org/pypi/jinja2/3.1.6/json"
+    assert releases.json_url("https://pypi.org/simple", "jinja2", "9.1.6") == "https://pypi.org/pypi/jinja2/9.1.6/json"
     assert releases.json_url("https://pypi.org/simple/", "jinja2") == "https://pypi.org/pypi/jinja2/json"

@@ -59,21 +59,25 @@ def test_a_changed_pin_changes_the_output(lock, tmp_path):
     assert render.drift(changed), "a changed hash must show up as drift of the committed Dockerfile"
 
 
-def test_a_changed_patch_changes_only_labels(lock, tmp_path):
+def test_a_patch_edit_changes_nothing_and_a_new_patch_only_the_series_label(lock, tmp_path):
+    """The Dockerfile reads patches/series, never a patch: each patch's sha256 is the SBOM's, recorded in the build."""
     patches = tmp_path / "patches"
     shutil.copytree(ROOT / "patches", patches)
+    first = sorted(patches.glob("0*.patch"))[0]
+    first.write_text(first.read_text() + "\n")
+    before = render.render_text(lock).splitlines()
+    assert render.render_text(lock, patches_dir=patches).splitlines() == before, "a patch edit changed the Dockerfile"
     (patches / "0999-extra.patch").write_text("--- a/x\n+++ b/x\n")
     with open(patches / "series", "a") as series:
         series.write("0999-extra.patch\n")
-    before = render.render_text(lock).splitlines()
     after = render.render_text(lock, patches_dir=patches).splitlines()
     changed = [
         line[1:]
         for line in difflib.unified_diff(before, after, lineterm="", n=0)
         if line[:1] in "+-" and not line.startswith(("+++", "---"))
     ]
-    assert changed and all("io.sglang-stack.patch" in line for line in changed), changed
-    assert any("0999-extra" in line for line in after), "the new patch must be labelled"
+    assert changed and all("io.sglang-stack.patches=" in line for line in changed), changed
+    assert any("0999" in line for line in after), "the new patch must be in the series label"
 
 
 def test_missing_value_fails_the_render(lock, tmp_path):

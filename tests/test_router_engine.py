@@ -211,7 +211,7 @@ def _late_worker(project) -> tuple[dict[str, int], dict]:
 
 
 def test_a_short_startup_timeout_loses_a_late_worker_for_good(router_project):
-    """sglang-router 0.3.2's own behaviour, kept as a fact: why compose.yaml waits a week, not 30 minutes."""
+    """The pinned sglang-router's own behaviour, kept as a fact: why compose.yaml waits a week, not 30 minutes."""
     counts, ready = _late_worker(router_project(ROUTER_EXTRA_ARGS=FAST_ARGS, ROUTER_WORKER_STARTUP_TIMEOUT="5"))
     print(f"startup timeout 5 s, worker-b up after 8 s: {counts}, /readiness {ready}")
     assert counts["worker-b"] == 0 and counts["worker-a"] == 32, f"worker-b was expected to be dropped: {counts}"

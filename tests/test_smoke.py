@@ -36,7 +36,7 @@ def built(smoke_base, run_id, keep_images, tmp_path_factory):
         "patched files match what the series produces",
         "KimiK25ForConditionalGeneration has the EAGLE-3 methods",
         "the EAGLE-3 audit passes inside the container",
-        "labels record the stage's pins and every patch sha256",
+        "labels record the stage's pins and the series",
         "labels name the applied series in order",
         "no build secret in any layer",
     ],

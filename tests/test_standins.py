@@ -16,10 +16,12 @@ from sglang_stack.errors import UserError
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.lock.pins import read_pins
 
-# What PyPI's torch 2.9.1 declares on Linux x86_64 (its METADATA), cut to a few lines of each kind.
+from pins import PIN
+
+# What PyPI's build of the pinned torch declares on Linux x86_64 (its METADATA), cut to a few lines of each kind.
 TORCH_REQUIRES = ["filelock", "typing-extensions>=4.10.0", "sympy>=1.13.3", "jinja2", "fsspec>=0.8.5", "setuptools",
                   "networkx>=2.5.1", "nvidia-cuda-runtime-cu12==12.8.90; platform_system == \"Linux\"",
-                  "nvidia-cublas-cu12==12.8.4.1; platform_system == \"Linux\"", "triton==3.5.1; platform_system == \"Linux\""]
+                  "nvidia-cublas-cu12==12.8.4.1; platform_system == \"Linux\"", f"triton=={PIN['triton']}; platform_system == \"Linux\""]
 
 
 def dynamic_symbols(path: Path) -> tuple[str, set[str], set[str]]:
@@ -49,7 +51,7 @@ def stand_in_lock(tmp_path: Path, declared, requires: dict[str, list[str]]) -> P
 
 def test_the_stand_in_lock_passes_the_lock_check_with_the_stand_in_wheels(tmp_path, declared):
     """versions.lock with PyPI's torch: its cu12 requirements omitted, the real cu13 overrides of torch gone."""
-    requires = {"torch": TORCH_REQUIRES, "torchvision": ["numpy", "torch==2.9.1", "pillow!=8.3.*,>=5.3.0"], "sgl-kernel": []}
+    requires = {"torch": TORCH_REQUIRES, "torchvision": ["numpy", f"torch=={PIN['torch'].split('+')[0]}", "pillow!=8.3.*,>=5.3.0"], "sgl-kernel": []}
     path = stand_in_lock(tmp_path, declared, requires)
     lock = lockmod.check(path)  # raises LockProblems, naming each, if the stand-in lock is inconsistent
     wheels = {w.name: w for w in lock.wheels}

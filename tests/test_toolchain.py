@@ -1,7 +1,7 @@
 """The pip CUDA 13 compiler, with the image's fix-ups, compiles and links CUDA code on a host without a GPU.
 
 The wheels are the ones requirements.lock.txt pins (nvidia-cuda-nvcc, -nvvm, -crt, -cccl 13.0.x and
-nvidia-cuda-runtime 13.0.48), checked against the lock's hashes and unpacked as pip lays them
+nvidia-cuda-runtime), checked against the lock's hashes and unpacked as pip lays them
 out. This is what the image build relies on: FlashInfer's kernels are built ahead of time there,
 where no GPU is. The link stub (from the devel image) is not fetched here; its copy is checked.
 """

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stack import ROOT
+from pins import PIN
 from sglang_stack.download import ca_bundle
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import store
@@ -84,17 +85,18 @@ def test_a_changed_patched_file_is_named(stages, run_id):
 
 
 def test_a_changed_or_added_package_is_named(stages, run_id):
-    meta = "/opt/venv/lib/python3.11/site-packages/aiohappyeyeballs-2.6.1.dist-info/METADATA"
+    version = PIN["aiohappyeyeballs"]
+    meta = f"/opt/venv/lib/python3.11/site-packages/aiohappyeyeballs-{version}.dist-info/METADATA"
     extra = "/opt/venv/lib/python3.11/site-packages/leftpad-1.0.dist-info"
-    shell = (f"sed -i 's/^Version: 2.6.1$/Version: 2.6.2/' {meta} && mkdir {extra} && "
+    shell = (f"sed -i 's/^Version: {version}$/Version: {version}.1/' {meta} && mkdir {extra} && "
              f"printf 'Metadata-Version: 2.1\\nName: leftpad\\nVersion: 1.0\\n' > {extra}/METADATA")
     tag = derive(stages["router"], f"localhost/sglang-stack-test-{run_id}:verify-package", shell=shell)
     try:
         bad = failing(verify_image.verify("buildah", tag))
         assert set(bad) == {"installed", "sbom"}
-        assert "aiohappyeyeballs: installed 2.6.2, the lock pins 2.6.1" in bad["installed"]
+        assert f"aiohappyeyeballs: installed {version}.1, the lock pins {version}" in bad["installed"]
         assert "leftpad==1.0: installed, but not in the lock" in bad["installed"]
-        assert "aiohappyeyeballs: SBOM says 2.6.1, the image has 2.6.2" in bad["sbom"]
+        assert f"aiohappyeyeballs: SBOM says {version}, the image has {version}.1" in bad["sbom"]
     finally:
         store.remove("buildah", tag)
 
@@ -155,11 +157,11 @@ def test_an_unknown_image_is_one_line():
 
 def test_an_installed_txt_that_predates_sglang_is_named():
     """The runtime's installed.txt was written in deps, before /opt/sglang joined the path: verify compares it."""
-    installed = {"sglang": "0.5.9", "torch": "2.9.1+cu130"}
+    installed = {"sglang": "1.0", "torch": "2.0+cu130"}
     must = dict(installed)
-    stale = verify_image.recorded("torch==2.9.1+cu130\n")
+    stale = verify_image.recorded("torch==2.0+cu130\n")
     check = verify_image.check_installed(installed, must, {}, stale)
-    assert check.ok is False and check.detail == "installed.txt says sglang absent, Python sees 0.5.9", check.detail
-    fresh = verify_image.recorded("sglang==0.5.9\ntorch==2.9.1+cu130\n")
+    assert check.ok is False and check.detail == "installed.txt says sglang absent, Python sees 1.0", check.detail
+    fresh = verify_image.recorded("sglang==1.0\ntorch==2.0+cu130\n")
     assert verify_image.check_installed(installed, must, {}, fresh).ok
     assert verify_image.check_installed(installed, must, {}, None).ok, "an image without the list (the sglang stage)"

@@ -26,7 +26,23 @@ import types
 # What SGLang asks of the machine, answered for the CUDA box the image targets. Calls by dotted name,
 # then in-tree platform predicates by their own name (sglang.srt.utils.is_cuda and its re-exports).
 PLATFORM_CALLS = {"torch.cuda.is_available": True, "torch.cuda.device_count": 8, "torch.cuda.get_device_capability": (12, 0)}
-PLATFORM_VALUES = {"torch.version.cuda": "13.0", "torch.version.hip": None, "torch.__version__": "2.9.1+cu130"}
+PLATFORM_VALUES = {"torch.version.cuda": "13.0", "torch.version.hip": None}
+
+
+def platform_value(dotted: str):
+    """A platform attribute's stand-in value; ``torch.__version__`` is the torch the tree's SGLang pins (its
+    Requires-Dist), as the CUDA 13.0 build; anything else a stand-in object."""
+    if dotted == "torch.__version__":
+        import importlib.metadata
+        import re
+
+        try:
+            pinned = next((m.group(1) for r in importlib.metadata.requires("sglang") or ()
+                           if (m := re.match(r"torch\s*==\s*([\w.]+)\s*(;|$)", r))), "")
+        except importlib.metadata.PackageNotFoundError:
+            pinned = ""
+        return f"{pinned or '0'}+cu{PLATFORM_VALUES['torch.version.cuda'].replace('.', '')}"
+    return PLATFORM_VALUES[dotted] if dotted in PLATFORM_VALUES else StandIn(dotted)
 PREDICATES = {"is_cuda": True, "is_cuda_alike": True, "is_hip": False, "is_npu": False, "is_cpu": False,
               "is_xpu": False, "is_hpu": False, "is_musa": False, "is_mps": False}
 NN_MODULE_METHODS = frozenset("""
@@ -80,7 +96,7 @@ class StandIn:
         dotted = f"{self._name}.{name}"
         if name in SERVER_ARGS:
             return SERVER_ARGS[name]
-        return PLATFORM_VALUES[dotted] if dotted in PLATFORM_VALUES else StandIn(dotted)
+        return platform_value(dotted)
 
     def __setattr__(self, name, value):
         pass
@@ -255,8 +271,7 @@ class StandInModule(types.ModuleType):
         sub = f"{self.__name__}.{name}"
         if sub in sys.modules or sub in MODELLED or Finder.tree_module(sub) is not None:
             return importlib.import_module(sub)
-        dotted = sub
-        return PLATFORM_VALUES[dotted] if dotted in PLATFORM_VALUES else StandIn(dotted)
+        return platform_value(sub)
 
 
 class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -1,7 +1,7 @@
 """SGLang's native HTTP API, as the benchmark calls it from the host.
 
 ``/health`` (can it generate?), ``/server_info`` (what it runs), ``/flush_cache``
-and a streaming ``POST /generate``, timed. The wire format is SGLang 0.5.9's
+and a streaming ``POST /generate``, timed. The wire format is SGLang's
 (sglang/srt/entrypoints/http_server.py, ``generate_request``): chunked
 ``text/event-stream`` with one ``data: {json}`` event per step, an
 ``{"error": {...}}`` event if the request fails after the headers went out,
@@ -73,7 +73,7 @@ class Timing:
     finish_reason: object = None
     token_source: str = "server"
     """Where ``output_tokens`` came from: ``server`` (its own count), or ``chunks`` (one per streamed chunk, an estimate)."""
-    # Every speculative-decoding figure SGLang 0.5.9 puts in the final meta_info, as sent
+    # Every speculative-decoding figure SGLang puts in the final meta_info, as sent
     # (tokenizer_manager.py, _calculate_spec_decoding_metrics).
     spec_accept_length: float | None = None
     spec_verify_ct: int | None = None

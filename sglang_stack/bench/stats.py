@@ -98,7 +98,7 @@ def tokens_between(samples: Iterable[dict], start: float, end: float) -> int:
 def accept_by_position(histograms: Iterable[Sequence[int]]) -> list[float] | None:
     """P(at least k draft tokens accepted in a verify step), for k = 1, 2, ..., pooled over requests.
 
-    SGLang 0.5.9's ``spec_accept_histogram`` counts, per request, the verify steps that
+    SGLang's ``spec_accept_histogram`` counts, per request, the verify steps that
     accepted 0, 1, 2, ... draft tokens (index = accepted count). Pooled: the histograms are
     summed position by position first, so a long answer weighs by its steps.
     """

@@ -286,7 +286,7 @@ def check_arch(facts: Facts, svc: composefile.Service | None) -> list[Check]:
         fusion = "--enable-flashinfer-allreduce-fusion"
         asked = svc is not None and fusion in svc.argv
         out.append(Check("sm120", WARN if asked else NOTE,
-                         f"{fusion} is a no-op here: SGLang 0.5.9 accepts it, but its own per-layer gate "
+                         f"{fusion} is a no-op here: SGLang accepts it, but its own per-layer gate "
                          "(apply_flashinfer_allreduce_fusion) wants SM90 or SM100, so no layer fuses and FlashInfer's "
                          "trtllm_comm (majors 9 and 10 only) is never built or loaded (docs/settings.md, run in SGLang)",
                          f"drop {fusion} from SGLANG_EXTRA_ARGS" if asked else ""))

@@ -8,7 +8,7 @@ keeps the one line this prints in ``docker inspect``'s health log.
 
 Why ``/health`` and these defaults:
 
-- In SGLang 0.5.9, ``/health`` answers 503 while the server is starting, then
+- In SGLang, ``/health`` answers 503 while the server is starting, then
   runs a one-token generation and waits up to ``SGLANG_HEALTH_CHECK_TIMEOUT``
   seconds (default 20) for the scheduler to answer, polling once a second
   (``sglang/srt/entrypoints/http_server.py``, ``health_generate``). A 200
@@ -40,14 +40,14 @@ from sglang_stack.errors import run_main
 from sglang_stack.entrypoints import serve
 
 DEFAULT_PORT = 30000
-SGLANG_DEFAULT_HEALTH_TIMEOUT = 20  # SGLang 0.5.9's SGLANG_HEALTH_CHECK_TIMEOUT default
+SGLANG_DEFAULT_HEALTH_TIMEOUT = 20  # SGLang's SGLANG_HEALTH_CHECK_TIMEOUT default
 MARGIN_S = 10
 
 
 def default_url(environ=os.environ) -> str:
     """``http://127.0.0.1:${SGLANG_STACK_PORT:-30000}/health``.
 
-    Not ``SGLANG_PORT``: SGLang 0.5.9 reads that one too (``get_open_port()``), and with
+    Not ``SGLANG_PORT``: SGLang reads that one too (``get_open_port()``), and with
     tensor parallelism its message queue binds that port before the API server can.
     """
     port = environ.get("SGLANG_STACK_PORT") or str(DEFAULT_PORT)

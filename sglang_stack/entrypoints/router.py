@@ -36,7 +36,7 @@ from sglang_stack.errors import UserError
 
 VARIABLE = "ROUTER_WORKER_URLS"
 CONTAINER_PORT = 30080
-POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")  # sglang-router 0.3.2's choices, less "manual"
+POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")  # the pinned sglang-router's choices, less "manual"
 _HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
 
 

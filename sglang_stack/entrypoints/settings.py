@@ -3,7 +3,7 @@
     python3 -m sglang_stack.entrypoints.settings --profile h200x8 --model-dir DIR [--draft-dir DIR] -- ARGS...
 
 ``ARGS`` is the argument list compose.yaml (or the Kubernetes render) hands to
-``sglang.launch_server``. SGLang 0.5.9 resolves it exactly as at start-up:
+``sglang.launch_server``. SGLang resolves it exactly as at start-up:
 ``prepare_server_args(ARGS)`` runs ``ServerArgs.__post_init__``, which picks the attention and
 sampling backends, the all-reduce fusion, the MoE runner, the CUDA graph sizes and the
 speculative settings from the model's config and the GPU. Then the ports: ``PortArgs.init_new``

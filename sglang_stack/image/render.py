@@ -26,6 +26,7 @@ from sglang_stack.errors import UserError, read_text
 from sglang_stack.templates import environment
 from sglang_stack.atomic import write_all as atomic_write_all
 from sglang_stack.entrypoints.serve import ARCH_FILE
+from sglang_stack.image import contents
 from sglang_stack.lock.lockfile import Artifact, Lock
 from sglang_stack.patching.patches import read_series
 
@@ -228,9 +229,14 @@ def requirements_dir(output: Path) -> Path:
 
 
 def rendered(lock: Lock, output: Path = OUTPUT, **kwargs) -> dict[Path, str]:
-    """Every file ``invoke render`` writes: the Dockerfile and its requirement files."""
+    """Every file ``invoke render`` writes: the Dockerfile, its requirement files, and the README's account of what
+    the image contains, where the checkout the Dockerfile goes to has a README."""
     folder = requirements_dir(output)
-    return {output: render_text(lock, **kwargs), **{folder / name: text for name, text in requirement_files(lock).items()}}
+    files = {output: render_text(lock, **kwargs), **{folder / name: text for name, text in requirement_files(lock).items()}}
+    readme = output.parent.parent / contents.README.name
+    if readme.is_file():
+        files[readme] = contents.rendered(lock, readme)
+    return files
 
 
 def render(lock: Lock, output: Path = OUTPUT, **kwargs) -> bool:

@@ -6,7 +6,7 @@ Every figure has a source and a status:
   sum of the file sizes in the wheel's own zip central directory, read with HTTP range
   requests, a few KB per wheel). Which of a release's files counts is the one pip installs on
   the image (cp312, manylinux up to glibc 2.39, x86-64), chosen by packaging's tag order.
-- **proxy**: a URL wheel measured through the PyPI build of the same release (torch 2.9.1 on
+- **proxy**: a URL wheel measured through the PyPI build of the same release (the pinned torch's release on
   PyPI is the CUDA 12.8 build of the same code; its CUDA libraries are separate wheels either way).
 - **published** / **estimate**: a figure recorded in versions.lock ([cuda.base], [size], [[wheel]]).
 

@@ -5,7 +5,7 @@ advisories that affect that release: their ids (PYSEC, GHSA) and aliases (CVE), 
 versions that fix them, and whether they were withdrawn. It is the data pip-audit's PyPI
 service reads; here it is read for the exact pins of the lock: requirements.lock.txt,
 requirements.router.lock.txt and the URL wheels of versions.lock (by their public
-version: torch 2.9.1+cu130 is torch 2.9.1 to the index).
+version: torch X+cu130 is torch X to the index).
 
 Advisories change, so nothing is cached: every run asks the index. For each advisory the
 report says whether the stack can take the fix: not where versions.lock pins the

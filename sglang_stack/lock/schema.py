@@ -127,7 +127,7 @@ def _check_formats(data: dict, bad) -> None:
             try:
                 Version(value)
             except InvalidVersion:
-                bad(prefix, f"{value!r} is not a version (PEP 440), such as 0.5.9 or 2.9.1+cu130")
+                bad(prefix, f"{value!r} is not a version (PEP 440), such as 1.2.3 or 2.0.1+cu130")
 
     version("sglang.version", data["sglang"].get("version"))
     version("router.version", data["router"].get("version"))

@@ -47,7 +47,7 @@ NO_NEWLINE = "\\ No newline at end of file"
 # was written against, so it is refused: rebase the series rather than patch code
 # nobody has read. (GNU patch searches the whole file.)
 MAX_OFFSET = 5
-# `# target: sglang 0.5.9` in patches/series: the release the series is made for.
+# `# target: sglang` in patches/series: the release the series is made for.
 TARGET_RE = re.compile(r"^#\s*target:\s*sglang\s+(\S+)\s*$", re.M)
 
 UNAPPLIED = "unapplied"

@@ -2,7 +2,7 @@
 
 For each host profile (8x H200, 8x RTX PRO 6000, one GPU) and each argument list we hand to
 ``sglang.launch_server`` (each server of compose.yaml, the Kubernetes render's server),
-``services/settings.py`` runs SGLang 0.5.9's ``ServerArgs`` and ``PortArgs`` in the image (or in
+``services/settings.py`` runs SGLang's ``ServerArgs`` and ``PortArgs`` in the image (or in
 any Python where that SGLang imports) with the container's environment, and reports what SGLang
 chose. ``invoke settings --write`` keeps the result in docker/settings.json and docs/settings.md;
 the image's ahead-of-time FlashInfer modules follow from it (``image.steps.aot.modules_of``), and the tests

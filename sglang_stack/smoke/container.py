@@ -175,7 +175,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
     labels = store.labels("buildah", ref)
     wanted = dict(render.labels(lock, ROOT / "patches", "sglang"))
     wrong = sorted(k for k, v in wanted.items() if labels.get(k) != v)
-    result.record("labels record the stage's pins and every patch sha256", not wrong, ", ".join(wrong[:5]) or f"{len(wanted)} labels")
+    result.record("labels record the stage's pins and the series", not wrong, ", ".join(wrong[:5]) or f"{len(wanted)} labels")
     series = patches.read_series(ROOT / "patches")
     result.record(
         "labels name the applied series in order",

@@ -154,7 +154,7 @@ def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=Non
 @task(
     help={
         "image": "run SGLang in this image (default: the one versions.lock tags, sglang-stack:0.5.9-cu130)",
-        "python": "run SGLang with this interpreter instead of an image: one where sglang 0.5.9 and its "
+        "python": "run SGLang with this interpreter instead of an image: one where sglang and its "
         "stack import (default: none)",
         "engine": "docker or podman, for --image (default: stack.engine)",
         "model-dir": "a directory holding the target's config.json (default: deploy/models/Kimi-K2.5)",
@@ -170,7 +170,7 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
     """What SGLang decides at our settings, per host: run its own ServerArgs and ports, as compose and k8s start it.
 
     For 8x H200, 8x RTX PRO 6000 and one GPU, and for each argument list we pass to
-    sglang.launch_server (compose's baseline and eagle3, the Kubernetes render), SGLang 0.5.9's
+    sglang.launch_server (compose's baseline and eagle3, the Kubernetes render), SGLang's
     ServerArgs and PortArgs run in the image with the container's environment; only the GPU is
     stood in for. Prints the attention and sampling backends, the all-reduce fusion, the MoE runner,
     the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md).

@@ -1,7 +1,7 @@
-"""Build, at image build time, the FlashInfer modules that SGLang 0.5.9 compiles for Kimi-K2.5, into FlashInfer's own AOT dir.
+"""Build, at image build time, the FlashInfer modules that SGLang compiles for Kimi-K2.5, into FlashInfer's own AOT dir.
 
-Without flashinfer-jit-cache (5-8 GB, mostly for other GPUs) FlashInfer 0.6.4 compiles each
-kernel on first use, silently. For Kimi-K2.5 (an MLA model) SGLang 0.5.9 takes attention from
+Without flashinfer-jit-cache (5-8 GB, mostly for other GPUs) the pinned FlashInfer compiles each
+kernel on first use, silently. For Kimi-K2.5 (an MLA model) SGLang takes attention from
 sgl-kernel's FA3 on SM90 and from Triton on SM120, RMSNorm from sgl-kernel and RoPE and the
 KV-cache store from its own ``jit_kernel``; what it takes from FlashInfer is sampling
 (``top_k_top_p_sampling_from_probs``, ``top_k_renorm_prob``, ``top_p_renorm_prob``, the default
@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# Module name -> (FlashInfer module, generator): what SGLang 0.5.9 builds for Kimi-K2.5. Which of
+# Module name -> (FlashInfer module, generator): what SGLang builds for Kimi-K2.5. Which of
 # them an image gets follows from what SGLang decides on each GPU (docker/settings.json).
 MODULES = {
     "sampling": ("flashinfer.jit.sampling", "gen_sampling_module"),

@@ -8,7 +8,7 @@ Reads the dynamic section of every x86-64 ELF file under the path (pyelftools), 
 - **wrong CUDA major**: a ``DT_NEEDED`` of a CUDA library whose soname tracks the toolkit's
   major (``libcudart.so.12``, ``libcublas.so.12``, ``libnvrtc.so.12``, ...) other than the
   stack's (``[cuda] version`` in versions.lock). Such a library fails to load in a CUDA 13
-  image, and some packages swallow the ImportError (torchao 0.9.0's bare ``except:``).
+  image, and some packages swallow the ImportError (the pinned torchao's bare ``except:``).
 - **unresolved**: a needed library found nowhere: not in the object's RPATH/RUNPATH
   (``$ORIGIN`` expanded), not in the system's library directories, and not as the file name or
   soname of another ELF object in the tree (torch's own libraries are found that way, loaded
