@@ -24,7 +24,7 @@ from sglang_stack.services import composefile
 from sglang_stack.doctor import checklist as doctor
 from sglang_stack.doctor import inputs
 from sglang_stack.doctor import host
-from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN
+from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.doctor.host import Facts, Gpu
 
 import fake_cli
@@ -605,3 +605,43 @@ def test_an_override_that_widens_privilege_is_said(tmp_path):
     for said in ("privileged: true", "cap_add: SYS_ADMIN", "ipc: host", "read_only: false", "host paths mounted beside the "
                  "models: /", "compose.override.yaml"):
         assert said in check.detail, (said, check.line())
+
+
+# --- the registry ----------------------------------------------------------------------------------
+
+
+def test_the_doctor_table_of_docs_services_is_the_checks_own_docstrings():
+    from sglang_stack.doctor.registry import documented
+
+    text = (ROOT / "docs" / "services.md").read_text()
+    assert documented(text, doctor.CHECKS) == text, "docs/services.md: run `python -m sglang_stack.doctor.checklist --docs`"
+    names = [n for fn in doctor.CHECKS for n in fn.spec.names]
+    assert {"config", "model", "drafter", "api-key", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
+            "shm", "memlock", "disk", "image", "kernels", "audit", "multinode", "privilege"} <= set(names), names
+    assert all(fn.spec.passes_when and fn.spec.fix for fn in doctor.CHECKS), "every check says when it passes and its fix"
+
+
+def test_a_new_check_is_one_function_and_the_loop_writes_its_skip_lines():
+    """A check declares what it reads (its parameters) and when it applies; the loop runs it or says why not."""
+    from sglang_stack.doctor.registry import Context, check, evaluate
+
+    seen = []
+
+    @check("vram", needs=("service", "gpu"))
+    def check_vram(facts, svc):
+        """Each visible GPU has the memory a shard of the model needs.
+
+        Fix: bigger GPUs, or a larger TP_SIZE.
+        """
+        seen.append((facts, svc))
+        return Check("vram", OK, "enough")
+
+    facts = Facts(gpus=[])
+    assert evaluate([check_vram], Context(facts, None, "docker")) == [Check("vram", SKIP, "skipped: config invalid")]
+    cpu = svc_of(**{"COMPOSE_FILE": "compose.yaml:tests/compose.engine.yaml"})
+    skipped = evaluate([check_vram], Context(facts, cpu, "docker"))
+    assert [c.status for c in skipped] == [SKIP] and "reserves no GPU" in skipped[0].detail, skipped
+    gpu = svc_of()
+    assert evaluate([check_vram], Context(facts, gpu, "docker")) == [Check("vram", OK, "enough")]
+    assert seen == [(facts, gpu)], "the check got the facts its parameters name"
+    assert evaluate([check_vram], Context(facts, gpu, "docker", role="router")) == [], "a server's check is no router's"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import checkout
 import engine
-from sglang_stack import ROOT
 
 pytestmark = pytest.mark.engine
 
@@ -46,18 +46,6 @@ OVERRIDE = """
 """
 
 
-def checkout_copy(dest: Path) -> Path:
-    """The tracked files of this checkout, as a clone would have them."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    for rel in filter(None, files.split("\0")):
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / rel).is_file():
-            target.write_bytes((ROOT / rel).read_bytes())
-            target.chmod((ROOT / rel).stat().st_mode)
-    return dest
-
-
 def add_service(tree: Path) -> None:
     compose = tree / "compose.yaml"
     text = compose.read_text()
@@ -70,7 +58,7 @@ def add_service(tree: Path) -> None:
 
 @pytest.fixture
 def tree(tmp_path, standin_image, model_dirs, run_id):
-    tree = checkout_copy(tmp_path / "checkout")
+    tree = checkout.copy(tmp_path / "checkout")
     add_service(tree)
     ports = {var: str(engine.free_port()) for var in ("NGRAM_PORT", "BASELINE_PORT", "EAGLE3_PORT", "ROUTER_PORT")}
     (tree / ".env").write_text("".join(f"{k}={v}\n" for k, v in {
@@ -107,7 +95,7 @@ def test_a_service_written_only_in_compose_yaml_is_one_for_every_task(tree):
 
     up = invoke(tree, "up", "ngram", "--interval", "1")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
-    assert f"ngram: healthy after" in up.stdout and f"http://127.0.0.1:{port}" in up.stdout, up.stdout
+    assert "ngram: healthy after" in up.stdout and f"http://127.0.0.1:{port}" in up.stdout, up.stdout
     # It speculates, so `invoke up` measures its acceptance; it has no drafter, so only the floor applies.
     assert "ngram: accept length" in up.stdout + up.stderr, up.stdout[-1500:]
 

@@ -202,7 +202,7 @@ def test_a_tree_of_another_sglang_version_is_refused(sglang_tree):
 def test_changed_source_fails_the_hunk_even_without_a_version_check(sglang_tree, tmp_path):
     pdir = copy_patches(tmp_path)
     series = pdir / "series"
-    series.write_text(series.read_text().replace("# target: sglang\n", ""))
+    series.write_text(series.read_text().replace(f"# target: sglang {PIN['sglang']}\n", ""))
     kimi = sglang_tree / KIMI
     kimi.write_text(kimi.read_text().replace("self.language_model.load_weights(language_weights)", "self.language_model.load_weights(list(language_weights))"))
     before = snapshot(sglang_tree)
@@ -226,7 +226,7 @@ def test_a_partly_applied_series_is_reported_not_skipped(sglang_tree, tmp_path):
     first = tmp_path / "first"
     first.mkdir()
     shutil.copy(PATCHES / "0001-kimi-k25-eagle3-delegation.patch", first)
-    (first / "series").write_text("# target: sglang\n0001-kimi-k25-eagle3-delegation.patch\n")
+    (first / "series").write_text(f"# target: sglang {PIN['sglang']}\n0001-kimi-k25-eagle3-delegation.patch\n")
     patches.apply_series(sglang_tree, first, quiet=True)
     before = snapshot(sglang_tree)
     with pytest.raises(UserError) as err:
@@ -541,7 +541,7 @@ def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_invoke_patch_applies_then_reports_an_applied_series(sglang_tree):
     first = invoke("patch", "--sglang-src", str(sglang_tree))
     assert first.returncode == 0, f"{first.stdout}{first.stderr}"
-    assert f"applied {len(patches.read_series(PATCHES))} patches to sglang" in first.stdout, first.stdout
+    assert f"applied {len(patches.read_series(PATCHES))} patches to sglang {PIN['sglang']}" in first.stdout, first.stdout
     again = invoke("patch", "--sglang-src", str(sglang_tree))
     assert again.returncode == 1, f"re-applying must fail: {again.returncode}"
     assert again.stderr.strip().startswith("error:") and "already applied" in again.stderr, again.stderr
@@ -578,7 +578,7 @@ def test_invoke_patch_check_fails_on_a_broken_series(tmp_path):
 
 def test_invoke_patch_check_fails_when_the_audit_does(tmp_path):
     pdir = copy_patches(tmp_path)
-    (pdir / "series").write_text("# target: sglang\n0002-deepseek-v2-eagle3-embedding-capture.patch\n")
+    (pdir / "series").write_text(f"# target: sglang {PIN['sglang']}\n0002-deepseek-v2-eagle3-embedding-capture.patch\n")
     proc = invoke("patch-check", "--patches-dir", str(pdir))
     assert proc.returncode == 1, f"{proc.returncode}: {proc.stdout}{proc.stderr}"
     assert "missing: KimiK25ForConditionalGeneration.get_embed_and_head()" in proc.stdout, proc.stdout

@@ -118,3 +118,27 @@ def test_the_requirement_files_are_rendered_with_the_dockerfile(lock, tmp_path):
     assert any("sglang.txt (committed)" in line for line in diff) and any("gone.txt" in line for line in diff), diff
     assert render.render(lock, out) is True and render.drift(lock, out) == []
     assert not (folder / "gone.txt").exists()
+
+
+def test_what_compose_k8s_and_the_settings_table_say_is_no_input_of_the_dockerfile(tmp_path):
+    """The render reads versions.lock, the requirement locks and patches/series only: an edit to compose.yaml's
+    environment, the k8s values or docker/settings.json leaves docker/Dockerfile as it is (the build reads
+    docker/environment.toml and docker/settings.json itself)."""
+    import subprocess
+    import sys
+
+    import checkout
+
+    tree = checkout.copy(tmp_path / "checkout")
+    compose = tree / "compose.yaml"
+    compose.write_text(compose.read_text().replace("    NCCL_DEBUG: ${NCCL_DEBUG:-WARN}\n",
+                                                   "    NCCL_DEBUG: ${NCCL_DEBUG:-INFO}\n    NCCL_NEW_KNOB: \"1\"\n", 1))
+    values = tree / "deploy" / "k8s" / "values.yaml"
+    values.write_text(values.read_text().replace("tp_size: 8", "tp_size: 4", 1))
+    table = tree / "docker" / "settings.json"
+    table.write_text(table.read_text().replace('"sampling_backend": "flashinfer"', '"sampling_backend": "pytorch"'))
+    assert compose.read_text() != (ROOT / "compose.yaml").read_text() and table.read_text() != (ROOT / "docker" / "settings.json").read_text()
+    proc = subprocess.run([sys.executable, "-m", "invoke", "render", "--check"], cwd=tree, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"the Dockerfile follows a file it should not read:\n{proc.stdout}{proc.stderr}"
+    assert (tree / "docker" / "Dockerfile").read_bytes() == (ROOT / "docker" / "Dockerfile").read_bytes()

@@ -649,12 +649,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("service", nargs="?", default=None,
                         help="a service of compose.yaml (default: compose.yaml's x-sglang-stack.default)")
     parser.add_argument("--engine", default="docker", help="container CLI (default: docker)")
-    parser.add_argument("--docs", action="store_true", help="print the table of checks docs/services.md holds")
+    parser.add_argument("--docs", action="store_true", help="write the table of checks into docs/services.md")
     args = parser.parse_args(argv)
     if args.docs:
-        from sglang_stack.doctor.registry import markdown
+        from sglang_stack.atomic import write as atomic_write
+        from sglang_stack.doctor.registry import documented
+        from sglang_stack.errors import read_text
 
-        print(markdown(CHECKS), end="")
+        path = ROOT / "docs" / "services.md"
+        atomic_write(path, documented(read_text(path), CHECKS))
+        print(f"wrote {path.relative_to(ROOT)}")
         return 0
     return doctor(args.engine, args.service)
 

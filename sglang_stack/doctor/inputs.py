@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from sglang_stack.errors import UserError
@@ -93,7 +94,7 @@ def _model_dir_check(name: str, var: str, directory: Path, env: variables.Enviro
     if bad:
         return Check(name, FAIL, f"{detail}; {bad} of {total} files are not readable by uid {IMAGE_USER_UID}, the image's user "
                      f"(first: {first})", f"chmod -R a+rX {directory}, or chown -R {IMAGE_USER_UID} {directory}"), arch
-    if name == "drafter" and "eagle3" not in arch.lower():
+    if name == "drafter" and not re.search(r"eagle-?3", arch, re.I):  # LlamaForCausalLMEagle3 and the like
         return Check(name, WARN, f"{detail}: does not look like an EAGLE-3 drafter",
                      "point DRAFT_MODEL_DIR at an EAGLE-3 drafter for Kimi-K2.5"), arch
     return _pin_check(name, directory, detail), arch

@@ -189,7 +189,8 @@ def help_after_task(program) -> None:
     wrote manifests into a directory of that name (the parser fills positionals before it looks at
     the core flags: invoke/parser/parser.py, ``handle``). Before Invoke parses the tasks, a
     ``--help`` (or a ``-h`` the task does not define) in a task's arguments is read as ``--help TASK``,
-    which Invoke answers with the task's help and exit 0; the rest of the line is not read.
+    which Invoke answers with the task's help and exit 0; the rest of the line is not read. Right after a
+    flag that takes a value it stays that value, as Invoke reads it (``--image --help`` is a missing image).
     """
     step = program.parse_tasks
     if getattr(step, "__help__", False):
@@ -198,15 +199,17 @@ def help_after_task(program) -> None:
     @functools.wraps(step)
     def wrapper():
         contexts = program._make_parser().contexts
-        task = None
+        task, previous = None, None
         for token in program.core.unparsed:
-            if token in contexts:
+            wants_value = task and previous in contexts[task].flags and contexts[task].flags[previous].takes_value
+            if token in contexts and not wants_value:
                 task = token
-            elif task and (token == "--help" or (token == "-h" and "-h" not in contexts[task].flags)):
+            elif task and not wants_value and (token == "--help" or (token == "-h" and "-h" not in contexts[task].flags)):
                 program.core.unparsed = []
                 step()
                 program.args.help.value = task  # what `invoke --help TASK` sets: parse_cleanup prints it
                 return None
+            previous = token.split("=", 1)[0] if token.startswith("-") else None
         return step()
 
     wrapper.__help__ = True

@@ -1,0 +1,19 @@
+"""A copy of this checkout's tracked files, as a clone would have them: for tests that edit what users edit."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from sglang_stack import ROOT
+
+
+def copy(dest: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        source, target = ROOT / rel, dest / rel
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+            target.chmod(source.stat().st_mode)
+    return dest
