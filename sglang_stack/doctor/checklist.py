@@ -3,8 +3,8 @@
     invoke doctor [SERVICE]      or    python -m sglang_stack.doctor.checklist [SERVICE]
 
 One line per check, each ``ok``, ``warn``, ``FAIL``, ``skip`` or ``note``; every
-FAIL says how to fix it. It runs without Docker (the Docker checks fail, the
-rest still run) and only runs quick commands (``docker info``, ``nvidia-smi``,
+FAIL says how to fix it. Compose reads compose.yaml for it; without Docker the
+``config`` check fails and the host's checks still run. It only runs quick commands (``docker info``, ``nvidia-smi``,
 one ``docker run`` of the audit), each under a timeout, so it takes seconds.
 
 ``invoke up`` runs the same checks first, quietly, and refuses to start on the
