@@ -22,6 +22,7 @@ from sglang_stack import ROOT
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.doctor import checklist as doctor
+from sglang_stack.doctor import gpus as gpu_checks
 from sglang_stack.doctor import inputs
 from sglang_stack.doctor import host
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
@@ -128,7 +129,7 @@ def test_h200_single_gpu_fails_tp8_with_a_fix():
     arch = by_name(checks, "arch")[0]
     assert arch.status == OK and "SM90" in arch.detail and "NVIDIA H200" in arch.detail, arch.line()
     assert not by_name(checks, "sm120"), "no SM120 notes on Hopper"
-    single = doctor.check_gpus(facts_for(H200_QUERY, H200_SMI), svc_of("baseline", TP_SIZE="1"))
+    single = gpu_checks.check_gpus(facts_for(H200_QUERY, H200_SMI), svc_of("baseline", TP_SIZE="1"))
     assert single.status == OK, f"TP_SIZE=1 fits one H200: {single.line()}"
 
 
@@ -155,7 +156,7 @@ def test_sm120_fusion_flag_is_a_warning():
     [("0,1,2,3,4,5,6,7", OK, "8 GPUs visible"), ("0,1,2,3", FAIL, "4 GPUs visible"), ("0,9", FAIL, "names GPU 9")],
 )
 def test_gpu_ids_against_tp(gpu_ids, status, text):
-    check = doctor.check_gpus(facts_for(RTX_QUERY, RTX_SMI), svc_of(GPU_IDS=gpu_ids))
+    check = gpu_checks.check_gpus(facts_for(RTX_QUERY, RTX_SMI), svc_of(GPU_IDS=gpu_ids))
     assert check.status == status and text in check.detail, f"GPU_IDS={gpu_ids}: {check.line()}"
 
 
@@ -171,7 +172,7 @@ def test_gpu_ids_against_tp(gpu_ids, status, text):
 )
 def test_driver_supports_cuda_13(driver, banner, status):
     query = f"0, NVIDIA H200, 9.0, {driver}, 143771\n"
-    check = doctor.check_driver(facts_for(query, banner))
+    check = gpu_checks.check_driver(facts_for(query, banner))
     assert check.status == status, f"driver {driver} {banner!r}: {check.line()}"
     if status == FAIL:
         assert "580 or newer" in check.fix, f"the fix must name the driver branch: {check.fix}"
@@ -179,16 +180,16 @@ def test_driver_supports_cuda_13(driver, banner, status):
 
 def test_no_nvidia_smi():
     facts = facts_for("", "", gpus=[], smi_error="nvidia-smi: not found on PATH")
-    check = doctor.check_driver(facts)
+    check = gpu_checks.check_driver(facts)
     assert check.status == FAIL and "not found" in check.detail and "install the NVIDIA driver" in check.fix, check.line()
-    assert doctor.check_gpus(facts, svc_of()).status == SKIP, "no GPU data: the count is skipped, not failed twice"
+    assert gpu_checks.check_gpus(facts, svc_of()).status == SKIP, "no GPU data: the count is skipped, not failed twice"
 
 
 def test_mixed_and_old_gpus_warn():
     mixed = facts_for(RTX_QUERY.splitlines()[0] + "\n" + "1, NVIDIA H200, 9.0, 580.159.04, 143771\n", RTX_SMI)
-    assert doctor.check_arch(mixed, None)[0].status == WARN, "mixed GPU models should warn"
+    assert gpu_checks.check_arch(mixed, None)[0].status == WARN, "mixed GPU models should warn"
     ampere = facts_for("0, NVIDIA A100-SXM4-80GB, 8.0, 580.159.04, 81920\n", "")
-    check = doctor.check_arch(ampere, None)[0]
+    check = gpu_checks.check_arch(ampere, None)[0]
     assert check.status == WARN and "not a target" in check.detail, check.line()
 
 
@@ -209,12 +210,12 @@ def test_docker_checks():
 
 
 def test_gpu_runtime():
-    assert doctor.check_gpu_runtime(facts_for(RTX_QUERY, RTX_SMI)).status == OK, "nvidia runtime registered"
+    assert gpu_checks.check_gpu_runtime(facts_for(RTX_QUERY, RTX_SMI)).status == OK, "nvidia runtime registered"
     plain = facts_for(RTX_QUERY, RTX_SMI, docker_info=fake_cli.PLAIN_INFO)
-    missing = doctor.check_gpu_runtime(plain)
+    missing = gpu_checks.check_gpu_runtime(plain)
     assert missing.status == FAIL and "nvidia-ctk runtime configure" in missing.fix, missing.line()
     hooked = facts_for(RTX_QUERY, RTX_SMI, docker_info=fake_cli.PLAIN_INFO, nvidia_hook=True)
-    assert doctor.check_gpu_runtime(hooked).status == OK, "the runtime hook alone serves device requests"
+    assert gpu_checks.check_gpu_runtime(hooked).status == OK, "the runtime hook alone serves device requests"
 
 
 def test_exclusive_and_port_with_running_containers():
@@ -434,7 +435,7 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     fake = fake_cli.install(
         tmp_path / "bin", smi="rtxpro6000x8", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3", ps_rows=[],
         image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
-                          "Labels": {doctor.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"},
+                          "Labels": {gpu_checks.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"},
         audit_output="KimiK25ForConditionalGeneration: ok", audit_exit=0,
     )
     proc = run_module("sglang_stack.doctor.checklist", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
@@ -567,30 +568,30 @@ def test_a_key_file_the_container_user_cannot_read_fails(tmp_path):
 
 
 def image_with_arch_label(arch_list: str | None) -> dict:
-    labels = {} if arch_list is None else {doctor.ARCH_LABEL: arch_list}
+    labels = {} if arch_list is None else {gpu_checks.ARCH_LABEL: arch_list}
     return {"Config": {"Entrypoint": ["python3", "-m", "sglang_stack.entrypoints.serve"], "Labels": labels},
             "Size": 9.6e9, "Created": "2026-12-01T00:00:00Z"}
 
 
 def test_kernels_fail_on_a_gpu_outside_the_image_arch_list():
     b200 = "0, NVIDIA B200, 10.0, 580.159.04, 183359\n"
-    check = doctor.check_kernels(facts_for(b200, "", image=image_with_arch_label("9.0a 12.0a")))
+    check = gpu_checks.check_kernels(facts_for(b200, "", image=image_with_arch_label("9.0a 12.0a")))
     assert check.status == FAIL and "10.0" in check.detail and "9.0a 12.0a" in check.detail, check
     assert check.fix.startswith('invoke build --cuda-arch-list "10.0a"'), check.fix
 
 
 @pytest.mark.parametrize("query", [H200_QUERY, RTX_QUERY], ids=["h200", "rtxpro6000x8"])
 def test_kernels_pass_on_the_gpus_it_was_built_for(query):
-    check = doctor.check_kernels(facts_for(query, "", image=image_with_arch_label("9.0a 12.0a")))
+    check = gpu_checks.check_kernels(facts_for(query, "", image=image_with_arch_label("9.0a 12.0a")))
     assert check.status == OK, check
 
 
 def test_kernels_warn_without_aot_modules_and_note_an_unlabelled_image():
-    empty = doctor.check_kernels(facts_for(H200_QUERY, "", image=image_with_arch_label("")))
+    empty = gpu_checks.check_kernels(facts_for(H200_QUERY, "", image=image_with_arch_label("")))
     assert empty.status == WARN and "compiles them at first use" in empty.detail, empty
-    old = doctor.check_kernels(facts_for(H200_QUERY, "", image=image_with_arch_label(None)))
+    old = gpu_checks.check_kernels(facts_for(H200_QUERY, "", image=image_with_arch_label(None)))
     assert old.status == NOTE, old
-    assert doctor.check_kernels(facts_for(H200_QUERY, "", image=None)).status == SKIP
+    assert gpu_checks.check_kernels(facts_for(H200_QUERY, "", image=None)).status == SKIP
 
 
 def test_an_override_that_widens_privilege_is_said(tmp_path):

@@ -17,7 +17,8 @@ from sglang_stack.image import build as buildmod
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
-from sglang_stack.doctor import checklist as doctor, host
+from sglang_stack.doctor import checklist as doctor
+from sglang_stack.doctor import gpus as gpu_checks, host
 from sglang_stack.entrypoints import router
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, WARN
 from sglang_stack.doctor.host import Facts
@@ -150,7 +151,7 @@ def test_doctor_multinode_checks():
 def test_doctor_counts_gpus_per_node():
     gpus = host.parse_query_csv("".join(f"{i}, NVIDIA H200, 9.0, 580.159.04, 143771\n" for i in range(8)))
     svc = composefile.service("eagle3", env_of(**MULTI))
-    check = doctor.check_gpus(facts(gpus=gpus), svc)
+    check = gpu_checks.check_gpus(facts(gpus=gpus), svc)
     assert check.status == OK and "8 on this node" in check.detail, check.line()
 
 
