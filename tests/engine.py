@@ -33,8 +33,19 @@ from sglang_stack.shell import show
 TESTS = Path(__file__).resolve().parent
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 INVOKE = [sys.executable, "-m", "invoke"]
-# Each published service's host port variable (compose.yaml); every project gets free ports for all.
-PORT_VARIABLES = {"baseline": "BASELINE_PORT", "eagle3": "EAGLE3_PORT", composefile.ROUTER: "ROUTER_PORT"}
+
+
+def port_variables() -> dict[str, str]:
+    """Each service's host port variable, as compose.yaml's own ports entries name them."""
+    from sglang_stack.entrypoints.router import CONTAINER_PORT as ROUTER_PORT
+    from sglang_stack.services.variables import Environment
+
+    proj = composefile.project(Environment({}), (composefile.COMPOSE_FILE,))
+    return {name: proj.port_variable(name, ROUTER_PORT if proj.role(name) == composefile.ROUTER else composefile.CONTAINER_PORT)
+            for name in proj.names()}
+
+
+PORT_VARIABLES = port_variables()  # every project gets free ports for all
 
 
 def problem() -> str | None:
@@ -238,5 +249,4 @@ class ComposeProject:
     def down(self) -> None:
         # Every profile: a service of an inactive profile is invisible to `down`, and its
         # container would keep the project network alive.
-        profiles = [arg for service in composefile.ALL_SERVICES for arg in ("--profile", service)]
-        self.compose(*profiles, "down", "--volumes", "--remove-orphans", "--timeout", "5", check=False, timeout=120)
+        self.compose("--profile", "*", "down", "--volumes", "--remove-orphans", "--timeout", "5", check=False, timeout=120)

@@ -17,7 +17,6 @@ import argparse
 import os
 import subprocess
 import sys
-import sysconfig
 import venv
 from pathlib import Path
 
@@ -37,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unsupported: base python3 is {have}, versions.lock pins {args.python}", file=sys.stderr)
         return 1
     venv.create(args.root, with_pip=True)
-    site = Path(sysconfig.get_paths(vars={"base": str(args.root), "platbase": str(args.root)})["purelib"])
+    # The venv's own interpreter says where its site-packages is: the base's may use another scheme (Debian's
+    # python3 puts its own packages in dist-packages).
+    site = Path(subprocess.run([str(args.root / "bin" / "python3"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
     (site / "sglang-stack.pth").write_text("".join(f"{p}\n" for p in args.path))
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     subprocess.run([sys.executable, "-B", "-m", "sglang_stack.image.steps.pyc", "--clean", "--tree", str(args.root)],
