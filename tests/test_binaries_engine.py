@@ -1,8 +1,8 @@
 """On the real engine: the image build's binary audit fails on a planted CUDA 12 library, naming the package.
 
 The build step is the rendered docker/Dockerfile's own audit instruction, run verbatim (with its
-pip cache and CA secret mounts) in an image that has what ``deps`` would have at that point for
-this purpose: a venv holding the locked torchao wheel (a CUDA 12 build: libcudart.so.12),
+download mounts: its ELF reader is installed for the step) in an image that has what ``deps`` would
+have at that point for this purpose: a venv holding the locked torchao wheel (a CUDA 12 build: libcudart.so.12),
 torch's libraries as stand-ins with torch's sonames, versions.lock and the in-image modules.
 With versions.lock's declaration the step passes; with it removed, the build fails and says
 which package and file.
@@ -23,14 +23,15 @@ from sglang_stack.image import store
 from test_binaries import NO_EXCEPTIONS, TORCH_SONAMES
 
 pytestmark = pytest.mark.engine
-MODULES = ("sglang_stack/__init__.py", "sglang_stack/image/__init__.py", "sglang_stack/image/steps/binaries.py")
+MODULES = ("sglang_stack/__init__.py", "sglang_stack/image/__init__.py", "sglang_stack/image/steps/__init__.py",
+           "sglang_stack/image/steps/install.py", "sglang_stack/image/steps/binaries.py")
 
 
 def audit_instruction() -> str:
     from dockerfile import parse_file
 
     runs = [c.original for c in parse_file(str(ROOT / "docker" / "Dockerfile"))
-            if c.cmd == "RUN" and "sglang_stack.image.steps.binaries" in c.original]
+            if c.cmd == "RUN" and "build-tools --run binaries" in c.original]
     assert len(runs) == 1, f"expected one binary-audit step in docker/Dockerfile, found {len(runs)}"
     return runs[0]
 
@@ -49,7 +50,7 @@ def context(tmp: Path, base: str, lock_text: str) -> Path:
         shutil.copy(ROOT / rel, ctx / rel)
     (ctx / "versions.lock").write_text(lock_text)
     (ctx / "mirror").mkdir()  # every download step mounts the build context's mirror/ (empty: the network is used)
-    shutil.copytree(ROOT / "docker" / "build", ctx / "docker" / "build")  # and docker/build: pip-env.sh, the requirements
+    shutil.copytree(ROOT / "docker" / "build", ctx / "docker" / "build")  # and docker/build: the hashed requirement files
     (ctx / "Dockerfile").write_text(f"""FROM {base}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -m venv /opt/venv

@@ -41,14 +41,14 @@ def lock():
 
 
 def test_stages_in_pipeline_order(stages):
-    assert list(stages) == ["router", "toolchain", "base", "tools", "deps", "sglang", "runtime"], list(stages)
+    assert list(stages) == ["router", "toolchain", "base", "deps", "sglang", "runtime"], list(stages)
     # The last stage is what a plain `docker build` without --target makes: the SGLang image.
 
 
 def test_stage_parents(stages):
     parents = {name: cmds[0].value[0] for name, cmds in stages.items()}
     assert parents == {"router": "${ROUTER_BASE_IMAGE}", "toolchain": "${DEVEL_IMAGE}", "base": "${BASE_IMAGE}",
-                       "tools": "base", "deps": "base", "sglang": "base", "runtime": "deps"}, parents
+                       "deps": "base", "sglang": "base", "runtime": "deps"}, parents
 
 
 def test_the_runtime_chain_has_no_devel_image(stages, commands, lock):
@@ -73,7 +73,8 @@ def test_the_runtime_chain_has_no_devel_image(stages, commands, lock):
 
 def test_deps_checks_dependencies_binaries_and_python(stages):
     runs = " ".join(c.original for c in stages["deps"] if c.cmd == "RUN")
-    for step in ("sglang_stack.image.steps.depcheck", "sglang_stack.image.steps.binaries", "sglang_stack.image.steps.toolchain",
+    # The binary audit runs with its ELF reader installed for the step alone (install build-tools --run).
+    for step in ("sglang_stack.image.steps.depcheck", "build-tools --run binaries", "sglang_stack.image.steps.toolchain",
                  "sglang_stack.image.steps.aot", 'import pkg_resources', 'unsupported: base python3 is'):
         assert step in runs, f"deps does not run {step}"
     runtime = " ".join(c.original for c in stages["runtime"] if c.cmd == "RUN")
@@ -163,8 +164,9 @@ def test_the_repetition_measures_can_fail():
 
 def test_every_install_goes_through_the_install_step_with_the_download_mounts(commands):
     installs = [c for c in commands if c.cmd == "RUN" and INSTALL in c.value[0]]
-    # router (and its SBOM's tools), the tools stage, the URL wheels, the optional wheel, requirements.lock.txt, sglang.
-    assert len(installs) == 7, [c.original[:80] for c in installs]
+    # router, the URL wheels, the optional wheel, requirements.lock.txt, sglang; the build tools of the
+    # binary audit and of the three SBOMs (router, sglang, runtime), each for its one step.
+    assert len(installs) == 9, [c.original[:80] for c in installs]
     for cmd in installs:
         assert "--mount=type=cache,dst=/root/.cache" in cmd.flags, cmd.original
         # `invoke build --mirror`: every install can read the mirror, and the requirement files.

@@ -89,3 +89,25 @@ def test_a_tree_compiles_hash_checked_and_clean_drops_stale_bytecode(tmp_path, c
     compiled = list((tmp_path / "pkg" / "__pycache__").glob("mod.*.pyc"))
     assert compiled and compiled[0].read_bytes()[4:8] == (3).to_bytes(4, "little"), "a checked-hash .pyc (flags 0b11)"
     assert stale.exists() is not clean, "--clean removes the __pycache__ of a run's own default .pyc files"
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("ok", [True, False])
+def test_run_gives_one_step_the_build_tools_and_leaves_no_tree(tmp_path, ok):
+    """The Dockerfile's `install build-tools --run STEP`: docker/build's real hashed list, the binary audit with its
+    ELF reader on the path, the step's exit status, and no tree afterwards either way."""
+    scratch = tmp_path / "build-tools"
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "libplain.so").write_bytes(b"not an ELF file")
+    proc = run(ROOT / "docker/build/requirements/build-tools.txt", "--scratch", str(scratch), "--run", "binaries",
+               "--lock", str(ROOT / "versions.lock"), "--path", str(site if ok else tmp_path / "missing"))
+    assert (proc.returncode == 0) is ok, proc.stdout + proc.stderr
+    assert f"install: $ PYTHONPATH={scratch}" in proc.stdout, "the step shows what it runs, with the tree on its path"
+    assert "ModuleNotFoundError" not in proc.stderr, "the ELF reader came from the scratch tree"
+    assert not scratch.exists(), "the build tools are removed after the step"
+
+
+def test_run_without_a_step_is_one_line():
+    proc = run(Path("build-tools"), "--run")
+    assert proc.returncode != 0 and proc.stderr.strip() == "error: install: --run needs a step (sbom write ..., binaries ...)"

@@ -30,8 +30,6 @@ ROLES = (SERVER, ROUTER)
 TARGET_MOUNT = "/models/target"
 DRAFT_MOUNT = "/models/draft"
 CONTAINER_PORT = 30000
-SECRET_FILES = {"sglang_api_key": "SGLANG_API_KEY_FILE", "hf_token": "HF_TOKEN_FILE"}
-"""compose.yaml's secrets, each a file named by a variable (unset: /dev/null, no secret)."""
 
 
 # --- the project ------------------------------------------------------------------------------

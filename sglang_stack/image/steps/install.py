@@ -2,6 +2,7 @@
 
     python3 -B -m sglang_stack.image.steps.install NAME --stage STAGE [--target DIR] [--slim]
     python3 -B -m sglang_stack.image.steps.install build-tools --scratch DIR
+    python3 -B -m sglang_stack.image.steps.install build-tools --run STEP [ARGS...]
 
 NAME is a file of ``/build/requirements`` (``NAME.txt``, which ``invoke render`` writes from versions.lock
 and the download steps mount at /build) or the path of a requirement file. In the one step, so that
@@ -17,7 +18,11 @@ nothing of it reaches another layer:
 6. for the venv (no ``--target``), what ``pip list`` says is installed, sorted, in ``INSTALLED``.
 
 ``--scratch DIR`` installs into a throw-away tree for the rest of the step (the build tools: the ELF
-reader and the SBOM writer) and skips 3 to 5. The CA bundle build secret (``/run/secrets/ca``, for hosts
+reader and the SBOM writer) and skips 3 to 5. ``--run STEP ARGS...`` then runs
+``python3 -B -m sglang_stack.image.steps.STEP ARGS...`` with that tree (``/tmp/build-tools`` unless
+``--scratch`` says otherwise) first on its PYTHONPATH, removes the tree, and exits with the step's
+status: the build tools are in no layer, and no stage holds them for another to mount (a stage bind
+mount from another stage fails under buildah when that stage comes from its layer cache). The CA bundle build secret (``/run/secrets/ca``, for hosts
 behind a TLS-inspecting proxy) is what pip trusts when it is there. Run it with ``-B``: the step's own
 modules leave no .pyc behind either.
 """
@@ -57,7 +62,7 @@ def pip_environment(environ: dict[str, str], mirror: bool) -> dict[str, str]:
         print("install: using the CA bundle build secret", flush=True)
     if mirror:
         env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=MIRROR_WHEELS)
-        print("install: from the mirror: no index, no URL", flush=True)
+        print("installing from the mirror: no index, no URL", flush=True)
     return env
 
 
@@ -106,18 +111,42 @@ def install(name: str, *, stage: str | None, target: Path | None = None, slim: b
             INSTALLED.write_text("".join(sorted(line + "\n" for line in listed.splitlines() if line)))
 
 
+def run_with_tools(scratch: Path, step: list[str], environ: dict[str, str] | None = None) -> int:
+    """``python3 -B -m sglang_stack.image.steps.STEP ARGS`` with ``scratch`` first on its path; then no ``scratch``."""
+    import shutil
+
+    env = dict(os.environ if environ is None else environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(scratch), env.get("PYTHONPATH", "")) if p)
+    argv = [sys.executable, "-B", "-m", f"sglang_stack.image.steps.{step[0]}", *step[1:]]
+    print(f"install: $ PYTHONPATH={shlex.quote(env['PYTHONPATH'])} {shlex.join(argv)}", flush=True)
+    try:
+        return subprocess.run(argv, env=env).returncode
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    step = argv[argv.index("--run") + 1:] if "--run" in argv else None
+    if step is not None:
+        argv = argv[:argv.index("--run")]
+        if not step:
+            raise SystemExit("error: install: --run needs a step (sbom write ..., binaries ...)")
     parser = argparse.ArgumentParser(prog="python3 -B -m sglang_stack.image.steps.install", description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help="a requirement file of /build/requirements (router, sglang, ...) or a path")
     parser.add_argument("--stage", help="the Dockerfile stage, for the SBOM's record (required unless --scratch)")
     parser.add_argument("--target", type=Path, help="install into this directory instead of the venv")
     parser.add_argument("--slim", action="store_true", help="remove what docker/slim.toml declares, once installed")
     parser.add_argument("--scratch", type=Path, help="a throw-away tree for this step: no slim, no .pyc, no record")
+    parser.add_argument("--run", metavar="STEP ...", help="then run sglang_stack.image.steps.STEP with the tree on its "
+                        "path, and remove the tree (the rest of the line is the step's)")
     args = parser.parse_args(argv)
+    if step is not None and args.scratch is None:
+        args.scratch = Path("/tmp/build-tools")
     if not args.scratch and not args.stage:
         parser.error("--stage is required (or --scratch DIR)")
     install(args.name, stage=args.stage, target=args.target, slim=args.slim, scratch=args.scratch)
-    return 0
+    return 0 if step is None else run_with_tools(args.scratch, step)
 
 
 if __name__ == "__main__":
