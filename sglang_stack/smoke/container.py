@@ -262,16 +262,17 @@ def broken_patch_copy(workdir: Path) -> tuple[Path, str]:
 def planted_variable_copy(workdir: Path, name: str = "SGLANG_PORT") -> Path:
     """A throwaway copy of the build context whose sglang-stage environment audit is told compose sets ``name``.
 
-    What ``invoke render`` writes when compose.yaml sets a variable docker/environment.toml does not
-    declare: the build must fail at the audit, naming the variable and the SGLang file that reads it.
+    As if compose.yaml set a variable docker/environment.toml does not declare (a ``NAME=WHERE`` argument of
+    the audit, which the host-side check would have refused): the build must fail at the audit, naming the
+    variable and the SGLang file that reads it.
     """
     dest = copy_context(workdir / "planted")
     dockerfile = dest / "docker" / "Dockerfile"
-    marker = "--root /opt/sglang \\\n"
+    marker = "envaudit --strict --root /opt/sglang\n"
     text = dockerfile.read_text()
     if marker not in text:
         raise UserError(f"{dockerfile}: no environment audit of /opt/sglang to plant {name} into")
-    dockerfile.write_text(text.replace(marker, f"{marker}    {name}=compose \\\n", 1))
+    dockerfile.write_text(text.replace(marker, f"{marker[:-1]} {name}=compose\n", 1))
     return dest
 
 
