@@ -41,10 +41,13 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if not any(item.get_closest_marker(name) for name in SLOW):
             item.add_marker(pytest.mark.fast)
-        if item.get_closest_marker("container") or item.get_closest_marker("engine"):
-            # Under xdist (`--dist loadgroup`, as .ci/test runs) every image test goes to one worker: they share the
-            # session's images (the Debian base, the sglang stage), which a second worker would build again.
-            item.add_marker(pytest.mark.xdist_group("images"))
+        # Under xdist (`--dist loadgroup`, as .ci/test runs) the image tests of one store go to one worker: they
+        # share that store's session images (the Debian base, the sglang stage), which a second worker would build
+        # again. The Docker Engine's and buildah's stores are apart, so their two groups run side by side.
+        if item.get_closest_marker("engine"):
+            item.add_marker(pytest.mark.xdist_group("docker"))
+        elif item.get_closest_marker("container"):
+            item.add_marker(pytest.mark.xdist_group("buildah"))
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05):
