@@ -173,6 +173,10 @@ def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+# Each task's help strings as its @task declares them, read before any test can make a parser (which empties them).
+HELPS = {name: dict(tasks.ns[name].help) for name in tasks.ns.task_names}
+
+
 @pytest.mark.parametrize("name", sorted(tasks.ns.task_names))
 def test_every_task_answers_help_after_its_name(name, tmp_path):
     # The first thing docker, vLLM and SGLang users type. A task with a positional argument used to take
@@ -182,6 +186,11 @@ def test_every_task_answers_help_after_its_name(name, tmp_path):
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"invoke {name} --help: exit {proc.returncode}\n{said}"
     assert f"Usage: inv[oke] [--core-opts] {name} " in proc.stdout, said
+    # Each flag's own help string, as `invoke --help TASK` prints it, not a bare list of flags.
+    assert HELPS[name] or "Options:\n  none" in proc.stdout or "Options:" not in proc.stdout, f"{name}: no help strings"
+    for flag, text in HELPS[name].items():
+        first = " ".join(text.split()[:3])
+        assert first in " ".join(proc.stdout.split()), f"invoke {name} --help lacks --{flag}'s help ({first!r}):\n{said}"
     assert "Traceback" not in said and "error:" not in said, said
     assert _tree(tmp_path) == [], f"invoke {name} --help wrote {_tree(tmp_path)}"
     assert subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,

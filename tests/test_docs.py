@@ -48,7 +48,10 @@ def test_every_invoke_command_names_a_task_and_its_flags(doc):
             continue
         for name in task_name.split("/"):  # `invoke up/down/logs/status`
             assert name in tasks.ns.task_names, f"{doc.name}: `{command}` names no task ({name!r})"
-            arguments = tasks.ns[name].get_arguments()
+            task = tasks.ns[name]
+            kept = dict(task.help)  # get_arguments hands the help strings to the flags and empties the dict
+            arguments = task.get_arguments()
+            task.help = kept
             known = {f"--{n}" for a in arguments for n in a.names} | {f"--no-{n}" for a in arguments for n in a.names}
             unknown = flags - known - GLOBAL_FLAGS
             assert not unknown, f"{doc.name}: `{command}`: {name} has no {sorted(unknown)}"

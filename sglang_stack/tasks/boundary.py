@@ -198,7 +198,12 @@ def help_after_task(program) -> None:
 
     @functools.wraps(step)
     def wrapper():
+        # Making a parser hands each task's help strings to its flags and empties the task's own dict
+        # (invoke/tasks.py, ``arg_opts`` pops them): put them back for the parser Invoke makes next.
+        kept = {name: dict(t.help) for name, t in program.collection.tasks.items()}
         contexts = program._make_parser().contexts
+        for name, helps in kept.items():
+            program.collection.tasks[name].help = helps
         task, previous = None, None
         for token in program.core.unparsed:
             wants_value = task and previous in contexts[task].flags and contexts[task].flags[previous].takes_value
