@@ -75,6 +75,8 @@ class Context:
     aot_arch_file: str  # where the AOT step records the architectures, which the entrypoint reads
     lock_epoch: int  # resolve.exclude_newer as a Unix time: the date of the pins, which dates the image's account
     apt_snapshot: str  # resolve.apt_snapshot: Ubuntu's archive as of that instant
+    headline: str  # "torch X, sgl-kernel Y, flashinfer Z": the kernels' versions, for the header
+    prefix: str  # the profile's folder in the build context: "" for the default, "profiles/NAME/" for another
     generated_header: str = HEADER
 
 
@@ -123,7 +125,22 @@ def labels(lock: Lock, patches_dir: Path, stage: str = "runtime") -> tuple[tuple
     return tuple(out)
 
 
-def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
+def headline(lock: Lock) -> str:
+    """The kernels' versions as the header names them: a URL wheel's own version where there is one (its +cu130)."""
+    versions = {**lock.pins(), **{w.name: w.version for w in lock.wheels}}
+    named = (("torch", ("torch",)), ("sgl-kernel", ("sgl-kernel",)), ("sglang-kernel", ("sglang-kernel",)),
+             ("flashinfer", ("flashinfer-jit-cache", "flashinfer-python")))
+    found = [(label, next((versions[n] for n in names if n in versions), None)) for label, names in named]
+    return ", ".join(f"{label} {version}" for label, version in found if version)
+
+
+def patches_of(lock: Lock) -> Path:
+    """The folder of the lock's patch series: its profile's ``patches/``, else the checkout's."""
+    return lock.profile.series.parent if lock.profile.series.is_file() else ROOT / "patches"
+
+
+def context(lock: Lock, patches_dir: Path | None = None) -> Context:
+    patches_dir = patches_dir or patches_of(lock)
     return Context(
         name=lock.name,
         version_tag=lock.tag.split(":", 1)[1],
@@ -154,10 +171,12 @@ def context(lock: Lock, patches_dir: Path = ROOT / "patches") -> Context:
         aot_arch_file=ARCH_FILE,
         lock_epoch=int(datetime.fromisoformat(lock.data["resolve"]["exclude_newer"].replace("Z", "+00:00")).timestamp()),
         apt_snapshot=lock.data["resolve"]["apt_snapshot"],
+        prefix=lock.profile.prefix,
+        headline=headline(lock),
     )
 
 
-def render_text(lock: Lock, *, template_dir: Path = TEMPLATE_DIR, patches_dir: Path = ROOT / "patches") -> str:
+def render_text(lock: Lock, *, template_dir: Path = TEMPLATE_DIR, patches_dir: Path | None = None) -> str:
     """The Dockerfile's text for ``lock``."""
     env = environment(template_dir)
     try:
@@ -218,7 +237,8 @@ REQUIREMENTS_HEADER = ("# Rendered by `invoke render` from versions.lock: edit t
 
 def requirement_files(lock: Lock) -> dict[str, str]:
     """``NAME.txt`` -> its text: the hashed URL requirements each download step of the Dockerfile installs."""
-    groups = {"router": [lock.router], "url-wheels": list(lock.default_wheels), "sglang": [lock.sglang],
+    groups = {"router": [lock.router], **({"url-wheels": list(lock.default_wheels)} if lock.default_wheels else {}),
+              "sglang": [lock.sglang],
               "build-tools": list(lock.build_tools), **{w.name: [w] for w in lock.wheels if w.optional}}
     return {f"{name}.txt": REQUIREMENTS_HEADER + "".join(f"{a.name} @ {a.url} --hash=sha256:{a.sha256}\n" for a in group)
             for name, group in groups.items()}

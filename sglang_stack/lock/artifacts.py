@@ -44,8 +44,9 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
         digest = registry_digest(base["image"], base["tag"])
         if digest is None:
             report.append(f"{key}: could not reach the registry for {base['image']}:{base['tag']}; digest not checked")
-        elif digest != base["digest"]:
-            problems.append(f"{path.name}: {key}.digest: {base['digest']} but the registry serves {digest} for {base['tag']}")
+        elif digest != base.get("digest"):
+            problems.append(f"{path.name}: {key}.digest: {base.get('digest', 'none recorded')} but the registry serves "
+                            f"{digest} for {base['tag']}")
         else:
             report.append(f"{key}: {base['image']}:{base['tag']} is {digest}")
             checked.append(key)

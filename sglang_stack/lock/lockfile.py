@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.lock.pins import read_pins
+from sglang_stack.lock.profiles import PER_RELEASE, Profile, display
 from sglang_stack.lock.schema import check_structure as _check_structure
 
 LOCK_PATH = ROOT / "versions.lock"
@@ -55,12 +56,36 @@ class LockProblems(UserError):
         self.problems = problems
 
 
-def load(path: Path = LOCK_PATH) -> dict:
-    """Parse versions.lock; a syntax error is one line naming the file and line."""
+def _parse(path: Path) -> dict:
     try:
         return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as err:
-        raise UserError(f"{path}: invalid TOML: {err}") from None
+        raise UserError(f"{display(path)}: invalid TOML: {err}") from None
+
+
+def load(path: Path = LOCK_PATH) -> dict:
+    """Parse versions.lock; a syntax error is one line naming the file and line.
+
+    A profile's lock (``extends = "../../versions.lock"``) is read with every table of the lock it extends
+    that it does not write, except those of ``profiles.PER_RELEASE``; one it writes the same as that lock's is
+    refused (a copy). The lock it extends extends nothing.
+    """
+    data = _parse(path)
+    if "extends" not in data:
+        return data
+    extends = data.pop("extends")
+    if not isinstance(extends, str) or not extends:
+        raise UserError(f"{display(path)}: extends: {extends!r} should name the root's versions.lock")
+    base_path = (path.parent / extends).resolve()
+    if not base_path.is_file():
+        raise UserError(f"{display(path)}: extends: {extends!r}: no such file ({base_path})")
+    base = _parse(base_path)
+    if "extends" in base:
+        raise UserError(f"{display(path)}: extends: {display(base_path)} extends another lock; a profile extends the root's")
+    if copies := [key for key in data if key not in PER_RELEASE and data[key] == base.get(key)]:
+        raise UserError(f"{display(path)}: {copies[0]}: the same as in {display(base_path)}, which every profile "
+                        "inherits: remove it here (each fact is written once)")
+    return {**{key: value for key, value in base.items() if key not in PER_RELEASE}, **data}
 
 
 # --- the validated view ------------------------------------------------------
@@ -115,6 +140,11 @@ class Lock:
     build_tools: tuple[Artifact, ...] = ()
 
     @property
+    def profile(self) -> Profile:
+        """The profile this lock is: named by its SGLang release, its files beside the lock."""
+        return Profile(self.sglang.version, self.path.parent)
+
+    @property
     def cuda(self) -> dict:
         return self.data["cuda"]
 
@@ -128,14 +158,12 @@ class Lock:
 
     @property
     def base_image(self) -> str:
-        base = self.cuda["base"]
-        return f"{base['image']}:{base['tag']}@{base['digest']}"
+        return _reference(self.cuda["base"])
 
     @property
     def devel_image(self) -> str:
         """The build-only devel image (NVIDIA's libcuda.so link stub comes from it)."""
-        devel = self.cuda["devel"]
-        return f"{devel['image']}:{devel['tag']}@{devel['digest']}"
+        return _reference(self.cuda["devel"])
 
     @property
     def default_wheels(self) -> tuple[Artifact, ...]:
@@ -165,8 +193,7 @@ class Lock:
 
     @property
     def router_base_image(self) -> str:
-        base = self.router_table["base"]
-        return f"{base['image']}:{base['tag']}@{base['digest']}"
+        return _reference(self.router_table["base"])
 
     @property
     def router_tag(self) -> str:
@@ -180,6 +207,11 @@ class Lock:
         for wheel in self.wheels:
             out[canonicalize_name(wheel.name)] = wheel.version
         return out
+
+    def unverified(self) -> list[str]:
+        """Base images named by tag alone: no digest could be read where the lock was made."""
+        bases = (("cuda.base", self.cuda["base"]), ("cuda.devel", self.cuda["devel"]), ("router.base", self.router_table["base"]))
+        return [key for key, base in bases if base["status"] == "unverified"]
 
     def published(self) -> list[str]:
         """Keys whose hash was copied from a publisher, not hashed by us."""
@@ -195,6 +227,11 @@ class Lock:
         if self.router_table["base"]["status"] == "published":
             keys.append("router.base")
         return keys
+
+
+def _reference(base: dict) -> str:
+    """``image:tag@digest``, or ``image:tag`` for a base whose digest is unverified."""
+    return f"{base['image']}:{base['tag']}" + (f"@{base['digest']}" if base.get("digest") else "")
 
 
 # --- checks -------------------------------------------------------------------
@@ -218,7 +255,7 @@ def check(
     data = load(path)
     requirements = requirements or path.with_name(REQUIREMENTS_PATH.name)
     problems: list[str] = []
-    where = path.name
+    where = display(path)
 
     def bad(key: str, message: str) -> None:
         problems.append(f"{where}: {key}: {message}")
@@ -252,7 +289,8 @@ def check(
     if with_requirements and router_file.is_file():
         _check_router_requirements(lock, router_file.name, bad)
     _check_cuda_tags(lock, bad)
-    _check_flashinfer_trio(lock, bad)
+    if with_requirements:  # what is pinned is known once the requirements are
+        _check_flashinfer_trio(lock, bad)
     if with_requirements and requirements.is_file():  # a missing file is already one problem
         _check_requirements_file(lock, requirements.name, problems)
         sources = {canonicalize_name(w.name): list(w.requires) for w in wheels}
@@ -503,9 +541,12 @@ def summary(lock: Lock, cross_checked: bool) -> str:
     ]
     if published:
         parts.append(f"hashes not yet checked by us: {', '.join(published)} (`invoke lock --verify`)")
+    if unverified := lock.unverified():
+        parts.append(f"by tag, digest unverified: {', '.join(unverified)} (`invoke lock --verify` on a host that "
+                     "reaches the registry records it)")
     if not cross_checked:
         parts.append("sglang's declared requirements not cross-checked: wheel not cached (run `invoke lock --check`)")
-    return f"{lock.path.name}: ok: " + "; ".join(parts)
+    return f"{display(lock.path)}: ok: " + "; ".join(parts)
 
 
 def print_lines(lines: list[str]) -> None:

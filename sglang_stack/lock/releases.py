@@ -107,9 +107,11 @@ def fetch_record(session, index: str, pin: Pin, directory: Path) -> dict[str, st
         url = json_url(index, pin.name)
         project = get_json(session, url)
         releases = project.get("releases") if isinstance(project, dict) else None
-        if not isinstance(releases, dict) or pin.version not in releases:
+        # Keyed as uploaded, not normalized: cuda-toolkit's 13.0.3 is what requirements pin as 13.0.3.0.
+        key = next((k for k in releases or {} if _same_version(k, pin.version)), None) if isinstance(releases, dict) else None
+        if key is None:
             return None
-        entries = releases[pin.version]
+        entries = releases[key]
     try:
         files = {f["filename"]: f["digests"]["sha256"] for f in entries}
         # Where each file is and how big: `invoke size` reads a wheel's zip directory from there.
@@ -118,6 +120,15 @@ def fetch_record(session, index: str, pin: Pin, directory: Path) -> dict[str, st
         raise Offline(f"not a PyPI JSON answer from {url}") from err
     save_record(directory, pin.name, pin.version, url, files, urls)
     return files
+
+
+def _same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
 
 
 def save_record(directory: Path, name: str, version: str, source: str, files: dict[str, str],
@@ -194,7 +205,9 @@ def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, di
                 f"and the index cannot be reached ({err}): run `invoke lock --check` once on a host that reaches "
                 f"{urlparse(index).netloc}, or copy {directory} from one (SGLANG_STACK_CACHE moves it)"
             ) from None
-    where = requirements.name
+    from sglang_stack.lock.profiles import display
+
+    where = display(requirements)
     for pin in pins:
         files = records[pin]
         if files is None:
@@ -217,3 +230,10 @@ def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, di
 def check_lock(lock, directory: Path | None = None) -> Report:
     """``check`` for the requirements.lock.txt beside a validated versions.lock, against its [resolve] index."""
     return check(lock.path.with_name(REQUIREMENTS_PATH.name), lock.data["resolve"]["index"], directory)
+
+
+def check_line(lock, directory: Path | None = None) -> str:
+    """``check_lock``'s one line, naming the profile's requirement lock as the user would."""
+    from sglang_stack.lock.profiles import display
+
+    return check_lock(lock, directory).line(display(lock.path.with_name(REQUIREMENTS_PATH.name)))

@@ -59,6 +59,9 @@ def resolve_command(lock: Lock, outfile: str, uv: str = "uv", *, router: bool = 
     res = lock.data["resolve"]
     python = lock.router_table["python"] if router else lock.python["version"]
     platform = lock.router_table["python_platform"] if router else res["python_platform"]
+    # `invoke bump` moves one distribution's clock and no other's (uv's --exclude-newer-package).
+    moved = [arg for name, instant in sorted(res.get("exclude_newer_package", {}).items())
+             for arg in ("--exclude-newer-package", f"{name}={instant}")]
     return [
         uv, "pip", "compile", RESOLVE_INPUT,
         "--override", RESOLVE_OVERRIDES,
@@ -67,6 +70,7 @@ def resolve_command(lock: Lock, outfile: str, uv: str = "uv", *, router: bool = 
         "--python-platform", platform,
         "--index-url", res["index"],
         "--exclude-newer", res["exclude_newer"],
+        *moved,
         "--no-emit-package", (lock.router if router else lock.sglang).name,
         "--generate-hashes",
         "--only-binary", ":all:",  # no sdists: nothing is compiled at image build time
@@ -123,6 +127,11 @@ def resolve(path: Path = LOCK_PATH, out_dir: Path | None = None) -> list[Path]:
     return written
 
 
+def _clock(res: dict) -> str:
+    moved = "".join(f"; {name} as of {instant}" for name, instant in sorted(res.get("exclude_newer_package", {}).items()))
+    return f"Nothing newer than {res['exclude_newer']}{moved}"
+
+
 def _router_requirements_header(lock: Lock) -> str:
     res, router = lock.data["resolve"], lock.router_table
     return (
@@ -130,7 +139,7 @@ def _router_requirements_header(lock: Lock) -> str:
         f"#\n"
         f"# What the `router` image stage installs from {res['index']} beside {lock.router.name} {lock.router.version}\n"
         f"# (installed by URL and sha256 from versions.lock [router], so left out here), each with its\n"
-        f"# sha256, resolved for Python {router['python']} on {router['python_platform']}. Nothing newer than {res['exclude_newer']}.\n"
+        f"# sha256, resolved for Python {router['python']} on {router['python_platform']}. {_clock(res)}.\n"
         f"# Resolver: {res['resolver']}. To change a pin, edit versions.lock and run `invoke lock`.\n"
     )
 
@@ -146,7 +155,7 @@ def _requirements_header(lock: Lock) -> str:
         f"# resolved for Python {lock.python['version']} on {res['python_platform']} from sglang {lock.sglang.version}'s\n"
         f"# requirements plus those of the URL wheels ({wheels}), which are installed by URL\n"
         f"# and therefore left out here, with every [[override]] of versions.lock applied.\n"
-        f"# Omitted on purpose: {omitted}. Nothing newer than {res['exclude_newer']}. Resolver: {res['resolver']}.\n"
+        f"# Omitted on purpose: {omitted}. {_clock(res)}. Resolver: {res['resolver']}.\n"
         f"# `-r {RESOLVE_INPUT}` marks sglang's pin and the URL wheels' requirements,\n"
         f"# `--override {RESOLVE_OVERRIDES}` an [[override]]; both are written from versions.lock.\n"
         f"# To change a pin, edit versions.lock and run `invoke lock`.\n"

@@ -57,12 +57,15 @@ def check_structure(data: dict, bad) -> None:
     for prefix, base in bases:
         if not isinstance(base, dict):
             continue
-        for key in ("image", "tag", "digest", "status"):
+        # "unverified": a base whose digest no project machine could read (no registry reaches them); the build
+        # then names it by tag, and the lock's summary says so until `invoke lock --verify` records the digest.
+        unverified = base.get("status") == "unverified"
+        for key in ("image", "tag", "status") if unverified else ("image", "tag", "digest", "status"):
             need(base, key, str, prefix)
         if isinstance(base.get("digest"), str) and not DIGEST.fullmatch(base["digest"]):
             bad(f"{prefix}digest", f"{base['digest']!r} is not sha256:<64 hex>")
-        if isinstance(base.get("status"), str) and base["status"] not in STATUSES:
-            bad(f"{prefix}status", f"{base['status']!r} is not one of {', '.join(STATUSES)}")
+        if isinstance(base.get("status"), str) and base["status"] not in (*STATUSES, "unverified"):
+            bad(f"{prefix}status", f"{base['status']!r} is not one of {', '.join(STATUSES)}, unverified")
     if isinstance(data["cuda"].get("version"), str) and not re.fullmatch(r"\d+\.\d+\.\d+", data["cuda"]["version"]):
         bad("cuda.version", f"{data['cuda']['version']!r} is not MAJOR.MINOR.PATCH")
     need(data["python"], "version", str, "python.")
@@ -143,6 +146,18 @@ def _check_formats(data: dict, bad) -> None:
             when = datetime.fromisoformat(cutoff.replace("Z", "+00:00"))
         except ValueError:
             bad("resolve.exclude_newer", f"{cutoff!r} is not a date or RFC 3339 time, such as 2026-02-24T00:00:00Z")
+    moved = data["resolve"].get("exclude_newer_package", {})
+    if not isinstance(moved, dict):
+        bad("resolve.exclude_newer_package", "should be a table of NAME = \"RFC 3339 time\" (`invoke bump` writes it)")
+        moved = {}
+    for name, instant in moved.items():
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            bad(f"resolve.exclude_newer_package.{name}", "is not a distribution name")
+        try:
+            if not (isinstance(instant, str) and datetime.fromisoformat(instant.replace("Z", "+00:00")).tzinfo):
+                raise ValueError
+        except ValueError:
+            bad(f"resolve.exclude_newer_package.{name}", f"{instant!r} is not an RFC 3339 time, such as 2026-03-01T12:00:01Z")
     snapshot = data["resolve"].get("apt_snapshot")
     if not isinstance(snapshot, str) or not re.fullmatch(r"\d{8}T\d{6}Z", snapshot):
         bad("resolve.apt_snapshot", f"{snapshot!r} is not an Ubuntu snapshot id (YYYYMMDDTHHMMSSZ, such as 20260224T000000Z)")

@@ -65,7 +65,9 @@ class Patch:
 def read_series(patches_dir: Path) -> list[Patch]:
     """The patches named by ``patches_dir/series``, in order.
 
-    One file name per line; blank lines and ``#`` comments are ignored.
+    One file name per line; blank lines and ``#`` comments are ignored. A name is a file beside the series,
+    or else of the checkout's ``patches/``: a profile's series (``profiles/NAME/patches/series``) names the
+    patch files every profile shares, one file each.
     """
     series = patches_dir / "series"
     if not series.is_file():
@@ -76,6 +78,8 @@ def read_series(patches_dir: Path) -> list[Patch]:
         if not name:
             continue
         path = patches_dir / name
+        if not path.is_file():
+            path = DEFAULT_PATCHES_DIR / name
         if "/" in name or not path.is_file():
             raise UserError(f"{series}:{lineno}: {name!r} is not a patch file in {patches_dir}")
         out.append(Patch(name, path, hashlib.sha256(path.read_bytes()).hexdigest()))

@@ -1,4 +1,4 @@
-"""The image: `invoke lock`, `render`, `build`, `binaries` and `size`; `invoke fetch` (the mirror), `invoke verify`
+"""The image: `invoke lock`, `bump`, `render`, `build`, `binaries` and `size`; `invoke fetch` (the mirror), `invoke verify`
 (a built image against this checkout) and `invoke advisories` (known vulnerabilities of the pins)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from invoke import Exit, task
 
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
+from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import user_errors
 
 DEFAULTS = {"stack": {"engine": "docker", "ca_bundle": "auto", "isolation": ""}}
@@ -139,10 +140,11 @@ def advisories(c, index=None):
         "verify": "download every artifact whose sha256 is only 'published', hash it, compare each wheel's "
         "requirements with its METADATA and the base image digest with the registry, then mark them "
         "'checked' (network, GBs; default: off)",
+        "profile": PROFILE_HELP,
     }
 )
 @user_errors
-def lock(c, check=False, verify=False):
+def lock(c, check=False, verify=False, profile=None):
     """Re-resolve the requirements files from versions.lock (network), or validate/verify the lock.
 
     Without flags: resolve every Python dependency from PyPI with `uv pip compile`,
@@ -152,24 +154,59 @@ def lock(c, check=False, verify=False):
     its hashes (PyPI's JSON API, one cached record per release: offline when warm).
     """
     from sglang_stack.lock import lockfile as lockmod
-    from sglang_stack.lock import releases, resolve, artifacts as verifymod
+    from sglang_stack.lock import profiles, releases, resolve, artifacts as verifymod
 
     if check and verify:
         raise UserError("--check and --verify: choose one")
+    path = profiles.get(profile).lock
     if verify:
-        lockmod.print_lines(verifymod.verify())
+        lockmod.print_lines(verifymod.verify(path))
     elif not check:
-        for path in resolve.resolve():
-            print(f"wrote {path.name}")
-    result, cross_checked = lockmod.check_all(download=True)
+        for written in resolve.resolve(path):
+            print(f"wrote {profiles.display(written)}")
+    result, cross_checked = lockmod.check_all(path, download=True)
     print(lockmod.summary(result, cross_checked))
-    print(releases.check_lock(result).line())
+    print(releases.check_line(result))
+
+
+@task(
+    help={
+        "name": "a PyPI distribution of the profile's requirement locks, or sglang with --new-profile (required)",
+        "version": "the release to move it to (required)",
+        "profile": PROFILE_HELP,
+        "override": "why the stack may take a version that sglang or a URL wheel excludes: it becomes an "
+        "[[override]] of the profile's versions.lock (default: none; such a version is refused)",
+        "new-profile": "with sglang: make profiles/VERSION from that release's metadata (default: off)",
+    }
+)
+@user_errors
+def bump(c, name, version, profile=None, override=None, new_profile=False):
+    """Move one PyPI distribution of a profile to VERSION, and nothing else; or make a profile for an SGLang release.
+
+    Fetches the release's hashes from the index, moves only that distribution's resolver clock
+    ([resolve] exclude_newer_package), re-locks and re-renders the profile, and prints the files that
+    changed; the distribution must come out at VERSION. Any failure leaves every file as it was.
+    `invoke bump sglang VERSION --new-profile` writes profiles/VERSION (docs/profiles.md). Network.
+    """
+    from sglang_stack.lock import bump as bumpmod
+    from sglang_stack.lock import profiles
+
+    if new_profile:
+        if name.lower() != "sglang":
+            raise UserError(f"--new-profile makes a profile for an SGLang release: `invoke bump sglang VERSION --new-profile`, not {name}")
+        if profile or override:
+            raise UserError("--new-profile takes no --profile or --override: the profile is the new release's")
+        changed = bumpmod.new_profile(version)
+    else:
+        changed = bumpmod.bump(profiles.get(profile), name, version, override)
+    for path in changed:
+        print(f"changed {profiles.display(path)}")
 
 
 @task(help={"check": "do not write; exit 1 if docker/Dockerfile or docker/build/requirements differs from a fresh "
-                     "render (default: off)"})
+                     "render (default: off)", "profile": PROFILE_HELP})
 @user_errors
-def render(c, check=False):
+def render(c, check=False, profile=None):
     """Render docker/Dockerfile from docker/Dockerfile.j2, and docker/build/requirements, from versions.lock (offline).
 
     Validates the lock first. The output is deterministic and carries a
@@ -178,20 +215,24 @@ def render(c, check=False):
     Dockerfile as one set, and the build mounts them at /build.
     """
     from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import profiles
     from sglang_stack.image import render as rendermod
 
-    result, cross_checked = lockmod.check_all(download=False)
+    chosen = profiles.get(profile)
+    result, cross_checked = lockmod.check_all(chosen.lock, download=False)
     print(lockmod.summary(result, cross_checked))
+    dockerfile = profiles.display(chosen.dockerfile)
+    again = "`invoke render`" if chosen.default else f"`invoke render --profile {chosen.name}`"
     if check:
-        diff = rendermod.drift(result)
+        diff = rendermod.drift(result, chosen.dockerfile)
         if diff:
             print("\n".join(diff[:80]))
-            raise Exit("error: docker/Dockerfile or docker/build/requirements is out of date with its template or lock: "
-                       "run `invoke render`", code=1)
-        print("docker/Dockerfile: up to date")
+            raise Exit(f"error: {dockerfile} or its docker/build/requirements is out of date with its template or lock: "
+                       f"run {again}", code=1)
+        print(f"{dockerfile}: up to date")
     else:
-        changed = rendermod.render(result)
-        print(f"docker/Dockerfile: {'rendered' if changed else 'up to date'}")
+        changed = rendermod.render(result, chosen.dockerfile)
+        print(f"{dockerfile}: {'rendered' if changed else 'up to date'}")
 
 
 @task(
