@@ -55,7 +55,11 @@ def patterns(pins: dict[str, str]) -> list[tuple[str, re.Pattern]]:
 
 def hand_written() -> list[str]:
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    return [f for f in files if f not in LOCKS | GENERATED and not f.startswith(GENERATED_DIRS)]
+
+    def in_profile(f: str) -> str:  # profiles/NAME/docker/Dockerfile is laid out as the root's docker/Dockerfile
+        return f.split("/", 2)[2] if f.startswith("profiles/") and f.count("/") >= 2 else f
+
+    return [f for f in files if in_profile(f) not in LOCKS | GENERATED and not in_profile(f).startswith(GENERATED_DIRS)]
 
 
 def readable(rel: str) -> str:

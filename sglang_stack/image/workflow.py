@@ -40,6 +40,7 @@ class BuildFlags:
     cuda_arch_list: str | None = None
     reproducible: bool = False
     mirror: bool = False
+    profile: str | None = None  # --profile: an SGLang release of profiles/ (default: $SGLANG_PROFILE, else the root's)
 
 
 def ca_bundle_of(value: str | None) -> Path | None:
@@ -76,11 +77,15 @@ def request_of(flags: BuildFlags, lock: lockmod.Lock) -> buildmod.BuildRequest:
 
 def build(flags: BuildFlags, say: Callable[[str], None] = print) -> tuple[str, str]:
     """Check the lock, render, build; return the image's reference and ID."""
-    lock, cross_checked = lockmod.check_all(download=False)
+    from sglang_stack.lock import profiles
+
+    profile = profiles.get(flags.profile)
+    lock, cross_checked = lockmod.check_all(profile.lock, download=False)
     say(lockmod.summary(lock, cross_checked))
-    say(releases.check_lock(lock).line())
-    say(f"docker/Dockerfile: {'rendered' if rendermod.render(lock) else 'up to date'}")
+    say(releases.check_line(lock))
+    say(f"{profiles.display(profile.dockerfile)}: {'rendered' if rendermod.render(lock, profile.dockerfile) else 'up to date'}")
     request = request_of(flags, lock)
+    request.dockerfile = profile.dockerfile
     if flags.mirror:
         from sglang_stack.image import mirror
 

@@ -1,6 +1,6 @@
 """The profiles: one per SGLang release the stack builds, each a folder laid out like the checkout's root.
 
-The root is the default profile, the mission's pins (SGLang 0.5.9): ``versions.lock``, the requirement
+The root is the default profile, the mission's pins: ``versions.lock``, the requirement
 locks beside it, ``patches/series``, ``docker/Dockerfile`` and ``docker/build/``. Another profile is
 ``profiles/NAME/``, holding the same files for its release. A profile is named by its SGLang release
 (its lock's ``[sglang] version``, which the folder's name must equal).

@@ -274,8 +274,8 @@ def plan(sglang_src: Path, patches_dir: Path) -> Plan:
     """
     sglang_src = Path(sglang_src)
     series = read_series(patches_dir)
-    if not series:
-        raise UserError(f"{patches_dir / 'series'}: names no patch")
+    if not series:  # a profile whose release upstream fixed needs none: nothing to apply, nothing to check
+        return Plan(sglang_src, [], {})
     parsed_series = [parse_patch(_decode(patch.path.read_bytes()), patch.name) for patch in series]
     for patch, parsed in zip(series, parsed_series):
         for fd in parsed.files:
@@ -405,6 +405,8 @@ def apply_series(
             f"{', '.join(todo)} not); start again from a fresh unpack of the wheel; nothing was changed",
             code=1,
         )
+    if not n:
+        say(f"{patches_dir / 'series'}: names no patch: sglang {version} is applied as released")
     offsets = [o for s in result.states for o in s.offsets]
     if strict and offsets:
         raise UserError(

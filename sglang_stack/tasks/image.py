@@ -260,6 +260,7 @@ def render(c, check=False, profile=None):
         "the network off in every RUN step (default: off)",
         "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "
         "\"9.0a 12.0a\" (H200, RTX PRO 6000); '' skips that build (default: versions.lock [jit] arch_list)",
+        "profile": PROFILE_HELP,
     },
     iterable=["build_arg"],
     auto_shortflags=False,
@@ -280,6 +281,7 @@ def build(
     cuda_arch_list=None,
     reproducible=False,
     mirror=False,
+    profile=None,
 ):
     """Validate the lock, render docker/Dockerfile, then build the image.
 
@@ -298,7 +300,7 @@ def build(
         engine=engine, target=target, tag=tag, base_image=base_image, no_cache=no_cache,
         ca_bundle=ca_bundle or cfg.ca_bundle, hf_token_file=hf_token_file, build_args=tuple(build_arg or ()),
         isolation=isolation, configured_isolation=cfg.isolation, flashinfer_jit_cache=flashinfer_jit_cache, cuda_arch_list=cuda_arch_list,
-        reproducible=bool(reproducible), mirror=mirror,
+        reproducible=bool(reproducible), mirror=mirror, profile=profile,
     )
     ref, image_id = workflow.build(flags)
     print(f"built {ref} ({image_id})")
@@ -307,11 +309,12 @@ def build(
 @task(
     help={
         "path": "an unpacked site-packages directory, e.g. a venv's or one copied out of an image (required)",
-        "lock": "versions.lock with [cuda] version and the [[binary_exception]]s (default: this checkout's)",
+        "lock": "versions.lock with [cuda] version and the [[binary_exception]]s (default: the profile's)",
+        "profile": PROFILE_HELP,
     }
 )
 @user_errors
-def binaries(c, path, lock=None):
+def binaries(c, path, lock=None, profile=None):
     """Binary audit: every ELF object needs only this stack's CUDA and finds every library it needs.
 
     The check the image build runs after installing the Python set. Reads each x86-64 ELF
@@ -323,7 +326,11 @@ def binaries(c, path, lock=None):
     """
     from sglang_stack.image.steps import binaries as binmod
 
-    argv = ["--path", path] + (["--lock", lock] if lock else [])
+    from sglang_stack.lock import profiles
+
+    if lock and profile:
+        raise UserError("--lock and --profile: choose one")
+    argv = ["--path", path, "--lock", lock or str(profiles.get(profile).lock)]
     code = binmod.main(argv)
     if code:
         raise Exit(code=code)
@@ -337,10 +344,11 @@ def binaries(c, path, lock=None):
         "margin": "how far a built layer may differ from its budget, as a fraction (default: 0.15)",
         "flashinfer-jit-cache": "count the optional flashinfer-jit-cache (default: off, as the build)",
         "top": "packages listed per layer, largest first (default: 12)",
+        "profile": PROFILE_HELP,
     }
 )
 @user_errors
-def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_jit_cache=False, top=None):
+def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_jit_cache=False, top=None, profile=None):
     """The image's size from the lock, before any build: per stage, layer and package, on disk and compressed.
 
     PyPI wheels are measured (PyPI's file size, and the unpacked size from each wheel's zip
@@ -367,7 +375,9 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
         raise UserError(f"--margin {margin!r}: not a number (a fraction, e.g. 0.15)") from None
     if not 0 < margin < 10:
         raise UserError(f"--margin {margin!r}: must be a fraction above 0 (e.g. 0.15 for 15%)")
-    lock_ = lockmod.check()
+    from sglang_stack.lock import profiles
+
+    lock_ = lockmod.check(profiles.get(profile).lock)
     layers = sizemod.budget(lock_, target, jit_cache=flashinfer_jit_cache)
     print("\n".join(sizemod.report(layers, target, top)))
     off = 0

@@ -5,18 +5,32 @@ from __future__ import annotations
 from invoke import Exit, task
 
 from sglang_stack.errors import UserError
+from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import user_errors
 
 DEFAULTS = {"stack": {"patches_dir": "patches"}}
 
 
-def _pinned_wheel():
-    """The sglang wheel versions.lock pins, fetched by URL and sha256 (cached)."""
+def _pinned_wheel(profile=None):
+    """The sglang wheel the profile's versions.lock pins, fetched by URL and sha256 (cached)."""
     from sglang_stack import download
     from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import profiles
 
-    table = lockmod.load()["sglang"]
+    table = lockmod.load(profiles.get(profile).lock)["sglang"]
     return download.fetch(table["url"], table["sha256"])
+
+
+def _series_dir(c, patches_dir, profile):
+    """--patches-dir, else the profile's series (a profile's patches/ holds its series; the files are the root's)."""
+    from pathlib import Path
+
+    from sglang_stack.lock import profiles
+
+    if patches_dir and profile:
+        raise UserError("--patches-dir and --profile: choose one")
+    chosen = profiles.get(profile)
+    return Path(patches_dir or (c.config.stack.patches_dir if chosen.default else chosen.series.parent))
 
 
 def _audit_arch(arch):
@@ -36,10 +50,11 @@ def _audit_arch(arch):
         "and move the series' target to that release (default: off)",
         "pristine": "with --refresh: the unpatched tree to diff against "
         "(default: the pinned wheel, unpacked into a temporary directory)",
+        "profile": PROFILE_HELP,
     }
 )
 @user_errors
-def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=False, pristine=None):
+def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=False, pristine=None, profile=None):
     """Apply the patch series to an unpacked sglang tree, all or nothing; or --refresh the series from one.
 
     Every hunk of every patch is checked first, without fuzz; one that does not
@@ -54,7 +69,7 @@ def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=
     from sglang_stack.patching import patches as patchmod
     from sglang_stack.patching import refresh as refreshmod
 
-    pdir = Path(patches_dir or c.config.stack.patches_dir)
+    pdir = _series_dir(c, patches_dir, profile)
     src = Path(sglang_src)
     if refresh:
         if dry_run or unpack:
@@ -63,13 +78,13 @@ def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=
             refreshmod.refresh(src, Path(pristine), pdir)
             return
         with tempfile.TemporaryDirectory(prefix="sglang-stack-pristine-") as tmp:
-            base = patchmod.unpack_wheel(_pinned_wheel(), Path(tmp) / "site")
+            base = patchmod.unpack_wheel(_pinned_wheel(profile), Path(tmp) / "site")
             refreshmod.refresh(src, base, pdir)
         return
     if pristine:
         raise UserError("--pristine goes with --refresh")
     if unpack:
-        patchmod.unpack_wheel(_pinned_wheel(), src)
+        patchmod.unpack_wheel(_pinned_wheel(profile), src)
         print(f"unpacked the pinned sglang wheel into {src}")
     patchmod.apply_series(src, pdir, dry_run=dry_run)
 
@@ -79,10 +94,11 @@ def patch(c, sglang_src, patches_dir=None, dry_run=False, unpack=False, refresh=
         "patches-dir": "the series to check (default: stack.patches_dir, 'patches')",
         "arch": "model class the audit checks (default: versions.lock [image] audit_arch, KimiK25ForConditionalGeneration)",
         "keep": "keep the temporary patched tree and print where it is (default: off)",
+        "profile": PROFILE_HELP,
     }
 )
 @user_errors
-def patch_check(c, patches_dir=None, arch=None, keep=False):
+def patch_check(c, patches_dir=None, arch=None, keep=False, profile=None):
     """Prove the series on the pinned wheel: fetch it (hash-verified, cached), unpack, apply, audit.
 
     Needs only PyPI. Exits 0 only if every patch applies exactly (no fuzz, no
@@ -95,8 +111,8 @@ def patch_check(c, patches_dir=None, arch=None, keep=False):
 
     from sglang_stack.audit import eagle3 as auditmod
 
-    pdir = Path(patches_dir or c.config.stack.patches_dir)
-    wheel = _pinned_wheel()
+    pdir = _series_dir(c, patches_dir, profile)
+    wheel = _pinned_wheel(profile)
     tmp = Path(tempfile.mkdtemp(prefix="sglang-stack-patch-check-"))
     try:
         report = auditmod.check_wheel(wheel, pdir, _audit_arch(arch), tmp)

@@ -1,0 +1,154 @@
+"""Profiles (one per SGLang release) and `invoke bump`, on copies of this checkout.
+
+A profile's lock inherits what it does not write and never a table that follows from its release; a copy of an
+inherited table, a lock it cannot extend or a profile named after another release is one line. `invoke bump`
+moves one PyPI distribution of a profile and nothing else, against the real index; a refused bump leaves
+every file as it was.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import checkout
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError
+from sglang_stack.lock import lockfile, profiles
+from sglang_stack.lock.pins import read_pins
+
+PROFILE = "0.5.23"  # the profile this checkout carries beside the default
+
+
+def invoke(tree: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    print("$ invoke " + " ".join(args))
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=tree, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def changed(tree: Path) -> set[str]:
+    """What differs in ``tree`` from the checkout it was copied from."""
+    out = subprocess.run(["git", "diff", "--no-index", "--name-only", str(ROOT), str(tree)], capture_output=True,
+                         text=True).stdout
+    return {line.split(str(tree) + "/", 1)[1] for line in out.splitlines() if line.startswith(str(tree))}
+
+
+def tracked(tree: Path) -> Path:
+    return checkout.copy(tree)
+
+
+# --- reading a profile's lock ----------------------------------------------------------------------
+
+
+def test_the_profile_reads_what_it_inherits_and_what_it_writes():
+    lock = lockfile.check(ROOT / "profiles" / PROFILE / "versions.lock")
+    root = lockfile.check(ROOT / "versions.lock")
+    assert lock.sglang.version == PROFILE and lock.profile.name == PROFILE, lock.sglang
+    assert lock.data["image"] == root.data["image"] and lock.router == root.router, "inherited tables are the root's"
+    assert not lock.wheels and not lock.overrides, "a profile never inherits the root's URL wheels or overrides"
+    assert lock.requirements != root.requirements, "its requirements are its own"
+    assert lock.tag.endswith(f":{PROFILE}-{lock.cuda['tag']}"), f"the image tag names the profile: {lock.tag}"
+
+
+def _profile_tree(tmp_path: Path, body: str) -> Path:
+    tree = tracked(tmp_path / "tree")
+    lock = tree / "profiles" / PROFILE / "versions.lock"
+    lock.write_text(lock.read_text() + body)
+    return lock
+
+
+def test_a_table_written_the_same_as_the_roots_is_refused_as_a_copy(tmp_path):
+    root = (ROOT / "versions.lock").read_text()
+    image = root[root.index("[image]"):root.index("[cuda]")]
+    lock = _profile_tree(tmp_path, "\n" + image)
+    with pytest.raises(UserError, match=r"versions.lock: image: the same as in .*versions.lock, which every profile inherits"):
+        lockfile.load(lock)
+
+
+def test_a_lock_that_cannot_be_extended_is_one_line(tmp_path):
+    lock = tmp_path / "versions.lock"
+    lock.write_text('extends = "../nowhere/versions.lock"\n[sglang]\nversion = "9.9.9"\n')
+    with pytest.raises(UserError, match=r"extends: '../nowhere/versions.lock': no such file"):
+        lockfile.load(lock)
+
+
+def test_a_profile_folder_named_after_another_release_is_refused(tmp_path):
+    tree = tracked(tmp_path / "tree")
+    (tree / "profiles" / PROFILE).rename(tree / "profiles" / "0.6.0")
+    proc = invoke(tree, "lock", "--check", "--profile", "0.6.0")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "profiles/0.6.0/versions.lock: sglang.version '0.5.23': a profile's folder is named by its SGLang release" \
+        in proc.stderr, proc.stderr
+
+
+def test_an_unknown_profile_names_those_there_are(tmp_path):
+    proc = invoke(ROOT, "render", "--check", "--profile", "0.4.0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"--profile '0.4.0': no such profile (this checkout has {profiles.default().name}, {PROFILE}" in proc.stderr
+
+
+def test_sglang_profile_picks_the_profile_where_no_flag_does(monkeypatch):
+    monkeypatch.setenv(profiles.ENV, PROFILE)
+    assert profiles.get().name == PROFILE and profiles.get(profiles.default().name).default
+    monkeypatch.setenv(profiles.ENV, "nope")
+    with pytest.raises(UserError, match=r"SGLANG_PROFILE 'nope': no such profile"):
+        profiles.get()
+
+
+def test_each_profile_renders_its_own_dockerfile_in_sync():
+    for name in profiles.available():
+        proc = invoke(ROOT, "render", "--check", "--profile", name)
+        assert proc.returncode == 0, f"invoke render --check --profile {name}:\n{proc.stdout}{proc.stderr}"
+    text = (ROOT / "profiles" / PROFILE / "docker" / "Dockerfile").read_text()
+    assert f"COPY profiles/{PROFILE}/versions.lock " in text and f"src=profiles/{PROFILE}/docker/build," in text, \
+        "a profile's Dockerfile builds from the checkout's root with the profile's own files"
+    assert "url-wheels" not in text, "a profile with no URL wheel has no URL-wheel step"
+
+
+# --- invoke bump --------------------------------------------------------------------------------
+
+
+@pytest.mark.network
+def test_bump_moves_one_distribution_and_only_lock_and_generated_files(tmp_path):
+    tree = tracked(tmp_path / "tree")
+    before = {p.name: p.version for p in read_pins(tree / "requirements.lock.txt", [])}
+    proc = invoke(tree, "bump", "certifi", "2026.4.22")
+    assert proc.returncode == 0, f"invoke bump certifi:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    after = {p.name: p.version for p in read_pins(tree / "requirements.lock.txt", [])}
+    assert after.pop("certifi") == "2026.4.22" and before.pop("certifi") != "2026.4.22", "certifi moved"
+    assert after == before, f"only certifi moved: {sorted(set(after.items()) ^ set(before.items()))}"
+    allowed = {"versions.lock", "requirements.lock.txt", "requirements.router.lock.txt", "docker/Dockerfile", "README.md"}
+    assert changed(tree) <= allowed and "versions.lock" in changed(tree), f"bump changed {sorted(changed(tree))}"
+    assert {f"changed {f}" for f in changed(tree)} == set(proc.stdout.split("\n")) - {""}, proc.stdout
+    assert 'exclude_newer_package = {certifi = "2026-' in (tree / "versions.lock").read_text(), "only its clock moved"
+    check = invoke(tree, "lock", "--check")
+    assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("args, says", [
+    (("transformers", "4.57.6"), "transformers 4.57.6: sglang declares transformers==4.57.1, which excludes it: give --override"),
+    (("certifi", "1999.1.1"), "certifi 1999.1.1: https://pypi.org/simple has no such release"),
+    (("torch", "2.9.2"), "torch: installed by URL ([[wheel]] torch of versions.lock)"),
+    (("no-such-dist", "1.0"), "no-such-dist: not a distribution of requirements.lock.txt or the router's lock"),
+])
+def test_a_refused_bump_is_one_line_and_changes_nothing(tmp_path, args, says):
+    tree = tracked(tmp_path / "tree")
+    proc = invoke(tree, "bump", *args)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert says in proc.stderr, proc.stderr
+    assert changed(tree) == set(), f"a refused bump changed {sorted(changed(tree))}"
+
+
+@pytest.mark.network
+def test_an_override_makes_an_excluded_version_a_declared_one(tmp_path):
+    tree = tracked(tmp_path / "tree")
+    proc = invoke(tree, "bump", "transformers", "4.57.6", "--override", "The 4.57 patch release SGLang's own CI runs with.")
+    assert proc.returncode == 0, f"{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+    lock = lockfile.check(tree / "versions.lock")
+    override = next(o for o in lock.overrides if o.package == "transformers")
+    assert (override.version, override.of, override.declared) == ("4.57.6", "sglang", "==4.57.1"), override
+    assert lock.requirements["transformers"] == "4.57.6", lock.requirements["transformers"]
