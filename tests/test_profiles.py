@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import checkout
+from pins import PIN
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.lock import lockfile, profiles
@@ -130,7 +131,7 @@ def test_bump_moves_one_distribution_and_only_lock_and_generated_files(tmp_path)
 
 @pytest.mark.network
 @pytest.mark.parametrize("args, says", [
-    (("transformers", "4.57.6"), "transformers 4.57.6: sglang declares transformers==4.57.1, which excludes it: give --override"),
+    (("transformers", "4.57.6"), f"transformers 4.57.6: sglang declares transformers=={PIN['transformers']}, which excludes it: give --override"),
     (("certifi", "1999.1.1"), "certifi 1999.1.1: https://pypi.org/simple has no such release"),
     (("torch", "2.9.2"), "torch: installed by URL ([[wheel]] torch of versions.lock)"),
     (("no-such-dist", "1.0"), "no-such-dist: not a distribution of requirements.lock.txt or the router's lock"),
@@ -150,5 +151,5 @@ def test_an_override_makes_an_excluded_version_a_declared_one(tmp_path):
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
     lock = lockfile.check(tree / "versions.lock")
     override = next(o for o in lock.overrides if o.package == "transformers")
-    assert (override.version, override.of, override.declared) == ("4.57.6", "sglang", "==4.57.1"), override
+    assert (override.version, override.of, override.declared) == ("4.57.6", "sglang", f"=={PIN['transformers']}"), override
     assert lock.requirements["transformers"] == "4.57.6", lock.requirements["transformers"]

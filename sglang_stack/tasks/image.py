@@ -188,7 +188,7 @@ def bump(c, name, version, profile=None, override=None, new_profile=False):
     changed; the distribution must come out at VERSION. Any failure leaves every file as it was.
     `invoke bump sglang VERSION --new-profile` writes profiles/VERSION (docs/profiles.md). Network.
     """
-    from sglang_stack.lock import bump as bumpmod
+    from sglang_stack.image import bump as bumpmod
     from sglang_stack.lock import profiles
 
     if new_profile:
