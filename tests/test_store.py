@@ -80,3 +80,22 @@ def test_smoke_leaves_images_it_did_not_make(smoke_base, run_id):
         if smoke.poll() is None:
             smoke.kill()
         store.remove("buildah", foreign)
+
+
+@pytest.mark.container
+def test_debootstrap_makes_the_tree_once_a_day_and_unpacks_it_after(tmp_path, capfd):
+    # Every base of a session (each store's, the stand-ins') starts from debootstrap's tree: made once, kept for the day.
+    if not shutil.which("debootstrap"):
+        need("needs debootstrap (.ci/run installs it)")
+    first, second = tmp_path / "first", tmp_path / "second"
+    store.debootstrap(store.DEBIAN_SUITE, store.BASE_PACKAGES, first)
+    capfd.readouterr()
+    store.debootstrap(store.DEBIAN_SUITE, store.BASE_PACKAGES, second)
+    said = capfd.readouterr().out
+    assert "today's tree from" in said, f"the second tree must come from the first's archive: {said!r}"
+
+    def listing(root):
+        return sorted((str(p.relative_to(root)), p.is_symlink(), p.lstat().st_mode, p.lstat().st_uid) for p in root.rglob("*"))
+
+    assert listing(second) == listing(first), "the unpacked tree is debootstrap's, owners and modes included"
+    assert (second / "usr" / "bin" / "python3").exists(), "BASE_PACKAGES are in it"

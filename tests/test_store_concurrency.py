@@ -1,4 +1,4 @@
-"""Two cold runs lease the same missing base at once: one debootstrap, one image, nothing left behind.
+"""Two cold runs lease the same missing base at once: one base made, one image, nothing left behind.
 
 Each lease runs in its own process, as two `invoke smoke` runs would, on a base name of this
 test's own (so the store is cold for it whatever else is there). The image IDs each lease got

@@ -116,16 +116,48 @@ def labels(engine: str, ref: str) -> dict[str, str]:
 # --- the Debian base ------------------------------------------------------------
 
 
+def debootstrap(suite: str, packages: tuple[str, ...] | list[str], rootfs: Path, mirror: str = DEBIAN_MIRROR) -> None:
+    """A minimal Debian ``suite`` with ``packages`` at ``rootfs``: debootstrap's own output, made once a day.
+
+    debootstrap downloads and unpacks a few hundred packages (minutes on 2 cores), and one test session makes
+    the same tree for each store and for the stand-ins. The first run of the day keeps the tree it made as a
+    tarball in the cache (``cache_dir()/rootfs``, keyed by suite, mirror, packages and the UTC day); later
+    ones on this machine unpack that instead, while the others wait. Each caller then changes its own copy.
+    """
+    import fcntl
+    import hashlib
+    from datetime import datetime, timezone
+
+    from sglang_stack.download import cache_dir
+
+    day = datetime.now(timezone.utc).strftime("%Y%m%d")
+    key = hashlib.sha256("\n".join([suite, mirror, *sorted(packages)]).encode()).hexdigest()[:16]
+    folder = cache_dir() / "rootfs"
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / f"{suite}-{key}-{day}.tar"
+    with open(folder / f"{suite}-{key}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not archive.is_file():
+            require("debootstrap", "install debootstrap (apt-get install debootstrap)")
+            run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite, str(rootfs), mirror],
+                capture=True, what="debootstrap")
+            partial = archive.with_suffix(".tar.partial")
+            run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."], what="tar")
+            partial.replace(archive)
+            for old in folder.glob(f"{suite}-{key}-*.tar"):
+                if old != archive:
+                    old.unlink()
+            return
+    print(f"debootstrap {suite}: today's tree from {archive}", flush=True)
+    rootfs.mkdir(parents=True, exist_ok=True)
+    run(["tar", "-C", str(rootfs), "--numeric-owner", "-xpf", str(archive)], what="tar")
+
+
 def make_debian_base(engine: str, ref: str, mirror: str = DEBIAN_MIRROR) -> None:
-    """``debootstrap`` a minimal Debian with ``BASE_PACKAGES`` and import it as ``ref``."""
-    require("debootstrap", "install debootstrap (apt-get install debootstrap)")
+    """A minimal Debian with ``BASE_PACKAGES`` (``debootstrap``), imported as ``ref``."""
     with tempfile.TemporaryDirectory(prefix="sglang-stack-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", DEBIAN_SUITE, str(rootfs), mirror],
-            capture=True,
-            what="debootstrap",
-        )
+        debootstrap(DEBIAN_SUITE, BASE_PACKAGES, rootfs, mirror)
         # Keep the image small and free of the host's apt lists.
         shutil.rmtree(rootfs / "var" / "lib" / "apt" / "lists", ignore_errors=True)
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)

@@ -402,12 +402,10 @@ def make_images(engine: str, standins: Standins, wheels: list[Path], header: str
     if store.exists(engine, base) and store.exists(engine, devel):
         print(f"reusing stand-in images {base} {devel}", flush=True)
         return base, devel
-    require("debootstrap", "install debootstrap (apt-get install debootstrap)")
     prefix = host_python(standins.python)
     with tempfile.TemporaryDirectory(prefix="sglang-stack-standin-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        run(["debootstrap", "--variant=minbase", f"--include={','.join(standins.packages)}", standins.suite, str(rootfs),
-             store.DEBIAN_MIRROR], capture=True, what="debootstrap")
+        store.debootstrap(standins.suite, standins.packages, rootfs)
         shutil.rmtree(rootfs / "var" / "lib" / "apt" / "lists", ignore_errors=True)
         (rootfs / "var" / "lib" / "apt" / "lists" / "partial").mkdir(parents=True)
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
