@@ -389,8 +389,10 @@ def test_every_variable_is_documented():
 
 
 def test_env_example_shows_the_real_defaults():
-    text = COMPOSE_YAML.read_text()
-    defaults = dict(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-([^}]*)\}", text))
+    text, defaults = COMPOSE_YAML.read_text(), {}
+    innermost = re.compile(r"\$\{([A-Z][A-Z0-9_]*):-([^${}]*)\}")
+    while innermost.search(text):  # a default may hold another variable's: ${A:-x${B:-y}}, innermost first
+        text = innermost.sub(lambda m: defaults.setdefault(m[1], m[2]), text)
     documented = _documented()
     for name, default in defaults.items():
         if name in ("MODEL_DIR", "DRAFT_MODEL_DIR", "SGLANG_EXTRA_ARGS", "ROUTER_WORKER_URLS", "ROUTER_EXTRA_ARGS", "DIST_INIT_ADDR",

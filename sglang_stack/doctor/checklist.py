@@ -295,6 +295,19 @@ def check_disk(facts: Facts) -> Check:
     return Check("disk", OK, detail)
 
 
+def _profile_of_tag(image: str) -> str | None:
+    """The profile an image name asks for (``sglang-stack:0.5.23-cu130``: 0.5.23), where this checkout has it."""
+    from sglang_stack.lock import profiles
+
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    try:
+        known = profiles.available()
+    except UserError:
+        return None
+    name = tag.rsplit("-", 1)[0]
+    return name if name in known and not known[name].default else None
+
+
 @check()
 def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
     """The service's image exists, runs SGLang's launcher, and owns /home/sglang/.cache as uid 10001 (the cache
@@ -306,11 +319,14 @@ def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
     if not facts.docker_info:
         return Check("image", SKIP, "skipped: no Docker engine")
     if not facts.image:
-        return Check("image", WARN, f"{name} is not built", "invoke build (docker compose up would build it without the lock checks)")
+        build = "invoke build" + (f" --profile {wanted}" if (wanted := _profile_of_tag(name)) else "")
+        return Check("image", WARN, f"{name} is not built", f"{build} (docker compose up would build it without the lock checks)")
     config = facts.image.get("Config") or {}
     size = (facts.image.get("Size") or 0) / 1e9
     created = str(facts.image.get("Created", "?"))[:10]
-    detail = f"{name}: {size:.1f} GB, created {created}"
+    # The profile is the SGLang release the image was built from (its label), whatever its tag says.
+    profile = (config.get("Labels") or {}).get("io.sglang-stack.sglang.version")
+    detail = f"{name}: {size:.1f} GB, created {created}" + (f", profile {profile}" if profile else "")
     entry = config.get("Entrypoint") or []
     if entry[-1:] not in (["sglang_stack.entrypoints.serve"], ["sglang.launch_server"]):
         return Check("image", WARN, f"{detail}; its entrypoint {entry} is not SGLang's launch_server",
