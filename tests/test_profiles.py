@@ -153,3 +153,20 @@ def test_an_override_makes_an_excluded_version_a_declared_one(tmp_path):
     override = next(o for o in lock.overrides if o.package == "transformers")
     assert (override.version, override.of, override.declared) == ("4.57.6", "sglang", f"=={PIN['transformers']}"), override
     assert lock.requirements["transformers"] == "4.57.6", lock.requirements["transformers"]
+
+
+
+def test_verify_records_the_digest_of_a_base_named_by_tag_and_keeps_the_comments(tmp_path):
+    from sglang_stack.lock.artifacts import _record_digests
+
+    tree = tracked(tmp_path / "tree")
+    path = tree / "profiles" / PROFILE / "versions.lock"
+    text = path.read_text()
+    assert "cuda.base" in lockfile.check(path).unverified(), "the committed profile names its base by tag"
+    digest = "sha256:" + "ab" * 32
+    path.write_text(_record_digests(text, {"cuda.base": digest}))
+    lock = lockfile.check(path)
+    assert lock.base_image == f"{lock.cuda['base']['image']}:{lock.cuda['base']['tag']}@{digest}", lock.base_image
+    assert "cuda.base" not in lock.unverified() and "note" not in lock.cuda["base"], lock.cuda["base"]
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert [line for line in path.read_text().splitlines() if line.startswith("#")] == comments, "comments are kept"

@@ -40,10 +40,17 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
         report.append(f"{key}: {art.filename} sha256 {sha256_of(local)} matches")
         if art.status == "published":
             checked.append("router" if art is lock.router else art.name)
-    for key, base in (("cuda.base", lock.cuda["base"]), ("router.base", lock.router_table["base"])):
+    bases = [("cuda.base", lock.cuda["base"]), ("router.base", lock.router_table["base"])]
+    if lock.cuda["devel"]["status"] == "unverified":
+        bases.insert(1, ("cuda.devel", lock.cuda["devel"]))
+    recorded = {}
+    for key, base in bases:
         digest = registry_digest(base["image"], base["tag"])
         if digest is None:
             report.append(f"{key}: could not reach the registry for {base['image']}:{base['tag']}; digest not checked")
+        elif base["status"] == "unverified" and not base.get("digest"):
+            recorded[key] = digest  # a base named by tag alone: what the registry serves now becomes its pin
+            report.append(f"{key}: {base['image']}:{base['tag']} is {digest}: recorded")
         elif digest != base.get("digest"):
             problems.append(f"{path.name}: {key}.digest: {base.get('digest', 'none recorded')} but the registry serves "
                             f"{digest} for {base['tag']}")
@@ -55,6 +62,8 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
     text = path.read_text()
     for name in checked:
         text = _mark_checked(text, name)
+    if recorded:
+        text = _record_digests(text, recorded)
     atomic_write(path, text)
     return report
 
@@ -86,6 +95,21 @@ def _mark_checked(text: str, name: str) -> str:
             lines[i] = line.replace('"published"', '"checked"', 1)
             inside = False
     return "".join(lines)
+
+
+def _record_digests(text: str, digests: dict[str, str]) -> str:
+    """``text`` with each ``KEY`` (``cuda.base``) given its ``digest`` and ``status = "checked"``, comments kept."""
+    import tomlkit
+
+    doc = tomlkit.parse(text)
+    for key, digest in digests.items():
+        table = doc
+        for part in key.split("."):
+            table = table[part]
+        table["digest"] = digest
+        table["status"] = "checked"
+        table.pop("note", None)  # it said why the base was named by tag alone, which it no longer is
+    return tomlkit.dumps(doc)
 
 
 def registry_digest(image: str, tag: str) -> str | None:
