@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -94,18 +95,31 @@ def declared(lock, name: str, sglang_requires: list[str]) -> list[tuple[str, str
 
 
 def edited_lock(text: str, path: Path, name: str, version: str, clock: str, conflicts: list[tuple[str, str]],
-                reason: str | None) -> str:
-    """versions.lock's text with NAME's clock moved and, for each declaration VERSION breaks, an [[override]]."""
+                reason: str | None, admitted: tuple[str, ...] = ()) -> str:
+    """versions.lock's text with NAME's clock moved and, for each declaration VERSION breaks, an [[override]];
+    an override of NAME by a source in ``admitted`` (whose declaration VERSION meets) goes: it overrides nothing."""
     import tomlkit
 
     doc = tomlkit.parse(text)
-    resolve = doc["resolve"]
-    if "exclude_newer_package" not in resolve:
-        moved = tomlkit.inline_table()
-        resolve.add(tomlkit.comment("`invoke bump`: a distribution whose clock moved past exclude_newer, and to when"))
-        resolve.add("exclude_newer_package", moved)
-    resolve["exclude_newer_package"][name] = clock
+    if "exclude_newer_package" not in doc["resolve"]:
+        # Right under exclude_newer, where a reader looks for the clock (appended, it would land below the comments
+        # that open the next table).
+        lines, inside = text.splitlines(keepends=True), False
+        for i, line in enumerate(lines):
+            stripped = line.strip()
+            if stripped.startswith("["):
+                inside = stripped == "[resolve]"
+            elif inside and re.match(r"exclude_newer\s*=", stripped):
+                lines.insert(i + 1, "# `invoke bump` moved each of these past exclude_newer, to just after its release.\n"
+                                    "exclude_newer_package = {}\n")
+                break
+        doc = tomlkit.parse("".join(lines))
+    doc["resolve"]["exclude_newer_package"][name] = clock
     overrides = doc.get("override")
+    stale = [i for i, o in enumerate(overrides or []) if canonicalize_name(o["package"]) == name
+             and canonicalize_name(o["of"]) in {canonicalize_name(a) for a in admitted}]
+    for i in reversed(stale):
+        del overrides[i]
     for source, spec in conflicts:
         existing = next((o for o in overrides or [] if canonicalize_name(o["package"]) == name
                          and canonicalize_name(o["of"]) == canonicalize_name(source)), None)
@@ -173,11 +187,14 @@ def bump(profile: Profile, name: str, version: str, override: str | None = None)
     files = release_files(lock.data["resolve"]["index"], key, version)
     clock = clock_after(files)
     requires = lockmod.wheel_requires(lockmod.sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=True))
-    conflicts = [(source, spec) for source, spec in declared(lock, key, requires)
+    declarations = declared(lock, key, requires)
+    conflicts = [(source, spec) for source, spec in declarations
                  if not Requirement(f"x{spec}").specifier.contains(Version(version), prereleases=True)]
+    admitted = tuple(source for source, _ in declarations if (source, _) not in conflicts)
     before = _snapshot(profile)
     try:
-        write_all({profile.lock: edited_lock(read_text(profile.lock), profile.lock, key, version, clock, conflicts, override)})
+        write_all({profile.lock: edited_lock(read_text(profile.lock), profile.lock, key, version, clock, conflicts, override,
+                                             admitted)})
         resolve.resolve(profile.lock)
         after = lockmod.check(profile.lock)
         pinned = after.requirements.get(key) or after.router_requirements.get(key)
