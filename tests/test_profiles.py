@@ -9,6 +9,7 @@ every file as it was.
 from __future__ import annotations
 
 import subprocess
+import tomllib
 import sys
 from pathlib import Path
 
@@ -170,3 +171,18 @@ def test_verify_records_the_digest_of_a_base_named_by_tag_and_keeps_the_comments
     assert "cuda.base" not in lock.unverified() and "note" not in lock.cuda["base"], lock.cuda["base"]
     comments = [line for line in text.splitlines() if line.startswith("#")]
     assert [line for line in path.read_text().splitlines() if line.startswith("#")] == comments, "comments are kept"
+
+
+def test_bump_edits_the_lock_in_place_keeping_every_comment():
+    from sglang_stack.image.bump import edited_lock
+
+    text = (ROOT / "versions.lock").read_text()
+    # An override whose declaration the new version meets overrides nothing any more: it goes.
+    out = edited_lock(text, ROOT / "versions.lock", "flashinfer-python", "0.0.1", "2026-01-01T00:00:01Z", [], None,
+                      admitted=("sglang",))
+    lines = out.splitlines()
+    clock = lines.index('exclude_newer_package = {flashinfer-python = "2026-01-01T00:00:01Z"}')
+    assert lines[clock - 2].startswith("exclude_newer = "), "the moved clock sits under exclude_newer"
+    assert [o for o in tomllib.loads(out)["override"] if o["package"] == "flashinfer-python"] == []
+    kept = [line for line in text.splitlines() if line.startswith("#")]
+    assert [line for line in lines if line.startswith("#") and "invoke bump` moved" not in line] == kept
