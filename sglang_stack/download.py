@@ -33,7 +33,13 @@ def sha256_of(path: Path) -> str:
 
 
 def filename_of(url: str) -> str:
-    return unquote(Path(urlparse(url).path).name)
+    """The file name a download is kept under: the URL's last path segment, percent-decoded, refused where it could
+    name anything but one file in the download directory (``..%2F``, a slash, a backslash, NUL, a dot name)."""
+    name = unquote(Path(urlparse(url).path).name)
+    if not name or name in (".", "..") or name.startswith(".") or any(c in name for c in "/\\\0") or \
+            any(ord(c) < 32 for c in name):
+        raise UserError(f"{url}: its file name {name!r} is not one plain file name (a download never leaves its directory)")
+    return name
 
 
 def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
@@ -45,9 +51,12 @@ def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
     """
     import requests  # host-side only; the image never imports this module
 
+    name = filename_of(url)  # refused before anything is touched
     dest = dest or cache_dir() / "downloads"
     dest.mkdir(parents=True, exist_ok=True)
-    target = dest / filename_of(url)
+    target = dest / name
+    if target.is_symlink() or target.resolve().parent != dest.resolve():
+        raise UserError(f"{target}: a link, or outside {dest}: remove it; downloads are plain files of that directory")
     if target.exists():
         if sha256_of(target) == sha256:
             return target

@@ -40,12 +40,21 @@ def read_text(path: Path, hint: str = "", limit: int = TEXT_LIMIT) -> str:
     refused before it is read, the cap in the message). ``hint`` is appended to
     the "not found" line.
     """
+    import stat
+
     path = Path(path)
     try:
-        size = path.stat().st_size if path.is_file() else 0
-        if size > limit:
-            raise UserError(f"{path}: {size} bytes, more than the {limit} such a file may hold: is it the right file?")
-        data = path.read_bytes()
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):  # /dev/zero, a FIFO: it would be read until memory runs out, or block forever
+            raise UserError(f"{path}: not a regular file (a device, a pipe or a socket): is it the right file?")
+        if st.st_size > limit:
+            raise UserError(f"{path}: {st.st_size} bytes, more than the {limit} such a file may hold: is it the right file?")
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)  # the cap holds even for a file that grows while it is read
+        if len(data) > limit:
+            raise UserError(f"{path}: more than the {limit} bytes such a file may hold: is it the right file?")
     except FileNotFoundError:
         raise UserError(f"{path}: not found{hint}") from None
     except IsADirectoryError:

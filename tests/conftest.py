@@ -236,6 +236,66 @@ def sglang_patched(sglang_pristine, tmp_path_factory) -> Path:
     return dest
 
 
+class ProfileTrees:
+    """A profile's sglang wheel unpacked as released (``pristine``) and with its own series applied (``patched``),
+    made once per session and profile: read them, never write to them."""
+
+    def __init__(self, factory):
+        self._factory = factory
+        self._made: dict[str, tuple[Path, Path]] = {}
+
+    def __call__(self, name: str) -> tuple[Path, Path]:
+        if name not in self._made:
+            from sglang_stack import download
+            from sglang_stack.lock import lockfile as lock, profiles
+            from sglang_stack.patching.patches import apply_series, unpack_wheel
+
+            profile = profiles.get(name)
+            table = lock.load(profile.lock)["sglang"]
+            wheel = download.fetch(table["url"], table["sha256"])
+            pristine = unpack_wheel(wheel, self._factory.mktemp(f"sglang-{name}-pristine") / "site")
+            patched = self._factory.mktemp(f"sglang-{name}-patched") / "site"
+            shutil.copytree(pristine, patched, copy_function=shutil.copyfile)
+            apply_series(patched, profile.series.parent, quiet=True)
+            self._made[name] = (pristine, patched)
+        return self._made[name]
+
+
+@pytest.fixture(scope="session")
+def profile_trees(tmp_path_factory) -> ProfileTrees:
+    return ProfileTrees(tmp_path_factory)
+
+
+# The profile whose own code the patch and upstream tests run (tests/test_patch_*.py, test_upstream_capture.py).
+UPSTREAM = "0.5.23"
+
+
+@pytest.fixture(scope="module")
+def trees(profile_trees):
+    """``UPSTREAM``'s sglang tree as released and with its series applied: (pristine, patched)."""
+    return profile_trees(UPSTREAM)
+
+
+@pytest.fixture(scope="module")
+def python(profile_python):
+    """A CPU Python with exactly ``UPSTREAM``'s distributions."""
+    return profile_python(UPSTREAM)
+
+
+@pytest.fixture(scope="session")
+def profile_python():
+    """``profile_python(NAME)``: a Python with exactly profile NAME's distributions (tests/sglang_cpu_env.py)."""
+    import sglang_cpu_env
+
+    def make(name: str) -> Path:
+        try:
+            return sglang_cpu_env.profile_python(name)
+        except sglang_cpu_env.Unavailable as err:
+            need(f"cannot make a Python of profile {name}'s pins: {err}")
+
+    return make
+
+
 @pytest.fixture
 def sglang_tree(sglang_pristine, tmp_path) -> Path:
     """A fresh, writable, unpatched copy of the sglang package tree: the directory that holds sglang/."""

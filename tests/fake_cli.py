@@ -70,6 +70,11 @@ cfg = json.load(open(os.environ["FAKE_CLI_CONFIG"]))
 with open(os.environ["FAKE_CLI_LOG"], "a") as log:
     log.write(json.dumps(["nvidia-smi"] + sys.argv[1:]) + "\n")
 name = cfg["smi"]
+if sys.argv[1:2] == ["topo"]:  # tests/fixtures/topology: -m, or -p2p r|w (every pair OK)
+    path = os.path.join(os.path.dirname(FIXTURES), "topology", name + ("-topo-m.txt" if "-m" in sys.argv else "-p2p-ok.txt"))
+    if not os.path.exists(path):
+        sys.stderr.write("fake nvidia-smi: no topology fixture " + path + "\n"); sys.exit(1)
+    sys.stdout.write(open(path).read()); sys.exit(0)
 query = any(a.startswith("--query-gpu") for a in sys.argv[1:])
 path = os.path.join(FIXTURES, name + ("-query.csv" if query else "-nvidia-smi.txt"))
 sys.stdout.write(open(path).read())

@@ -14,6 +14,11 @@ build of torch. What differs from the image, and why it does not change a decisi
   ServerArgs resolves, and ``services/settings.py`` reports each stand-in it used.
 
 The venv is kept under the project's cache, keyed by everything that goes into it.
+
+A profile whose every distribution is on PyPI (no URL wheel: ``profiles/0.5.23``) needs none of
+that: ``profile_python`` makes a venv of the host's CPython of the lock's own minor version with
+exactly the image's distributions, hash-checked from the profile's requirement lock (torch and
+the CUDA libraries included: they import on a machine without a GPU), and its sglang wheel.
 """
 
 from __future__ import annotations
@@ -39,6 +44,46 @@ WHEELS = Path("/opt/wheels")
 
 class Unavailable(Exception):
     """This machine cannot make the environment (no CPU torch on disk, no index); the message says why."""
+
+
+def profile_python(name: str) -> Path:
+    """The interpreter of a venv holding exactly profile ``name``'s Python distributions, made once per lock."""
+    from sglang_stack.lock import profiles
+    from sglang_stack.smoke.standins import host_python
+    from sglang_stack.errors import UserError
+
+    profile = profiles.get(name)
+    lock = lockmod.load(profile.lock)
+    if lock.get("wheel"):
+        raise Unavailable(f"profile {name} installs URL wheels ({', '.join(w['name'] for w in lock['wheel'])}): "
+                          "use python() and its stand-ins")
+    minor = lock["python"]["version"]
+    try:
+        prefix = host_python(minor)
+    except UserError as err:
+        raise Unavailable(str(err)) from None
+    exe = prefix / "bin" / f"python{minor}"
+    sglang = lock["sglang"]
+    key = hashlib.sha256("\n".join([minor, str(prefix), sglang["sha256"], profile.requirements.read_text(),
+                                     Path(__file__).read_text()]).encode()).hexdigest()[:16]
+    home = download.cache_dir() / f"sglang-env-{name}-{key}"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"sglang-env-{name}-{key}.lock", "w") as lockfile:
+        fcntl.flock(lockfile, fcntl.LOCK_EX)
+        py = home / "bin" / "python"
+        if (home / ".complete").is_file():
+            return py
+        shutil.rmtree(home, ignore_errors=True)
+        wheel = download.fetch(sglang["url"], sglang["sha256"])
+        subprocess.run([str(exe), "-m", "venv", str(home)], check=True)
+        pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-compile"]
+        for step in (["--require-hashes", "-r", str(profile.requirements)], [str(wheel)]):
+            proc = subprocess.run([*pip, *step], capture_output=True, text=True, timeout=3600)
+            if proc.returncode != 0:
+                shutil.rmtree(home, ignore_errors=True)
+                raise Unavailable(f"pip install {' '.join(step)}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        (home / ".complete").write_text("")
+        return py
 
 
 def requirements() -> list[str]:
@@ -82,3 +127,17 @@ def _make(home: Path, py: Path, torch: Path, sglang: dict, pins: list[str]) -> P
     (home / ".complete").write_text("")
     return py
 
+
+
+def run_json(python: Path, tree: Path, script: str, *args: str, env: dict | None = None, timeout: int = 600) -> dict:
+    """Run ``script`` with ``python``, the sglang package of ``tree`` first on its path; its last stdout line is JSON."""
+    import json
+    import os
+
+    environ = {**os.environ, **(env or {}), "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([str(python), "-c", script, *args], capture_output=True, text=True, timeout=timeout,
+                          env=environ, cwd=tree)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and lines, f"{python} exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+    return json.loads(lines[-1])

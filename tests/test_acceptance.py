@@ -132,3 +132,12 @@ def test_invoke_acceptance_refuses_bad_flags():
                         (["eagle3", "--out", "/nonexistent/dir/a.json"], "is not a directory")):
         proc = invoke("acceptance", *args)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_the_hint_repeats_the_command_that_was_run(tmp_path):
+    """With --url and no expectation recorded, the closing hint is a command that works: the same URL, not a
+    service this host may not have."""
+    m = acceptance.Measurement(url="u", requests=6, completion_tokens=600, verify_passes=500, accept_length=1.2,
+                               accept_by_position=[0.2], settings="3/1/4", seconds=1.0)
+    _, line = acceptance.verdict(m, None, None, "invoke acceptance --url http://10.0.0.5:30001")
+    assert "accept a first run: invoke acceptance --url http://10.0.0.5:30001 --out acceptance.json" in line, line

@@ -22,6 +22,7 @@ from typing import Callable
 import pytest
 
 from sglang_stack import ROOT
+from sglang_stack.lock import lockfile
 from pins import PIN
 
 Edit = Callable[[Path], None]
@@ -96,6 +97,7 @@ class Case:
 
 
 LOCK = "versions.lock"
+SGLANG_WHEEL = lockfile.load()["sglang"]["url"].rsplit("/", 1)[1]  # the pinned wheel's file name
 REQS = "requirements.lock.txt"
 TEMPLATE = "docker/Dockerfile.j2"
 VALUES = "deploy/k8s/values.yaml"
@@ -109,6 +111,20 @@ CASES = [
     Case("lock-missing", ["render"], [remove(LOCK)], ["versions.lock: not found"]),
     Case("lock-unreadable", ["render"], [unreadable(LOCK)], ["versions.lock: cannot read"], as_user=True),
     Case("lock-bad-toml", ["render"], [append(LOCK, "\n[sglang\n")], ["versions.lock: invalid TOML"]),
+    Case("override-alias-bomb", ["doctor", "eagle3"], [write("compose.override.yaml", "x-a: &a [1,1,1,1,1,1,1,1,1]\n" + "".join(
+        f"x-{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+        + "services:\n  eagle3:\n    labels:\n      bomb: *i\n")], ["compose.override.yaml: its YAML expands to more than"],
+         code=1, check="config", needs="docker"),
+    Case("mirror-manifest-nested-deep", ["build", "--mirror", "--target", "router"],
+         [write("mirror/manifest.json", "[" * 100_000 + "]" * 100_000)], ["mirror/manifest.json: nested deeper"]),
+    Case("mirror-manifest-is-a-link", ["build", "--mirror", "--target", "router"],
+         [lambda tree: (tree / "mirror" / "manifest.json").symlink_to("/etc/hostname")], ["mirror/manifest.json: a link"]),
+    Case("mirror-fetch-lock-is-a-link", ["fetch", "--target", "router"],
+         [lambda tree: (tree / "mirror" / ".fetch.lock").symlink_to(tree.parent / "planted")], ["mirror/.fetch.lock:"]),
+    Case("lock-links-to-dev-zero", ["render"], [lambda tree: ((tree / LOCK).unlink(), (tree / LOCK).symlink_to("/dev/zero"))],
+         ["versions.lock: not a regular file"]),
+    Case("lock-is-a-fifo", ["render"], [lambda tree: ((tree / LOCK).unlink(), os.mkfifo(tree / LOCK))],
+         ["versions.lock: not a regular file"]),
     Case("lock-duplicate-key", ["render"], [replace(LOCK, 'version = "0.5.9"', 'version = "0.5.9"\nversion = "0.5.9"')],
          ["versions.lock: invalid TOML"]),
     Case("lock-unknown-table", ["render"], [append(LOCK, "\n[sglnag]\nversion = 1\n")], ["sglnag"]),
@@ -122,6 +138,25 @@ CASES = [
          ["arch_list", "sm_120"]),
     Case("lock-python-version", ["render"], [replace(LOCK, 'version = "3.12"', 'version = "three"')], ["python.version"]),
     Case("lock-cuda-version-list", ["render"], [replace(LOCK, 'version = "13.0.1"', 'version = ["13.0.1"]')], ["cuda.version"]),
+    # lock fields that a template interpolates cannot become instructions (render and the lock check refuse alike)
+    Case("lock-newline-in-tag", ["render"],
+         [replace(LOCK, 'tag = "13.0.1-base-ubuntu24.04"', 'tag = "13.0.1-base-ubuntu24.04\\nFROM busybox AS injected\\nRUN echo pwned"')],
+         ["cuda.base.tag", "control character or line break"]),
+    Case("lock-newline-in-tag-check", ["lock", "--check"],
+         [replace(LOCK, 'tag = "13.0.1-base-ubuntu24.04"', 'tag = "13.0.1-base-ubuntu24.04\\nFROM busybox AS injected"')],
+         ["cuda.base.tag", "control character or line break"]),
+    Case("lock-uppercase-image-name", ["render"], [replace(LOCK, 'name = "sglang-stack"', 'name = "SGLang-Stack"')],
+         ["image.name", "'SGLang-Stack' is not an image name"]),
+    Case("lock-uppercase-base-image", ["render"], [replace(LOCK, 'image = "docker.io/nvidia/cuda"', 'image = "docker.io/NVIDIA/cuda"')],
+         ["cuda.base.image", "is not an image name"]),
+    Case("lock-version-trailing-space", ["render"], [replace(LOCK, 'version = "0.5.9"', 'version = "0.5.9 "')],
+         ["sglang.version", "leading or trailing whitespace"]),
+    Case("lock-url-escapes-the-cache", ["lock", "--check"],
+         [replace(LOCK, "/" + SGLANG_WHEEL, "/x/..%2F..%2F..%2F" + SGLANG_WHEEL)],
+         ["sglang.url", "is not one plain file name"]),
+    Case("reqs-marker-the-image-skips", ["render"],
+         [append(REQS, "\nwin-only==1.0 ; sys_platform == 'win32' \\\n    --hash=sha256:" + "0" * 64 + "\n")],
+         [REQS, "win-only carries an environment marker"]),
     # the generated requirements file
     Case("reqs-missing", ["render"], [remove(REQS)], [REQS, "invoke lock"]),
     Case("reqs-not-utf8", ["render"], [append(REQS, b"\xff\xfe")], [REQS, "not UTF-8"]),
@@ -228,6 +263,10 @@ CASES = [
          ["v.yaml:1", "not UTF-8"]),
     Case("k8s-values-directory", ["k8s", "--out", "k8s-out", "--values", "vdir"], [directory("vdir")], ["vdir"]),
     Case("k8s-values-unknown", ["k8s", "--out", "k8s-out"], [append(VALUES, "\nreplicaz: 3\n")], ["replicaz"]),
+    Case("k8s-values-duplicate-key", ["k8s", "--out", "k8s-out"], [append(VALUES, "\nreplicas: 20\n")],
+         ["deploy/k8s/values.yaml:", "'replicas' is given twice (lines 16 and"]),
+    Case("k8s-out-holds-a-foreign-file", ["k8s", "--out", "k8s-out"],
+         [write("k8s-out/sglang.yaml", b"\xff\xfe not ours\n")], ["k8s-out/sglang.yaml"]),
     Case("k8s-values-type", ["k8s", "--out", "k8s-out"], [replace(VALUES, "replicas: 2", "replicas: two")], ["replicas"]),
     Case("k8s-values-list", ["k8s", "--out", "k8s-out", "--values", "v.yaml"], [write("v.yaml", "- 1\n")], ["v.yaml"]),
     Case("k8s-out-is-file", ["k8s", "--out", "afile"], [write("afile", "x")], ["afile"]),

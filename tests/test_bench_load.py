@@ -135,6 +135,19 @@ def test_open_loop_sends_at_the_schedule_and_reports_offered_and_achieved_rates(
     assert "## Arrivals" in text and "Poisson" in text and "goodput req/s" in text
 
 
+def test_request_rate_inf_is_a_burst_not_the_closed_loop(tmp_path):
+    """`--request-rate inf`, as sglang.bench_serving takes it: every request of the round at its start."""
+    prompts = write_prompts(tmp_path / "p.jsonl", count=6, tokens=8)
+    with SGLangServer(FAST) as server:
+        doc, out = run(server.url, tmp_path, prompts=prompts, request_rate="inf", num_requests=12)
+    (record,) = doc["rounds"]
+    assert record["mode"] == "open" and record["offered_rate"] == "inf", record
+    assert {s["scheduled_s"] for s in doc["samples"]} == {0.0}, "every request is scheduled at the round's start"
+    assert server.max_in_flight == 12, f"a burst has all 12 in flight at once, not {server.max_in_flight}"
+    json.loads((out / "bench.json").read_text(), parse_constant=lambda c: pytest.fail(f"bench.json holds {c}"))
+    assert "Offered a burst" in (out / report.MARKDOWN_NAME).read_text()
+
+
 def test_open_loop_cap_bounds_the_requests_in_flight(tmp_path):
     prompts = write_prompts(tmp_path / "p.jsonl", count=10, tokens=32)
     with SGLangServer(FAST) as server:

@@ -51,8 +51,8 @@ def test_secrets_are_passed_as_files_not_values(tmp_path):
 
 
 def test_build_args_are_sorted_and_validated():
-    argv = request(build_args=buildmod.parse_build_args(["PREFETCH_MODELS=a/b", "A=1"])).command()
-    assert argv.index("A=1") < argv.index("PREFETCH_MODELS=a/b"), argv
+    argv = request(build_args=buildmod.parse_build_args(["SOME_ARG=a/b", "A=1"])).command()
+    assert argv.index("A=1") < argv.index("SOME_ARG=a/b"), argv
     with pytest.raises(UserError, match="--build-arg 'NOVALUE'"):
         buildmod.parse_build_args(["NOVALUE"])
     with pytest.raises(UserError, match="use --base-image"):
@@ -226,3 +226,14 @@ def test_a_replaced_base_replaces_the_oci_base_digest_label(kwargs, digest):
     assert ("--build-arg", f"{arg}={digest}") in list(zip(argv, argv[1:])), argv
     assert not any(a.startswith(("BASE_DIGEST=", "ROUTER_BASE_DIGEST=")) for a in request().command()), \
         "the pinned base keeps the Dockerfile's own digest"
+
+
+def test_a_missing_devel_image_is_replaced_by_its_build_arg_and_the_mirror_is_named():
+    """The runtime build needs two bases, both absent here; --base-image replaces only one of them, and a host
+    with no registry has the mirror."""
+    req = request(engine="buildah", target="runtime")
+    bases = buildmod.base_images(req)
+    said = [f"ERROR: failed to solve: {bases['DEVEL_IMAGE']}: failed to resolve source metadata"]
+    hint = buildmod.missing_base_hint(req, said)
+    assert "--build-arg DEVEL_IMAGE=YOURS" in hint and "--base-image YOURS" in hint, hint
+    assert "invoke fetch" in hint and "invoke build --mirror" in hint, hint

@@ -606,7 +606,10 @@ def compose_reads(tmp_path: Path, data: bytes) -> dict[str, str]:
     (tmp_path / "compose.yaml").write_text("services:\n  s:\n    image: x\n    environment:\n"
                                            + "".join(f"      {n}: ${{{n}-(unset)}}\n" for n in names))
     proc = subprocess.run(["docker", "compose", "--project-directory", str(tmp_path), "config", "--format", "json"],
-                          capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+                          capture_output=True, text=True, timeout=60,
+                          # A fresh HOME, but the user's plugins: the CLI finds a per-user Compose under DOCKER_CONFIG.
+                          env={"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+                               "DOCKER_CONFIG": os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")})
     assert proc.returncode == 0, proc.stderr
     env = json.loads(proc.stdout)["services"]["s"]["environment"]
     return {n: v.replace("$$", "$") for n, v in env.items() if v != "(unset)"}
@@ -674,3 +677,22 @@ def test_no_module_reads_compose_files_or_interpolates_as_compose_does():
         if "yaml_file.load(COMPOSE" in text or "load_raw(" in text:
             found.append(f"{path.relative_to(ROOT)}: loads a compose file itself")
     assert not found, f"a copy of Compose's interpolation or reading: {found}"
+
+
+def test_a_compose_that_outlives_its_time_leaves_no_process(tmp_path, monkeypatch):
+    """The docker CLI runs Compose as a child of its own: at the timeout the whole group ends, not the CLI alone.
+    A stand-in CLI that starts such a child and waits stands in for a Compose that never finishes."""
+    import time
+
+    marker = f"sglang-stack-test-{os.getpid()}-{time.monotonic_ns()}"
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\nsh -c 'sleep 300 & wait' {marker}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(variables, "COMPOSE_TIMEOUT", 1)
+    with pytest.raises(UserError, match="did not finish within 1 s"):
+        variables.config(["config"], variables.Environment({}))
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes left behind: {left}"

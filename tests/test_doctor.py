@@ -30,6 +30,10 @@ from sglang_stack.doctor.host import Facts, Gpu
 
 import fake_cli
 
+pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
+
+GIB = 1 << 30
+
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 H200_QUERY = (FIXTURES / "h200-query.csv").read_text()
 H200_SMI = (FIXTURES / "h200-nvidia-smi.txt").read_text()
@@ -367,6 +371,35 @@ def test_config_health_timeouts(values, text):
     assert check.status == FAIL and text in check.detail, check.line()
 
 
+def test_a_misspelt_name_in_env_is_named_with_the_one_meant(tmp_path):
+    """SGLANG_API_KY_FILE leaves the key unset without a word from Compose: the doctor names the slip."""
+    key = tmp_path / "key"
+    key.write_text("k" * 32)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"MODEL_DIR=/models/k\nSGLANG_API_KY_FILE={key}\nCOMPOSE_PROJECT_NAME=x\nMY_OWN_NOTE=1\n")
+    env = variables.environment(env_file=dotenv, shell_env={"PATH": os.environ["PATH"]})
+    assert "SGLANG_API_KEY_FILE" in env.referenced, "the names come from Compose's own reading of compose.yaml"
+    check = doctor.check_config(svc_of(), "", env)
+    assert check.status == WARN and (f"SGLANG_API_KY_FILE ({dotenv}:2) is read by nothing: did you mean "
+                                     "SGLANG_API_KEY_FILE?") in check.detail, check.line()
+    assert "COMPOSE_PROJECT_NAME" not in check.detail and "MY_OWN_NOTE" not in check.detail, check.line()
+    dotenv.write_text(f"MODEL_DIR=/models/k\nSGLANG_API_KEY_FILE={key}\n")
+    env = variables.environment(env_file=dotenv, shell_env={"PATH": os.environ["PATH"]})
+    assert doctor.check_config(svc_of(), "", env).status == OK
+
+
+def test_limits_are_derived_from_the_host_and_hold_dev_shm():
+    host = Facts(mem_bytes=512 * GIB)
+    default = doctor.check_limits(host, svc_of())
+    assert default.status == WARN and "pids_limit 16384; no memory cap" in default.detail, default.line()
+    assert default.fix == "set MEM_LIMIT=504g (this host's 512 GiB less 8) in .env", default.fix
+    assert doctor.check_limits(host, svc_of(MEM_LIMIT="400g")).line().startswith("ok    limits       pids_limit 16384, memory 400 GiB")
+    small = doctor.check_limits(host, svc_of(MEM_LIMIT="64g"))  # SHM_SIZE's 64g alone fills it
+    assert small.status == FAIL and "less than /dev/shm's 64 GiB" in small.detail and "MEM_LIMIT=81g" in small.fix, small.line()
+    assert doctor.check_limits(host, svc_of(PIDS_LIMIT="512")).status == FAIL
+    assert doctor.check_limits(host, svc_of(MEM_LIMIT="1024g")).status == WARN, "a cap above the host's memory is none"
+
+
 def test_a_healthcheck_compose_refuses_names_its_variable():
     with pytest.raises(UserError) as err:
         svc_of(HEALTH_INTERVAL="15")
@@ -442,11 +475,11 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.splitlines()
     names = [line.split()[1] for line in lines[1:-1]]
-    expected = ["config", "model", "drafter", "api-key", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
-                "sm120", "sm120", "privilege", "shm", "memlock", "disk", "image", "kernels", "audit"]
+    expected = ["config", "model", "drafter", "api-key", "hub-token", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
+                "sm120", "sm120", "topology", "privilege", "shm", "limits", "memlock", "disk", "image", "kernels", "audit"]
     assert names == expected, f"checks printed: {names}\n{proc.stdout}"
-    for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "image", "kernels",
-                 "audit"):
+    for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "topology", "image",
+                 "kernels", "audit"):
         line = next(line for line in lines if line.split()[1:2] == [name])
         assert line.startswith("ok "), f"{name} should pass on the RTX fixture: {line}"
     any_fail = any(line.startswith("FAIL") for line in lines)
@@ -534,8 +567,12 @@ def test_up_refuses_without_gpu_runtime(tmp_path):
     [
         ("two words\n", {}, FAIL, "the API key contains whitespace"),
         (None, {}, FAIL, "no such file"),
-        (None, {"BIND_ADDRESS": "0.0.0.0", "SGLANG_API_KEY_FILE": ""}, WARN,
+        (None, {"BIND_ADDRESS": "0.0.0.0", "SGLANG_API_KEY_FILE": ""}, FAIL,
          "BIND_ADDRESS=0.0.0.0 publishes the API beyond this host, and no SGLANG_API_KEY_FILE is set"),
+        (None, {"BIND_ADDRESS": "192.168.1.5", "SGLANG_API_KEY_FILE": "", "ALLOW_UNAUTHENTICATED": "1"}, WARN,
+         "with no key: ALLOW_UNAUTHENTICATED=1"),
+        (None, {"BIND_ADDRESS": "0.0.0.0", "SGLANG_API_KEY_FILE": "", "ALLOW_UNAUTHENTICATED": "yes"}, FAIL,
+         "no SGLANG_API_KEY_FILE is set"),
         ("Zm9vYmFyYmF6-_.~+/=\n", {"BIND_ADDRESS": "0.0.0.0"}, OK, "set (SGLANG_API_KEY_FILE="),
         (None, {"SGLANG_API_KEY_FILE": ""}, OK, "none; the API listens on 127.0.0.1 only"),
         (None, {"SGLANG_API_KEY_FILE": "", "SGLANG_API_KEY": "left-in-dotenv"}, FAIL,
@@ -608,6 +645,32 @@ def test_an_override_that_widens_privilege_is_said(tmp_path):
         assert said in check.detail, (said, check.line())
 
 
+def test_an_override_that_runs_sglang_as_root_fails(tmp_path):
+    override = tmp_path / "compose.override.yaml"
+    for user in ('"0:0"', "root", '"0"'):
+        override.write_text(f"services:\n  eagle3:\n    user: {user}\n")
+        check = doctor.check_privilege(composefile.service("eagle3", env_of(COMPOSE_FILE=f"compose.yaml:{override}")))
+        assert check.status == FAIL and "runs SGLang as root" in check.detail and "compose.override.yaml" in check.detail, \
+            check.line()
+
+
+def test_a_key_in_an_overrides_environment_fails_and_is_never_shown(tmp_path):
+    override = tmp_path / "compose.override.yaml"
+    override.write_text("services:\n  eagle3:\n    environment:\n      SGLANG_API_KEY: sk-planted-in-override\n")
+    check = inputs.check_api_key(composefile.service("eagle3", env_of(COMPOSE_FILE=f"compose.yaml:{override}",
+                                                                       SGLANG_API_KEY_FILE="")))
+    assert check.status == FAIL and "SGLANG_API_KEY is set in the service's environment" in check.detail, check.line()
+    assert "sk-planted-in-override" not in check.line()
+
+
+def test_the_host_network_without_a_key_fails_naming_the_network_not_bind_address():
+    svc = svc_of("eagle3", COMPOSE_FILE="compose.yaml:compose.multinode.yaml", SGLANG_API_KEY_FILE="",
+                 NNODES="2", NODE_RANK="0", DIST_INIT_ADDR="10.0.0.1:50000")
+    check = inputs.check_api_key(svc)
+    assert svc.host_network and check.status == FAIL, check.line()
+    assert "network_mode: host (compose.yaml, compose.multinode.yaml)" in check.detail and "BIND_ADDRESS" not in check.detail
+
+
 # --- the registry ----------------------------------------------------------------------------------
 
 
@@ -617,7 +680,7 @@ def test_the_doctor_table_of_docs_services_is_the_checks_own_docstrings():
     text = (ROOT / "docs" / "services.md").read_text()
     assert documented(text, doctor.CHECKS) == text, "docs/services.md: run `python -m sglang_stack.doctor.checklist --docs`"
     names = [n for fn in doctor.CHECKS for n in fn.spec.names]
-    assert {"config", "model", "drafter", "api-key", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
+    assert {"config", "model", "drafter", "api-key", "hub-token", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
             "shm", "memlock", "disk", "image", "kernels", "audit", "multinode", "privilege"} <= set(names), names
     assert all(fn.spec.passes_when and fn.spec.fix for fn in doctor.CHECKS), "every check says when it passes and its fix"
 
@@ -646,3 +709,14 @@ def test_a_new_check_is_one_function_and_the_loop_writes_its_skip_lines():
     assert evaluate([check_vram], Context(facts, gpu, "docker")) == [Check("vram", OK, "enough")]
     assert seen == [(facts, gpu)], "the check got the facts its parameters name"
     assert evaluate([check_vram], Context(facts, gpu, "docker", role="router")) == [], "a server's check is no router's"
+
+
+def test_the_hub_token_reaches_a_container_only_where_it_may_go_online(tmp_path):
+    token = tmp_path / "hf_token"
+    token.write_text("hf_planted_token\n")
+    offline = inputs.check_hub_token(svc_of("eagle3", HF_TOKEN_FILE=str(token)))
+    assert offline.status == FAIL and "never goes online (HF_HUB_OFFLINE=1)" in offline.detail, offline.line()
+    assert "hf_planted_token" not in offline.line()
+    online = inputs.check_hub_token(svc_of("eagle3", HF_TOKEN_FILE=str(token), HF_HUB_OFFLINE="0"))
+    assert online.status == OK and "may download" in online.detail, online.line()
+    assert inputs.check_hub_token(svc_of("eagle3")).status == OK

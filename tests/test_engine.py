@@ -89,6 +89,30 @@ def test_missing_base_image_is_one_line(docker_engine, run_id):
     assert not store.exists("docker", f"sglang-stack-test-{run_id}:never"), "a failed build must not leave its tag"
 
 
+def test_settings_before_a_build_is_one_line_and_pulls_nothing(docker_engine, run_id):
+    """No image yet: `invoke settings` names the image and the build, instead of a pull from Docker Hub."""
+    absent = f"sglang-stack-test-{run_id}:settings-absent"
+    proc = engine.ComposeProject(f"sgs-test-{run_id}-settings", [], {}).invoke(
+        "settings", "--image", absent, "--host", "h200x1", check=False, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (f"error: settings: {absent}: no such image in the docker store: build it first (`invoke build`), "
+                    "or name one with --image, or run SGLang with --python"), last
+    assert "docker run" not in proc.stdout + proc.stderr, "nothing may run (or pull) before the image is known"
+
+
+def test_fetch_tries_the_base_images_first_and_a_failed_pull_is_one_line(docker_engine, run_id, tmp_path):
+    """A registry this host cannot reach ends `invoke fetch` before any wheel is downloaded, in one line that
+    says where to run it instead."""
+    absent = f"localhost:1/sglang-stack-test-{run_id}:absent"
+    proc = engine.ComposeProject(f"sgs-test-{run_id}-fetch", [], {}).invoke(
+        "fetch", "--dir", str(tmp_path / "mirror"), "--target", "sglang", "--base-image", absent, check=False, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: docker pull {absent} failed (") and "`invoke fetch` on a host that reaches localhost:1" in last, last
+    assert not list((tmp_path / "mirror" / "wheels").glob("*")), "no wheel may be fetched before the bases are"
+
+
 def test_the_sweep_runs_the_preflight_first_and_never_builds(docker_engine, run_id, model_dirs, tmp_path):
     """No GPU runtime here: the sweep stops at the preflight, in one line, before any compose run or results directory."""
     out = tmp_path / "sweep-results"
@@ -271,7 +295,11 @@ def test_doctor_on_a_real_engine_without_gpus(docker_engine, compose_project, mo
     proc = project.invoke("doctor", "--service", "baseline", check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     lines = {row.split()[1]: row for row in proc.stdout.splitlines() if len(row.split()) > 2 and row.split()[0] in ("ok", "FAIL", "warn", "skip", "note")}
-    assert lines["docker"].startswith("ok") and "Docker Engine" in lines["docker"] and "Compose" in lines["docker"], lines["docker"]
+    assert "Docker Engine" in lines["docker"] and "Compose" in lines["docker"], lines["docker"]
+    old_engine = int(engine.docker("version", "--format", "{{.Server.Version}}").stdout.split(".")[0]) < 28
+    # Before Engine 28 a port published on 127.0.0.1 is reachable from the same segment (moby/moby#45610).
+    assert lines["docker"].startswith("warn" if old_engine else "ok") and ("moby/moby#45610" in lines["docker"]) == old_engine, \
+        lines["docker"]
     assert lines["gpu-runtime"].startswith("FAIL") and "-- fix: install nvidia-container-toolkit" in lines["gpu-runtime"], lines["gpu-runtime"]
     assert lines["driver"].startswith("FAIL") and "-- fix: install the NVIDIA driver" in lines["driver"], lines["driver"]
 
@@ -351,3 +379,23 @@ def test_the_api_key_reaches_the_server_and_nothing_else(standin_image, compose_
     assert secret == key, "the secret file is where the key lives"
     hub = engine.docker("exec", container, "sh", "-c", 'cat "$HF_TOKEN_PATH"').stdout.strip()
     assert hub == token, "HF_TOKEN_PATH must name the file that holds the Hub token"
+
+
+def test_invoke_up_refuses_an_api_published_beyond_loopback_without_a_key(standin_image, compose_project, model_dirs):
+    """BIND_ADDRESS=0.0.0.0 and no SGLANG_API_KEY_FILE: one line, nothing started; ALLOW_UNAUTHENTICATED=1 starts it
+    and the log says so."""
+    env = {"SGLANG_STACK_IMAGE": standin_image, "BIND_ADDRESS": "0.0.0.0", **model_dirs}
+    project = compose_project(OVERRIDE, env=env)
+    up = project.invoke("up", "baseline", "--interval", "1", check=False, timeout=300)
+    assert up.returncode != 0 and "Traceback" not in up.stderr, up.stderr[-2000:]
+    last = up.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: preflight api-key: BIND_ADDRESS=0.0.0.0 publishes the API beyond this host") \
+        and "ALLOW_UNAUTHENTICATED=1" in last, last
+    assert project.containers() == [], "a refused preflight must start nothing"
+
+    project = compose_project(OVERRIDE, env={**env, "ALLOW_UNAUTHENTICATED": "1"})
+    up = project.invoke("up", "baseline", "--interval", "1", timeout=300)
+    assert any(line.startswith("warn") and "api-key" in line and "ALLOW_UNAUTHENTICATED=1" in line
+               for line in up.stdout.splitlines()), up.stdout
+    assert "baseline: healthy after" in up.stdout, up.stdout
+    project.invoke("down")

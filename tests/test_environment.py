@@ -157,6 +157,15 @@ def test_a_name_built_by_an_f_string_is_read_by_that_file(tmp_path):
     assert set(readers.found) == {"TRITON_PTXAS_PATH"}, f"the braces stand for at least one character, f\"{{name}}\" for no name: {readers.found}"
 
 
+def test_an_f_string_whose_placeholder_holds_the_other_quote_is_read(tmp_path):
+    """Triton 3.8: f"TRITON_{binary.upper().replace('-', '_')}_PATH" (ptxas-blackwell becomes PTXAS_BLACKWELL)."""
+    knobs = tmp_path / "triton" / "knobs.py"
+    knobs.parent.mkdir(parents=True)
+    knobs.write_text("""super().__init__(f"TRITON_{binary.upper().replace('-', '_')}_PATH")\nx = f'{a}"{b}'\n""")
+    readers = envaudit.scan([tmp_path], {"TRITON_PTXAS_PATH", "CUDA_HOME"})
+    assert readers.found.get("TRITON_PTXAS_PATH") == ["triton/knobs.py:1 (f\"TRITON_{...}_PATH\")"], readers.found
+
+
 def test_a_declared_reader_that_holds_no_name_warns_and_fails_under_strict(tmp_path):
     (tmp_path / "triton").mkdir()
     (tmp_path / "triton" / "knobs.py").write_text("x = 1\n")
@@ -167,3 +176,33 @@ def test_a_declared_reader_that_holds_no_name_warns_and_fails_under_strict(tmp_p
     result = subprocess.run([sys.executable, "-m", "sglang_stack.image.steps.envaudit", "--strict", "--declarations", str(declarations),
                              "--root", str(tmp_path), "CUDA_HOME=image"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 1 and "error: CUDA_HOME: declared as read by triton" in result.stderr, result
+
+
+def test_a_profiles_declarations_change_only_what_its_release_reads(tmp_path):
+    """profiles/NAME/docker/environment.toml replaces the keys it writes; it cannot declare a new name."""
+    (tmp_path / "huggingface_hub").mkdir()
+    (tmp_path / "huggingface_hub" / "constants.py").write_text('OFFLINE = os.environ.get("HF_HUB_OFFLINE")\n')
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "envs.py").write_text("x = 1\n")  # a release whose own tree no longer reads it
+    declarations = tmp_path / "environment.toml"
+    declarations.write_text('[HF_HUB_OFFLINE]\nreader = ["huggingface_hub", "sglang"]\neffect = "offline"\n')
+    argv = [sys.executable, "-m", "sglang_stack.image.steps.envaudit", "--strict", "--declarations", str(declarations),
+            "--root", str(tmp_path), "HF_HUB_OFFLINE=image"]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1 and "declared as read by sglang" in result.stderr, result
+    profile = tmp_path / "environment.profile.toml"  # where the build copies a profile's file, found beside
+    profile.write_text('[HF_HUB_OFFLINE]\nreader = ["huggingface_hub"]\n')
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0 and "clean" in result.stdout, result
+    profile.write_text('[HF_HUB_OFFLINE]\nreader = ["huggingface_hub"]\n[NEW_NAME]\nreader = "x"\neffect = "y"\n')
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1 and "[NEW_NAME]: not a variable environment.toml declares" in result.stderr, result
+
+
+def test_each_profiles_declarations_file_changes_only_declared_names():
+    from sglang_stack.lock import profiles
+
+    for profile in profiles.available().values():
+        overlay = profile.root / "docker" / "environment.toml"
+        if not profile.default and overlay.is_file():
+            envaudit.load_declarations(envset.DECLARATIONS, overlay)  # exits with one line on a bad entry

@@ -26,6 +26,8 @@ from sglang_stack.errors import UserError
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.services import k8s
 
+pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
+
 LWS_CRD = Path(__file__).parent / "fixtures" / "k8s" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 LWS_CRD_SHA256 = "ea523e42ff3d4e45a75371c7984bbe8ad5226c26ffa3ade8d28eb67c7cc228b6"
 # The oldest release the render supports (PDB unhealthyPodEvictionPolicy is GA in 1.31, beta and on from
@@ -140,7 +142,7 @@ def test_default_objects(lock):
     assert {f: sorted(d["kind"] for d in ds) for f, ds in docs.items()} == {
         "namespace.yaml": ["Namespace"],
         "sglang.yaml": ["NetworkPolicy", "PodDisruptionBudget", "Service", "StatefulSet"],
-        "router.yaml": ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"],
+        "router.yaml": ["Deployment", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"],
     }
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from sglang_stack.errors import UserError
 from sglang_stack.services import k8s
 import test_k8s
 from test_k8s import MULTINODE, documents, kind, server_pod
+
+pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
 
 lock = test_k8s.lock  # the fixture, shared with test_k8s
 
@@ -362,10 +365,14 @@ def test_secrets_are_files_and_nothing_secret_is_rendered(lock):
 
 def test_the_servers_take_connections_only_from_the_namespace_the_router_and_each_other(lock):
     docs = documents(lock, network_policy={"from_namespaces": {"kubernetes.io/metadata.name": "monitoring"}})
-    policy = kind(docs, "NetworkPolicy")
+    policy = kind(docs, "NetworkPolicy", "sglang.yaml")
     pod_labels = kind(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items(), "the policy selects the servers"
-    assert policy["spec"]["policyTypes"] == ["Ingress"], "egress stays open: the router needs the API server"
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"], "what the servers may open is a list too"
+    server_labels = policy["spec"]["podSelector"]["matchLabels"]
+    assert policy["spec"]["egress"] == [{"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+                                        {"to": [{"podSelector": {"matchLabels": server_labels}}]}], \
+        "DNS and the servers of the set: no internet for a server of a mounted model"
     rules = policy["spec"]["ingress"]
     assert rules[0] == {"from": [{"podSelector": {}}], "ports": [{"port": 30000, "protocol": "TCP"}]}, \
         "every pod of the namespace, the router too, on SGLang's port only"
@@ -375,6 +382,21 @@ def test_the_servers_take_connections_only_from_the_namespace_the_router_and_eac
     router_labels = kind(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert router_labels, "the router is a pod of the namespace: the first rule admits it"
     assert "NetworkPolicy" not in [d["kind"] for d in documents(lock, network_policy={"enabled": False})["sglang.yaml"]]
+    router_policy = next(d for d in docs["router.yaml"] if d["kind"] == "NetworkPolicy")
+    assert router_policy["spec"]["podSelector"]["matchLabels"].items() <= router_labels.items(), "the router's own policy"
+    assert router_policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {}}], "ports": [{"port": 30080, "protocol": "TCP"}]},
+        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+         "ports": [{"port": 30080, "protocol": "TCP"}, {"port": 29000, "protocol": "TCP"}]}], \
+        "its metrics port only from the namespaces selected (a Prometheus)"
+    assert {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]} in router_policy["spec"]["egress"], \
+        "discovery reads the Kubernetes API"
+    static = documents(lock, router={"discovery": False}, network_policy={"egress_to": ["10.20.0.0/16"]})
+    static_policy = next(d for d in static["router.yaml"] if d["kind"] == "NetworkPolicy")
+    assert static_policy["spec"]["egress"][2:] == [{"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}]}], \
+        "no API server without discovery; egress_to adds its CIDRs"
+    with pytest.raises(UserError, match="egress_to.*'the internet' is not a CIDR"):
+        documents(lock, network_policy={"egress_to": ["the internet"]})
     host = documents(lock, **MULTINODE)
     assert "NetworkPolicy" not in [d["kind"] for d in host["sglang.yaml"]], "host-network pods: a policy would not apply"
     assert "a NetworkPolicy does not apply" in k8s.render_text(lock, {**k8s.load_values(), **MULTINODE})["sglang.yaml"]
@@ -390,3 +412,14 @@ def test_every_container_runs_on_a_read_only_root_with_its_own_tmp(lock):
                 assert tmp and "emptyDir" in volumes[tmp[0]["name"]], f"{container['name']}: /tmp is writable scratch"
                 cache = [m for m in container["volumeMounts"] if m["mountPath"] == "/home/sglang/.cache"]
                 assert container["name"] == "router" or cache, "SGLang's caches (JIT, DeepGEMM, the Hub) stay writable"
+
+
+def test_the_pods_run_an_image_by_its_registry_digest_when_one_is_known(lock):
+    digest = "registry.example.com/sglang-stack@sha256:" + "a" * 64
+    docs = {name: [d for d in yaml.safe_load_all(text) if d]
+            for name, text in k8s.render_text(lock, k8s.load_values(), pinned={lock.tag: digest}).items()}
+    assert server_pod(docs)["containers"][0]["image"] == digest, "the tag's registry digest, not the tag"
+    assert kind(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] == lock.router_tag, \
+        "no digest known for the router's tag: the tag"
+    chosen = k8s.render_text(lock, {**k8s.load_values(), "image": "mine@sha256:" + "b" * 64}, pinned={lock.tag: digest})
+    assert f"image: mine@sha256:{'b' * 64}" in chosen["sglang.yaml"], "the values' image wins over what the store knows"

@@ -321,3 +321,122 @@ def test_docker_builds_from_the_mirror_with_the_network_off(docker_base, run_id,
         assert probe.returncode == 0 and probe.stdout.split() == [want, "CycloneDX"], probe.stderr
     finally:
         store.remove("docker", tag)
+
+
+# --- the mirror is anchored to the lock ------------------------------------------------------------
+
+
+def _imported(tmp_path: Path, tag: str, files: dict[str, str]) -> str:
+    """A tiny image in the Docker Engine's store, made with `docker import`; its ID (its config digest)."""
+    import tarfile
+
+    root = tmp_path / f"rootfs-{len(files)}"
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text)
+    tar = tmp_path / f"{root.name}.tar"
+    with tarfile.open(tar, "w") as out:
+        for name in files:
+            out.add(root / name, arcname=name)
+    subprocess.run(["docker", "import", str(tar), tag], check=True, capture_output=True)
+    return store.image_id("docker", tag)
+
+
+def _saved(tmp_path: Path, tag: str, name: str) -> Path:
+    archive = tmp_path / "images" / name
+    archive.parent.mkdir(exist_ok=True)
+    subprocess.run(["docker", "save", "--output", str(archive), tag], check=True, capture_output=True)
+    return archive
+
+
+@pytest.mark.engine
+def test_a_mirror_base_that_does_not_lead_to_the_locked_config_is_refused(docker_engine, lock, tmp_path, run_id):
+    """Whoever writes the mirror writes the archive and the manifest's record of it: neither can vouch for the
+    bytes. The lock's own base must come as an archive whose config is the lock's cuda.base.config, and whose
+    layers are the config's. A FROM-scratch archive with a manifest written for it is refused."""
+    from sglang_stack.download import sha256_of
+    from sglang_stack.lock.lockfile import _reference
+
+    ref = _reference(lock.cuda["base"])
+    real_tag, evil_tag = f"localhost/sglang-stack-test-real:{run_id}", f"localhost/sglang-stack-test-evil:{run_id}"
+    try:
+        real_id = _imported(tmp_path, real_tag, {"os-release": "the locked base\n"})
+        evil_id = _imported(tmp_path, evil_tag, {"os-release": "something else\n", "payload": "run me\n"})
+        real, evil = _saved(tmp_path, real_tag, "real.tar"), _saved(tmp_path, evil_tag, "evil.tar")
+    finally:
+        subprocess.run(["docker", "rmi", real_tag, evil_tag], capture_output=True)
+    anchored = dataclasses.replace(lock, data={**lock.data, "cuda": {**lock.cuda, "base": {**lock.cuda["base"], "config": real_id}}})
+
+    def manifest_for(archive: Path, image_id: str) -> None:
+        entry = {"arg": "BASE_IMAGE", "ref": ref, "id": image_id, "path": f"images/{archive.name}",
+                 "size": archive.stat().st_size, "sha256": sha256_of(archive)}
+        (tmp_path / "manifest.json").write_text(manifest_with(anchored, images=[entry]))
+
+    manifest_for(real, real_id)
+    assert mirror.check(anchored, "base", {"BASE_IMAGE": ref}, tmp_path), "the locked base's own archive passes"
+    manifest_for(evil, evil_id)  # the tampered medium: another image, and a manifest written for it
+    with pytest.raises(UserError, match=rf"evil.tar: its image config is {evil_id}, not cuda.base.config {real_id}"):
+        mirror.check(anchored, "base", {"BASE_IMAGE": ref}, tmp_path)
+    unanchored = dataclasses.replace(lock, data={**lock.data, "cuda": {**lock.cuda, "base": {
+        k: v for k, v in lock.cuda["base"].items() if k != "config"}}})
+    manifest_for(real, real_id)
+    with pytest.raises(UserError, match="cuda.base.config: not recorded"):
+        mirror.check(unanchored, "base", {"BASE_IMAGE": ref}, tmp_path)
+    # A layer swapped under the right config: the config's diff_ids no longer match what would be loaded.
+    import io
+    import tarfile
+
+    swapped = tmp_path / "images" / "swapped.tar"
+    with tarfile.open(evil) as other:
+        payload = next(other.extractfile(m).read() for m in other.getmembers() if m.name.endswith("layer.tar"))
+    with tarfile.open(real) as src, tarfile.open(swapped, "w") as out:
+        for member in src.getmembers():
+            if member.isfile() and member.name.endswith("layer.tar"):
+                member.size = len(payload)
+                out.addfile(member, io.BytesIO(payload))
+            else:
+                out.addfile(member, src.extractfile(member) if member.isfile() else None)
+    manifest_for(swapped, real_id)
+    with pytest.raises(UserError, match="swapped.tar: its layers are not the ones its config lists"):
+        mirror.check(anchored, "base", {"BASE_IMAGE": ref}, tmp_path)
+
+
+def test_verify_reads_the_config_digest_through_the_digest_chain(tmp_path):
+    """`invoke lock --verify` records what an archive must lead to: the index named by the lock's digest, then the
+    linux/amd64 manifest, each hashed against the digest that named it, then its config. A loopback registry."""
+    import hashlib
+    import http.server
+    import threading
+
+    from sglang_stack.lock.artifacts import registry_config
+
+    config = "sha256:" + "c" * 64
+    manifest = json.dumps({"schemaVersion": 2, "config": {"digest": config}, "layers": []}).encode()
+    manifest_digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    index = json.dumps({"schemaVersion": 2, "manifests": [
+        {"digest": "sha256:" + "a" * 64, "platform": {"os": "linux", "architecture": "arm64"}},
+        {"digest": manifest_digest, "platform": {"os": "linux", "architecture": "amd64"}}]}).encode()
+    index_digest = "sha256:" + hashlib.sha256(index).hexdigest()
+    served = {index_digest: index, manifest_digest: manifest}
+
+    class Registry(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = served.get(self.path.rsplit("/", 1)[-1])
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    image = f"127.0.0.1:{server.server_address[1]}/nvidia/cuda"
+    try:
+        assert registry_config(image, index_digest) == config
+        served[manifest_digest] = manifest.replace(b"c" * 64, b"d" * 64)  # a registry that serves other bytes
+        with pytest.raises(UserError, match="served a manifest of another digest"):
+            registry_config(image, index_digest)
+    finally:
+        server.shutdown()

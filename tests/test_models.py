@@ -8,8 +8,10 @@ git blob id for the small files, so the checks below hash real bytes against rea
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -42,23 +44,48 @@ def hub_answer(repo: str) -> dict:
     return {"_id": "x", "id": repo, "sha": COMMIT, "private": False, "siblings": siblings, "tags": []}
 
 
+SERVED: dict[str, bytes] = {}  # what the loopback Hub serves for a file download: FILES, unless a test swaps one
+
+
 @pytest.fixture
 def hub(monkeypatch):
-    """A loopback Hub: ``lightseekorg/kimi-k2.5-eagle3`` at ``main`` exists; every other repository does not."""
+    """A loopback Hub: ``lightseekorg/kimi-k2.5-eagle3`` at ``main`` exists; every other repository does not.
+
+    It also serves what ``hf download REPO --revision COMMIT`` asks (the tree, then each file by HEAD and GET),
+    with the bytes of ``SERVED``."""
     seen = []
+    SERVED.clear()
+    SERVED.update(FILES)
 
     class Hub(Handler):
         def do_GET(self):
             url = urlparse(self.path)
             seen.append(url.path + "?" + url.query)
             parts = unquote(url.path).split("/")
+            if parts[1] != "api":
+                return self.send_file(parts, head=False)
             repo, rev = "/".join(parts[3:5]), parts[6] if len(parts) > 6 else "main"
             if repo != "lightseekorg/kimi-k2.5-eagle3":
                 self.reply(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
-            elif rev != "main":
+            elif rev not in ("main", COMMIT):
                 self.reply(404, {"error": "Invalid rev id"}, {"X-Error-Code": "RevisionNotFound"})
+            elif parts[5] == "tree":
+                self.reply(200, [{"type": "file", "path": n, "size": len(d), "oid": blob_id(d)} for n, d in SERVED.items()])
             else:
                 self.reply(200, hub_answer(repo))
+
+        def do_HEAD(self):
+            self.send_file(unquote(urlparse(self.path).path).split("/"), head=True)
+
+        def send_file(self, parts: list[str], head: bool) -> None:  # /OWNER/NAME/resolve/COMMIT/FILE
+            data = SERVED["/".join(parts[5:])]
+            self.send_response(200)
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("ETag", f'"{blob_id(data)}"')
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(data)
 
     with serving(Hub) as url:
         monkeypatch.setenv("HF_ENDPOINT", url)
@@ -167,13 +194,31 @@ def test_the_doctor_checks_names_and_sizes_against_the_pin(pinned, tmp_path, mon
     monkeypatch.setattr(models, "MODELS_LOCK", tmp_path / "models.lock")
     directory = model_dir(tmp_path)
     ok = inputs._pin_check("drafter", directory, "D")
-    assert ok.status == "ok" and ok.detail == f"D; 3 files match lightseekorg/kimi-k2.5-eagle3@{COMMIT[:12]} by name and size"
+    assert ok.status == "ok" and ok.detail == (f"D; 3 files match lightseekorg/kimi-k2.5-eagle3@{COMMIT[:12]} by name and "
+                                               "size, every file but the weights by hash")
     (directory / "model.safetensors").write_bytes(b"short")
     bad = inputs._pin_check("drafter", directory, "D")
     assert bad.status == "FAIL" and "1 of 3 files differ" in bad.detail and "(first: model.safetensors: 5 bytes" in bad.detail
     assert bad.fix.startswith(f"hf download lightseekorg/kimi-k2.5-eagle3 --revision {COMMIT} --local-dir {directory}")
     target = inputs._pin_check("model", directory, "M")
     assert target.status == "ok" and "models.lock does not pin" in target.detail, "no target entry in this lock"
+
+
+def test_a_same_size_edit_of_the_repositorys_code_fails_the_preflight(pinned, tmp_path, monkeypatch):
+    """--trust-remote-code runs the repository's Python: the preflight hashes every file but the weight shards on
+    every start, so a same-size edit of it is caught; a weight shard's same-size edit is left to models-verify."""
+    monkeypatch.setattr(models, "MODELS_LOCK", tmp_path / "models.lock")
+    directory = model_dir(tmp_path)
+    config = bytearray((directory / "config.json").read_bytes())
+    config[-2] = ord("X") if config[-2] != ord("X") else ord("Y")  # one byte, same size
+    (directory / "config.json").write_bytes(config)
+    bad = inputs._pin_check("drafter", directory, "D")
+    assert bad.status == "FAIL" and "config.json: its content is not" in bad.detail, bad.line()
+    (directory / "config.json").write_bytes(FILES["config.json"])
+    data = bytearray(FILES["model.safetensors"])
+    data[1000] ^= 1
+    (directory / "model.safetensors").write_bytes(data)
+    assert inputs._pin_check("drafter", directory, "D").status == "ok", "the weights are hashed by invoke models-verify"
 
 
 def test_the_shipped_models_lock_names_both_repositories():
@@ -226,3 +271,55 @@ def test_the_doctor_names_a_bad_models_lock_instead_of_crashing(tmp_path, monkey
                                           + "a" * 64 + '" }]\n')
     check = inputs._pin_check("drafter", model_dir(tmp_path), "D")
     assert check.status == "FAIL" and "is not a relative file name" in check.detail, check
+
+
+# --- PREFETCH_MODELS: the image's prefetch step, with the real `hf download` against the loopback Hub ----------
+
+
+def prefetch(lock: Path, dest: Path, *refs: str) -> subprocess.CompletedProcess:
+    from sglang_stack import ROOT
+
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HF_HOME": str(dest.parent / "hf-home"),
+           "HF_ENDPOINT": os.environ["HF_ENDPOINT"], "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "sglang_stack.image.steps.prefetch", "--lock", str(lock), "--dest",
+                           str(dest), *refs], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_prefetch_bakes_the_locked_commit_and_refuses_other_bytes(pinned, tmp_path):
+    lock = tmp_path / "models.lock"
+    ref = f"{pinned.repo}@{pinned.revision}"
+    good = prefetch(lock, tmp_path / "models", ref)
+    assert good.returncode == 0, good.stderr[-2000:]
+    baked = tmp_path / "models" / pinned.repo
+    assert sorted(p.name for p in baked.rglob("*")) == sorted(FILES), "the model's files and nothing else (no .cache)"
+    assert models.verify_dir(baked, pinned) == []
+    data = bytearray(FILES["model.safetensors"])
+    data[7] ^= 1  # the repository changed upstream under the same name and size
+    SERVED["model.safetensors"] = bytes(data)
+    bad = prefetch(lock, tmp_path / "again", ref)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1] == (
+        f"error: prefetch: {ref}: model.safetensors: other bytes than models.lock records"), bad.stderr[-2000:]
+    other = prefetch(lock, tmp_path / "other", f"{pinned.repo}@{'f' * 40}")
+    assert other.returncode == 1 and "models.lock pins no such model" in other.stderr, other.stderr
+
+
+def test_prefetch_models_names_roles_of_models_lock(pinned, tmp_path):
+    from sglang_stack.image import build as buildmod
+
+    lock = tmp_path / "models.lock"
+    assert buildmod.prefetch_refs("drafter", lock) == f"{pinned.repo}@{pinned.revision}"
+    with pytest.raises(UserError, match=r"'org/model' is not a role of models.lock \(drafter\)"):
+        buildmod.prefetch_refs("org/model", lock)
+    (tmp_path / "unpinned").mkdir()
+    unpinned = lock_file(tmp_path / "unpinned")
+    with pytest.raises(UserError, match="models.lock pins no commit of drafter .* run `invoke models-lock` first"):
+        buildmod.prefetch_refs("drafter", unpinned)
+
+
+@pytest.mark.parametrize("repo", ["../..", "org/..", "./model"])
+def test_a_repository_that_climbs_out_of_its_directory_is_refused(tmp_path, repo):
+    """The prefetch step writes each repository to /opt/models/OWNER/NAME: a name of dots would leave it."""
+    path = tmp_path / "models.lock"
+    path.write_text(f'schema = 1\n\n[[model]]\nrole = "drafter"\nrepo = "{repo}"\ntrack = "main"\n')
+    with pytest.raises(UserError, match=r"model\[drafter\]\.repo: .* is not a Hub repository"):
+        models.load(path)

@@ -8,6 +8,7 @@ every file as it was.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tomllib
 import sys
@@ -49,7 +50,10 @@ def test_the_profile_reads_what_it_inherits_and_what_it_writes():
     lock = lockfile.check(ROOT / "profiles" / PROFILE / "versions.lock")
     root = lockfile.check(ROOT / "versions.lock")
     assert lock.sglang.version == PROFILE and lock.profile.name == PROFILE, lock.sglang
-    assert lock.data["image"] == root.data["image"] and lock.router == root.router, "inherited tables are the root's"
+    assert lock.data["image"] == root.data["image"], "inherited tables are the root's"
+    assert lock.router.name == "smg" and lock.router_table["base"] == root.router_table["base"], \
+        "its own router, on the root's router base"
+    assert lock.router_table["python"] == root.router_table["python"], "what the profile's [router] does not write is the root's"
     assert not lock.wheels and not lock.overrides, "a profile never inherits the root's URL wheels or overrides"
     assert lock.requirements != root.requirements, "its requirements are its own"
     assert lock.tag.endswith(f":{PROFILE}-{lock.cuda['tag']}"), f"the image tag names the profile: {lock.tag}"
@@ -67,6 +71,25 @@ def test_a_table_written_the_same_as_the_roots_is_refused_as_a_copy(tmp_path):
     image = root[root.index("[image]"):root.index("[cuda]")]
     lock = _profile_tree(tmp_path, "\n" + image)
     with pytest.raises(UserError, match=r"versions.lock: image: the same as in .*versions.lock, which every profile inherits"):
+        lockfile.load(lock)
+
+
+def test_a_profiles_own_router_is_written_whole(tmp_path):
+    """A profile that names its own router says all of it: never another release's requires inherited."""
+    lock = _profile_tree(tmp_path, "")
+    text = lock.read_text()
+    start = text.index("requires = [", text.index("[router]"))
+    lock.write_text(text[:start] + text[text.index("\n", start) + 1:])
+    with pytest.raises(UserError, match=r"versions.lock: router.requires: missing; a profile that names its own router writes"):
+        lockfile.load(lock)
+
+
+def test_a_router_base_written_the_same_as_the_roots_is_refused_as_a_copy(tmp_path):
+    root = (ROOT / "versions.lock").read_text()
+    base = root[root.index("[router.base]"):]
+    base = base[:base.index("\n\n")]
+    lock = _profile_tree(tmp_path, "\n" + base + "\n")
+    with pytest.raises(UserError, match=r"versions.lock: router.base: the same as in"):
         lockfile.load(lock)
 
 
@@ -90,6 +113,62 @@ def test_an_unknown_profile_names_those_there_are(tmp_path):
     proc = invoke(ROOT, "render", "--check", "--profile", "0.4.0")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"--profile '0.4.0': no such profile (this checkout has {profiles.default().name}, {PROFILE}" in proc.stderr
+
+
+@pytest.mark.network
+def test_new_profile_makes_this_profile_again_from_the_release(tmp_path):
+    """`invoke bump sglang 0.5.23 --new-profile`, in a copy without the profile, writes the committed profile's
+    release tables and requirement locks (both platforms) byte for byte; what the committed lock adds is what came
+    after: the router its release moved to, and the binary exceptions its image's build found."""
+    tree = tracked(tmp_path / "tree")
+    shutil.rmtree(tree / "profiles" / PROFILE)
+    proc = invoke(tree, "bump", "sglang", PROFILE, "--new-profile")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    made, committed = (root / "profiles" / PROFILE for root in (tree, ROOT))
+    for name in ("requirements.lock.txt", "requirements.arm64.lock.txt"):
+        assert (made / name).read_text() == (committed / name).read_text(), f"{name} differs from the committed one"
+    new, old = (tomllib.loads((root / "versions.lock").read_text()) for root in (made, committed))
+    assert {k: v for k, v in old.items() if k not in ("router", "binary_exception")} == new, \
+        "the committed lock's release tables are not what the release gives"
+
+
+# --- the aarch64 image -----------------------------------------------------------------------------
+
+
+def test_the_aarch64_lock_holds_every_pin_with_its_aarch64_hashes():
+    """requirements.arm64.lock.txt: the same versions as the x86-64 set where both have a distribution, and for
+    every pin an aarch64 wheel's hash (PyPI's release records, as `invoke lock --check` reads them)."""
+    amd = lockfile.check(ROOT / "profiles" / PROFILE / "versions.lock")
+    arm = lockfile.check(ROOT / "profiles" / PROFILE / "versions.lock", platform="linux/arm64")
+    assert arm.requirements_path.name == "requirements.arm64.lock.txt" and arm.sglang.url.endswith("_aarch64.whl")
+    both = amd.requirements.keys() & arm.requirements.keys()
+    assert {n: (amd.requirements[n], arm.requirements[n]) for n in both if amd.requirements[n] != arm.requirements[n]} == {}
+    assert len(both) >= len(amd.requirements) - 2, "the two sets should differ only by a few platform-only distributions"
+    for pin in read_pins(arm.requirements_path, []):
+        assert pin.hashes, f"{pin.name}: no hash"
+
+
+def test_the_aarch64_dockerfile_is_rendered_from_its_own_lock():
+    proc = invoke(ROOT, "render", "--check", "--profile", PROFILE, "--platform", "linux/arm64")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    text = (ROOT / "profiles" / PROFILE / "docker" / "Dockerfile.arm64").read_text()
+    assert f"COPY profiles/{PROFILE}/requirements.arm64.lock.txt /opt/sglang-stack/requirements.lock.txt" in text
+    assert "aarch64" in (ROOT / "profiles" / PROFILE / "docker" / "build.arm64" / "requirements" / "sglang.txt").read_text()
+
+
+def test_a_platform_the_lock_cannot_build_is_one_line():
+    proc = invoke(ROOT, "render", "--check", "--platform", "linux/arm64")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "versions.lock: no linux/arm64 build: it needs [sglang.arm64]" in proc.stderr, proc.stderr
+    proc = invoke(ROOT, "size", "--profile", PROFILE, "--platform", "linux/riscv64")
+    assert proc.returncode == 2 and "--platform 'linux/riscv64': choose linux/amd64 or linux/arm64" in proc.stderr, proc.stderr
+
+
+@pytest.mark.network
+def test_the_aarch64_size_is_budgeted_from_its_lock():
+    proc = invoke(ROOT, "size", "--profile", PROFILE, "--platform", "linux/arm64")
+    assert proc.returncode == 0, proc.stderr
+    assert "requirements.arm64.lock.txt" in proc.stdout and "runtime: " in proc.stdout.splitlines()[-1], proc.stdout[-500:]
 
 
 def test_sglang_profile_picks_the_profile_where_no_flag_does(monkeypatch):

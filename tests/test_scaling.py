@@ -143,7 +143,9 @@ def test_doctor_multinode_checks():
     assert netif[0].status == FAIL and "enp9s0" in netif[0].detail, netif[0].line()
     assert netif[1].status == WARN and "GLOO_SOCKET_IFNAME unset" in netif[1].detail, netif[1].line()
     open_api = composefile.service("eagle3", env_of(**MULTI, **FILES))
-    assert by_name(doctor.check_multinode(facts(), open_api), "exposure")[0].status == WARN
+    assert "exposure" not in [c.name for c in doctor.check_multinode(facts(), open_api)], "the api-key check judges it"
+    exposed = doctor.check_api_key(open_api)
+    assert exposed.status == FAIL and "network_mode: host" in exposed.detail, exposed.line()
     off = composefile.service("eagle3", env_of(**MULTI, **FILES, NCCL_IB_DISABLE="1"))
     assert by_name(doctor.check_multinode(facts(ib_devices=None), off), "rdma")[0].status == NOTE
 
@@ -173,7 +175,7 @@ def test_host_network_reads_sysfs(monkeypatch, tmp_path):
 def test_router_service_defaults():
     svc = composefile.router_service(env_of(ROUTER_WORKER_URLS="http://10.0.0.11:30000,http://10.0.0.12:30000"))
     assert svc.worker_urls == ["http://10.0.0.11:30000", "http://10.0.0.12:30000"], svc.worker_urls
-    assert (svc.policy, svc.url, svc.image) == ("cache_aware", "http://127.0.0.1:30080", "sglang-stack-router:0.3.2"), svc
+    assert (svc.policy, svc.url, svc.image) == ("cache_aware", "http://127.0.0.1:30080", "sglang-stack-router:0.5.9"), svc
     spec = composefile.project(env_of(), (composefile.COMPOSE_FILE,)).config["services"]["router"]
     assert spec["profiles"] == ["router"] and spec["build"]["target"] == "router", spec
     assert [(p["host_ip"], p["published"], p["target"]) for p in spec["ports"]] == [("127.0.0.1", "30080", 30080)], \
@@ -200,9 +202,11 @@ def test_bad_router_values_are_one_line_errors(values, message):
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
-def test_entrypoint_splits_the_worker_list_for_sglang_router():
-    argv = router.router_argv(["--host", "0.0.0.0", "--worker-urls", "http://a:30000,http://[::1]:30001/", "--policy", "cache_aware"])
-    assert argv[1:3] == ["-m", "sglang_router.launch_router"], argv
+@pytest.mark.parametrize("module", router.LAUNCHERS)
+def test_entrypoint_splits_the_worker_list_for_the_router(module):
+    argv = router.router_argv(["--host", "0.0.0.0", "--worker-urls", "http://a:30000,http://[::1]:30001/", "--policy", "cache_aware"],
+                              module)
+    assert argv[1:3] == ["-m", module], argv
     assert argv[3:] == ["--host", "0.0.0.0", "--worker-urls", "http://a:30000", "http://[::1]:30001", "--policy", "cache_aware"], argv
     with pytest.raises(UserError, match="ROUTER_WORKER_URLS is empty"):
         router.router_argv(["--worker-urls", "--policy", "cache_aware"])
@@ -211,7 +215,7 @@ def test_entrypoint_splits_the_worker_list_for_sglang_router():
 def test_entrypoint_takes_kubernetes_discovery_instead_of_a_list():
     """What `invoke k8s` renders: no --worker-urls, the router watches the pods itself; neither is refused."""
     args = ["--service-discovery", "--selector", "app=a", "c=d", "--service-discovery-port", "30000"]
-    assert router.router_argv(args)[3:] == args
+    assert router.router_argv(args, "smg.launch_router")[3:] == args
     with pytest.raises(UserError, match="no --worker-urls and no --service-discovery"):
         router.router_argv(["--policy", "cache_aware"])
 
@@ -229,7 +233,7 @@ def test_entrypoint_error_is_one_line_exit_2():
 def test_router_lock_entries():
     lock = lockmod.check()
     assert lock.router.name == "sglang-router" and lock.router.version, lock.router
-    assert lock.router_tag == "sglang-stack-router:0.3.2", lock.router_tag
+    assert lock.router_tag == "sglang-stack-router:0.5.9", lock.router_tag
     assert "@sha256:" in lock.router_base_image, lock.router_base_image
     for name in ("aiohttp", "fastapi", "orjson", "setproctitle", "uvicorn"):
         assert name in lock.router_requirements, f"{name} must be pinned for the router stage"
@@ -272,9 +276,9 @@ def test_rendered_dockerfile_has_rdma_userspace_and_a_router_stage():
 
 
 def test_build_target_router_replaces_its_own_base():
-    request = buildmod.BuildRequest(engine="docker", tag="sglang-stack-router:0.3.2", target="router", base_image="localhost/debian:bookworm")
+    request = buildmod.BuildRequest(engine="docker", tag="sglang-stack-router:0.5.9", target="router", base_image="localhost/debian:bookworm")
     argv = request.command()
     assert "ROUTER_BASE_IMAGE=localhost/debian:bookworm" in argv and "BASE_IMAGE=localhost/debian:bookworm" not in argv, argv
-    assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "router", "sglang-stack-router:0.3.2") == "sglang-stack-router:0.3.2"
+    assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "router", "sglang-stack-router:0.5.9") == "sglang-stack-router:0.5.9"
     with pytest.raises(UserError, match="use --base-image instead"):
         buildmod.parse_build_args(["ROUTER_BASE_IMAGE=x"])

@@ -16,6 +16,8 @@ from sglang_stack.services import derive
 from sglang_stack.entrypoints import serve
 from sglang_stack.entrypoints.settings import PROFILES
 
+pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
+
 
 @pytest.fixture(scope="module")
 def lock():
@@ -43,6 +45,23 @@ def test_the_table_was_derived_from_the_arguments_compose_and_k8s_pass_today(tab
 
 def test_docs_show_the_table(table):
     assert derive.TABLE_MD.read_text() == derive.markdown(table), "docs/settings.md: run `invoke settings --write`"
+
+
+def test_each_profile_has_its_own_table_in_sync_and_its_image_reads_it():
+    """A profile's table is what its own release decided (`invoke settings --profile NAME --write`), and its
+    Dockerfile copies that table for the ahead-of-time step, not the default profile's."""
+    from sglang_stack.lock import profiles
+
+    for profile in profiles.available().values():
+        table_json, table_md = derive.tables(profile)
+        data = derive.load(table_json)
+        lock = lockmod.load(profile.lock)
+        assert data["sglang"] == lock["sglang"]["version"], f"{table_json}: derived with SGLang {data['sglang']}"
+        assert table_md.read_text() == derive.markdown(data, table_json.relative_to(ROOT).as_posix()), \
+            f"{table_md.relative_to(ROOT)}: run `invoke settings --profile {profile.name} --write`"
+        copied = table_json.relative_to(ROOT).as_posix()
+        assert f"COPY {copied} /opt/sglang-stack/settings.json" in profile.dockerfile.read_text(), \
+            f"{profile.dockerfile.relative_to(ROOT)} does not copy {copied}"
 
 
 def test_the_image_builds_ahead_of_time_what_sglang_chooses(table, lock):

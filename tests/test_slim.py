@@ -59,6 +59,19 @@ def test_a_test_suite_goes_unless_an_import_statement_names_it(tmp_path):
     assert proc.returncode == 2 and "pkg.tests is imported by pkg/util.py" in proc.stderr, proc.stderr
 
 
+def test_a_suites_pytest_configuration_goes_with_it_unless_a_module_imports_it(tmp_path):
+    """numpy 2.3's conftest.py imports numpy._core.tests: removed with the suites, it is no importer; imported, it stays."""
+    files = {"pkg/__init__.py": b"", "pkg/_core/tests/t.py": b"", "pkg/conftest.py": b"import pkg._core.tests\n"}
+    site = tree(tmp_path, files)
+    proc = run_slim(site, entry("pkg/**/tests", "unimported"))
+    assert proc.returncode == 2 and "pkg._core.tests is imported by pkg/conftest.py" in proc.stderr, proc.stderr
+    proc = run_slim(site, entry("pkg/**/tests", "unimported") + entry("pkg/conftest.py", "unimported"))
+    assert proc.returncode == 0 and not (site / "pkg/conftest.py").exists(), proc.stderr
+    site = tree(tmp_path / "2", {**files, "pkg/testing.py": b"from pkg import conftest\n"})
+    proc = run_slim(site, entry("pkg/**/tests", "unimported") + entry("pkg/conftest.py", "unimported"))
+    assert proc.returncode == 2 and "pkg.conftest is imported by pkg/testing.py" in proc.stderr, proc.stderr
+
+
 def test_keep_spares_a_matched_suite(tmp_path):
     site = tree(tmp_path, {"pkg/a/tests/t.py": b"", "pkg/b/tests/t.py": b"", "pkg/b/dev.py": b"import pkg.b.tests.t\n"})
     proc = run_slim(site, entry("pkg/**/tests", "unimported", 'keep = ["pkg/b/tests"]'))
@@ -126,7 +139,10 @@ def test_the_declared_removals_hold_on_the_locked_wheels(tmp_path):
     proc = run_slim(site, (ROOT / "docker" / "slim.toml").read_text(), env=env)
     assert proc.returncode == 0, proc.stderr
     removed = [line for line in proc.stdout.splitlines() if line.startswith("slim: removed")]
-    declared = (ROOT / "docker" / "slim.toml").read_text().count("[[remove]]")
+    from sglang_stack.image.steps.slim import ARCH, load
+
+    # The arch: entries apply to a one-architecture image of sgl-kernel, a URL wheel (tested above on its layout).
+    declared = len([e for e in load(ROOT / "docker" / "slim.toml") if not ARCH.fullmatch(e["evidence"])])
     assert len(removed) == declared, f"{declared} declared, {len(removed)} removed something:\n{proc.stdout}"
 
 
@@ -173,3 +189,31 @@ def test_an_import_of_a_longer_dotted_name_counts_for_the_suite_it_begins_with(t
     site = tree(tmp_path / "2", {**files, "pkg/util.py": b"from pkg.tests2 import t\n"})
     proc = run_slim(site, entry("pkg/tests", "unimported"))
     assert proc.returncode == 0, f"pkg.tests2 is not pkg.tests: {proc.stderr}"
+
+
+@pytest.mark.parametrize(("archs", "gone"), [
+    ("9.0a 12.0a", []), ("", []), ("12.0a", ["sgl_kernel/sm90"]), ("9.0a", ["sgl_kernel/sm100"]),
+    ("10.0a 12.0a", ["sgl_kernel/sm90"]),
+], ids=["both", "unset", "sm120", "sm90", "blackwell"])
+def test_a_one_architecture_image_leaves_out_what_loads_only_on_other_gpus(tmp_path, archs, gone):
+    """sgl-kernel's loader takes sm90/ on capability 9.0 and sm100/ on any other; the image's list decides."""
+    files = {"sgl_kernel/sm90/common_ops.abi3.so": b"\x7fELF 90", "sgl_kernel/sm100/common_ops.abi3.so": b"\x7fELF 100"}
+    site = tree(tmp_path, files)
+    declarations = entry("sgl_kernel/sm90", "arch:9") + entry("sgl_kernel/sm100", "arch:!9")
+    env = {"FLASHINFER_CUDA_ARCH_LIST": archs}
+    proc = run_slim(site, declarations, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(d for d in ("sgl_kernel/sm90", "sgl_kernel/sm100") if not (site / d).exists()) == sorted(gone), proc.stdout
+    assert run_slim(site, declarations, "--check", env=env).returncode == 0, "what the list keeps is not 'back'"
+    if gone:  # built for both, then checked as a one-architecture image: the directory it keeps is back
+        site = tree(tmp_path / "2", files)
+        proc = run_slim(site, declarations, "--check", env=env)
+        assert proc.returncode == 1 and f"{gone[0]} is back" in proc.stderr, proc.stderr
+
+
+def test_the_shipped_arch_entries_are_the_loaders_rule():
+    from sglang_stack.image.steps import slim
+
+    entries = {e["glob"]: e["evidence"] for e in slim.load(ROOT / "docker" / "slim.toml") if slim.ARCH.fullmatch(e["evidence"])}
+    assert entries == {"sgl_kernel/sm90": "arch:9", "sgl_kernel/sm100": "arch:!9"}, entries
+    assert [slim.unused_here(entries["sgl_kernel/sm90"], a.split()) for a in ("12.0a", "9.0a", "9.0a 12.0a")] == [True, False, False]

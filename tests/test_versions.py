@@ -19,15 +19,16 @@ from sglang_stack import ROOT
 from sglang_stack.image import contents
 
 # The locks, where versions live.
-LOCKS = {"versions.lock", "requirements.lock.txt", "requirements.router.lock.txt", "requirements-dev.txt",
+LOCKS = {"versions.lock", "requirements.lock.txt", "requirements.router.lock.txt", "requirements.arm64.lock.txt",
+         "requirements-dev.txt",
          # The stand-ins' own lock: PyPI's builds of the URL wheels' releases, by URL and sha256 (docs/smoke.md).
          "docker/standins.toml",
          # The release the series' diffs were made against: a fact of the patches (`invoke patch --refresh` moves
          # it), checked against the pin whenever the series applies, which is what catches a bump without a refresh.
          "patches/series"}
 # Written from the lock (or from SGLang run at the lock's pins), with a "generated" header and a test of their own.
-GENERATED = {"docker/Dockerfile", "docs/settings.md", "docker/settings.json"}
-GENERATED_DIRS = ("docker/build/", "tests/fixtures/")
+GENERATED = {"docker/Dockerfile", "docker/Dockerfile.arm64", "docs/settings.md", "docker/settings.json"}
+GENERATED_DIRS = ("docker/build/", "docker/build.arm64/", "docs/settings-", "tests/fixtures/")
 # The README's first paragraph says what the project is, with the default pins; its table is generated.
 SUMMARY_PINS = ("flashinfer-python", "torch", "sgl-kernel")
 

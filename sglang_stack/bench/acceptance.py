@@ -22,6 +22,7 @@ stack gives the same tokens every time, so a tight tolerance is meaningful.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -104,8 +105,10 @@ def measure(url: str, api_key: str | None, timeout: float = 300.0, name: str = "
     return m
 
 
-def verdict(m: Measurement, expected: Expectation | None, accept_min: float | None) -> tuple[bool, str]:
-    """(passed, one line): the threshold is --accept-min, else the expectation at the same settings, else the floor."""
+def verdict(m: Measurement, expected: Expectation | None, accept_min: float | None,
+            again: str = "invoke acceptance") -> tuple[bool, str]:
+    """(passed, one line): the threshold is --accept-min, else the expectation at the same settings, else the floor.
+    ``again`` is the command the user ran, which the hint repeats with ``--out``."""
     if accept_min is not None:
         if accept_min == 0:
             return True, "the check is off (--accept-min 0)"
@@ -118,7 +121,7 @@ def verdict(m: Measurement, expected: Expectation | None, accept_min: float | No
         threshold = FLOOR
         why = (f"the floor {FLOOR} (models.lock's expectation is for {expected.settings}, the server runs {m.settings})"
                if expected else f"the floor {FLOOR}: models.lock records no expectation for the drafter yet "
-               "(accept a first run: invoke acceptance --out acceptance.json, then invoke models-lock --accept-baseline "
+               f"(accept a first run: {again} --out acceptance.json, then invoke models-lock --accept-baseline "
                "acceptance.json)")
     if m.accept_length < threshold:
         return False, (f"accept length {m.accept_length:.2f} is below {threshold:.2f} ({why}): {WHAT_TO_CHECK}")
@@ -206,7 +209,9 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
     expected = Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
     say(f"acceptance: {len(probe_prompts())} greedy requests of {MAX_NEW_TOKENS} tokens to {target}")
     m = measure(target, key, parse_seconds("--timeout", timeout) if timeout else 300.0, service)
-    passed, line = verdict(m, expected, threshold)
+    # The hint's command is the one just run: with --url, the same URL (its credentials masked on the way out).
+    again = f"invoke acceptance --url {shlex.quote(url)}" if url else f"invoke acceptance {shlex.quote(service)}"
+    passed, line = verdict(m, expected, threshold, again)
     say(f"{service}: {m.line()}")
     if out:
         atomic_write(Path(out), json.dumps(report(m, passed, line), indent=1) + "\n")

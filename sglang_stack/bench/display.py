@@ -1,9 +1,13 @@
-"""What a bench run shows while it runs: a progress line per round on a terminal, plain lines otherwise."""
+"""What a bench run shows while it runs: a progress line per round on a terminal, plain lines otherwise.
+
+Every line passes the redaction step first (URL credentials, the key and token), as the results files do."""
 
 from __future__ import annotations
 
 import sys
 from typing import Callable
+
+from sglang_stack.services.variables import redact
 
 
 class Progress:
@@ -18,7 +22,7 @@ class Progress:
         self.total = rounds
         self.done = 0
         self.enabled = enabled
-        self._out = out or (lambda line: print(line, flush=True))
+        self._out = out or tell
         # A live line (requests done, tokens per second) only on a terminal; a log gets the round lines.
         self.live = sys.stdout.isatty() if live is None else live
         self._last = 0.0
@@ -42,7 +46,7 @@ class Progress:
 
     def line(self, text: str) -> None:
         if self.enabled:
-            self._out(text)
+            self._out(redact(text))
 
     def warmed_up(self, endpoint: str, count: int, seconds: float) -> None:
         if count:
@@ -54,7 +58,8 @@ class Progress:
         tps = record["aggregate_tps"]
         rate = f"{tps:.1f} tok/s" if tps is not None else "failed"
         where = (f"c={record['level']}" if record.get("mode", "closed") == "closed"
-                 else f"{record.get('offered_rate'):g} req/s" + (f" cap {record['level']}" if record["level"] else ""))
+                 else ("burst" if record.get("offered_rate") == "inf" else f"{record.get('offered_rate'):g} req/s")
+                 + (f" cap {record['level']}" if record["level"] else ""))
         load = f", {record['mean_in_flight']:.1f} in flight" if record.get("mean_in_flight") is not None else ""
         self.line(
             f"[{self.done}/{self.total}] {record['endpoint']} {where} "
@@ -70,9 +75,9 @@ class Progress:
 
 def say(text: str) -> None:
     """A diagnostic (a skipped endpoint, a warning, a failure): stderr."""
-    print(text, file=sys.stderr, flush=True)
+    print(redact(text), file=sys.stderr, flush=True)
 
 
 def tell(text: str) -> None:
     """What the run does and what it found (the table, where the results are): stdout."""
-    print(text, flush=True)
+    print(redact(text), flush=True)

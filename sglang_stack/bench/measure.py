@@ -17,6 +17,7 @@ leaves the rounds already measured on disk, marked incomplete.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -32,7 +33,7 @@ from sglang_stack import ROOT
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.bench import report
-from sglang_stack.bench import provenance, stats
+from sglang_stack.bench import provenance, rounds, stats
 from sglang_stack.bench.client import Endpoint, RequestFailed, probe, probe_openai, server_info
 from sglang_stack.bench.rounds import (
     Options,
@@ -143,7 +144,31 @@ def results_dir(out: str | Path | None, root: Path = DEFAULT_RESULTS) -> Path:
     path = atomic.out_path(out) if out is not None else root / timestamp()
     if path.is_dir() and (path / report.JSON_NAME).exists():
         raise UserError(f"{path}: already holds {report.JSON_NAME}; pick another --out or move it away")
-    return atomic.prepare_dir(path, "--out")  # before any request: a long run must not fail at its first write
+    path = atomic.prepare_dir(path, "--out")  # before any request: a long run must not fail at its first write
+    _claim(path)
+    if (path / report.JSON_NAME).exists():  # a run that finished between the look above and the claim
+        raise UserError(f"{path}: already holds {report.JSON_NAME}; pick another --out or move it away")
+    return path
+
+
+_CLAIMED: dict[Path, int] = {}  # results directory -> the open descriptor whose lock this process holds
+
+
+def _claim(path: Path) -> None:
+    """Hold an exclusive lock on the results directory for the rest of this process: a second run into the same
+    --out, started before the first wrote anything, is refused instead of mixing its rounds into the first's."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"--out {path}: another invoke bench is writing its results there; pick another --out") from None
+    old = _CLAIMED.pop(path, None)
+    if old is not None:
+        os.close(old)
+    _CLAIMED[path] = fd
 
 
 def host_metadata() -> dict:
@@ -245,8 +270,12 @@ def run(
 
 
 def parse_rate(value) -> float | None:
-    if value in (None, "", "inf"):
+    """None (closed loop), a rate in requests per second, or ``math.inf``: every request at once, as
+    ``sglang.bench_serving --request-rate inf`` sends them (a burst, not the closed loop)."""
+    if value in (None, ""):
         return None
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+        return math.inf
     return parse_positive("--request-rate", value, *RATE_RANGE)
 
 
@@ -344,7 +373,7 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         "target": {"api": options.target.api, "stream": options.target.stream, "model": options.target.model},
         "load": {
             "mode": "closed" if options.request_rate is None else "open",
-            "request_rate": options.request_rate,
+            "request_rate": rounds.rate_json(options.request_rate),
             "burstiness": options.burstiness if options.request_rate is not None else None,
             "seed": options.seed,
             "num_requests": options.num_requests,

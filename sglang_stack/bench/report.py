@@ -91,7 +91,7 @@ def summarize_group(samples: Sequence[dict], rounds: Sequence[dict], percentiles
     if open_rounds:
         for key in ("offered_rate", "sent_rate", "achieved_rate", "goodput_rate"):
             values = [r[key] for r in open_rounds if r.get(key) is not None]
-            row[key] = mean(values)
+            row[key] = "inf" if "inf" in values else mean(values)  # a burst (rounds.rate_json)
     return row
 
 
@@ -196,7 +196,7 @@ def value(row: dict, key: str):
 def fmt(value, decimals: int | None) -> str:
     if value is None:
         return "-"
-    if decimals is None:
+    if decimals is None or isinstance(value, str):
         return str(value)
     return f"{value:.{decimals}f}"
 
@@ -346,7 +346,9 @@ def open_loop_markdown(rows: Sequence[dict], meta: dict) -> list[str]:
     load = meta.get("load") or {}
     lines = ["## Arrivals", "",
              f"Offered {load.get('request_rate'):g} req/s, burstiness {load.get('burstiness'):g} "
-             f"({'Poisson' if load.get('burstiness') == 1 else 'gamma'} arrivals, seed {load.get('seed')})."]
+             f"({'Poisson' if load.get('burstiness') == 1 else 'gamma'} arrivals, seed {load.get('seed')})."
+             if load.get("request_rate") != "inf" else "Offered a burst: every request of a round sent at its start "
+             "(--request-rate inf)."]
     slo = meta.get("slo_s") or {}
     if slo:
         lines[-1] += " Goodput: requests per second that met " + ", ".join(f"{k} <= {v * 1e3:g} ms" for k, v in slo.items()) + "."

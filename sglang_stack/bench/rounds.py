@@ -132,8 +132,16 @@ def round_size(prompts: int, level: int) -> int:
 
 
 def open_round_size(prompts: int, rate: float) -> int:
-    """Open loop: a whole number of passes over the prompts, about OPEN_ROUND_S seconds of arrivals."""
+    """Open loop: a whole number of passes over the prompts, about OPEN_ROUND_S seconds of arrivals (a burst:
+    one pass, all at once)."""
+    if math.isinf(rate):
+        return prompts
     return prompts * max(1, math.ceil(OPEN_ROUND_S * rate / prompts))
+
+
+def rate_json(rate: float | None) -> float | str | None:
+    """A rate as bench.json holds it: JSON has no infinity, so a burst is the string "inf"."""
+    return "inf" if rate is not None and math.isinf(rate) else rate
 
 
 def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
@@ -142,6 +150,8 @@ def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[floa
     vLLM's definition: shape ``burstiness``, scale ``1 / (rate * burstiness)``; 1 is a Poisson
     process, below 1 burstier, above 1 steadier. The first request goes at once.
     """
+    if math.isinf(rate):
+        return [0.0] * count  # a burst: every request at the round's start
     rng = random.Random(seed)
     theta = 1.0 / (rate * burstiness)
     times, at = [], 0.0
@@ -276,7 +286,8 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
 def describe(level: int, options: Options) -> str:
     if options.request_rate is None:
         return f"concurrency {level}"
-    return f"{options.request_rate:g} req/s" + (f" (at most {level} in flight)" if level else "")
+    rate = "a burst" if math.isinf(options.request_rate) else f"{options.request_rate:g} req/s"
+    return rate + (f" (at most {level} in flight)" if level else "")
 
 
 def round_record(index: int, endpoint: str, level: int, repeat: int, done: Sequence[Sample], window: tuple[float, float],
@@ -308,7 +319,7 @@ def round_record(index: int, endpoint: str, level: int, repeat: int, done: Seque
     }
     if open_loop:
         starts = sorted(s["round_start_s"] for s in rows)
-        record["offered_rate"] = options.request_rate
+        record["offered_rate"] = rate_json(options.request_rate)
         record["burstiness"] = options.burstiness
         record["sent_rate"] = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else None
         record["achieved_rate"] = len(measured) / wall if wall > 0 else None

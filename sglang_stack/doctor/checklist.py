@@ -27,12 +27,13 @@ from sglang_stack.services import composefile
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.doctor.inputs import (
-    check_api_key, check_models,
+    check_api_key, check_hub_token, check_models,
 )
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.doctor.gpus import (
     check_arch, check_driver, check_gpu_runtime, check_gpus, check_kernels,
 )
+from sglang_stack.doctor.topology import check_topology
 from sglang_stack.doctor.registry import Context, check, evaluate as run_checks
 from sglang_stack.doctor.host import (
     CACHE_DIR, DEFAULT_IMAGE, Facts, gather, gather_engine, last_line, model_architecture,
@@ -52,10 +53,10 @@ GIB = 1 << 30
 
 @check("config")
 def check_config(svc: composefile.Service | None, error: str, env: variables.Environment | None) -> Check:
-    """Compose reads .env and the compose files, every value SGLang gets is valid, and Docker's healthcheck
-    timeout exceeds the probe's.
+    """Compose reads .env and the compose files, every value SGLang gets is valid, Docker's healthcheck
+    timeout exceeds the probe's, and no name in .env is a slip of one the compose files read (a warning).
 
-    Fix: the value to correct, in the file and line Compose names.
+    Fix: the value to correct, in the file and line Compose names; a misspelt name, as the line suggests.
     """
     if svc is None:
         return Check("config", FAIL, error, _config_fix(error))
@@ -65,6 +66,9 @@ def check_config(svc: composefile.Service | None, error: str, env: variables.Env
     timeouts, fix = _health_timeouts(svc)
     if timeouts:
         return Check("config", FAIL, f"{detail}; {timeouts}", fix)
+    slips = variables.near_misses(env) if env else []
+    if slips:
+        return Check("config", WARN, f"{detail}; {'; '.join(slips)}", "rename it in .env (.env.example lists the names)")
     return Check("config", status, detail, "cp .env.example .env and set MODEL_DIR" if status == WARN else "")
 
 
@@ -158,6 +162,12 @@ def check_docker(facts: Facts, engine: str) -> Check:
     # `up --wait-timeout` arrived in Compose 2.17.0 (docker/compose#10276).
     if version_tuple(facts.compose_version) < (2, 17):
         return Check("docker", WARN, detail, "upgrade Compose to 2.17 or newer: invoke up needs up --wait-timeout")
+    # Before Engine 28, a port published on 127.0.0.1 is reachable from hosts on the same L2 segment, which can
+    # route to the container network through this host (moby/moby#45610).
+    if version_tuple(version) < (28,):
+        return Check("docker", WARN, f"{detail}: before Engine 28 a port published on 127.0.0.1 is reachable from "
+                     "the same network segment (moby/moby#45610)",
+                     "upgrade Docker Engine to 28 or newer, or set SGLANG_API_KEY_FILE so the API asks for a key")
     return Check("docker", OK, detail)
 
 
@@ -205,6 +215,44 @@ def check_shm(facts: Facts, svc: composefile.Service | None = None) -> Check:
     return shm_size_check(gib, f"/dev/shm {gib:.0f} GiB, shared with the container (ipc: host)", grow, f"grow it: {grow}")
 
 
+PIDS_FLOOR = 4096  # a TP 8 server runs about 2,000 threads, each counted by the pids cgroup
+MEM_HEADROOM_GIB = 16  # what SGLang's processes want beside /dev/shm: the tokenizer, pinned buffers, Python
+
+
+@check(needs=("service",))
+def check_limits(facts: Facts, svc: composefile.Service) -> Check:
+    """The container has a process cap of 4096 or more (``PIDS_LIMIT``) and a memory cap (``MEM_LIMIT``) that
+    holds a full /dev/shm plus 16 GiB and no more than the host has; no memory cap is a warning that names the
+    value this host allows.
+
+    Fix: set PIDS_LIMIT or MEM_LIMIT in .env, as the line says.
+    """
+    if svc.pids_limit is None:
+        return Check("limits", WARN, "no pids_limit: a runaway fork can exhaust the host's processes (CIS Docker 5.28)",
+                     "set PIDS_LIMIT=16384 in .env (compose.yaml's default), or restore pids_limit in your override")
+    if svc.pids_limit < PIDS_FLOOR:
+        return Check("limits", FAIL, f"pids_limit {svc.pids_limit}: a TP {svc.tp_size} server runs about "
+                     f"{svc.tp_size * 250} threads, and each counts", "set PIDS_LIMIT=16384 in .env")
+    detail = f"pids_limit {svc.pids_limit}"
+    host = facts.mem_bytes
+    shm = svc.shm_bytes if svc.ipc != "host" and svc.shm_bytes else 0
+    need = shm + MEM_HEADROOM_GIB * GIB
+    if svc.mem_limit is None:
+        allow = f"MEM_LIMIT={max(int((host - 8 * GIB) / GIB), 1)}g (this host's {host / GIB:.0f} GiB less 8)" if host \
+            else "MEM_LIMIT (the host's memory less 8 GiB)"
+        return Check("limits", WARN, f"{detail}; no memory cap: a leak takes the host's memory (CIS Docker 5.10)",
+                     f"set {allow} in .env")
+    detail += f", memory {svc.mem_limit / GIB:.0f} GiB"
+    if svc.mem_limit < need:
+        return Check("limits", FAIL, f"{detail}: less than /dev/shm's {shm / GIB:.0f} GiB (its pages count against the "
+                     f"cap) plus {MEM_HEADROOM_GIB} GiB for SGLang's processes", f"set MEM_LIMIT={int(need / GIB) + 1}g "
+                     "or more in .env, or lower SHM_SIZE")
+    if host and svc.mem_limit > host:
+        return Check("limits", WARN, f"{detail}: more than this host's {host / GIB:.0f} GiB, so no cap at all",
+                     f"set MEM_LIMIT={max(int((host - 8 * GIB) / GIB), 1)}g in .env")
+    return Check("limits", OK, detail)
+
+
 def shm_size_check(gib: float, detail: str, fix: str, fail_fix: str | None = None) -> Check:
     """A /dev/shm of ``gib`` against what 8 workers' NCCL and CUDA IPC want, whichever /dev/shm it is."""
     if gib < SHM_FAIL_GIB:
@@ -216,13 +264,18 @@ def shm_size_check(gib: float, detail: str, fix: str, fail_fix: str | None = Non
 
 @check(needs=("service",))
 def check_privilege(svc: composefile.Service) -> Check:
-    """SGLang runs as compose.yaml runs it: no capability, no privilege gained, a read-only root. An override
-    that widens that (``privileged``, ``cap_add``, ``ipc``/``pid: host``, a writable root, devices or host
-    mounts beside the models) is named, with the compose files (a warning).
+    """SGLang runs as compose.yaml runs it: the image's user (uid 10001), no capability, no privilege gained, a
+    read-only root. An override that runs it as root fails; one that widens the rest (``privileged``, ``cap_add``,
+    ``ipc``/``pid: host``, a writable root, devices or host mounts beside the models) is named, with the compose
+    files (a warning).
 
     Fix: drop it from the override unless you mean it.
     """
     h = svc.hardening
+    user = h.get("user", "")
+    if user.split(":")[0] in ("0", "root"):
+        return Check("privilege", FAIL, f"user: {user} runs SGLang as root, with write access to everything it mounts "
+                     f"({_files(svc)})", "remove user: from the override: the image runs as uid 10001")
     found = []
     if h.get("privileged"):
         found.append("privileged: true (every device and capability of the host)")
@@ -361,7 +414,7 @@ def check_audit(facts: Facts, svc: composefile.Service | None) -> Check:
                  "check the image with: docker run --rm --entrypoint python3 IMAGE -m sglang_stack.audit.eagle3 --help")
 
 
-@check("multinode", "rdma", "netif", "exposure", needs=("service", "multinode"))
+@check("multinode", "rdma", "netif", needs=("service", "multinode"))
 def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
     """Across nodes: host networking, the rank and rendezvous, RDMA devices the container gets
     (``/dev/infiniband``, ``NCCL_IB_HCA``), the interfaces NCCL and Gloo bind to, and no open API on every
@@ -414,9 +467,6 @@ def check_multinode(facts: Facts, svc: composefile.Service) -> list[Check]:
                              f"set {var} in .env to one of the host's interfaces"))
         else:
             out.append(Check("netif", OK, f"{var}={value}"))
-    if svc.bind_address in ("0.0.0.0", "::") and svc.api_key_file is None:
-        out.append(Check("exposure", WARN, f"host networking with SGLANG_HOST={svc.bind_address} and no SGLANG_API_KEY_FILE: the API is open on every interface",
-                         "set SGLANG_HOST=127.0.0.1 in .env, or set SGLANG_API_KEY_FILE"))
     return out
 
 
@@ -436,8 +486,8 @@ def check_router(svc: composefile.RouterService | None, error: str) -> Check:
 
 
 # The order they print in: what you asked for, then the host, then the image.
-CHECKS = (check_config, check_router, check_models, check_api_key, check_port, check_docker, check_gpu_runtime,
-          check_exclusive, check_driver, check_gpus, check_arch, check_multinode, check_privilege, check_shm,
+CHECKS = (check_config, check_router, check_models, check_api_key, check_hub_token, check_port, check_docker, check_gpu_runtime,
+          check_exclusive, check_driver, check_gpus, check_arch, check_topology, check_multinode, check_privilege, check_shm, check_limits,
           check_memlock, check_disk, check_image, check_kernels, check_audit)
 
 

@@ -72,6 +72,7 @@ class Facts:
     audit_skip: str = ""
     ib_devices: list | None = None  # RDMA devices (/sys/class/infiniband); None: no /dev/infiniband
     net_ifaces: list = field(default_factory=list)
+    topology: object | None = None  # doctor.topology.Topology: P2P, links, ACS, IOMMU; None: not asked
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -176,6 +177,10 @@ def gather(engine: str, svc: composefile.Service | None, show: bool = False, aud
             facts.smi_error = str(exc)
         code, out, _ = _capture(["nvidia-smi"], 20, show)
         facts.cuda_version = parse_cuda_version(out) if code == 0 else ""
+        if len(facts.gpus) > 1:
+            from sglang_stack.doctor import topology
+
+            facts.topology = topology.gather(len(facts.gpus), lambda argv, timeout: _capture(argv, timeout, show))
     else:
         facts.smi_error = last_line(err) or last_line(out) or f"nvidia-smi exited {code}"
     try:

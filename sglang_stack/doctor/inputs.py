@@ -70,7 +70,7 @@ def _model_dir_check(name: str, var: str, directory: Path, env: variables.Enviro
         return Check(name, FAIL, f"{shown}: no config.json in {directory}", fix), ""
     try:
         data = json.loads(config.read_text())
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         return Check(name, FAIL, f"{config}: not readable JSON ({err.__class__.__name__})", "download the model again"), ""
     arch = str((data.get("architectures") or ["?"])[0]) if isinstance(data, dict) else "?"
     index = directory / "model.safetensors.index.json"
@@ -101,7 +101,8 @@ def _model_dir_check(name: str, var: str, directory: Path, env: variables.Enviro
 
 
 def _pin_check(name: str, directory: Path, detail: str) -> Check:
-    """The directory against models.lock's commit, by names and sizes (a stat per file)."""
+    """The directory against models.lock's commit: every file by name and size, and the code, configs and tokenizer
+    (every file but the weight shards) by hash: the Python `--trust-remote-code` runs is what was pinned."""
     from sglang_stack.services import models
 
     role = "target" if name == "model" else "drafter"
@@ -117,7 +118,8 @@ def _pin_check(name: str, directory: Path, detail: str) -> Check:
         return Check(name, FAIL, f"{detail}; {len(problems)} of {len(pin.files)} files differ from {pin.repo}@{pin.revision[:12]} "
                      f"(first: {problems[0]})", f"hf download {pin.repo} --revision {pin.revision} --local-dir {directory} "
                      "(it resumes); to serve another revision, edit models.lock and run `invoke models-lock`")
-    return Check(name, OK, f"{detail}; {len(pin.files)} files match {pin.repo}@{pin.revision[:12]} by name and size")
+    return Check(name, OK, f"{detail}; {len(pin.files)} files match {pin.repo}@{pin.revision[:12]} by name and size, "
+                 "every file but the weights by hash")
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -132,8 +134,9 @@ KEY_FIX = ("mkdir -m 700 secrets; openssl rand -base64 32 > secrets/sglang_api_k
 @check(needs=("service",))
 def check_api_key(svc: composefile.Service) -> Check:
     """The file ``SGLANG_API_KEY_FILE`` names exists, the image's user can read it and it holds one word, read as the
-    entrypoint reads it; no ``SGLANG_API_KEY``/``HF_TOKEN`` value is left in .env (it would reach nothing); a warning
-    when the API is published beyond loopback with no key. The key itself is never printed.
+    entrypoint reads it; no ``SGLANG_API_KEY``/``HF_TOKEN`` value is left in .env (it would reach nothing) or in the
+    service's environment; an API published beyond loopback, or on the host's network, with no key fails unless
+    ``ALLOW_UNAUTHENTICATED=1``. The key itself is never printed.
 
     Fix: ``mkdir -m 700 secrets; openssl rand -base64 32 > secrets/sglang_api_key; chmod 644
     secrets/sglang_api_key``, then name the file in .env; or ``BIND_ADDRESS=127.0.0.1``.
@@ -143,7 +146,13 @@ def check_api_key(svc: composefile.Service) -> Check:
             file_var = f"{legacy}_FILE"
             return Check("api-key", FAIL, f"{legacy} ({svc.env.origin.get(legacy, 'shell')}) is no longer read: compose "
                          f"takes secrets from files, so this value reaches no container",
-                         f"write it to a file (umask 077) and set {file_var} to that file in .env, then remove {legacy}")
+                         f"write it to a file in a directory only you can enter (mkdir -m 700 secrets; chmod 644 the "
+                         f"file: the container's user reads it) and set {file_var} to that file in .env, then remove {legacy}")
+    for name, value in svc.environment.items():
+        if variables.SECRET_NAME.search(str(name)) and value not in (None, ""):
+            return Check("api-key", FAIL, f"{name} is set in the service's environment ({', '.join(p.name for p in svc.files)}): "
+                         "docker inspect and every process of the container show it; SGLang reads no key from there",
+                         f"remove {name} from the override's environment: and set SGLANG_API_KEY_FILE (compose mounts the file)")
     from sglang_stack.entrypoints.serve import key_on_command_line
 
     if flag := key_on_command_line(svc.argv):
@@ -155,9 +164,15 @@ def check_api_key(svc: composefile.Service) -> Check:
         key = composefile.api_key(svc.env)
     except UserError as err:
         return Check("api-key", FAIL, str(err), KEY_FIX)
-    if not key and svc.bind_address not in LOOPBACK:
-        return Check("api-key", WARN, f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host, and no "
-                     "SGLANG_API_KEY_FILE is set", KEY_FIX + ", or BIND_ADDRESS=127.0.0.1")
+    if not key and (svc.host_network or svc.bind_address not in LOOPBACK):
+        exposed = (f"network_mode: host ({', '.join(p.name for p in svc.files)}) puts the API on every interface of the host"
+                   if svc.host_network else f"BIND_ADDRESS={svc.bind_address} publishes the API beyond this host")
+        if svc.env.get("ALLOW_UNAUTHENTICATED") == "1":
+            return Check("api-key", WARN, f"{exposed}, with no key: ALLOW_UNAUTHENTICATED=1 ({svc.env.where('ALLOW_UNAUTHENTICATED')}) "
+                         "starts it anyway", KEY_FIX)
+        return Check("api-key", FAIL, f"{exposed}, and no SGLANG_API_KEY_FILE is set: anyone who reaches it may use it",
+                     KEY_FIX + ("" if svc.host_network else ", or BIND_ADDRESS=127.0.0.1")
+                     + "; or ALLOW_UNAUTHENTICATED=1 in .env to start it without a key on purpose")
     if key:
         st = svc.api_key_file.stat()
         if not readable_by(st, IMAGE_USER_UID, IMAGE_USER_UID):
@@ -166,6 +181,25 @@ def check_api_key(svc: composefile.Service) -> Check:
                          "chmod 644 it, in a directory only you can enter (mkdir -m 700 secrets)")
         return Check("api-key", OK, f"set ({where}); clients send it as a Bearer token")
     return Check("api-key", OK, f"none; the API listens on {svc.bind_address} only")
+
+
+@check(needs=("service",))
+def check_hub_token(svc: composefile.Service) -> Check:
+    """The Hub token reaches a container only where it may go online: with ``HF_HUB_OFFLINE=1`` (compose.yaml's
+    default: the model is local) a token file set in .env fails, since it would sit in a container that never
+    uses it. The token is never read or printed.
+
+    Fix: unset ``HF_TOKEN_FILE`` in .env, or set ``HF_HUB_OFFLINE=0`` for a server that downloads.
+    """
+    offline = str(svc.environment.get("HF_HUB_OFFLINE", "")).strip().lower() in ("1", "true", "yes")
+    if svc.hub_token_file is None:
+        return Check("hub-token", OK, "none mounted")
+    if offline:
+        return Check("hub-token", FAIL, f"{svc.env.where('HF_TOKEN_FILE')}: the Hub token would be mounted into a "
+                     "container that never goes online (HF_HUB_OFFLINE=1)",
+                     "unset HF_TOKEN_FILE in .env, or set HF_HUB_OFFLINE=0 for a server that downloads from the Hub")
+    return Check("hub-token", OK, f"mounted ({svc.env.where('HF_TOKEN_FILE')}): HF_HUB_OFFLINE=0, the server may "
+                 "download from the Hub")
 
 
 @check("model", "drafter", needs=("service",))

@@ -1,11 +1,14 @@
 """The router image's entrypoint: SGLang's own router in front of SGLang replicas.
 
-    python3 -m sglang_stack.entrypoints.router --worker-urls URL[,URL...] [sglang-router flags]
-    python3 -m sglang_stack.entrypoints.router --service-discovery --selector K=V... [sglang-router flags]
+    python3 -m sglang_stack.entrypoints.router --worker-urls URL[,URL...] [router flags]
+    python3 -m sglang_stack.entrypoints.router --service-discovery --selector K=V... [router flags]
 
-This is not a balancer: it checks the worker list and then runs
-``sglang_router.launch_router`` in this process with the same flags, so SGLang's Rust
-router does all routing, health checking and retrying. Three things happen first:
+This is not a balancer: it checks the worker list and then runs the router the image
+installs, in this process with the same flags, so SGLang's Rust router does all routing,
+health checking and retrying. Which router that is follows the profile's lock: the Shepherd
+Model Gateway (``smg.launch_router``) where it is pinned, else sglang-router
+(``sglang_router.launch_router``, its predecessor); both take the flags used here. Three
+things happen first:
 
 - ``--worker-urls`` takes the comma-separated list that ``ROUTER_WORKER_URLS``
   holds in ``.env`` (one word, like every other value there) and hands the router
@@ -62,8 +65,25 @@ def parse_worker_urls(text: str, where: str = VARIABLE) -> list[str]:
     return [url.rstrip("/") for url in urls]
 
 
-def router_argv(args: list[str]) -> list[str]:
-    """The sglang-router command line for our arguments: the worker list split, everything else as given."""
+# The router launchers, newest first: the image has one of them.
+LAUNCHERS = ("smg.launch_router", "sglang_router.launch_router")
+
+
+def launcher() -> str:
+    """The router module this image installs; none is one line."""
+    from importlib.util import find_spec
+
+    for module in LAUNCHERS:
+        try:
+            if find_spec(module) is not None:
+                return module
+        except ModuleNotFoundError:
+            continue
+    raise UserError(f"no router in this image: none of {', '.join(LAUNCHERS)} is installed (build --target router)")
+
+
+def router_argv(args: list[str], module: str | None = None) -> list[str]:
+    """The router's command line for our arguments: the worker list split, everything else as given."""
     out: list[str] = []
     i, seen = 0, False
     while i < len(args):
@@ -86,7 +106,7 @@ def router_argv(args: list[str]) -> list[str]:
         i += 1
     if not seen and not any(a in ("-h", "--help", "--service-discovery") for a in args):
         raise UserError(f"no --worker-urls and no --service-discovery: set {VARIABLE} in .env (compose.yaml passes it)")
-    return [sys.executable, "-m", "sglang_router.launch_router", *out]
+    return [sys.executable, "-m", module or launcher(), *out]
 
 
 def main(argv: list[str] | None = None) -> int:

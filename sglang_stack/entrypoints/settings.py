@@ -212,17 +212,21 @@ def _plain(value):
 def fusion_runs(server_args) -> bool:
     """Whether a decoder layer really defers its all-reduce into FlashInfer's fused kernel.
 
-    ServerArgs' flag is not the answer: each layer asks ``apply_flashinfer_allreduce_fusion``
-    (``layers/communicator.py``), which also wants SM90 or SM100, and
-    ``should_fuse_mlp_allreduce_with_next_layer``, which also wants TP > 1. SGLang's own gate
-    runs here, for a one-token batch, with these server args in force.
+    ServerArgs' flag is not the answer: each layer asks SGLang's gate, which also wants SM90 or SM100,
+    and fuses only with TP > 1. The gate is ``apply_flashinfer_allreduce_fusion``
+    (``layers/communicator.py``) up to the layer boundary's arrival, and
+    ``flashinfer_ar_fusion_applies`` (``layers/layer_boundary/residual/add_norm.py``) after it
+    (sgl-project/sglang#28343); whichever this release has runs here, for a one-token batch, with
+    these server args published as the scheduler publishes them.
     """
     from sglang.srt.server_args import set_global_server_args_for_scheduler
 
     set_global_server_args_for_scheduler(server_args)
-    from sglang.srt.layers import communicator
-
-    return bool(communicator.apply_flashinfer_allreduce_fusion(1)) and server_args.tp_size > 1
+    try:
+        from sglang.srt.layers.communicator import apply_flashinfer_allreduce_fusion as gate
+    except ImportError:
+        from sglang.srt.layers.layer_boundary.residual.add_norm import flashinfer_ar_fusion_applies as gate
+    return bool(gate(1)) and server_args.tp_size > 1
 
 
 def ports(server_args, profile: Profile) -> dict:
@@ -271,8 +275,12 @@ def resolve(profile: Profile, argv: list[str], model_dir: Path, draft_dir: Path 
             from sglang.srt.server_args import prepare_server_args
 
             server_args = prepare_server_args(substitute(argv, model_dir, draft_dir))
-            chosen = {concern: {f: _plain(getattr(server_args, f, None)) for f in fields}
-                      for concern, fields in FIELDS.items()}
+            # Later releases leave the parsed arguments unresolved until the launcher calls resolve_once(), and
+            # then read the result through resolved_dict() (what the start-up line logs): as the launcher does.
+            if hasattr(server_args, "resolve_once"):
+                server_args.resolve_once()
+            resolved = server_args.resolved_dict() if hasattr(server_args, "resolved_dict") else vars(server_args)
+            chosen = {concern: {f: _plain(resolved.get(f)) for f in fields} for concern, fields in FIELDS.items()}
             chosen["all-reduce"]["fusion_runs"] = fusion_runs(server_args)
             bound = ports(server_args, profile)
     import sglang

@@ -178,7 +178,7 @@ def buildkit_supports_rewrite() -> bool:
 
 
 def default_tag(lock_tag: str, target: str, router_tag: str = "") -> str:
-    """``sglang-stack:0.5.9-cu130`` for the runtime, ``sglang-stack-router:0.3.2`` for the router;
+    """``sglang-stack:0.5.9-cu130`` for the runtime, ``sglang-stack-router:0.5.9`` for the router;
     other stages get a suffix."""
     if target == "router" and router_tag:
         return router_tag
@@ -193,8 +193,30 @@ def parse_build_args(items: list[str]) -> dict[str, str]:
             raise UserError(f"--build-arg {item!r}: expected KEY=VALUE")
         if key in ("BASE_IMAGE", "ROUTER_BASE_IMAGE"):
             raise UserError(f"--build-arg {key}=...: use --base-image instead")
-        out[key] = value
+        out[key] = prefetch_refs(value) if key == "PREFETCH_MODELS" else value
     return out
+
+
+def prefetch_refs(value: str, lock: Path | None = None) -> str:
+    """PREFETCH_MODELS names roles of models.lock (``drafter``, ``target``); the build gets each as REPO@COMMIT, which
+    its prefetch step downloads and checks file by file against models.lock. A role not pinned yet is refused."""
+    from sglang_stack.services import models
+
+    roles = value.split()
+    if not roles:
+        return ""
+    pinned = models.load(lock)
+    refs = []
+    for role in roles:
+        model = pinned.get(role)
+        if model is None:
+            raise UserError(f"--build-arg PREFETCH_MODELS={value}: {role!r} is not a role of models.lock "
+                            f"({', '.join(pinned) or 'none'}); a repository is baked in by its role, once models.lock pins it")
+        if not (model.pinned and model.files):
+            raise UserError(f"--build-arg PREFETCH_MODELS={value}: models.lock pins no commit of {role} ({model.repo}) "
+                            "yet: run `invoke models-lock` first")
+        refs.append(f"{model.repo}@{model.revision}")
+    return " ".join(refs)
 
 
 def preflight(engine: str) -> None:
@@ -231,13 +253,17 @@ def missing_base_hint(request: BuildRequest, output: list[str]) -> str:
     """After a failed build: the base image the engine could not get, and what to do; "" where the failure was
     another (the engine's last lines name no base this build uses that the store lacks)."""
     said = "\n".join(output)
-    missing = [ref for ref in base_images(request).values()
-               if named(ref, said) and not store.exists(request.engine, ref)]
+    missing = {arg: ref for arg, ref in base_images(request).items()
+               if named(ref, said) and not store.exists(request.engine, ref)}
     if not missing:
         return ""
-    return (f"; {', '.join(missing)} is not in the {request.engine} image store: pull it where the registry is "
-            "reachable (`docker pull REF`, then `docker save`/`docker load` to carry it), mirror it and pass "
-            "--base-image YOUR.REGISTRY/IMAGE@sha256:..., or check the stack without CUDA with `invoke smoke`")
+    base_arg = BASE_ARG.get(request.target, "BASE_IMAGE")
+    # --base-image replaces only the stage's own base; another (the devel image of the AOT stage) is a --build-arg.
+    own = ", ".join("--base-image YOURS" if arg == base_arg else f"--build-arg {arg}=YOURS" for arg in missing)
+    return (f"; {', '.join(missing.values())} {'is' if len(missing) == 1 else 'are'} not in the {request.engine} image "
+            "store: where the registry is reachable run `invoke fetch`, carry mirror/ here and build with "
+            f"`invoke build --mirror` (or `docker pull`, `docker save`, `docker load`), build on a copy of your own ({own}, "
+            "each by @sha256 digest), or check the stack without CUDA with `invoke smoke`")
 
 
 def named(ref: str, text: str) -> bool:

@@ -81,9 +81,8 @@ def clock_after(files: list[dict]) -> str:
 
 def declared(lock, name: str, sglang_requires: list[str]) -> list[tuple[str, str]]:
     """``(source, specifier)`` of every declaration of ``name`` by sglang or a URL wheel, for the image's platform."""
-    from sglang_stack.lock.lockfile import TARGET_ENV
 
-    env = dict(TARGET_ENV, python_version=lock.python["version"], python_full_version=lock.python["version"] + ".0")
+    env = lock.marker_env()
     sources = {"sglang": sglang_requires, **{w.name: list(w.requires) for w in lock.wheels}}
     out = []
     for source, lines in sources.items():
@@ -250,7 +249,11 @@ def _cuda_version(requirements: dict[str, str]) -> str | None:
     return ".".join(pin.split(".")[:3]) if pin else None
 
 
-def profile_lock(root_lock, version: str, wheel: dict, clock: datetime, cuda: str, toolchain: list[str]) -> str:
+ARM64_PLATFORM = "aarch64-manylinux_2_39"  # the aarch64 image's resolver platform: the same glibc as the x86-64 one
+
+
+def profile_lock(root_lock, version: str, wheel: dict, clock: datetime, cuda: str, toolchain: list[str],
+                 arm64: dict | None = None) -> str:
     """The text of a new profile's versions.lock: what follows from the release, the rest inherited."""
     import tomlkit
 
@@ -273,7 +276,11 @@ def profile_lock(root_lock, version: str, wheel: dict, clock: datetime, cuda: st
     doc.add("cuda", {"version": cuda, "tag": cuda_tag(cuda), "base": base(root_lock.cuda["base"]) | _sizes(root_lock),
                      "devel": devel})
     doc.add("jit", {"toolchain": toolchain, "arch_list": root_lock.jit["arch_list"]})
-    doc.add("sglang", {"version": version, "url": wheel["url"], "sha256": wheel["sha256"], "status": "checked"})
+    sglang = {"version": version, "url": wheel["url"], "sha256": wheel["sha256"], "status": "checked"}
+    if arm64 is not None:  # the release has an aarch64 wheel: its image can be rendered and budgeted too
+        sglang["arm64"] = {"url": arm64["url"], "sha256": arm64["sha256"], "status": "checked"}
+        resolve["arm64_platform"] = ARM64_PLATFORM
+    doc.add("sglang", sglang)
     doc.add("resolve", resolve)
     return tomlkit.dumps(doc)
 
@@ -305,6 +312,10 @@ def new_profile(version: str) -> list[Path]:
     res = root_lock.data["resolve"]
     files = release_files(res["index"], "sglang", version)
     wheel = best_wheel(files, root_lock.python["version"], res["python_platform"])
+    try:
+        arm64 = best_wheel(files, root_lock.python["version"], ARM64_PLATFORM)
+    except UserError:
+        arm64 = None  # a release without an aarch64 wheel: an x86-64 profile only
     clock = day_after(files)
     profile = Profile(version, profiles.PROFILES_DIR / version)
     names = [Requirement(r).name for r in root_lock.jit["toolchain"]]
@@ -312,7 +323,7 @@ def new_profile(version: str) -> list[Path]:
         profile.root.mkdir(parents=True)
         # First with the root's CUDA and no compiler of ours, to learn what the release's own set installs; then
         # the compiler pinned at that (the same resolution: nothing new is asked for).
-        write_all({profile.lock: profile_lock(root_lock, version, wheel, clock, root_lock.cuda["version"], [])})
+        write_all({profile.lock: profile_lock(root_lock, version, wheel, clock, root_lock.cuda["version"], [], arm64)})
         resolve.resolve(profile.lock)
         pins = lockmod.check(profile.lock).requirements
         cuda = _cuda_version(pins) or root_lock.cuda["version"]
@@ -320,7 +331,7 @@ def new_profile(version: str) -> list[Path]:
             raise UserError(f"sglang {version}: its set installs no {', '.join(missing)}: the JIT compiler of "
                             f"{display(profile.lock)} [jit] toolchain must be chosen by hand")
         names = [f"{n}=={pins[canonicalize_name(n)]}" for n in names]
-        write_all({profile.lock: profile_lock(root_lock, version, wheel, clock, cuda, names)})
+        write_all({profile.lock: profile_lock(root_lock, version, wheel, clock, cuda, names, arm64)})
         resolve.resolve(profile.lock)
         series = profile.series
         series.parent.mkdir(parents=True, exist_ok=True)

@@ -162,10 +162,15 @@ def read_manifest(mirror: Path) -> dict:
     if path.stat().st_size > MANIFEST_LIMIT:
         raise UserError(f"{path}: {path.stat().st_size} bytes, more than a manifest ever holds "
                         f"({MANIFEST_LIMIT >> 20} MiB): delete it and run `invoke fetch` again")
+    if path.is_symlink():
+        raise UserError(f"{path}: a link: the mirror's manifest is a file of the mirror itself; delete it and run "
+                        "`invoke fetch` again")
     try:
         data = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not valid JSON ({err}): delete it and run `invoke fetch` again") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested deeper than any manifest is: delete it and run `invoke fetch` again") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"{path}: not a manifest of schema {SCHEMA}: delete it and run `invoke fetch` again")
     fix = "delete it and run `invoke fetch` again"
@@ -194,7 +199,13 @@ def locked(mirror: Path):
     import fcntl
 
     mirror.mkdir(parents=True, exist_ok=True)
-    with open(mirror / ".fetch.lock", "a+") as handle:
+    # Never through a link: O_NOFOLLOW refuses one, so the lock file is created in the mirror and nowhere else.
+    try:
+        fd = os.open(mirror / ".fetch.lock", os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        raise UserError(f"{mirror / '.fetch.lock'}: {err.strerror}: a link or something else that is not the mirror's "
+                        "lock file; remove it") from None
+    with os.fdopen(fd, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -238,11 +249,16 @@ def local_name(arg: str, ref: str) -> str:
 def _save_image(engine: str, arg: str, ref: str, dest: Path) -> None:
     """Save one base image as a docker-archive named ``local_name``, pulling it first if the store lacks it."""
     from sglang_stack.image import store
-    from sglang_stack.shell import run
+    from sglang_stack.shell import CommandFailed, run, stream
 
     cli = "docker" if engine == "docker" else engine
     if not store.exists(engine, ref):
-        run([cli, "pull", ref], what=f"{cli} pull {ref}")
+        try:
+            stream([cli, "pull", ref], what=f"{cli} pull {ref}")
+        except CommandFailed as err:
+            why = next((line for line in reversed(err.tail) if line.strip()), f"exit code {err.code}")
+            raise UserError(f"{cli} pull {ref} failed ({why.strip()}): run `invoke fetch` on a host that reaches "
+                            f"{ref.split('/', 1)[0]}, or `{cli} load` the image here first", code=err.code) from None
     name = local_name(arg, ref)
     tmp = dest.with_name(f".{dest.name}.part")
     tmp.unlink(missing_ok=True)
@@ -289,6 +305,26 @@ def _fetch(lock: Lock, target: str, want: Plan, engine: str, mirror: Path) -> li
     old = read_manifest(mirror)
     known = {f["path"].rsplit("/", 1)[-1]: f for f in old.get("files", [])}
     report, changed = [], []
+    # The base images first: a registry this host cannot reach ends the run before gigabytes of wheels.
+    kept_images = {i["arg"]: i for i in old.get("images", [])}
+    locked = anchors(lock, want.images)
+    for arg, ref in sorted(want.images.items()):
+        dest = archives / image_file(arg)
+        image_id = store.image_id(engine, ref) if store.exists(engine, ref) else ""
+        key, config = locked.get(arg, (None, None))
+        if config and image_id and image_id != config:
+            raise UserError(f"{ref} in the {engine} store is {image_id[:19]}, not {key}.config {config[:19]}: a name is "
+                            f"not trusted; remove it ({engine} rmi {ref}) and pull it by its digest again")
+        prior = kept_images.get(arg)
+        if not (dest.is_file() and prior and prior.get("ref") == ref and (not image_id or prior.get("id") == image_id)):
+            _save_image(engine, arg, ref, dest)
+            image_id = store.image_id(engine, ref)
+            prior = None
+        st = dest.stat()
+        same = prior and prior.get("size") == st.st_size and prior.get("mtime_ns") == st.st_mtime_ns
+        kept_images[arg] = {"arg": arg, "ref": ref, "id": image_id or prior["id"], "path": f"images/{dest.name}",
+                            "size": st.st_size, "mtime_ns": st.st_mtime_ns, "format": "docker-archive",
+                            "sha256": prior["sha256"] if same and prior.get("sha256") else sha256_of(dest)}
     for art in want.urls:
         try:
             download(art.url, art.sha256, dest=wheels)
@@ -321,20 +357,6 @@ def _fetch(lock: Lock, target: str, want: Plan, engine: str, mirror: Path) -> li
         st = path.stat()
         files.append({"path": f"wheels/{path.name}", "sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                       "pin": ok[digest]})
-    kept_images = {i["arg"]: i for i in old.get("images", [])}
-    for arg, ref in sorted(want.images.items()):
-        dest = archives / image_file(arg)
-        image_id = store.image_id(engine, ref) if store.exists(engine, ref) else ""
-        prior = kept_images.get(arg)
-        if not (dest.is_file() and prior and prior.get("ref") == ref and (not image_id or prior.get("id") == image_id)):
-            _save_image(engine, arg, ref, dest)
-            image_id = store.image_id(engine, ref)
-            prior = None
-        st = dest.stat()
-        same = prior and prior.get("size") == st.st_size and prior.get("mtime_ns") == st.st_mtime_ns
-        kept_images[arg] = {"arg": arg, "ref": ref, "id": image_id or prior["id"], "path": f"images/{dest.name}",
-                            "size": st.st_size, "mtime_ns": st.st_mtime_ns, "format": "docker-archive",
-                            "sha256": prior["sha256"] if same and prior.get("sha256") else sha256_of(dest)}
     manifest = {"schema": SCHEMA, "lock": lock_hashes(lock), "targets": sorted({target, *old.get("targets", [])}),
                 "files": files, "images": [kept_images[k] for k in sorted(kept_images)]}
     atomic_write(mirror / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -371,11 +393,102 @@ def check(lock: Lock, target: str, images: dict[str, str], mirror: Path = MIRROR
         if not (mirror / path).is_file() or (mirror / path).stat().st_size != entry["size"]:
             raise UserError(f"{mirror / path}: missing or truncated: run `invoke fetch --target {target}`")
     kept = {i["arg"]: i for i in manifest["images"]}
+    locked = anchors(lock, want.images)
     for arg, ref in want.images.items():
         if kept.get(arg, {}).get("ref") != ref:
             raise UserError(f"{mirror}: no archive of {arg}={ref}: run `invoke fetch --target {target}` (with the same --base-image)")
         _check_archive(mirror, kept[arg], target)
+        if arg in locked:
+            _check_anchor(mirror / kept[arg]["path"], arg, *locked[arg], lock, target)
     return manifest
+
+
+# What a base-image ARG's locked reference is, in versions.lock: the archive of that reference must lead to the
+# image config digest recorded beside it (``config``), which no mirror can rewrite.
+LOCKED_BASES = {"BASE_IMAGE": ("cuda", "base"), "DEVEL_IMAGE": ("cuda", "devel"), "ROUTER_BASE_IMAGE": ("router", "base")}
+ARCHIVE_LIMIT = 64 << 30  # a base image archive is a few GB at most
+CONFIG_LIMIT = 4 << 20
+
+
+def anchors(lock: Lock, images: dict[str, str]) -> dict[str, tuple[str, str | None]]:
+    """ARG -> (the lock's key, its recorded config digest or None) for each image that is the lock's own reference.
+
+    An image given by ``--base-image`` or ``--build-arg`` is the user's choice, not the lock's: its archive is
+    checked against what the fetch recorded, and no lock can say more about it."""
+    from sglang_stack.lock.lockfile import _reference
+
+    out = {}
+    for arg, ref in images.items():
+        table, sub = LOCKED_BASES.get(arg, (None, None))
+        if table is None:
+            continue
+        base = lock.data[table][sub]
+        if ref == _reference(base):
+            out[arg] = (f"{table}.{sub}", base.get("config"))
+    return out
+
+
+def archive_chain(archive: Path) -> tuple[str, list[str], list[str]]:
+    """(sha256 of the image config, the config's layer diff_ids, the sha256 of each layer as stored) of a
+    ``docker save`` archive; a malformed one is one line naming it. Reads every layer once: the chain from the
+    config to the bytes docker will load."""
+    import hashlib
+    import tarfile
+
+    def hashed(tar, member) -> tuple[str, bytes | None]:
+        handle = tar.extractfile(member)
+        if handle is None:
+            raise UserError(f"{archive}: {member.name} is not a file")
+        digest, head = hashlib.sha256(), b""
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            if len(head) < CONFIG_LIMIT:
+                head += block[:CONFIG_LIMIT - len(head)]
+        return "sha256:" + digest.hexdigest(), head
+
+    if archive.is_symlink() or not archive.is_file() or archive.stat().st_size > ARCHIVE_LIMIT:
+        raise UserError(f"{archive}: not a plain file of at most {ARCHIVE_LIMIT >> 30} GB")
+    try:
+        with tarfile.open(archive, "r:") as tar:
+            members = {m.name: m for m in tar.getmembers()}
+            if "manifest.json" not in members or members["manifest.json"].size > CONFIG_LIMIT:
+                raise UserError(f"{archive}: no manifest.json: not a `docker save` archive")
+            manifest = json.loads(tar.extractfile(members["manifest.json"]).read())
+            if not isinstance(manifest, list) or len(manifest) != 1 or not isinstance(manifest[0], dict):
+                raise UserError(f"{archive}: manifest.json does not describe one image")
+            config_name, layer_names = manifest[0].get("Config"), manifest[0].get("Layers")
+            if not isinstance(config_name, str) or config_name not in members or not isinstance(layer_names, list):
+                raise UserError(f"{archive}: manifest.json names no config or layers that the archive holds")
+            config_digest, config_bytes = hashed(tar, members[config_name])
+            config = json.loads(config_bytes)
+            diff_ids = (config.get("rootfs") or {}).get("diff_ids")
+            if not isinstance(diff_ids, list):
+                raise UserError(f"{archive}: its config lists no layers (rootfs.diff_ids)")
+            layers = []
+            for name in layer_names:
+                if not isinstance(name, str) or name not in members:
+                    raise UserError(f"{archive}: manifest.json names a layer the archive lacks: {name!r}")
+                layers.append(hashed(tar, members[name])[0])
+    except (tarfile.TarError, OSError, ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise UserError(f"{archive}: not a readable `docker save` archive: {err}") from None
+    return config_digest, diff_ids, layers
+
+
+def _check_anchor(archive: Path, arg: str, key: str, config: str | None, lock: Lock, target: str) -> None:
+    """The archive of a locked base leads to the lock's config digest, and its layers to the config's diff_ids."""
+    from sglang_stack.lock.profiles import display
+
+    if not config:
+        raise UserError(f"{display(lock.path)}: {key}.config: not recorded, so the mirror's {arg} archive cannot be "
+                        "checked against the lock: run `invoke lock --verify` where the registry answers (it records the "
+                        "image config digest), or build with --base-image naming an image you trust")
+    digest, diff_ids, layers = archive_chain(archive)
+    if digest != config:
+        raise UserError(f"{archive}: its image config is {digest}, not {key}.config {config} of {display(lock.path)}: "
+                        f"the archive is not the locked {arg}; delete it and run `invoke fetch --target {target}` again")
+    if layers != diff_ids:
+        raise UserError(f"{archive}: its layers are not the ones its config lists (rootfs.diff_ids): the archive was "
+                        f"changed; delete it and run `invoke fetch --target {target}` again")
 
 
 def _check_archive(mirror: Path, entry: dict, target: str) -> None:
@@ -393,9 +506,11 @@ def _check_archive(mirror: Path, entry: dict, target: str) -> None:
                         f"run `invoke fetch --target {target}` again")
 
 
-def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Path = MIRROR) -> dict[str, str]:
+def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Path = MIRROR,
+                anchored: dict[str, str] | None = None) -> dict[str, str]:
     """ARG -> what the build starts FROM: the reference itself where the store has it, else the mirror's
-    archive, loaded into the store under ``local_name``."""
+    archive, loaded into the store under ``local_name``. ``anchored``: ARG -> the image ID the lock records
+    (its config digest), which the loaded image must have; the manifest's own record counts for the others."""
     from sglang_stack.image import store
     from sglang_stack.shell import run
 
@@ -406,7 +521,7 @@ def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Pat
             out[arg] = ref
             continue
         name = local_name(arg, ref)
-        recorded = entries[arg].get("id") or ""
+        recorded = (anchored or {}).get(arg) or entries[arg].get("id") or ""
         if store.exists(engine, name) and recorded and store.image_id(engine, name) != recorded:
             raise UserError(f"{name} in the {engine} store is not the image the mirror's archive recorded "
                             f"({store.image_id(engine, name)[:19]}, recorded {recorded[:19]}): a name is not trusted; "
@@ -439,7 +554,8 @@ def prepare(request, lock: Lock, mirror: Path = MIRROR) -> list[str]:
     lines = [f"mirror {mirror}: {len(manifest['files'])} wheels for {', '.join(manifest['targets'])}, "
              f"checked against this lock; {network}"]
     own = buildmod.BASE_ARG.get(request.target, "BASE_IMAGE")
-    for arg, ref in base_images(request.engine, manifest, images, mirror).items():
+    anchored = {arg: config for arg, (_, config) in anchors(lock, images).items()}
+    for arg, ref in base_images(request.engine, manifest, images, mirror, anchored).items():
         if ref == images[arg]:
             continue
         lines.append(f"{arg}: {images[arg]} from the mirror, as {ref}")

@@ -77,6 +77,12 @@ class Context:
     apt_snapshot: str  # resolve.apt_snapshot: Ubuntu's archive as of that instant
     headline: str  # "torch X, sgl-kernel Y, flashinfer Z": the kernels' versions, for the header
     prefix: str  # the profile's folder in the build context: "" for the default, "profiles/NAME/" for another
+    profile_environment: str  # the profile's own docker/environment.toml (what its release reads differently), or ""
+    settings_file: str  # the table the ahead-of-time step reads: the profile's docker/settings.json where it has one
+    constraint_imports: tuple[str, ...]  # what the [[constraint]]s keep importable: the deps stage imports each
+    requirements_file: str  # the platform's requirement lock in the build context
+    build_dir: str  # the rendered requirement files in the build context, which download steps mount at /build
+    platform: str  # linux/amd64, or linux/arm64 for the aarch64 image
     generated_header: str = HEADER
 
 
@@ -109,7 +115,7 @@ def labels(lock: Lock, patches_dir: Path, stage: str = "runtime") -> tuple[tuple
     for override in lock.overrides:
         value = "omitted" if override.omit else override.version
         out.append((f"{LABEL_PREFIX}.override.{override.package}", f"{value} ({override.of} declares {override.declared})"))
-    requirements = lock.path.with_name("requirements.lock.txt")
+    requirements = lock.requirements_path
     out += [
         (f"{LABEL_PREFIX}.requirements.sha256", hashlib.sha256(requirements.read_bytes()).hexdigest()),
         (f"{LABEL_PREFIX}.requirements.count", str(len(lock.requirements))),
@@ -172,6 +178,14 @@ def context(lock: Lock, patches_dir: Path | None = None) -> Context:
         lock_epoch=int(datetime.fromisoformat(lock.data["resolve"]["exclude_newer"].replace("Z", "+00:00")).timestamp()),
         apt_snapshot=lock.data["resolve"]["apt_snapshot"],
         prefix=lock.profile.prefix,
+        profile_environment=(f"{lock.profile.prefix}docker/environment.toml"
+                             if lock.profile.prefix and (lock.profile.root / "docker" / "environment.toml").is_file() else ""),
+        settings_file=(f"{lock.profile.prefix}docker/settings.json"
+                       if (lock.profile.root / "docker" / "settings.json").is_file() else "docker/settings.json"),
+        constraint_imports=tuple(m for c in lock.constraints for m in c.get("imports", ())),
+        requirements_file=f"{lock.profile.prefix}{lock.requirements_path.name}",
+        build_dir=f"{lock.profile.prefix}docker/{build_name(lock.platform)}",
+        platform=lock.platform,
         headline=headline(lock),
     )
 
@@ -244,8 +258,23 @@ def requirement_files(lock: Lock) -> dict[str, str]:
             for name, group in groups.items()}
 
 
+def build_name(platform: str) -> str:
+    """``build``, or ``build.arm64``: the folder of a platform's rendered requirement files beside its Dockerfile."""
+    from sglang_stack.lock.platforms import PLATFORMS
+
+    return f"build.{PLATFORMS[platform]}" if PLATFORMS[platform] else "build"
+
+
+def dockerfile_of(dockerfile: Path, platform: str) -> Path:
+    """``docker/Dockerfile``, or ``docker/Dockerfile.arm64`` for linux/arm64."""
+    from sglang_stack.lock.platforms import PLATFORMS
+
+    return dockerfile.with_name(f"Dockerfile.{PLATFORMS[platform]}") if PLATFORMS[platform] else dockerfile
+
+
 def requirements_dir(output: Path) -> Path:
-    return output.parent / "build" / "requirements"
+    suffix = output.name.partition(".")[2]
+    return output.parent / (f"build.{suffix}" if suffix else "build") / "requirements"
 
 
 def rendered(lock: Lock, output: Path = OUTPUT, **kwargs) -> dict[Path, str]:
@@ -254,7 +283,7 @@ def rendered(lock: Lock, output: Path = OUTPUT, **kwargs) -> dict[Path, str]:
     folder = requirements_dir(output)
     files = {output: render_text(lock, **kwargs), **{folder / name: text for name, text in requirement_files(lock).items()}}
     readme = output.parent.parent / contents.README.name
-    if readme.is_file():
+    if readme.is_file() and lock.platform == "linux/amd64":
         files[readme] = contents.rendered(lock, readme)
     return files
 

@@ -75,11 +75,14 @@ class Layer:
 # --- where the figures come from --------------------------------------------------------------
 
 
-def image_tags(python: str, glibc: tuple[int, int] = (2, 39)) -> list[Tag]:
-    """The wheel tags the image's pip accepts, best first (cp312, manylinux <= glibc, x86-64)."""
+def image_tags(python: str, glibc: tuple[int, int] = (2, 39), machine: str = "x86_64") -> list[Tag]:
+    """The wheel tags the image's pip accepts, best first (cp312, manylinux <= glibc, x86-64 or aarch64)."""
     major, minor = (int(x) for x in python.split("."))
-    platforms = [f"manylinux_{glibc[0]}_{m}_x86_64" for m in range(glibc[1], 4, -1)]
-    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    platforms = [f"manylinux_{glibc[0]}_{m}_{machine}" for m in range(glibc[1], 4, -1)]
+    platforms += [f"manylinux2014_{machine}"]
+    if machine == "x86_64":
+        platforms += ["manylinux2010_x86_64", "manylinux1_x86_64"]
+    platforms += [f"linux_{machine}"]
     return list(cpython_tags((major, minor), platforms=platforms)) + list(compatible_tags((major, minor), platforms=platforms))
 
 
@@ -162,13 +165,16 @@ def _glob_regex(glob: str) -> re.Pattern:
     return re.compile(out.rstrip("/"))
 
 
-def slim_entries(path: Path | None = None) -> list[dict]:
-    """docker/slim.toml's removals: what the image's install steps delete after pip installs."""
+def slim_entries(path: Path | None = None, archs: list[str] | None = None) -> list[dict]:
+    """docker/slim.toml's removals: what the image's install steps delete after pip installs, for an image of the
+    GPU architectures ``archs`` (its ``arch:`` entries apply only to a list that leaves their GPUs out)."""
     import tomllib
 
     from sglang_stack import ROOT
+    from sglang_stack.image.steps.slim import ARCH, unused_here
 
-    return tomllib.loads((path or ROOT / "docker" / "slim.toml").read_text()).get("remove", [])
+    entries = tomllib.loads((path or ROOT / "docker" / "slim.toml").read_text()).get("remove", [])
+    return [e for e in entries if not ARCH.fullmatch(e["evidence"]) or unused_here(e["evidence"], archs or [])]
 
 
 def slimmed(files: list[list], entries: list[dict]) -> tuple[int, int]:
@@ -274,11 +280,13 @@ def recorded(name: str, table: dict) -> Item:
 # --- the budget -----------------------------------------------------------------------------------
 
 
-def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot: bool = True, apt: bool = True) -> list[Layer]:
+def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot: bool = True, apt: bool = True,
+           archs: list[str] | None = None) -> list[Layer]:
     """The layers of ``target`` (runtime, sglang or router) with their items.
 
     ``aot=False``: a build with an empty FLASHINFER_CUDA_ARCH_LIST, which builds no module ahead of time.
     ``apt=False``: leave out the apt layers, budgeted from Ubuntu 24.04's packages, for a build on another distribution.
+    ``archs``: the image's GPU architectures (``invoke build --cuda-arch-list``); what loads only on others is left out.
     """
     import requests
 
@@ -295,12 +303,12 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
         for pin in read_pins(lock.path.with_name("requirements.router.lock.txt"), []):
             router.items.append(wheel_item(session, index, pin.name, pin.version, pin.hashes, tags, "measured"))
         return [base, router]
-    tags = image_tags(lock.python["version"])
-    slim = slim_entries()
+    tags = image_tags(lock.python["version"], machine=lock.marker_env()["platform_machine"])
+    slim = slim_entries(archs=archs if archs is not None else lock.jit["arch_list"].split())
     proxies = sizes.get("proxy", {})
     prefetch(session, index, [("sglang", lock.sglang.version, (lock.sglang.sha256,))]
              + [(w.name, proxies[w.name], None) for w in lock.default_wheels if w.name in proxies]
-             + [(pin.name, pin.version, pin.hashes) for pin in read_pins(lock.path.with_name("requirements.lock.txt"), [])], tags)
+             + [(pin.name, pin.version, pin.hashes) for pin in read_pins(lock.requirements_path, [])], tags)
     sglang = Layer("sglang", f"sglang {lock.sglang.version} (patched, compiled)", "/opt/sglang",
                    [wheel_item(session, index, "sglang", lock.sglang.version, (lock.sglang.sha256,), tags, "measured")])
     if target == "sglang":
@@ -319,12 +327,13 @@ def budget(lock: Lock, target: str = "runtime", *, jit_cache: bool = False, aot:
             url_wheels.items.append(item)
         else:
             url_wheels.items.append(recorded(wheel.name, sizes["wheel"][wheel.name]))
-    layers.append(url_wheels)
+    if url_wheels.items:
+        layers.append(url_wheels)
     if jit_cache:
         layers.append(Layer("deps", "flashinfer-jit-cache (--flashinfer-jit-cache)", "/tmp/flashinfer-jit-cache.txt",
                             [recorded("flashinfer-jit-cache", sizes["wheel"]["flashinfer-jit-cache"])]))
-    pypi = Layer("deps", "requirements.lock.txt", "requirements.lock.txt")
-    for pin in read_pins(lock.path.with_name("requirements.lock.txt"), []):
+    pypi = Layer("deps", lock.requirements_path.name, "requirements.lock.txt")
+    for pin in read_pins(lock.requirements_path, []):
         pypi.items.append(wheel_item(session, index, pin.name, pin.version, pin.hashes, tags, "measured", slim))
     layers.append(pypi)
     if aot:
@@ -400,13 +409,15 @@ def compare(layers: list[Layer], built: list[tuple[str, int]], margin: float = 0
     return lines, off
 
 
-def locked_wheel(name: str) -> Path:
-    """The image platform's wheel of ``name`` at its requirements.lock.txt version, fetched and hash-checked."""
+def locked_wheel(name: str, requirements: Path | None = None) -> Path:
+    """The image platform's wheel of ``name`` at its version in ``requirements`` (default: the root's
+    requirements.lock.txt), fetched and hash-checked."""
     from sglang_stack.lock.lockfile import REQUIREMENTS_PATH
 
+    requirements = requirements or REQUIREMENTS_PATH
     problems: list[str] = []
-    pin = next((p for p in read_pins(REQUIREMENTS_PATH, problems) if p.name == name), None)
+    pin = next((p for p in read_pins(requirements, problems) if p.name == name), None)
     if pin is None:
-        raise UserError(f"{REQUIREMENTS_PATH.name}: no pin of {name}")
+        raise UserError(f"{requirements.name}: no pin of {name}")
     entry = locate("https://pypi.org/simple", name, pin.version, pin.hashes, image_tags("3.12"))
     return fetch(entry["url"], entry["sha256"])

@@ -66,9 +66,32 @@ def _cli(engine: str) -> str:
 
 
 def exists(engine: str, ref: str) -> bool:
+    """Whether the store holds ``ref``; False where the engine's CLI is not installed (it holds nothing here)."""
     cli = _cli(engine)
     argv = [cli, "image", "inspect", ref] if cli == "docker" else [cli, "inspect", "--type", "image", ref]
-    return subprocess.run(argv, capture_output=True, text=True).returncode == 0
+    try:
+        return subprocess.run(argv, capture_output=True, text=True).returncode == 0
+    except FileNotFoundError:
+        return False
+
+
+def repo_digest(engine: str, ref: str) -> str:
+    """``REPOSITORY@sha256:...`` under which a registry serves the image ``ref`` names, as the store recorded it on a
+    push or pull; "" where it records none (a local build, a loaded archive) or has no such image."""
+    cli = "docker" if engine == "docker" else "podman"
+    if not shutil.which(cli):
+        return ""
+    proc = subprocess.run([cli, "image", "inspect", "--format", "{{json .RepoDigests}}", ref], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return ""
+    try:
+        digests = json.loads(proc.stdout or "null") or []
+    except json.JSONDecodeError:
+        return ""
+    repo = ref.split("@", 1)[0].rsplit(":", 1)[0] if ":" in ref.split("@", 1)[0].rsplit("/", 1)[-1] else ref.split("@", 1)[0]
+    # The digest of this name's repository first: one image pushed to two registries has two.
+    mine = [d for d in digests if isinstance(d, str) and d.split("@", 1)[0].endswith(repo)]
+    return (mine or [d for d in digests if isinstance(d, str)] or [""])[0]
 
 
 def image_id(engine: str, ref: str) -> str:

@@ -235,7 +235,7 @@ def check_digest(engine: str, stage: str, image_id: str, base_image: str | None,
 
 
 def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | None = None,
-           mirror: bool = False, root: Path = ROOT) -> Report:
+           mirror: bool = False, root: Path = ROOT, lock_path: Path | None = None) -> Report:
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import store
     from sglang_stack.image.mirror import allowed
@@ -243,10 +243,12 @@ def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | 
 
     if not store.exists(engine, image):
         raise UserError(f"{image}: no such image in the {engine} store (pull or build it first, or pass --engine)")
-    lock, _ = lockmod.check_all(root / "versions.lock", download=False)
+    from sglang_stack.image.render import patches_of
+
+    lock, _ = lockmod.check_all(lock_path or root / "versions.lock", download=False)
     labels = store.labels(engine, image)
     image_id = store.image_id(engine, image)
-    patches_dir = root / "patches"
+    patches_dir = patches_of(lock)
     series = {p.name: p.sha256 for p in read_series(patches_dir)}
     want_files = {} if labels.get("org.opencontainers.image.title", "").endswith("-router") else patched_hashes(lock, patches_dir)
     found = inventory(engine, image, [f"{SGLANG_TREE}/{rel}" for rel in want_files])

@@ -10,7 +10,8 @@ from packaging.utils import canonicalize_name
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.lock.lockfile import LOCK_PATH, TARGET_ENV, Lock, LockProblems, _key, check, wheel_requires
+from sglang_stack.lock.lockfile import LOCK_PATH, Lock, LockProblems, _key, check, wheel_requires
+from sglang_stack.lock.schema import DIGEST
 
 
 def verify(path: Path = LOCK_PATH) -> list[str]:
@@ -43,20 +44,31 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
     bases = [("cuda.base", lock.cuda["base"]), ("router.base", lock.router_table["base"])]
     if lock.cuda["devel"]["status"] == "unverified":
         bases.insert(1, ("cuda.devel", lock.cuda["devel"]))
-    recorded = {}
+    recorded, configs = {}, {}
     for key, base in bases:
         digest = registry_digest(base["image"], base["tag"])
         if digest is None:
             report.append(f"{key}: could not reach the registry for {base['image']}:{base['tag']}; digest not checked")
-        elif base["status"] == "unverified" and not base.get("digest"):
+            continue
+        if base["status"] == "unverified" and not base.get("digest"):
             recorded[key] = digest  # a base named by tag alone: what the registry serves now becomes its pin
             report.append(f"{key}: {base['image']}:{base['tag']} is {digest}: recorded")
         elif digest != base.get("digest"):
             problems.append(f"{path.name}: {key}.digest: {base.get('digest', 'none recorded')} but the registry serves "
                             f"{digest} for {base['tag']}")
+            continue
         else:
             report.append(f"{key}: {base['image']}:{base['tag']} is {digest}")
             checked.append(key)
+        # What an offline mirror's archive of this base must lead to: its linux/amd64 config, read through the digest.
+        config = registry_config(base["image"], digest)
+        if config is None:
+            report.append(f"{key}: the registry did not serve the manifests under {digest}; config not recorded")
+        elif base.get("config") not in (None, config):
+            problems.append(f"{path.name}: {key}.config: {base['config']} but {digest} leads to {config}")
+        elif base.get("config") != config:
+            configs[key] = config
+            report.append(f"{key}: its linux/amd64 image config is {config}: recorded")
     if problems:
         raise LockProblems(problems)
     text = path.read_text()
@@ -64,13 +76,29 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
         text = _mark_checked(text, name)
     if recorded:
         text = _record_digests(text, recorded)
+    if configs:
+        text = _record_keys(text, {key: {"config": config} for key, config in configs.items()})
     atomic_write(path, text)
     return report
 
 
+def _record_keys(text: str, values: dict[str, dict]) -> str:
+    """``text`` with each table ``KEY`` (``cuda.base``) given ``values[KEY]``, comments kept."""
+    import tomlkit
+
+    doc = tomlkit.parse(text)
+    for key, fields in values.items():
+        table = doc
+        for part in key.split("."):
+            table = table[part]
+        for name, value in fields.items():
+            table[name] = value
+    return tomlkit.dumps(doc)
+
+
 def _applies(line: str, lock: Lock) -> bool:
     req = Requirement(line)
-    env = dict(TARGET_ENV, python_version=lock.python["version"], python_full_version=lock.python["version"] + ".0")
+    env = lock.marker_env()
     return req.marker is None or req.marker.evaluate(env)
 
 
@@ -112,33 +140,71 @@ def _record_digests(text: str, digests: dict[str, str]) -> str:
     return tomlkit.dumps(doc)
 
 
+MANIFEST_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+                  "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
+MANIFEST_LIMIT = 4 << 20  # an image index or manifest is a few KB
+
+
+def _registry(image: str):
+    """(a requests session that may pull ``image``, its registry's base URL, its repository path)."""
+    import requests
+
+    host, _, repo = image.partition("/")
+    session = requests.Session()
+    session.headers["Accept"] = ", ".join(MANIFEST_TYPES)
+    if host == "docker.io":
+        host = "registry-1.docker.io"
+        token = requests.get("https://auth.docker.io/token",
+                             params={"service": "registry.docker.io", "scope": f"repository:{repo}:pull"},
+                             timeout=20).json()["token"]
+        session.headers["Authorization"] = f"Bearer {token}"
+    scheme = "http" if host.split(":")[0] in ("localhost", "127.0.0.1") else "https"  # a loopback registry
+    return session, f"{scheme}://{host}/v2/{repo}", repo
+
+
 def registry_digest(image: str, tag: str) -> str | None:
     """The manifest-list digest a Docker registry serves for ``image:tag`` (anonymous pull)."""
     import requests
 
-    host, _, repo = image.partition("/")
-    if host == "docker.io":
-        host = "registry-1.docker.io"
-    accept = ", ".join(
-        [
-            "application/vnd.oci.image.index.v1+json",
-            "application/vnd.docker.distribution.manifest.list.v2+json",
-            "application/vnd.docker.distribution.manifest.v2+json",
-        ]
-    )
     try:
-        token = requests.get(
-            "https://auth.docker.io/token",
-            params={"service": "registry.docker.io", "scope": f"repository:{repo}:pull"},
-            timeout=20,
-        ).json()["token"]
-        resp = requests.head(
-            f"https://{host}/v2/{repo}/manifests/{tag}",
-            headers={"Authorization": f"Bearer {token}", "Accept": accept},
-            timeout=20,
-        )
+        session, base, _ = _registry(image)
+        resp = session.head(f"{base}/manifests/{tag}", timeout=20)
     except (requests.RequestException, KeyError, ValueError):
         return None
     if resp.status_code != 200:
         return None
     return resp.headers.get("Docker-Content-Digest")
+
+
+def registry_config(image: str, digest: str, platform: tuple[str, str] = ("linux", "amd64")) -> str | None:
+    """The config digest (the image ID) of ``platform``'s image under the index or manifest ``digest``, each step of
+    the chain hashed against the digest that named it; None where the registry does not answer. A mirror's archive
+    of the base must lead to it (``image.mirror``)."""
+    import hashlib
+    import json
+
+    import requests
+
+    def get(reference: str) -> dict:
+        resp = session.get(f"{base}/manifests/{reference}", timeout=30, stream=True)
+        resp.raise_for_status()
+        body = resp.raw.read(MANIFEST_LIMIT + 1, decode_content=True)
+        if len(body) > MANIFEST_LIMIT:
+            raise UserError(f"{image}@{reference}: the registry's manifest is over {MANIFEST_LIMIT >> 20} MB")
+        if "sha256:" + hashlib.sha256(body).hexdigest() != reference:
+            raise UserError(f"{image}@{reference}: the registry served a manifest of another digest")
+        return json.loads(body)
+
+    try:
+        session, base, _ = _registry(image)
+        manifest = get(digest)
+        if "manifests" in manifest:  # an index: the platform's own manifest
+            entry = next((m for m in manifest["manifests"] if (m.get("platform") or {}).get("os") == platform[0]
+                          and (m.get("platform") or {}).get("architecture") == platform[1]), None)
+            if entry is None:
+                raise UserError(f"{image}@{digest}: the index has no {'/'.join(platform)} image")
+            manifest = get(entry["digest"])
+        config = (manifest.get("config") or {}).get("digest")
+    except (requests.RequestException, KeyError, ValueError, TypeError):
+        return None
+    return config if isinstance(config, str) and DIGEST.fullmatch(config) else None

@@ -25,8 +25,10 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from sglang_stack import ROOT
+from sglang_stack.download import filename_of
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.lock.pins import read_pins
+from sglang_stack.lock.platforms import for_platform, requirements_name
 from sglang_stack.lock.profiles import PER_RELEASE, Profile, display
 from sglang_stack.lock.schema import check_structure as _check_structure
 
@@ -63,6 +65,10 @@ def _parse(path: Path) -> dict:
         raise UserError(f"{display(path)}: invalid TOML: {err}") from None
 
 
+# What a table that names one distribution ([router]) says of it: a profile's own such table writes all of them.
+DISTRIBUTION_KEYS = ("name", "version", "url", "sha256", "status", "requires")
+
+
 def load(path: Path = LOCK_PATH) -> dict:
     """Parse versions.lock; a syntax error is one line naming the file and line.
 
@@ -85,7 +91,21 @@ def load(path: Path = LOCK_PATH) -> dict:
     if copies := [key for key in data if key not in PER_RELEASE and data[key] == base.get(key)]:
         raise UserError(f"{display(path)}: {copies[0]}: the same as in {display(base_path)}, which every profile "
                         "inherits: remove it here (each fact is written once)")
-    return {**{key: value for key, value in base.items() if key not in PER_RELEASE}, **data}
+    merged = {**{key: value for key, value in base.items() if key not in PER_RELEASE}, **data}
+    for key, table in data.items():
+        # A table the profile writes (its own router, say) keeps what it does not write of the root's (the
+        # router stage's Python and base image); a sub-table written the same as the root's is a copy. What
+        # names one distribution is written whole or not at all: no requires of another release inherited.
+        if key in PER_RELEASE or not isinstance(table, dict) or not isinstance(base.get(key), dict):
+            continue
+        if copies := [k for k, v in table.items() if isinstance(v, dict) and base[key].get(k) == v]:
+            raise UserError(f"{display(path)}: {key}.{copies[0]}: the same as in {display(base_path)}, which every "
+                            "profile inherits: remove it here (each fact is written once)")
+        if "name" in table and (unwritten := [k for k in DISTRIBUTION_KEYS if k in base[key] and k not in table]):
+            raise UserError(f"{display(path)}: {key}.{unwritten[0]}: missing; a profile that names its own "
+                            f"{key} writes {', '.join(k for k in DISTRIBUTION_KEYS if k in base[key])}")
+        merged[key] = {**base[key], **table}
+    return merged
 
 
 # --- the validated view ------------------------------------------------------
@@ -138,6 +158,18 @@ class Lock:
     router: Artifact | None = None
     router_requirements: dict[str, str] = field(default_factory=dict)  # requirements.router.lock.txt
     build_tools: tuple[Artifact, ...] = ()
+    platform: str = "linux/amd64"
+
+    def marker_env(self) -> dict[str, str]:
+        """The environment markers of the image's interpreter on this lock's platform."""
+        machine = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}[self.platform]
+        version = self.python["version"]
+        return dict(TARGET_ENV, platform_machine=machine, python_version=version, python_full_version=version + ".0")
+
+    @property
+    def requirements_path(self) -> Path:
+        """The requirement lock of this lock's platform, beside it."""
+        return self.path.with_name(requirements_name(self.platform))
 
     @property
     def profile(self) -> Profile:
@@ -197,8 +229,8 @@ class Lock:
 
     @property
     def router_tag(self) -> str:
-        """The router stage's default tag: ``sglang-stack-router:0.3.2``."""
-        return f"{self.name}-router:{self.router.version}"
+        """The router stage's default tag, named by the profile as the image's is: ``sglang-stack-router:0.5.9``."""
+        return f"{self.name}-router:{self.profile.name}"
 
     def pins(self) -> dict[str, str]:
         """Every pinned distribution: canonical name -> version."""
@@ -243,8 +275,9 @@ def check(
     *,
     sglang_requires: list[str] | None = None,
     with_requirements: bool = True,
+    platform: str = "linux/amd64",
 ) -> Lock:
-    """Validate versions.lock (and requirements.lock.txt beside it).
+    """Validate versions.lock (and requirements.lock.txt beside it, or the requirement lock of ``platform``).
 
     ``sglang_requires`` are the Requires-Dist lines of the pinned sglang wheel;
     when given, every conflict between them and our pins must be a declared
@@ -253,9 +286,10 @@ def check(
     listing every problem.
     """
     data = load(path)
-    requirements = requirements or path.with_name(REQUIREMENTS_PATH.name)
+    requirements = requirements or path.with_name(requirements_name(platform))
     problems: list[str] = []
     where = display(path)
+    data = for_platform(data, platform, where)
 
     def bad(key: str, message: str) -> None:
         problems.append(f"{where}: {key}: {message}")
@@ -283,7 +317,7 @@ def check(
     router_file = path.with_name(ROUTER_REQUIREMENTS_PATH.name)
     router_pinned = _read_requirements(router_file, problems) if with_requirements else {}
     tools = tuple(_artifact(t, t["name"]) for t in data.get("build_tool", []))
-    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned, tools)
+    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned, tools, platform)
 
     _check_artifacts(lock, bad)
     if with_requirements and router_file.is_file():
@@ -340,6 +374,11 @@ def _check_artifacts(lock: Lock, bad) -> None:
         url = urlparse(art.url)
         if url.scheme != "https" or not url.netloc or url.query or url.fragment:
             bad(f"{key}.url", f"{art.url!r} is not a plain https:// URL")
+            continue
+        try:
+            filename_of(art.url)  # the name its download is kept under: one plain file name
+        except UserError as err:
+            bad(f"{key}.url", str(err).split(": ", 1)[1])
             continue
         try:
             name, file_version, _, _ = parse_wheel_filename(art.filename)
@@ -409,7 +448,8 @@ def _check_references(lock: Lock, bad) -> None:
         if pin is not None and not req.specifier.contains(Version(pin), prereleases=True):
             bad(f"constraint[{entry['requirement']}]", f"{REQUIREMENTS_PATH.name} pins {req.name} {pin}, which it excludes (run `invoke lock`)")
     for entry in lock.binary_exceptions:
-        if canonicalize_name(entry["package"]) not in pins:
+        # The declarations are the x86-64 image's; the aarch64 set may lack a package (torchcodec has no aarch64 build).
+        if canonicalize_name(entry["package"]) not in pins and lock.platform == "linux/amd64":
             bad(f"binary_exception[{entry['package']}]", "names a package the image does not install: remove the declaration")
     for req in lock.jit["toolchain"]:
         r = Requirement(req)
@@ -423,7 +463,7 @@ def _check_references(lock: Lock, bad) -> None:
 def _check_overrides(lock: Lock, sources: dict[str, list[str]], bad) -> None:
     """Every conflict between a declared requirement and our pins is a declared override."""
     pins = lock.pins()
-    env = dict(TARGET_ENV, python_version=lock.python["version"], python_full_version=lock.python["version"] + ".0")
+    env = lock.marker_env()
     declared_by: dict[tuple[str, str], SpecifierSet] = {}
     for source, lines in sources.items():
         for line in lines:
@@ -518,17 +558,19 @@ def wheel_requires(wheel: Path) -> list[str]:
     return message.get_all("Requires-Dist") or []
 
 
-def check_all(path: Path = LOCK_PATH, *, download: bool) -> tuple[Lock, bool]:
+def check_all(path: Path = LOCK_PATH, *, download: bool, platform: str = "linux/amd64") -> tuple[Lock, bool]:
     """Validate the lock, including sglang's declared requirements when the wheel is at hand.
 
     Returns the lock and whether the sglang cross-check ran.
     """
-    table = load(path).get("sglang")
+    # The whole lock is valid before anything is downloaded: a URL it names is fetched only once it passed.
+    check(path, platform=platform)
+    table = for_platform(load(path), platform, display(path)).get("sglang")
     wheel = None
     if isinstance(table, dict) and SHA256.fullmatch(str(table.get("sha256", ""))) and isinstance(table.get("url"), str):
         wheel = sglang_wheel(table["url"], table["sha256"], download=download)
     requires = wheel_requires(wheel) if wheel else None
-    return check(path, sglang_requires=requires), wheel is not None
+    return check(path, sglang_requires=requires, platform=platform), wheel is not None
 
 
 def summary(lock: Lock, cross_checked: bool) -> str:

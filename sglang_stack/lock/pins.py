@@ -49,6 +49,12 @@ def read_pins(path: Path, problems: list[str]) -> list[Pin]:
         except InvalidRequirement:
             problems.append(f"{path.name}:{lineno}: {spec!r} is not a requirement")
             continue
+        if req.marker is not None:
+            # The lock is resolved for one interpreter and platform: a marker could only make the image's pip skip
+            # a pin that the lock check counts as installed.
+            problems.append(f"{path.name}:{lineno}: {req.name} carries an environment marker ({req.marker}): a lock "
+                            "for one platform has none (run `invoke lock`)")
+            continue
         pinned = [s.version for s in req.specifier if s.operator == "=="]
         if len(pinned) != 1:
             problems.append(f"{path.name}:{lineno}: {spec!r} is not pinned with ==")

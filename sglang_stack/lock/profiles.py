@@ -67,9 +67,12 @@ class Profile:
 
     @property
     def prefix(self) -> str:
-        """The profile's folder relative to the build context (the root): ``""``, or ``profiles/NAME/``."""
-        root, top = self.root.resolve(), ROOT.resolve()
-        return f"{root.relative_to(top).as_posix()}/" if root != top and root.is_relative_to(top) else ""
+        """The profile's folder relative to the build context, its checkout's root: ``""``, or ``profiles/NAME/``
+        (in this checkout or a copy of it, such as the runtime smoke's context)."""
+        root = self.root.resolve()
+        if root.parent.name == PROFILES_DIR.name and (root.parent.parent / "versions.lock").is_file():
+            return f"{PROFILES_DIR.name}/{root.name}/"
+        return ""
 
 
 def _version_of(lock: Path) -> str:

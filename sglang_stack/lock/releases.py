@@ -229,11 +229,11 @@ def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, di
 
 def check_lock(lock, directory: Path | None = None) -> Report:
     """``check`` for the requirements.lock.txt beside a validated versions.lock, against its [resolve] index."""
-    return check(lock.path.with_name(REQUIREMENTS_PATH.name), lock.data["resolve"]["index"], directory)
+    return check(lock.requirements_path, lock.data["resolve"]["index"], directory)
 
 
 def check_line(lock, directory: Path | None = None) -> str:
     """``check_lock``'s one line, naming the profile's requirement lock as the user would."""
     from sglang_stack.lock.profiles import display
 
-    return check_lock(lock, directory).line(display(lock.path.with_name(REQUIREMENTS_PATH.name)))
+    return check_lock(lock, directory).line(display(lock.requirements_path))

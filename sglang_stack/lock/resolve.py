@@ -12,6 +12,7 @@ from pathlib import Path
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
 from sglang_stack.lock.lockfile import LOCK_PATH, REQUIREMENTS_PATH, ROUTER_REQUIREMENTS_PATH, Lock, check
+from sglang_stack.lock.platforms import requirements_name
 from sglang_stack.lock.pins import REQUIREMENTS_HEADER
 
 
@@ -111,18 +112,20 @@ def resolve(path: Path = LOCK_PATH, out_dir: Path | None = None) -> list[Path]:
         )
     env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_TRANSPORT_ENV}
     written = []
-    for router, name, inputs, header in (
-        (False, REQUIREMENTS_PATH.name, resolve_inputs, _requirements_header),
-        (True, ROUTER_REQUIREMENTS_PATH.name, router_resolve_inputs, _router_requirements_header),
-    ):
+    jobs = [(lock, False, REQUIREMENTS_PATH.name, resolve_inputs, _requirements_header),
+            (lock, True, ROUTER_REQUIREMENTS_PATH.name, router_resolve_inputs, _router_requirements_header)]
+    if isinstance(lock.data["sglang"].get("arm64"), dict):  # the same inputs, resolved for the aarch64 image
+        arm = check(path, with_requirements=False, platform="linux/arm64")
+        jobs.append((arm, False, requirements_name("linux/arm64"), resolve_inputs, _requirements_header))
+    for each, router, name, inputs, header in jobs:
         output = (out_dir or path.parent) / name
         with tempfile.TemporaryDirectory(prefix="sglang-stack-lock-") as tmp:
             tmpdir = Path(tmp)
-            requirements_in, overrides_in = inputs(lock)
+            requirements_in, overrides_in = inputs(each)
             (tmpdir / RESOLVE_INPUT).write_text(requirements_in)
             (tmpdir / RESOLVE_OVERRIDES).write_text(overrides_in)
-            run(resolve_command(lock, "compiled.txt", uv, router=router), cwd=tmpdir, env=env, what="uv pip compile")
-            atomic_write(output, header(lock) + (tmpdir / "compiled.txt").read_text())
+            run(resolve_command(each, "compiled.txt", uv, router=router), cwd=tmpdir, env=env, what="uv pip compile")
+            atomic_write(output, header(each) + (tmpdir / "compiled.txt").read_text())
         written.append(output)
     return written
 

@@ -14,6 +14,13 @@ from packaging.version import InvalidVersion, Version
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 STATUSES = ("checked", "published")
+# The image reference grammar (distribution/reference): a registry host, then lower-case path components, and a tag.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_NAME = re.compile(rf"(?:[A-Za-z0-9.-]+(?::\d+)?/)?{_COMPONENT}(?:/{_COMPONENT})*")
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# Any C0 or C1 control character, a line or paragraph separator: none belongs in a lock value, and a newline in one
+# that a template interpolates would become Dockerfile instructions.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def check_structure(data: dict, bad) -> None:
@@ -64,6 +71,10 @@ def check_structure(data: dict, bad) -> None:
             need(base, key, str, prefix)
         if isinstance(base.get("digest"), str) and not DIGEST.fullmatch(base["digest"]):
             bad(f"{prefix}digest", f"{base['digest']!r} is not sha256:<64 hex>")
+        # The linux/amd64 image's config digest (its image ID), which `invoke lock --verify` reads through the
+        # digest: what a mirror's archive of this base must lead to.
+        if "config" in base and not (isinstance(base["config"], str) and DIGEST.fullmatch(base["config"])):
+            bad(f"{prefix}config", f"{base['config']!r} is not sha256:<64 hex>")
         if isinstance(base.get("status"), str) and base["status"] not in (*STATUSES, "unverified"):
             bad(f"{prefix}status", f"{base['status']!r} is not one of {', '.join(STATUSES)}, unverified")
     if isinstance(data["cuda"].get("version"), str) and not re.fullmatch(r"\d+\.\d+\.\d+", data["cuda"]["version"]):
@@ -121,6 +132,46 @@ def check_structure(data: dict, bad) -> None:
         if isinstance(entry.get("reason"), str) and len(entry["reason"].strip()) < 20:
             bad(f"{prefix}reason", f"{entry['reason']!r} does not say why the stack accepts it")
     _check_formats(data, bad)
+    _check_text(data, bad)
+    _check_references(data, bad)
+
+
+def _strings(value, path: str = ""):
+    """Every string of the lock with its key path (``cuda.base.tag``, ``wheel[0].url``)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{path}[{i}]")
+    elif isinstance(value, str):
+        yield path, value
+
+
+def _check_text(data: dict, bad) -> None:
+    """No control character and no padding in any value: what a template interpolates stays one token on one line."""
+    for path, text in _strings(data):
+        if CONTROL.search(text):
+            bad(path, f"{text[:60]!r}: holds a control character or line break")
+        elif text != text.strip():
+            bad(path, f"{text[:60]!r}: leading or trailing whitespace")
+
+
+def _check_references(data: dict, bad) -> None:
+    """Image names and tags as the reference grammar has them: a template makes FROM and --tag lines of them."""
+    name = data["image"].get("name")
+    if isinstance(name, str) and not CONTROL.search(name) and not IMAGE_NAME.fullmatch(name):
+        bad("image.name", f"{name!r} is not an image name (lower case, such as sglang-stack)")
+    bases = (("cuda.base", data["cuda"].get("base")), ("cuda.devel", data["cuda"].get("devel")),
+             ("router.base", data["router"].get("base")))
+    for prefix, base in bases:
+        if not isinstance(base, dict):
+            continue
+        image, tag = base.get("image"), base.get("tag")
+        if isinstance(image, str) and not CONTROL.search(image) and not IMAGE_NAME.fullmatch(image):
+            bad(f"{prefix}.image", f"{image!r} is not an image name (lower case, such as docker.io/nvidia/cuda)")
+        if isinstance(tag, str) and not CONTROL.search(tag) and not TAG.fullmatch(tag):
+            bad(f"{prefix}.tag", f"{tag!r} is not an image tag (letters, digits, '_', '.', '-'; at most 128)")
 
 
 def _check_formats(data: dict, bad) -> None:
@@ -206,6 +257,11 @@ def _check_jit(data: dict, need, bad) -> None:
                     Requirement(entry["requirement"])
                 except InvalidRequirement:
                     bad(f"{prefix}requirement", f"{entry['requirement']!r} is not a valid requirement")
+            # What the constraint keeps importable: the image build imports each, so a bump that drops one fails there.
+            if kind == "constraint" and "imports" in entry and not (
+                    isinstance(entry["imports"], list) and entry["imports"]
+                    and all(isinstance(m, str) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", m) for m in entry["imports"])):
+                bad(f"{prefix}imports", f"{entry['imports']!r} is not a list of module names such as pkg_resources")
             if kind == "binary_exception":
                 need(entry, "needs", list, prefix)
                 if isinstance(entry.get("needs"), list) and (not entry["needs"] or not all(

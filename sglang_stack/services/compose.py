@@ -126,6 +126,30 @@ def up(
     raise UserError(f"{name} {reason} after {elapsed} (docker compose exit {code}): see the log above, or invoke logs {name}")
 
 
+PROBE_START_S = 120  # what the container's start may take beyond the probe's own deadline (pulling nothing: --pull never)
+
+
+def probe(engine: str, svc: composefile.Service, deadline: float = 60, sizes: str = "1M,16M,64M,256M") -> int:
+    """``sglang_stack.entrypoints.probe`` in SERVICE's image, with its GPUs, /dev/shm, ulimits and NCCL environment
+    (``docker compose run``): one rank per GPU of the node, all-reducing under ``deadline``. Its exit code; a
+    container still there after the deadline and the start's allowance is removed, whatever it holds."""
+    require_engine(engine)
+    proj = composefile.project(svc.env)
+    name = f"sglang-stack-probe-{svc.name}-{int(time.time())}"
+    gpus = svc.tp_size // max(svc.nnodes, 1)
+    argv = compose_argv(engine, proj, "run", "--rm", "--no-deps", "--pull", "never", "--name", name, "--entrypoint",
+                        "python3", svc.name, "-m", "sglang_stack.entrypoints.probe", "--gpus", str(gpus),
+                        "--deadline", f"{deadline:g}", "--sizes", sizes)
+    try:
+        return shell.run(argv, check=False, timeout=deadline + PROBE_START_S, what="the probe").returncode
+    except UserError as err:
+        if err.code != 124:  # not the timeout: a CLI that is missing, named in the error
+            raise
+        shell.run([engine, "rm", "--force", name], capture=True, check=False)
+        raise UserError(f"probe: {svc.name}: the container did not end within {deadline + PROBE_START_S:g} s; "
+                        f"removed it ({name})") from None
+
+
 def down(engine: str, volumes: bool = False) -> None:
     """Stop and remove every service's containers (and the cache volume with ``volumes``)."""
     proj = composefile.project()

@@ -187,6 +187,9 @@ class Service:
     shm_bytes: int | None = None  # the container's own /dev/shm (shm_size); None: Docker's 64 MB
     hardening: dict = field(default_factory=dict)  # privileged, cap_add, security_opt, read_only, host mounts
     api_key_file: Path | None = None  # the host file of its sglang_api_key secret; None: no key
+    hub_token_file: Path | None = None  # the host file of its hf_token secret; None: no token
+    mem_limit: int | None = None  # bytes of host memory the container may use (MEM_LIMIT); None: no cap
+    pids_limit: int | None = None  # processes and threads (PIDS_LIMIT); None: no cap
 
     @property
     def url(self) -> str:
@@ -322,9 +325,13 @@ def service(name: str, env: Environment | None = None, files: tuple[Path, ...] =
                    "host_mounts": [m.get("source") for m in volumes if isinstance(m, dict) and m.get("type") == "bind"
                                    and m.get("target") not in (TARGET_MOUNT, DRAFT_MOUNT)],
                    "pid": str(spec.get("pid") or ""),
+                   "user": str(spec.get("user") or ""),  # empty: the image's own (uid 10001)
                    "devices": [d if isinstance(d, str) else f"{d.get('source')}:{d.get('target')}"
                                for d in spec.get("devices") or []]},
         api_key_file=proj.secret_file("sglang_api_key") if "sglang_api_key" in _secret_names(spec) else None,
+        hub_token_file=proj.secret_file("hf_token") if "hf_token" in _secret_names(spec) else None,
+        mem_limit=_bytes(spec["mem_limit"], "MEM_LIMIT", env) if spec.get("mem_limit") not in (None, "", "0", 0) else None,
+        pids_limit=int(spec["pids_limit"]) if isinstance(spec.get("pids_limit"), int) and spec["pids_limit"] > 0 else None,
     )
 
 

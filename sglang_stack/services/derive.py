@@ -27,6 +27,14 @@ from sglang_stack.image.steps import aot
 
 TABLE_JSON = ROOT / "docker" / "settings.json"
 TABLE_MD = ROOT / "docs" / "settings.md"
+
+
+def tables(profile) -> tuple[Path, Path]:
+    """Where a profile's table lives: docker/settings.json and docs/settings.md for the default; a profile's
+    own docker/settings.json (which its image build copies) and docs/settings-NAME.md for another."""
+    if profile.default:
+        return TABLE_JSON, TABLE_MD
+    return profile.root / "docker" / "settings.json", ROOT / "docs" / f"settings-{profile.name}.md"
 MODELS = ROOT / "deploy" / "models"
 MODEL_DIR, DRAFT_DIR = MODELS / "Kimi-K2.5", MODELS / "Kimi-K2.5-eagle3"
 FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"
@@ -86,7 +94,7 @@ class Runner:
     def argv(self, run: Run) -> tuple[list[str], dict[str, str]]:
         module = ["-m", "sglang_stack.entrypoints.settings", "--profile", run.profile]
         if self.image:
-            cmd = [self.engine, "run", "--rm", "--network", "none", "--entrypoint", "python3",
+            cmd = [self.engine, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3",
                    "-v", f"{self.model_dir}:{TARGET}:ro", "-v", f"{self.draft_dir}:{DRAFT}:ro"]
             for key, value in sorted(run.env.items()):
                 cmd += ["-e", f"{key}={value}"]
@@ -129,6 +137,8 @@ def load(path: Path = TABLE_JSON) -> dict:
         data = json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise UserError(f"{path}:{err.lineno}: not JSON: {err.msg} (regenerate it: invoke settings --write)") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested deeper than the table ever is (regenerate it: invoke settings --write)") from None
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise UserError(f"{path}: expected {{'runs': [...]}} (regenerate it: invoke settings --write)")
     return data
@@ -183,9 +193,9 @@ def _cell(value) -> str:
     return "—" if value is None else str(value).replace("|", "\\|")
 
 
-def markdown(data: dict) -> str:
+def markdown(data: dict, table: str = "docker/settings.json") -> str:
     lines = ["<!-- GENERATED FILE: do not edit. Written by `invoke settings --write` from what SGLang "
-             f"{data.get('sglang', '')} resolves; docker/settings.json holds the same, with every argument. -->",
+             f"{data.get('sglang', '')} resolves; {table} holds the same, with every argument. -->",
              "", "# What SGLang decides at our settings", "",
              "SGLang picks its backends, fusions, graph sizes and ports itself, from the arguments, the model's",
              "config and the GPU. This table is not read from its source: `invoke settings` runs SGLang's own",
@@ -219,10 +229,11 @@ def markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(data: dict) -> list[Path]:
-    atomic_write(TABLE_JSON, json.dumps(data, indent=1, sort_keys=True) + "\n")
-    atomic_write(TABLE_MD, markdown(data))
-    return [TABLE_JSON, TABLE_MD]
+def write(data: dict, paths: tuple[Path, Path] = (TABLE_JSON, TABLE_MD)) -> list[Path]:
+    table_json, table_md = paths
+    atomic_write(table_json, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    atomic_write(table_md, markdown(data, table_json.relative_to(ROOT).as_posix()))
+    return [table_json, table_md]
 
 
 def differences(old: dict, new: dict) -> list[str]:
@@ -254,7 +265,8 @@ class Request:
     engine: str = "docker"
     model_dir: str | None = None
     draft_dir: str | None = None
-    profile: str | None = None
+    host: str | None = None
+    profile: str | None = None  # the SGLang profile (profiles/NAME), not a host
     write: bool = False
     check: bool = False
 
@@ -266,32 +278,41 @@ def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
 
     if request.write and request.check:
         raise UserError("--write and --check: choose one")
-    if request.profile and request.profile not in PROFILES:
-        raise UserError(f"--profile {request.profile!r}: choose {', '.join(PROFILES)}")
-    if request.profile and (request.write or request.check):
-        raise UserError("--profile: the table has every profile; --write and --check take them all")
+    from sglang_stack.lock import profiles
+
+    if request.host and request.host not in PROFILES:
+        raise UserError(f"--host {request.host!r}: choose {', '.join(PROFILES)}")
+    if request.host and (request.write or request.check):
+        raise UserError("--host: the table has every host; --write and --check take them all")
     image = request.image  # a reference the task has checked (image.store.reference)
-    lock, _ = lockmod.check_all(download=False)
+    chosen = profiles.get(request.profile)
+    paths = tables(chosen)
+    lock, _ = lockmod.check_all(chosen.lock, download=False)
     if not request.python:
         from sglang_stack import engine as enginemod
 
         image = image or lock.tag
         if request.engine == "docker":
             enginemod.reachable()
+        # `docker run` would pull a missing name from Docker Hub and fail with "See 'docker run --help'".
+        if subprocess.run([request.engine, "image", "inspect", image], capture_output=True).returncode != 0:
+            flag = f" --profile {chosen.name}" if request.profile else ""
+            raise UserError(f"settings: {image}: no such image in the {request.engine} store: build it first "
+                            f"(`invoke build{flag}`), or name one with --image, or run SGLang with --python")
     runner = Runner(image=image if not request.python else None, engine=request.engine, python=request.python,
                     model_dir=Path(request.model_dir) if request.model_dir else MODEL_DIR,
                     draft_dir=Path(request.draft_dir) if request.draft_dir else DRAFT_DIR)
-    data = derive(runner, lock, (request.profile,) if request.profile else tuple(PROFILES))
+    data = derive(runner, lock, (request.host,) if request.host else tuple(PROFILES))
     if request.write:
-        for path in write(data):
+        for path in write(data, paths):
             say(f"wrote {path.relative_to(ROOT)}")
         return []
     say(markdown(data))
     if not request.check:
         return []
-    changed = differences(load(), data)
+    changed = differences(load(paths[0]), data)
     for line in changed:
         say(f"changed: {line}")
     if not changed:
-        say("settings: as docker/settings.json records")
+        say(f"settings: as {paths[0].relative_to(ROOT)} records")
     return changed

@@ -75,7 +75,7 @@ class Context:
     rdma: bool
     host_network: bool
     sglang_version: str
-    router_version: str
+    router_version: str  # the pinned router distribution and its version, as the lock names them
     accept_length_min: float  # the alert's threshold on sglang:spec_accept_length (eagle3)
     sglang_port: int = SERVER_PORT
     dist_port: int = DIST_PORT
@@ -160,8 +160,10 @@ def _affinity(v: dict) -> dict:
         {"matchExpressions": [term]}]}}}
 
 
-def context(lock: Lock, values: dict, where: str = "values.yaml") -> Context:
-    """Check every value (one line naming the key) and derive the rest from the lock."""
+def context(lock: Lock, values: dict, where: str = "values.yaml", pinned: dict[str, str] | None = None) -> Context:
+    """Check every value (one line naming the key) and derive the rest from the lock. ``pinned`` maps a lock's tag to
+    the registry digest known for it (``REPOSITORY@sha256:...``): with no image in the values, the pods run that."""
+    pinned = pinned or {}
     v = k8s_values.read(values, where)
     name = f"sglang-{v['service']}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "server", "app.kubernetes.io/part-of": "sglang-stack"}
@@ -172,8 +174,8 @@ def context(lock: Lock, values: dict, where: str = "values.yaml") -> Context:
     return Context(
         v=v,
         name=name,
-        image=v["image"] or lock.tag,
-        router_image=v["router_image"] or lock.router_tag,
+        image=v["image"] or pinned.get(lock.tag) or lock.tag,
+        router_image=v["router_image"] or pinned.get(lock.router_tag) or lock.router_tag,
         gpus_per_pod=v["tp_size"] // v["nnodes"],
         args=tuple(server.argv + ["--enable-metrics"] + v["extra_args"]),
         speculative=server.speculative,
@@ -195,7 +197,7 @@ def context(lock: Lock, values: dict, where: str = "values.yaml") -> Context:
         rdma=rdma,
         host_network=rdma and v["rdma"]["network"] == "host",
         sglang_version=lock.sglang.version,
-        router_version=lock.router.version,
+        router_version=f"{lock.router.name} {lock.router.version}",
         accept_length_min=_accept_length_min(v),
     )
 
@@ -212,9 +214,10 @@ def _accept_length_min(v: dict) -> float:
     return models.FLOOR
 
 
-def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_dir: Path = TEMPLATE_DIR) -> dict[str, str]:
+def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_dir: Path = TEMPLATE_DIR,
+                pinned: dict[str, str] | None = None) -> dict[str, str]:
     """File name -> manifest text; a file with no object in it (namespace, monitoring when off) is left out."""
-    ctx = context(lock, values, where)
+    ctx = context(lock, values, where, pinned)
     env = environment(template_dir)
     out = {}
     for output, template in OUTPUTS.items():
@@ -229,15 +232,31 @@ def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_d
     return out
 
 
-def write(lock: Lock, out_dir: Path, values_path: Path = VALUES) -> list[Path]:
+def write(lock: Lock, out_dir: Path, values_path: Path = VALUES, pinned: dict[str, str] | None = None) -> list[Path]:
     """Render every manifest into ``out_dir``, each file atomically; remove those this render no longer makes."""
-    texts = render_text(lock, load_values(values_path), values_path.name)
+    texts = render_text(lock, load_values(values_path), values_path.name, pinned=pinned)
+    # Only files an earlier render wrote are replaced: anything else of that name is the user's, and stays.
+    for name in texts:
+        target = out_dir / name
+        if target.is_symlink() or (target.exists() and not _ours(target)):
+            raise UserError(f"{target}: not a file `invoke k8s` wrote (a link, or no generated header): move it, or "
+                            "render into another --out")
     prepare_dir(out_dir, "--out", need=64 << 10)
     # The set whole or not at all: `kubectl apply -f DIR` must never meet half a render.
     write_all({out_dir / name: text for name, text in texts.items()})
     written = [out_dir / name for name in texts]
     for name in set(OUTPUTS) - set(texts):
         stale = out_dir / name
-        if stale.is_file() and stale.read_text().startswith(HEADER.splitlines()[0]):
+        if not stale.is_symlink() and stale.is_file() and _ours(stale):
             stale.unlink()  # a file of an earlier render, which `kubectl apply -f DIR` would still apply
     return written
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` is a regular file that begins with the header every render writes."""
+    first = HEADER.splitlines()[0].encode()
+    try:
+        with open(path, "rb") as handle:
+            return path.is_file() and handle.read(len(first)) == first
+    except OSError:
+        return False

@@ -8,6 +8,7 @@ live here too, so a refusal names every key it weighs.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -39,7 +40,7 @@ SECTIONS = {
     "lifecycle": {"startup_minutes", "drain_seconds", "cache_size", "cache_storage_class"},
     "rdma": {"enabled", "resource", "count", "network", "allow_tcp"},
     "metrics": {"pod_monitor", "accept_length_min"},
-    "network_policy": {"enabled", "from_namespaces"},
+    "network_policy": {"enabled", "from_namespaces", "egress_to"},
     "router": {"replicas", "policy", "discovery", "drain_seconds", "extra_args"},
 }
 TOP = {"namespace", "create_namespace", "service", "replicas", "nnodes", "tp_size", "image", "router_image",
@@ -235,8 +236,14 @@ def read(values: dict, where: str) -> dict:
     out["nccl"] = {k: str(v) for k, v in sorted(nccl.items())}
 
     policy = top.section("network_policy")
+    egress_to = policy.get("egress_to", list, [])
+    for cidr in egress_to:
+        try:
+            ipaddress.ip_network(cidr if isinstance(cidr, str) else None)  # an int would read as an address
+        except (TypeError, ValueError):
+            raise policy.fail("egress_to", f"{cidr!r} is not a CIDR such as 10.0.0.0/8") from None
     out["network_policy"] = {"enabled": policy.get("enabled", bool, True),
-                             "from_namespaces": _labels(policy, "from_namespaces")}
+                             "from_namespaces": _labels(policy, "from_namespaces"), "egress_to": egress_to}
 
     metrics = top.section("metrics")
     out["pod_monitor"] = metrics.get("pod_monitor", bool, False)

@@ -13,7 +13,6 @@ changes acceptance, so a figure is only reproducible with the revision it ran ag
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_stack import ROOT
+from sglang_stack import ROOT, hubfile
 from sglang_stack.errors import NETWORK, UserError, read_text
 
 MODELS_LOCK = ROOT / "models.lock"
@@ -113,7 +112,7 @@ def load(path: Path | None = None) -> dict[str, Model]:
         role, repo = entry.get("role"), entry.get("repo")
         if role not in ROLES or role in out:
             raise UserError(f"{where}.role: {role!r}: one of {', '.join(ROLES)}, each once")
-        if not isinstance(repo, str) or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        if not isinstance(repo, str) or not re.fullmatch(r"[\w.-]+/[\w.-]+", repo) or set(repo.split("/")) & {".", ".."}:
             raise UserError(f"{where}.repo: {repo!r} is not a Hub repository (OWNER/NAME)")
         revision = entry.get("revision", "")
         if not isinstance(revision, str) or revision and not COMMIT.fullmatch(revision):
@@ -263,8 +262,15 @@ def lock_models(path: Path | None = None, token: str | None = None) -> list[str]
 # --- checking a directory -------------------------------------------------------------------
 
 
+# What the preflight hashes on every start: everything but the weight shards. `--trust-remote-code` runs the
+# repository's own Python (modeling_*.py, tokenization_*.py), and a same-size edit of it passes a size check.
+WEIGHTS = re.compile(r"\.(safetensors|bin|pt|pth|gguf|npz|h5|msgpack)$")
+SMALL = 64 << 20
+
+
 def quick_check(directory: Path, model: Model) -> list[str]:
-    """Names and sizes only (a stat per file: seconds for 600 GB). Returns the differences."""
+    """Every file by name and size (a stat each: seconds for 600 GB), and every file but the weight shards (the
+    code, configs and tokenizer, a few MB) by the hash the Hub records. Returns the differences."""
     problems = []
     for f in model.files:
         path = directory / f.name
@@ -278,20 +284,14 @@ def quick_check(directory: Path, model: Model) -> list[str]:
             continue
         if size != f.size:
             problems.append(f"{f.name}: {size} bytes, {model.repo}@{model.revision[:12]} has {f.size}")
+        elif not WEIGHTS.search(f.name) and size <= SMALL and file_digest(path, f) != (f.sha256 or f.git_sha1):
+            problems.append(f"{f.name}: its content is not {model.repo}@{model.revision[:12]}'s (same size, other bytes)")
     return problems
 
 
 def file_digest(path: Path, f: ModelFile) -> str:
     """The hash of ``path`` of the kind the Hub recorded for ``f``."""
-    if f.sha256:
-        digest = hashlib.sha256()
-    else:
-        digest = hashlib.sha1(usedforsecurity=False)
-        digest.update(f"blob {path.stat().st_size}\0".encode())
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(8 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return hubfile.digest(path, f.sha256, f.git_sha1)
 
 
 def verify_dir(directory: Path, model: Model, workers: int | None = None, progress=None) -> list[str]:

@@ -53,6 +53,7 @@ class Environment:
     origin: Mapping[str, str] = field(default_factory=dict)
     env_file: Path | None = None
     shell: Mapping[str, str] | None = None
+    referenced: frozenset[str] = frozenset()  # every variable the compose files interpolate (``referenced``)
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self.values.get(name, default)
@@ -65,10 +66,13 @@ class Environment:
         return f"{name}={value} ({self.origin.get(name, 'shell')})"
 
     def compose_environ(self) -> dict[str, str]:
-        """The process environment ``docker compose`` runs with: the shell's, or the CLI's own plus ``values``."""
+        """The process environment ``docker compose`` runs with: the shell's, or the CLI's own plus ``values``. The
+        CLI's own settings (HOME, DOCKER_CONFIG: where a per-user Compose plugin lives) come from this process where
+        the shell given leaves them out."""
+        cli = {k: os.environ[k] for k in CLI_ENV if k in os.environ}
         if self.shell is not None:
-            return dict(self.shell)
-        return {k: os.environ[k] for k in CLI_ENV if k in os.environ} | dict(self.values)
+            return cli | dict(self.shell)
+        return cli | dict(self.values)
 
     def env_file_args(self) -> list[str]:
         """``--env-file``: this environment's ``.env``, or none at all (an empty file) for one made by hand."""
@@ -94,15 +98,37 @@ def config(args: Sequence[str], env: Environment, *, files: Sequence[Path] = (),
     if not shutil.which("docker"):
         raise UserError(f"{what}: reading it needs Docker Compose v2 (`docker compose`), and there is no docker CLI "
                         "on PATH: install Docker Engine with the compose plugin")
+    # An alias bomb would keep Compose busy until the timeout: one count on each file's node graph names it first.
+    for f in _candidates(env, files):
+        if f.is_file():
+            yaml_file.expanded_size(read_text(f), str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f))
     try:
-        proc = subprocess.run(argv, env=environ, capture_output=True, text=True,
-                              timeout=COMPOSE_TIMEOUT, stdin=subprocess.DEVNULL)
+        proc = _run_bounded(argv, environ)
     except subprocess.TimeoutExpired:
         raise UserError(f"{what}: `docker compose config` did not finish within {COMPOSE_TIMEOUT} s (a YAML alias "
                         "bomb or a huge override?): check the compose files and .env") from None
     if proc.returncode != 0:
         raise UserError(explain(proc.stderr or proc.stdout or "", proc.returncode, env, files))
     return proc.stdout
+
+
+def _run_bounded(argv: list[str], environ: dict) -> subprocess.CompletedProcess:
+    """``argv`` in a process group of its own, ended whole at ``COMPOSE_TIMEOUT``: the docker CLI runs Compose as a
+    child process of its own, which killing the CLI alone would leave running."""
+    import signal
+
+    proc = subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=COMPOSE_TIMEOUT)
+    except BaseException:  # the timeout, or Ctrl-C: nothing of it outlives this call
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _plugin_missing(said: str) -> bool:
@@ -198,13 +224,17 @@ def _variables_at(path: str, env: Environment, files: Sequence[Path]) -> str:
     return ", ".join(env.where(n) for n in given or names)
 
 
-def _yaml_error(message: str, env: Environment, files: Sequence[Path]) -> str:
-    """A YAML syntax error Compose names without its file: the first of the candidate files that does not parse."""
+def _candidates(env: Environment, files: Sequence[Path]) -> list[Path]:
+    """The compose files Compose reads here: those given, else compose.yaml and its override, and COMPOSE_FILE's."""
     candidates = list(files) or [ROOT / "compose.yaml", ROOT / "compose.override.yaml"]
     listed = env.values.get("COMPOSE_FILE") or (env.shell or {}).get("COMPOSE_FILE") or ""
     separator = env.values.get("COMPOSE_PATH_SEPARATOR") or os.pathsep
-    candidates += [Path(p) if Path(p).is_absolute() else ROOT / p for p in listed.split(separator) if p]
-    for f in candidates:
+    return candidates + [Path(p) if Path(p).is_absolute() else ROOT / p for p in listed.split(separator) if p]
+
+
+def _yaml_error(message: str, env: Environment, files: Sequence[Path]) -> str:
+    """A YAML syntax error Compose names without its file: the first of the candidate files that does not parse."""
+    for f in _candidates(env, files):
         if f.is_file():
             yaml_file.load(f)  # raises the file and line
     return f"compose files: {message}"
@@ -234,7 +264,29 @@ def environment(env_file: Path | None = None, shell_env: Mapping[str, str] | Non
         else:
             found = [i for i, line in enumerate(lines, 1) if re.match(rf"\s*(?:export\s+)?{re.escape(name)}\s*=", line)]
             origin[name] = f"{used}:{found[-1]}" if found else str(used)
-    return Environment(values, origin, used, shell)
+    return Environment(values, origin, used, shell, frozenset(names))
+
+
+# Names a .env may hold that no compose file interpolates: Compose's own settings, read by the CLI itself.
+COMPOSE_OWN = re.compile(r"COMPOSE_[A-Z_]+|DOCKER_[A-Z_]+")
+
+
+def near_misses(env: Environment) -> list[str]:
+    """A line per name of ``.env`` that nothing reads but is one slip from a name the compose files read:
+    ``SGLANG_API_KY_FILE`` leaves the key unset, silently."""
+    import difflib
+
+    if env.env_file is None or not env.referenced:
+        return []
+    out = []
+    for lineno, line in enumerate(lint_env_file(env.env_file), 1):
+        m = re.match(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=", line)
+        if not m or m[1] in env.referenced or COMPOSE_OWN.fullmatch(m[1]):
+            continue
+        close = difflib.get_close_matches(m[1], sorted(env.referenced), n=1, cutoff=0.85)
+        if close:
+            out.append(f"{m[1]} ({env.env_file}:{lineno}) is read by nothing: did you mean {close[0]}?")
+    return out
 
 
 def referenced(env: Environment) -> set[str]:

@@ -233,12 +233,24 @@ def build_sglang_stage(base: str, tag: str, *, ca: Path | None, token: Path | No
 
 
 def copy_context(dest: Path) -> Path:
-    """A throwaway copy of what a build of docker/Dockerfile needs, to edit without touching the repo."""
-    for rel in ("docker", "patches", "sglang_stack"):
+    """A throwaway copy of what a build of docker/Dockerfile needs, to edit without touching the repo: what
+    .dockerignore's allow-list lets into the build context (the one list of it), the templates the render reads,
+    and every profile's files."""
+    patterns = [line[1:].strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.startswith("!")]
+    for rel in ("docker", "profiles"):
         shutil.copytree(ROOT / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__"))
-    for rel in ("requirements.lock.txt", "requirements.router.lock.txt", ".dockerignore", "versions.lock", "mirror/README.md"):
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / rel, dest / rel)
+    for pattern in patterns:
+        if pattern == "mirror/wheels":  # the user's mirror, gigabytes a smoke build (MIRROR=0) never reads
+            continue
+        for path in ROOT.glob(pattern):
+            target = dest / path.relative_to(ROOT)
+            if path.is_dir():
+                shutil.copytree(path, target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+            elif not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, target)
+    shutil.copy(ROOT / ".dockerignore", dest / ".dockerignore")
     return dest
 
 

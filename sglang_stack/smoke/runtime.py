@@ -1,8 +1,9 @@
 """The whole runtime image, built here with declared stand-ins and checked from inside (``invoke smoke --target runtime``).
 
-What no CI machine can fetch (the CUDA base and devel images, the three URL wheels) is
-replaced by what docker/standins.toml declares (``sglang_stack.smoke.standins``). Everything else is
-the real thing: a copy of this checkout whose versions.lock carries the stand-in wheels, rendered
+What no CI machine can fetch (the CUDA base and devel images, and the default profile's three URL
+wheels) is replaced by what docker/standins.toml declares (``sglang_stack.smoke.standins``); a profile
+whose every Python byte is on PyPI (``--profile 0.5.23``) has only the two images stood in. Everything
+else is the real thing: a copy of this checkout whose versions.lock carries the stand-in wheels, rendered
 by ``invoke render``'s own code, built by ``invoke build``'s own code on the Docker Engine
 (BuildKit), with the real requirements.lock.txt, patch series, audits and binary checks. The
 ahead-of-time FlashInfer step is skipped (``FLASHINFER_CUDA_ARCH_LIST=''``): on 2 cores it takes
@@ -37,24 +38,27 @@ def standin_wheels(standins: standinsmod.Standins) -> list[Path]:
     return [fetch(w.url, w.sha256) for w in standins.wheels]
 
 
-def prepare_context(workdir: Path, standins: standinsmod.Standins, wheels: list[Path]):
-    """A copy of this checkout with the stand-in lock, checked and rendered by the project's own code."""
+def prepare_context(workdir: Path, standins: standinsmod.Standins, wheels: list[Path], prefix: str = ""):
+    """A copy of this checkout with the stand-in lock of the profile at ``prefix`` (``""``: the default, or
+    ``profiles/NAME/``), checked and rendered by the project's own code."""
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import render as rendermod
     from sglang_stack.lock.pins import read_pins
 
     context = copy_context(workdir / "context")
-    requires = {w.name: standinsmod.wheel_requires(path) for w, path in zip(standins.wheels, wheels)}
-    lock_path = context / "versions.lock"
-    problems: list[str] = []
-    pinned = {pin.name for pin in read_pins(context / "requirements.lock.txt", problems)}
-    lock_path.write_text(standinsmod.overlay(lock_path.read_text(), standins, requires, pinned))
+    folder = context / prefix
+    lock_path = folder / "versions.lock"
+    if standins.wheels:
+        requires = {w.name: standinsmod.wheel_requires(path) for w, path in zip(standins.wheels, wheels)}
+        problems: list[str] = []
+        pinned = {pin.name for pin in read_pins(folder / "requirements.lock.txt", problems)}
+        lock_path.write_text(standinsmod.overlay(lock_path.read_text(), standins, requires, pinned))
     lock, _ = lockmod.check_all(lock_path, download=False)
-    rendermod.render(lock, output=context / "docker" / "Dockerfile", patches_dir=context / "patches")
+    rendermod.render(lock, output=folder / "docker" / "Dockerfile", patches_dir=rendermod.patches_of(lock))
     return context, lock
 
 
-def request(context: Path, tag: str, base: str, devel: str):
+def request(context: Path, tag: str, base: str, devel: str, prefix: str = ""):
     """``invoke build``'s request for the runtime target on the stand-ins: the devel stand-in, no ahead-of-time
     FlashInfer step (nvcc's output is not what the stand-ins check)."""
     from sglang_stack.download import ca_bundle
@@ -69,16 +73,16 @@ def request(context: Path, tag: str, base: str, devel: str):
         build_args={"DEVEL_IMAGE": devel, "FLASHINFER_CUDA_ARCH_LIST": ""},
         ca_bundle=Path(ca) if ca else None,
         context=context,
-        dockerfile=context / "docker" / "Dockerfile",
+        dockerfile=context / prefix / "docker" / "Dockerfile",
         source_date_epoch=buildmod.commit_epoch(),
     )
 
 
-def build(context: Path, tag: str, base: str, devel: str) -> str:
+def build(context: Path, tag: str, base: str, devel: str, prefix: str = "") -> str:
     """``invoke build``'s own build of the runtime target on the stand-in base; returns the image ID."""
     from sglang_stack.image import build as buildmod
 
-    _, image_id = buildmod.build(request(context, tag, base, devel))
+    _, image_id = buildmod.build(request(context, tag, base, devel, prefix))
     return image_id
 
 
@@ -97,29 +101,34 @@ def docker_run(image: str, *args: str, entrypoint: str | None = None, env: dict[
     return run([*argv, image, *args], capture=True, check=check, what="docker run")
 
 
-def smoke(*, keep: bool = False) -> SmokeResult:
-    """Build the runtime image with the stand-ins, check it from inside, remove what it made unless ``keep``."""
+def smoke(*, keep: bool = False, profile: str | None = None) -> SmokeResult:
+    """Build the profile's runtime image with the stand-ins it needs, check it from inside, remove what it made
+    unless ``keep``."""
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import profiles
+
     require("docker", "install Docker (the whole-image smoke builds on the Docker Engine with BuildKit)")
+    chosen = profiles.get(profile)
     result = SmokeResult()
     start = time.monotonic()
-    standins = standinsmod.load()
+    standins = standinsmod.load().for_lock(lockmod.load(chosen.lock))
     wheels = standin_wheels(standins)
-    header = standinsmod.header_text(standins)
+    header = standinsmod.header_text(standins, chosen.requirements)
     result.timings["stand-in wheels"] = time.monotonic() - start
     t0 = time.monotonic()
     base, devel = standinsmod.make_images("docker", standins, wheels, header)
     result.timings["stand-in images"] = time.monotonic() - t0
-    tag = f"{IMAGE_NAME}:{store.run_id()}"
+    tag = f"{IMAGE_NAME}:{'' if chosen.default else chosen.name + '-'}{store.run_id()}"
     print(f"smoke: this run's image: {tag}" + ("" if keep else " (removed at the end; --keep keeps it)"), flush=True)
     try:
         with tempfile.TemporaryDirectory(prefix="sglang-stack-runtime-smoke-") as tmp:
-            context, lock = prepare_context(Path(tmp), standins, wheels)
+            context, lock = prepare_context(Path(tmp), standins, wheels, chosen.prefix)
             t0 = time.monotonic()
-            build(context, tag, base, devel)
+            build(context, tag, base, devel, chosen.prefix)
             result.timings["build runtime"] = time.monotonic() - t0
             result.size = store.size("docker", tag)
             t0 = time.monotonic()
-            check_image(tag, context, lock, standins, result)
+            check_image(tag, context, lock, standins, result, chosen.name)
             result.timings["checks"] = time.monotonic() - t0
     finally:
         if not keep:
@@ -134,7 +143,8 @@ IMPORTS = """
 import importlib.metadata as m, json, sys
 import torch, torchvision, flashinfer, triton, sglang, sglang.srt.server_args
 import sglang_stack.entrypoints.health, sglang_stack.entrypoints.serve
-print(json.dumps({n: m.version(n) for n in ("torch", "torchvision", "sgl-kernel", "flashinfer-python", "triton", "sglang")}))
+names = ("torch", "torchvision", "sgl-kernel", "sglang-kernel", "flashinfer-python", "triton", "sglang")
+print(json.dumps({n: m.version(n) for n in names if any(True for _ in m.distributions(name=n))}))
 """
 
 # A server that answers /health with 200 on the port the probe defaults to, then compose's own
@@ -164,14 +174,18 @@ def compose_healthcheck() -> list[str]:
     return test[1:] if test[0] in ("CMD", "CMD-SHELL") else test
 
 
-def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, result: SmokeResult) -> None:
+def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, result: SmokeResult,
+                profile: str | None = None) -> None:
     """Every check from inside the built image, and of it, as a user's host would make them."""
     from sglang_stack.image import size as sizemod
     from sglang_stack.image import verify as verify_image
+    from sglang_stack.image.render import patches_of
+    from sglang_stack.patching.patches import read_series
 
     proc = docker_run(tag, "-c", IMPORTS, entrypoint="python3")
     versions = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else {}
-    want = {"torch": next(w.version for w in standins.wheels if w.name == "torch"), "sglang": lock.sglang.version}
+    torch = next((w.version for w in standins.wheels if w.name == "torch"), None) or lock.pins()["torch"]
+    want = {"torch": torch, "sglang": lock.sglang.version}
     wrong = {k: versions.get(k) for k, v in want.items() if versions.get(k) != v}
     result.record("torch, torchvision, flashinfer, triton and the patched sglang import as uid 10001",
                   proc.returncode == 0 and not wrong,
@@ -206,7 +220,7 @@ def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, r
     result.record("nothing docker/slim.toml removes is in the image", proc.returncode == 0,
                   (proc.stdout.strip() or proc.stderr.strip())[-300:])
 
-    report = verify_image.verify("docker", tag, root=context)
+    report = verify_image.verify("docker", tag, root=context, lock_path=lock.path)
     for line in report.lines():
         print(f"smoke: verify: {line}", flush=True)
     result.record("invoke verify passes against the stand-in lock", report.ok, f"{len(report.checks) - report.failed}/{len(report.checks)} checks")
@@ -217,6 +231,15 @@ def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, r
         print(f"smoke: size: {line}", flush=True)
     result.record("every layer within 15% of invoke size's budget", off == 0, sizemod.total_line(layers, "runtime"))
 
+    # SGLang's own decisions, run in this image at compose's and k8s's settings, against the profile's table: the
+    # table the ahead-of-time step read, and docs/settings*.md, say what this image's SGLang does.
+    from sglang_stack.services import derive
+
+    said: list[str] = []
+    changed = derive.settings(derive.Request(image=tag, engine="docker", profile=profile, check=True), say=said.append)
+    result.record("SGLang's own settings in the image are what the profile's table records", not changed,
+                  said[-1] if not changed else "; ".join(changed[:3]))
+
     with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-sbom-") as tmp:
         path = verify_image.export_sbom("docker", tag, "smoke", Path(tmp))
         sbom = json.loads(path.read_text()) if path else {}
@@ -224,14 +247,13 @@ def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, r
     names = {(c.get("name"), c.get("version")) for c in components}
     files = {c.get("name") for c in components if c.get("type") == "file"}
     missing = [f"{n} {v}" for n, v in [("torch", want["torch"]), ("sglang", lock.sglang.version)] if (n, v) not in names]
+    series = read_series(patches_of(lock))
     stub = next((f for f in files if f.endswith("/lib/stubs/libcuda.so")), None)
     patches = sorted(f for f in files if f.startswith("patches/"))
-    ok = bool(components) and not missing and stub is not None and len(patches) == len(lock_series(context))
+    if stub is None:
+        missing.append("the link stub (*/lib/stubs/libcuda.so)")
+    if len(patches) != len(series):
+        missing.append(f"patches: {len(patches)} listed ({', '.join(patches) or 'none'}), the series has {len(series)}")
+    ok = bool(components) and not missing
     result.record("the SBOM lists torch, sglang, every patch and the link stub", ok,
-                  f"{len(components)} components, {len(patches)} patches, stub {stub}" if ok else f"missing {missing or 'stub/patches'}")
-
-
-def lock_series(context: Path) -> list:
-    from sglang_stack.patching.patches import read_series
-
-    return read_series(context / "patches")
+                  f"{len(components)} components, {len(patches)} patches, stub {stub}" if ok else f"missing {'; '.join(missing)}")

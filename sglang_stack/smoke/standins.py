@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import tomllib
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglang_stack import ROOT
@@ -59,6 +59,16 @@ class Standins:
     cuda12: tuple[str, ...]
     omit_reason: str
     binary_exceptions: tuple[dict, ...]
+
+    def for_lock(self, lock: dict) -> "Standins":
+        """The stand-ins a lock needs: a wheel stand-in for each of its URL wheels, and the CUDA 12 libraries and
+        binary exceptions only where a stand-in wheel is a CUDA 12 build (a profile whose every byte is on PyPI
+        needs neither: only the base and devel images stand in)."""
+        urls = {w.get("name") for w in lock.get("wheel", [])}
+        wheels = tuple(w for w in self.wheels if w.name in urls)
+        names = {w.name for w in wheels}
+        return replace(self, wheels=wheels, cuda12=self.cuda12 if wheels else (),
+                       binary_exceptions=tuple(e for e in self.binary_exceptions if e.get("package") in names))
 
     @property
     def key(self) -> str:
@@ -417,12 +427,13 @@ def make_images(engine: str, standins: Standins, wheels: list[Path], header: str
         if unresolved:
             raise UserError(f"{standins.path}: CPython {standins.python} from {prefix} needs {', '.join(unresolved)}, which "
                             f"the stand-in base lacks: add its Debian package to [base] packages")
-        libs = rootfs / CUDA12_DIR.lstrip("/")
-        libs.mkdir(parents=True)
-        for lib in cuda12_libraries(wheels, standins.cuda12, libs):
-            print(f"stand-in base: {CUDA12_DIR}/{lib.name}", flush=True)
-        (rootfs / "etc" / "ld.so.conf.d" / "cuda12-standin.conf").write_text(CUDA12_DIR + "\n")
-        run(["chroot", str(rootfs), "ldconfig"], capture=True, what="ldconfig")
+        if standins.cuda12:  # only for stand-in wheels that are CUDA 12 builds
+            libs = rootfs / CUDA12_DIR.lstrip("/")
+            libs.mkdir(parents=True)
+            for lib in cuda12_libraries(wheels, standins.cuda12, libs):
+                print(f"stand-in base: {CUDA12_DIR}/{lib.name}", flush=True)
+            (rootfs / "etc" / "ld.so.conf.d" / "cuda12-standin.conf").write_text(CUDA12_DIR + "\n")
+            run(["chroot", str(rootfs), "ldconfig"], capture=True, what="ldconfig")
         store.import_rootfs(engine, rootfs, base)
         stub = rootfs / STUB_PATH
         stub.parent.mkdir(parents=True)
@@ -431,11 +442,11 @@ def make_images(engine: str, standins: Standins, wheels: list[Path], header: str
     return base, devel
 
 
-def header_text(standins: Standins) -> str:
-    """cuda.h from the runtime wheel requirements.lock.txt pins (hash-checked)."""
+def header_text(standins: Standins, requirements: Path | None = None) -> str:
+    """cuda.h from the runtime wheel the requirement lock pins (hash-checked): the root's, or a profile's."""
     from sglang_stack.image.size import locked_wheel
 
-    wheel = locked_wheel(standins.header_wheel)
+    wheel = locked_wheel(standins.header_wheel, requirements)
     with zipfile.ZipFile(wheel) as zf:
         try:
             return zf.read(standins.header).decode()

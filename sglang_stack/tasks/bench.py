@@ -45,8 +45,8 @@ DEFAULTS = {
         "completions (/v1/completions) of any OpenAI-compatible server (default: native)",
         "no_stream": "one answer per request instead of a stream: latency only, no TTFT or ITL (default: streamed)",
         "model": "the OpenAI model field (default: the first of the server's /v1/models)",
-        "request_rate": "open loop: requests per second, sent at gamma-distributed times whatever the server's speed "
-        "(default: closed loop at --levels)",
+        "request_rate": "open loop: requests per second, sent at gamma-distributed times whatever the server's speed; "
+        "inf sends every request of a round at once, as sglang.bench_serving does (default: closed loop at --levels)",
         "burstiness": "open loop: the gamma shape; 1 is Poisson, below 1 burstier (default 1)",
         "max_concurrency": "open loop: at most this many in flight (default: no cap)",
         "percentiles": "comma-separated percentiles to report (default 50,90,95,99)",

@@ -42,10 +42,11 @@ def _images(engine: str, target: str, base_image: str | None) -> dict[str, str]:
         "or buildah (default: stack.engine, 'docker')",
         "base-image": "mirror this base image instead of the pinned one (as `invoke build --base-image`; needs --target)",
         "optional": "also mirror the optional wheels (flashinfer-jit-cache, 5-8 GB) (default: off)",
+        "profile": PROFILE_HELP + "; a mirror holds one profile's lock at a time",
     }
 )
 @user_errors
-def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=False):
+def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=False, profile=None):
     """Mirror every artifact a build downloads, each hashed against the lock (network).
 
     The PyPI wheels of the requirements files (for the interpreter and platform each was
@@ -57,8 +58,10 @@ def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import mirror as mirrormod
 
+    from sglang_stack.lock import profiles
+
     engine = engine or c.config.stack.engine
-    lock, _ = lockmod.check_all(download=False)
+    lock, _ = lockmod.check_all(profiles.get(profile).lock, download=False)
     path = Path(dir) if Path(dir).is_absolute() else ROOT / dir
     for line in mirrormod.fetch(lock, target, _images(engine, target, base_image), engine, path, optional):
         print(line)
@@ -73,10 +76,11 @@ def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=
         "base-image": "with --rebuild: the base to build on (as `invoke build --base-image`)",
         "mirror": "with --rebuild: build from the project's mirror/, as an image made by `invoke build --mirror` "
         "was (default: off)",
+        "profile": PROFILE_HELP,
     }
 )
 @user_errors
-def verify(c, image, engine=None, rebuild=False, base_image=None, mirror=False):
+def verify(c, image, engine=None, rebuild=False, base_image=None, mirror=False, profile=None):
     """Check an image against this checkout: labels, installed set, SBOM, patched files (and digest).
 
     One line per check, then the verdict; exit 1 naming the label, package or file that
@@ -93,7 +97,10 @@ def verify(c, image, engine=None, rebuild=False, base_image=None, mirror=False):
     engine = engine or c.config.stack.engine
     if mirror and not rebuild:
         raise UserError("--mirror applies to --rebuild only")
-    report = verify_image.verify(engine, image, rebuild=rebuild, base_image=base_image, mirror=mirror)
+    from sglang_stack.lock import profiles
+
+    report = verify_image.verify(engine, image, rebuild=rebuild, base_image=base_image, mirror=mirror,
+                                 lock_path=profiles.get(profile).lock)
     for line in report.lines():
         print(line)
     print(f"wrote {verify_image.write_record(report).relative_to(verify_image.ROOT)} (`invoke bench` cites it)")
@@ -167,6 +174,10 @@ def lock(c, check=False, verify=False, profile=None):
     result, cross_checked = lockmod.check_all(path, download=True)
     print(lockmod.summary(result, cross_checked))
     print(releases.check_line(result))
+    if isinstance(result.data["sglang"].get("arm64"), dict):  # the aarch64 image's lock, checked the same way
+        arm, cross_checked = lockmod.check_all(path, download=True, platform="linux/arm64")
+        print(lockmod.summary(arm, cross_checked).replace(": ok:", " (linux/arm64): ok:", 1))
+        print(releases.check_line(arm))
 
 
 @task(
@@ -203,10 +214,12 @@ def bump(c, name, version, profile=None, override=None, new_profile=False):
         print(f"changed {profiles.display(path)}")
 
 
-@task(help={"check": "do not write; exit 1 if docker/Dockerfile or docker/build/requirements differs from a fresh "
-                     "render (default: off)", "profile": PROFILE_HELP})
+@task(help={"check": "exit 1 if the committed Dockerfile or its docker/build/requirements differ from a fresh "
+                     "render (default: off)", "profile": PROFILE_HELP,
+             "platform": "linux/amd64 (default) or linux/arm64, for a profile whose lock names the aarch64 wheel: "
+             "writes docker/Dockerfile.arm64 and docker/build.arm64 from requirements.arm64.lock.txt"})
 @user_errors
-def render(c, check=False, profile=None):
+def render(c, check=False, profile=None, platform=None):
     """Render docker/Dockerfile from docker/Dockerfile.j2, and docker/build/requirements, from versions.lock (offline).
 
     Validates the lock first. The output is deterministic and carries a
@@ -214,24 +227,27 @@ def render(c, check=False, profile=None):
     The requirement files (one hashed wheel a line) are written with the
     Dockerfile as one set, and the build mounts them at /build.
     """
-    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import lockfile as lockmod, platforms
     from sglang_stack.lock import profiles
     from sglang_stack.image import render as rendermod
 
     chosen = profiles.get(profile)
-    result, cross_checked = lockmod.check_all(chosen.lock, download=False)
+    platform = platforms.platform_of(platform)
+    result, cross_checked = lockmod.check_all(chosen.lock, download=False, platform=platform)
     print(lockmod.summary(result, cross_checked))
-    dockerfile = profiles.display(chosen.dockerfile)
-    again = "`invoke render`" if chosen.default else f"`invoke render --profile {chosen.name}`"
+    output = rendermod.dockerfile_of(chosen.dockerfile, platform)
+    dockerfile = profiles.display(output)
+    again = "`invoke render" + ("" if chosen.default else f" --profile {chosen.name}") + \
+        ("" if platform == "linux/amd64" else f" --platform {platform}") + "`"
     if check:
-        diff = rendermod.drift(result, chosen.dockerfile)
+        diff = rendermod.drift(result, output)
         if diff:
             print("\n".join(diff[:80]))
-            raise Exit(f"error: {dockerfile} or its docker/build/requirements is out of date with its template or lock: "
+            raise Exit(f"error: {dockerfile} or its requirement files are out of date with its template or lock: "
                        f"run {again}", code=1)
         print(f"{dockerfile}: up to date")
     else:
-        changed = rendermod.render(result, chosen.dockerfile)
+        changed = rendermod.render(result, output)
         print(f"{dockerfile}: {'rendered' if changed else 'up to date'}")
 
 
@@ -240,7 +256,7 @@ def render(c, check=False, profile=None):
         "engine": "docker (BuildKit via `docker buildx`), podman or buildah (default: stack.engine, 'docker')",
         "target": "stage to build: base, deps, sglang, runtime or router (default: runtime)",
         "tag": "image reference (default: derived from versions.lock, e.g. sglang-stack:0.5.9-cu130, "
-        "sglang-stack-router:0.3.2 for the router; other stages get a -STAGE suffix)",
+        "sglang-stack-router:0.5.9 for the router; other stages get a -STAGE suffix)",
         "base-image": "replace the pinned base image: the CUDA base (BASE_IMAGE), or with --target router "
         "the slim Python base (ROUTER_BASE_IMAGE); e.g. a local Debian image for a smoke build",
         "no-cache": "build every layer afresh (default: off)",
@@ -248,7 +264,8 @@ def render(c, check=False, profile=None):
         "(default: stack.ca_bundle, 'auto' = $PIP_CERT/$REQUESTS_CA_BUNDLE/$SSL_CERT_FILE if set; 'none' to skip)",
         "hf-token-file": "file holding a Hugging Face token, passed as the build secret 'hf_token' "
         "(default: $HF_TOKEN if set, through a private temporary file)",
-        "build-arg": "extra KEY=VALUE build argument, repeatable (e.g. PREFETCH_MODELS=org/drafter)",
+        "build-arg": "extra KEY=VALUE build argument, repeatable (e.g. PREFETCH_MODELS=drafter: roles of models.lock, "
+        "baked in at their locked commit and checked file by file)",
         "isolation": "podman/buildah isolation, e.g. chroot where there are no cgroups (default: stack.isolation)",
         "flashinfer-jit-cache": "also install flashinfer-jit-cache (5-8 GB of prebuilt kernels for every GPU "
         "generation) for hosts that must not compile anything at start (default: off)",
@@ -345,10 +362,14 @@ def binaries(c, path, lock=None, profile=None):
         "flashinfer-jit-cache": "count the optional flashinfer-jit-cache (default: off, as the build)",
         "top": "packages listed per layer, largest first (default: 12)",
         "profile": PROFILE_HELP,
+        "cuda-arch-list": "the image's GPU architectures, as `invoke build --cuda-arch-list` (e.g. 12.0a): what loads "
+        "only on other GPUs is left out (default: versions.lock [jit] arch_list)",
+        "platform": "linux/amd64 (default) or linux/arm64: the aarch64 image's budget, from its requirement lock",
     }
 )
 @user_errors
-def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_jit_cache=False, top=None, profile=None):
+def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_jit_cache=False, top=None, profile=None,
+         platform=None, cuda_arch_list=None):
     """The image's size from the lock, before any build: per stage, layer and package, on disk and compressed.
 
     PyPI wheels are measured (PyPI's file size, and the unpacked size from each wheel's zip
@@ -357,7 +378,7 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
     with its status. With --image, each budgeted layer is compared with the built image's
     history and any layer off by more than --margin is named (exit 1). The last line is the total.
     """
-    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import lockfile as lockmod, platforms
     from sglang_stack.image import size as sizemod
 
     from sglang_stack.flags import parse_count
@@ -377,8 +398,13 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
         raise UserError(f"--margin {margin!r}: must be a fraction above 0 (e.g. 0.15 for 15%)")
     from sglang_stack.lock import profiles
 
-    lock_ = lockmod.check(profiles.get(profile).lock)
-    layers = sizemod.budget(lock_, target, jit_cache=flashinfer_jit_cache)
+    lock_ = lockmod.check(profiles.get(profile).lock, platform=platforms.platform_of(platform))
+    archs = None
+    if cuda_arch_list is not None:
+        from sglang_stack.image.build import arch_list
+
+        archs = arch_list(cuda_arch_list).split()
+    layers = sizemod.budget(lock_, target, jit_cache=flashinfer_jit_cache, archs=archs)
     print("\n".join(sizemod.report(layers, target, top)))
     off = 0
     if image:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from invoke import Exit, task
 
+from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import user_errors
 from sglang_stack.errors import UserError
 
@@ -153,20 +154,22 @@ def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=Non
 
 @task(
     help={
-        "image": "run SGLang in this image (default: the one versions.lock tags, sglang-stack:0.5.9-cu130)",
+        "image": "run SGLang in this image (default: the one the profile's versions.lock tags)",
         "python": "run SGLang with this interpreter instead of an image: one where sglang and its "
         "stack import (default: none)",
         "engine": "docker or podman, for --image (default: stack.engine)",
         "model-dir": "a directory holding the target's config.json (default: deploy/models/Kimi-K2.5)",
         "draft-dir": "a directory holding the drafter's config.json (default: deploy/models/Kimi-K2.5-eagle3)",
-        "profile": "only this host profile: h200x8, rtxpro6000x8 or h200x1 (default: all three)",
-        "write": "write docker/settings.json and docs/settings.md (default: off: print the table)",
-        "check": "exit 1 if SGLang now decides otherwise than docker/settings.json records (default: off)",
+        "host": "only this host: h200x8, rtxpro6000x8 or h200x1 (default: all three)",
+        "profile": PROFILE_HELP,
+        "write": "write the profile's table: docker/settings.json and docs/settings.md, or a profile's "
+        "profiles/NAME/docker/settings.json and docs/settings-NAME.md (default: off: print the table)",
+        "check": "exit 1 if SGLang now decides otherwise than the profile's table records (default: off)",
     }
 )
 @user_errors
-def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=None, profile=None, write=False,
-             check=False):
+def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=None, host=None, profile=None,
+             write=False, check=False):
     """What SGLang decides at our settings, per host: run its own ServerArgs and ports, as compose and k8s start it.
 
     For 8x H200, 8x RTX PRO 6000 and one GPU, and for each argument list we pass to
@@ -182,7 +185,7 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
     if image is not None:
         store.reference(image, "--image")
     request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, model_dir=model_dir,
-                             draft_dir=draft_dir, profile=profile, write=write, check=check)
+                             draft_dir=draft_dir, host=host, profile=profile, write=write, check=check)
     changed = derive.settings(request)
     if changed:
         raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
@@ -197,10 +200,12 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
         "interval": "seconds between progress lines while the model loads (default 15)",
         "skip-acceptance": "for a service that speculates, do not run `invoke acceptance SERVICE` once it is healthy "
         "(default: off: it runs)",
+        "probe": "after the preflight, run `invoke probe SERVICE` (an all-reduce across its GPUs, 60 s at most) and "
+        "start nothing if it fails (default: off)",
     }
 )
 @user_errors
-def up(c, service, timeout=None, interval=None, skip_acceptance=False):
+def up(c, service, timeout=None, interval=None, skip_acceptance=False, probe=False):
     """Start SERVICE (a server of compose.yaml on its GPUs, or a router) and wait until it really serves.
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
@@ -226,12 +231,47 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False):
     except UserError:
         svc = None
     doctor.preflight(c.stack.engine, service, env=env, svc=svc)
+    if probe and isinstance(svc, composefile.Service):
+        # Minutes before the load, not after it: a PCIe box whose GPUs cannot all-reduce hangs here (docs/services.md).
+        code = compose.probe(c.stack.engine, svc)
+        if code:
+            raise Exit(f"error: {service}: the all-reduce probe failed (exit {code}): nothing was started", code=code)
     compose.up(c.stack.engine, svc, wait_timeout=wait or composefile.wait_timeout(svc), interval=pause)
     if getattr(svc, "speculative", "") and not skip_acceptance:
         # A healthy server can still have lost its acceptance silently (docs/services.md, Acceptance).
         from sglang_stack.tasks.services import acceptance as check_acceptance
 
         check_acceptance(c, service)
+
+
+@task(
+    help={
+        "service": "a server of compose.yaml (`invoke status` lists them) (required)",
+        "deadline": "seconds the whole all-reduce set may take before it counts as hung (default 60)",
+        "sizes": "all-reduce sizes in bytes, K/M/G, comma-separated (default 1M,16M,64M,256M)",
+    }
+)
+@user_errors
+def probe(c, service, deadline=None, sizes=None):
+    """All-reduce across SERVICE's GPUs, in its image with its NCCL settings, under a hard deadline.
+
+    One process per GPU of the node (TP_SIZE / NNODES), joined over loopback, runs a few
+    all-reduces of each size as tensor parallelism does; prints the bus bandwidth per size.
+    A set that does not finish within the deadline is killed whole and reported as "hung at
+    size S after T s" (exit 1): on a PCIe box, what broken peer-to-peer looks like, in a
+    minute instead of after an 8-minute model load. `invoke doctor` names the likely cause
+    (topology). The service must not be running: the probe takes its GPUs.
+    """
+    from sglang_stack.flags import parse_seconds
+    from sglang_stack.services import compose, composefile, variables
+
+    wait = parse_seconds("--deadline", 60 if deadline is None else deadline)
+    env = variables.environment()
+    proj = composefile.project(env)
+    proj.check(service, composefile.SERVER)
+    code = compose.probe(c.stack.engine, composefile.service(service, env), wait, sizes or "1M,16M,64M,256M")
+    if code:
+        raise Exit(code=code)
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})
@@ -293,10 +333,11 @@ def doctor(c, service=None):
     help={
         "out": "directory the manifests are written to, created if missing (required)",
         "values": "values file (default: deploy/k8s/values.yaml)",
+        "profile": PROFILE_HELP + ": its image and router image",
     }
 )
 @user_errors
-def k8s(c, out, values=None):
+def k8s(c, out, values=None, profile=None):
     """Render Kubernetes manifests from versions.lock and a values file (offline).
 
     Writes OUT/namespace.yaml (PodSecurity level), OUT/sglang.yaml (a StatefulSet of
@@ -312,7 +353,20 @@ def k8s(c, out, values=None):
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.services import k8s as k8smod
 
+    from sglang_stack.lock import profiles
+
+    from sglang_stack.image import store
+
     out = out_path(out)  # before the lock is read
-    result, _ = lockmod.check_all(download=False)
-    for path in k8smod.write(result, out, Path(values) if values else k8smod.VALUES):
+    result, _ = lockmod.check_all(profiles.get(profile).lock, download=False)
+    # A tag can be pushed again; the registry digest the store recorded for it (a push or pull) cannot.
+    pinned = {}
+    for tag in (result.tag, result.router_tag):
+        if digest := store.repo_digest(c.stack.engine, tag):
+            pinned[tag] = digest
+            print(f"image {tag}: by its registry digest {digest}")
+        else:
+            print(f"note: image {tag} by tag: no registry digest is known here (push it, or set image/router_image "
+                  "in the values to REPOSITORY@sha256:...)")
+    for path in k8smod.write(result, out, Path(values) if values else k8smod.VALUES, pinned):
         print(f"wrote {path}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from invoke import Exit, task
 
 from sglang_stack.errors import UserError
+from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import user_errors
 
 
@@ -18,10 +19,11 @@ from sglang_stack.tasks.boundary import user_errors
         "then eagle3 with --wait, send one completion to each, take them down (default: off; never in CI)",
         "target": "sglang (default: the sglang stage with buildah, daemonless) or runtime (the whole image on the "
         "Docker Engine, with the stand-ins docker/standins.toml declares for what no CI machine can fetch)",
+        "profile": PROFILE_HELP + " (--target runtime)",
     }
 )
 @user_errors
-def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sglang"):
+def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sglang", profile=None):
     """Container smoke test: build the real Dockerfile with what this machine can reach, and check it from inside.
 
     --target sglang (default), daemonless: makes (or reuses) a local Debian base with
@@ -48,10 +50,12 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
         store.reference(base_image, "--base-image")
     if target == "runtime" and (base_image is not None or gpu):
         raise UserError("--target runtime makes its own stand-in base: it takes neither --base-image nor --gpu")
+    if profile and target != "runtime":
+        raise UserError("--profile applies to --target runtime (the sglang stage smoke builds the default profile)")
     if target == "runtime":
         from sglang_stack.smoke import runtime as runtime_smoke
 
-        result = runtime_smoke.smoke(keep=keep)
+        result = runtime_smoke.smoke(keep=keep, profile=profile)
     elif gpu:
         result = smokemod.gpu_smoke(engine=c.stack.engine, keep=keep)
     else:

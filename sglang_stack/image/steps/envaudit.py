@@ -53,7 +53,8 @@ PREFIX_COPY = re.compile(r"""for [^\n]*\bin os\.environ[^\n]*\n(?:[^\n]*\n){0,2}
 TEST_DIRS = {"test", "tests", "testing"}
 # A name built by an f-string around one placeholder: Triton 3.5 reads TRITON_PTXAS_PATH as
 # f"TRITON_{binary.upper()}_PATH" (triton/knobs.py), so that literal is nowhere in it.
-F_NAME = re.compile(r"""\bf(["'])([A-Z][A-Z0-9_]*_)?\{[^{}"'\n]+\}(_[A-Z0-9_]*)?\1""")
+# The placeholder may hold the other kind of quote (triton 3.8: f"TRITON_{binary.upper().replace('-', '_')}_PATH").
+F_NAME = re.compile(r"""\bf(["'])([A-Z][A-Z0-9_]*_)?\{(?:(?!\1)[^{}\n])+\}(_[A-Z0-9_]*)?\1""")
 ENVS_FIELD = re.compile(r"^\s+([A-Z_][A-Z0-9_]*)\s*=\s*Env[A-Za-z]*\(", re.M)
 LIBRARY = re.compile(r"\.so(\.\d+)*\Z")
 # Every NUL-terminated name-like string of a library, then kept if declared: one pass over the bytes is about
@@ -88,12 +89,28 @@ def package_of(relpath: str) -> str:
     return parts[0].split(".")[0] if len(parts) == 1 else parts[0]
 
 
-def load_declarations(path: Path) -> dict[str, Declaration]:
-    """The declarations file: ``[NAME]`` tables with ``reader`` and ``effect``; a bad entry is one line naming it."""
+def _read_toml(path: Path) -> dict:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise SystemExit(f"error: {path}: {err}") from None
+
+
+def load_declarations(path: Path, overlay: Path | None = None) -> dict[str, Declaration]:
+    """The declarations file: ``[NAME]`` tables with ``reader`` and ``effect``; a bad entry is one line naming it.
+
+    ``overlay`` is a profile's own file (``profiles/NAME/docker/environment.toml``): what its release reads
+    differently. Each of its tables replaces the keys it writes of that variable's declaration; a variable
+    it names that the declarations file does not is refused (every name is declared once, for every profile).
+    """
+    data = _read_toml(path)
+    if overlay is not None:
+        for name, entry in _read_toml(overlay).items():
+            if name not in data or not isinstance(entry, dict) or not isinstance(data[name], dict):
+                raise SystemExit(f"error: {overlay}: [{name}]: not a variable {path.name} declares "
+                                 "(a profile's file only changes what its release reads)")
+            data[name] = {**data[name], **entry}
+        path = overlay
     out = {}
     for name, entry in data.items():
         where = f"{path}: [{name}]"
@@ -214,13 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m sglang_stack.image.steps.envaudit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--declarations", type=Path, default=Path("/opt/sglang-stack/environment.toml"),
                         help="docker/environment.toml (default: where the image build copies it)")
+    parser.add_argument("--profile-declarations", type=Path, default=None,
+                        help="a profile's docker/environment.toml: what its release reads differently "
+                        "(default: environment.profile.toml beside --declarations, where the build copied one)")
     parser.add_argument("--root", type=Path, action="append", required=True, help="an installed tree to scan (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="also list every reader found")
     parser.add_argument("--strict", action="store_true", help="a declared reader that holds no name is an error, not a warning")
     parser.add_argument("variables", nargs="*", help="NAME=WHERE[,WHERE]: what this project sets, and where "
                         "(default: every name the declarations file declares)")
     args = parser.parse_args(argv)
-    declared = load_declarations(args.declarations)
+    overlay = args.profile_declarations or args.declarations.with_name("environment.profile.toml")
+    declared = load_declarations(args.declarations, overlay if overlay.is_file() else None)
     set_ = parse_set(args.variables) if args.variables else {name: ("declared",) for name in declared}
     readers = scan(args.root, set(set_))
     errors, warnings = audit(declared, set_, readers, args.declarations.name)

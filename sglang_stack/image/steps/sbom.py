@@ -158,9 +158,13 @@ def write(out: Path, *, base: str, patches: Path | None, name: str, version: str
                                   "purl": _purl(type="deb", namespace=distro, name=pkg, version=ver,
                                                 qualifiers={"arch": arch, "distro": qualifier})})
     bom["components"].append(base_component(base))
-    for patch in sorted(patches.glob("*.patch")) if patches else []:
+    # The series the image applied, in its order: patches/ holds every profile's files, a profile's series names its own.
+    # (Imported here: the stages that write an SBOM without patches do not carry the patching package.)
+    if patches:
+        from sglang_stack.patching.patches import read_series
+    for patch in read_series(patches) if patches else []:
         bom["components"].append({"type": "file", "bom-ref": f"patch:{patch.name}", "name": f"patches/{patch.name}",
-                                  "hashes": _hash(hashlib.sha256(patch.read_bytes()).hexdigest())})
+                                  "hashes": _hash(patch.sha256)})
     bom["components"] += file_components(list(files))
     bom["components"].sort(key=lambda c: (c["type"], c["name"].lower(), c.get("version", "")))
     meta = bom.setdefault("metadata", {})

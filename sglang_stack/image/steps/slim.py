@@ -13,7 +13,11 @@ files (a later step would only hide them under another layer):
 - ``unimported``: a test suite, whose dotted package no import statement of a remaining ``.py`` file names;
 - ``compiled``: C or C++ source (Cython's output) beside the extension module compiled from it
   (``driver.cpp`` beside ``driver.cpython-312-x86_64-linux-gnu.so``): Python imports the module;
-- ``env:NAME``: the image sets NAME to another file, which exists (Triton's ptxas: TRITON_PTXAS_PATH).
+- ``env:NAME``: the image sets NAME to another file, which exists (Triton's ptxas: TRITON_PTXAS_PATH);
+- ``arch:MAJOR`` or ``arch:!MAJOR``: what a loader takes only on GPUs of that compute-capability major (or of
+  any other), removed when the image's architecture list (``FLASHINFER_CUDA_ARCH_LIST``, the build argument of
+  ``invoke build --cuda-arch-list``) holds none: the entrypoint refuses every GPU outside that list, so nothing
+  can load it. With the list empty or unset nothing is removed.
 
 Evidence that does not hold fails the step, naming the entry and the file that refers to it. A glob
 that matches nothing in this step is fine (the entries span two install steps); ``--check`` at the
@@ -39,6 +43,23 @@ class UserError(Exception):
     """One line on stderr and exit 2. Not sglang_stack.errors': this module runs where only it is copied."""
 
 
+ARCH = re.compile(r"arch:(!?)(\d+)")
+
+
+def arch_list(value: str | None = None) -> list[str]:
+    """The image's GPU architectures (``9.0a 12.0a``), from the build argument the install step sees."""
+    return (os.environ.get("FLASHINFER_CUDA_ARCH_LIST", "") if value is None else value).split()
+
+
+def unused_here(kind: str, archs: list[str]) -> bool:
+    """Whether an ``arch:`` entry's files are for no GPU of ``archs`` (an empty list keeps everything)."""
+    match = ARCH.fullmatch(kind)
+    if match is None or not archs:
+        return False
+    majors = {a.split(".")[0] for a in archs}
+    return (majors <= {match[2]}) if match[1] else (match[2] not in majors)
+
+
 def load(path: Path) -> list[dict]:
     try:
         entries = tomllib.loads(path.read_text(encoding="utf-8")).get("remove", [])
@@ -49,8 +70,8 @@ def load(path: Path) -> list[dict]:
             if not isinstance(entry.get(key), str) or not entry[key]:
                 raise UserError(f"{path}: remove[{i}].{key} is missing or empty")
         kind = entry["evidence"]
-        if kind not in KINDS and not re.fullmatch(r"env:[A-Z_][A-Z0-9_]*", kind):
-            raise UserError(f"{path}: remove[{i}].evidence {kind!r}: one of {', '.join(KINDS)}, or env:NAME")
+        if kind not in KINDS and not re.fullmatch(r"env:[A-Z_][A-Z0-9_]*", kind) and not ARCH.fullmatch(kind):
+            raise UserError(f"{path}: remove[{i}].evidence {kind!r}: one of {', '.join(KINDS)}, env:NAME or arch:MAJOR")
         if not isinstance(entry.get("keep", []), list):
             raise UserError(f"{path}: remove[{i}].keep must be a list of paths")
         if entry["glob"].startswith("/") or ".." in Path(entry["glob"]).parts:
@@ -87,7 +108,8 @@ def referrers(site: Path, needles: dict[str, bytes], skip: set[Path], imports: b
     targets = set(needles.values())
     lengths = {len(n) for n in targets}
     if imports:
-        pattern = re.compile(rb"(?:^|\n)[ \t]*(?:from|import)[ \t]+([\w.]+)")
+        # ``import a.b`` and ``from a import b`` (which names a.b too, when b is a module or package).
+        pattern = re.compile(rb"(?:^|\n)[ \t]*(?:from|import)[ \t]+([\w.]+)(?:[ \t]+import[ \t]+\(?[ \t]*([\w \t,]*))?")
     else:
         alternatives = b"|".join(re.escape(n) for n in sorted(targets, key=len, reverse=True))
         pattern = re.compile(b"(" + alternatives + b")")
@@ -105,6 +127,7 @@ def referrers(site: Path, needles: dict[str, bytes], skip: set[Path], imports: b
             for match in pattern.finditer(data):
                 if imports:
                     candidates = prefixes(match.group(1))
+                    candidates += [match.group(1) + b"." + n.strip() for n in (match.group(2) or b"").split(b",") if n.strip()]
                 else:
                     candidates = [data[at:at + n] for at in range(*match.span(1)) for n in lengths]
                 for needle in candidates:
@@ -120,11 +143,14 @@ def prefixes(name: bytes) -> list[bytes]:
 
 
 def dotted(site: Path, path: Path) -> str:
-    return ".".join(path.relative_to(site).parts)
+    """The module name of a package directory or a module file under ``site``."""
+    return ".".join(path.relative_to(site).with_suffix("").parts if path.suffix == ".py" else path.relative_to(site).parts)
 
 
-def slim(site: Path, entries: list[dict]) -> list[str]:
+def slim(site: Path, entries: list[dict], archs: list[str] | None = None) -> list[str]:
     """Check every entry's evidence, then remove; returns one line per entry."""
+    archs = arch_list() if archs is None else archs
+    entries = [e for e in entries if not ARCH.fullmatch(e["evidence"]) or unused_here(e["evidence"], archs)]
     matched = {i: [p for p in sorted(site.glob(e["glob"])) if p.relative_to(site).as_posix() not in e.get("keep", ())]
                for i, e in enumerate(entries)}
     doomed = files_under([p for paths in matched.values() for p in paths])
@@ -146,8 +172,9 @@ def slim(site: Path, entries: list[dict]) -> list[str]:
                 problems.append(f"remove[{i}] {entry['glob']}: {path.relative_to(site)} is not C or C++ source")
             elif kind == "compiled" and not any(m.is_file() for m in path.parent.glob(f"{glob.escape(path.stem)}.*so")):
                 problems.append(f"remove[{i}] {entry['glob']}: {path.relative_to(site)} has no compiled module beside it")
-            elif kind == "unimported" and not path.is_dir():
-                problems.append(f"remove[{i}] {entry['glob']}: {path.relative_to(site)} is not a package directory")
+            elif kind == "unimported" and not (path.is_dir() or path.suffix == ".py"):
+                problems.append(f"remove[{i}] {entry['glob']}: {path.relative_to(site)} is not a package directory "
+                                "or a module")
     for key, where in referrers(site, unreferenced, doomed).items():
         i, name = key.split(":", 1)
         problems.append(f"remove[{i}] {entries[int(i)]['glob']}: {name} is named by {where.relative_to(site)}")
@@ -169,8 +196,10 @@ def slim(site: Path, entries: list[dict]) -> list[str]:
     return lines
 
 
-def check(site: Path, entries: list[dict]) -> list[str]:
-    """Every declared path that exists: a removal that came back."""
+def check(site: Path, entries: list[dict], archs: list[str] | None = None) -> list[str]:
+    """Every declared path that exists: a removal that came back (an ``arch:`` entry only where it applies)."""
+    archs = arch_list() if archs is None else archs
+    entries = [e for e in entries if not ARCH.fullmatch(e["evidence"]) or unused_here(e["evidence"], archs)]
     return [f"{entry['glob']}: {p.relative_to(site)} is back" for entry in entries for p in sorted(site.glob(entry["glob"]))
             if p.relative_to(site).as_posix() not in entry.get("keep", ())]
 

@@ -1,0 +1,181 @@
+"""How the service's GPUs talk to each other: peer-to-peer per pair, the links, ACS and the IOMMU, and the NCCL
+settings the containers really get. On a PCIe-only box (8x RTX PRO 6000) broken P2P shows as a server that loads
+for 8 minutes and then hangs on its first all-reduce (vllm-project/vllm#42063, #31936, #51513); here it is a line.
+
+``gather`` asks ``nvidia-smi topo`` (``-p2p r``, ``-p2p w``, ``-m``), ``lspci -vvv`` and the kernel, each with a
+timeout; the parsers read the formats ``nvidia-smi topo -h`` and ``lspci`` document, and the check is a pure
+function of what they read (tests/fixtures/topology holds the outputs it is tested on).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
+from sglang_stack.doctor.registry import check
+from sglang_stack.services import composefile
+
+P2P_OK = "OK"
+# nvidia-smi topo -p2p's legend: what a pair's cell means when it is not OK.
+P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported", "TNS": "topology not supported",
+               "NS": "not supported", "U": "unknown"}
+# nvidia-smi topo -m's legend, from the closest link to the farthest: NV# (NVLink), PIX (one PCIe switch), PXB
+# (several switches), PHB (a host bridge), NODE (host bridges within a NUMA node), SYS (across NUMA nodes: SMP);
+# anything but NV# is PCIe.
+NCCL_VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NVLS_ENABLE",
+                  "NCCL_CUMEM_ENABLE", "NCCL_ALGO", "NCCL_PROTO")
+TIMEOUT_S = 20
+
+
+@dataclass
+class Topology:
+    """What was read; a field is None where it could not be read (``errors`` says why)."""
+
+    p2p_read: dict[tuple[int, int], str] | None = None
+    p2p_write: dict[tuple[int, int], str] | None = None
+    links: dict[tuple[int, int], str] | None = None
+    acs: list[str] | None = None  # PCI bridges whose ACS redirects peer requests upstream ("BDF name: ReqRedir+ ...")
+    iommu: str | None = None  # "off", "passthrough" or "translated"
+    errors: list[str] = field(default_factory=list)
+
+
+def parse_matrix(text: str, what: str) -> dict[tuple[int, int], str]:
+    """A GPU-by-GPU matrix of ``nvidia-smi topo`` (``-m``, ``-p2p r|w``): (row GPU, column GPU) -> the cell."""
+    columns: list[int] = []
+    out: dict[tuple[int, int], str] = {}
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header line (recorded on an H200)
+    for line in text.splitlines():
+        cells = line.split("\t") if "\t" in line else line.split()
+        cells = [c.strip() for c in cells]
+        names = [c for c in cells if c]
+        if not columns and names and all(re.fullmatch(r"GPU\d+|NIC\d+|CPU Affinity|NUMA Affinity|GPU NUMA ID", n)
+                                          for n in names) and names[0].startswith("GPU"):
+            columns = [int(n[3:]) for n in names if re.fullmatch(r"GPU\d+", n)]
+            continue
+        if columns and names and re.fullmatch(r"GPU\d+", names[0]):
+            row = int(names[0][3:])
+            values = names[1:1 + len(columns)]
+            if len(values) < len(columns):
+                raise ValueError(f"{what}: row GPU{row} has {len(values)} cells for {len(columns)} GPUs")
+            for col, value in zip(columns, values):
+                out[(row, col)] = value
+    if not columns:
+        raise ValueError(f"{what}: no GPU header line")
+    return out
+
+
+def parse_acs(text: str) -> list[str]:
+    """The PCI bridges of ``lspci -vvv`` whose ACS control redirects peer-to-peer requests or completions (or checks
+    the source) up to the root complex: P2P through them takes the long way, or fails where the IOMMU blocks it."""
+    found = []
+    device = ""
+    for line in text.splitlines():
+        if line and not line[0].isspace():
+            device = line.strip()
+        m = re.search(r"ACSCtl:\s*(.*)", line)
+        if m and "bridge" in device.lower():
+            on = [flag[:-1] for flag in m.group(1).split() if flag.endswith("+") and flag[:-1] in
+                  ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd")]
+            if any(flag in on for flag in ("ReqRedir", "CmpltRedir")):
+                found.append(f"{device.split(' ', 1)[0]} ({'+ '.join(on)}+)")
+    return found
+
+
+def parse_iommu(groups: list[str], cmdline: str) -> str:
+    """``off``: no IOMMU groups; ``passthrough``: ``iommu=pt`` (DMA is not translated, P2P unaffected);
+    ``translated``: the IOMMU remaps every DMA, peer-to-peer included (NCCL's troubleshooting: disable it or use pt)."""
+    if not groups:
+        return "off"
+    if re.search(r"(^|\s)(iommu=pt|iommu\.passthrough=1)(\s|$)", cmdline):
+        return "passthrough"
+    return "translated"
+
+
+def gather(gpus: int, run) -> Topology:
+    """Ask the host, each command under a timeout; ``run(argv, timeout) -> (exit code or None, stdout, stderr)``."""
+    topo = Topology()
+    if gpus < 2:
+        return topo
+    for attr, argv in (("p2p_read", ["nvidia-smi", "topo", "-p2p", "r"]), ("p2p_write", ["nvidia-smi", "topo", "-p2p", "w"]),
+                       ("links", ["nvidia-smi", "topo", "-m"])):
+        code, out, err = run(argv, TIMEOUT_S)
+        if code != 0:
+            said = (err or out).strip().splitlines()
+            topo.errors.append(f"{' '.join(argv)}: {said[-1] if said else f'exit {code}'}")
+            continue
+        try:
+            setattr(topo, attr, parse_matrix(out, " ".join(argv)))
+        except ValueError as bad:
+            topo.errors.append(str(bad))
+    code, out, _ = run(["lspci", "-vvv"], TIMEOUT_S)
+    if code == 0 and "ACSCtl" in out:
+        topo.acs = parse_acs(out)
+    else:
+        topo.errors.append("lspci -vvv: no ACS capability readable (not installed, or not root)" if code == 0 or code is None
+                           else f"lspci -vvv: exit {code}")
+    try:
+        groups = [p.name for p in Path("/sys/kernel/iommu_groups").iterdir()] if Path("/sys/kernel/iommu_groups").is_dir() else []
+        topo.iommu = parse_iommu(groups, Path("/proc/cmdline").read_text())
+    except OSError as unread:
+        topo.errors.append(f"IOMMU: {unread.strerror}")
+    return topo
+
+
+def _pairs(ids: list[int]) -> list[tuple[int, int]]:
+    return [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]]
+
+
+@check("topology", needs=("service", "gpu"))
+def check_topology(facts, svc: composefile.Service) -> Check:
+    """Every pair of the service's GPUs has peer-to-peer reads and writes, or ``NCCL_P2P_DISABLE=1`` routes the
+    traffic through host memory; no PCIe bridge between them redirects P2P upstream (ACS) unless P2P is off; the
+    IOMMU does not translate P2P. The NCCL variables are the service's own (compose), not the shell's.
+
+    Fix: ``NCCL_P2P_DISABLE=1`` in .env, or ACS off on the bridges named (BIOS, or ``setpci``) and ``iommu=pt``.
+    """
+    topo: Topology | None = getattr(facts, "topology", None)
+    if not facts.gpus:
+        return Check("topology", SKIP, "skipped: nvidia-smi listed no GPU")
+    gpus = [g.index for g in facts.gpus]
+    if svc.gpu_ids != "all":
+        gpus = [int(i) for i in svc.gpu_ids.split(",") if i.isdigit()]
+    per_node = svc.tp_size // max(svc.nnodes, 1)
+    gpus = gpus[:per_node]
+    nccl = {k: str(svc.environment.get(k) or "") for k in NCCL_VARIABLES if svc.environment.get(k) not in (None, "")}
+    shown = ", ".join(f"{k}={v}" for k, v in nccl.items()) or "no NCCL_* setting"
+    if len(gpus) < 2:
+        return Check("topology", OK, f"{len(gpus)} GPU: no peer traffic ({shown})")
+    if topo is None or topo.p2p_read is None:
+        why = "; ".join(topo.errors) if topo and topo.errors else "nvidia-smi topo not asked"
+        return Check("topology", SKIP, f"skipped: {why}")
+    p2p_off = nccl.get("NCCL_P2P_DISABLE") == "1" or nccl.get("NCCL_P2P_LEVEL", "").upper() in ("LOC", "0")
+    broken = []
+    for a, b in _pairs(gpus):
+        cells = [m.get((a, b)) for m in (topo.p2p_read, topo.p2p_write or {}) if m is not None]
+        bad = [c for c in cells if c and c != P2P_OK]
+        if bad or not cells or None in cells:
+            broken.append(f"GPU{a}-GPU{b} {bad[0] if bad else '?'}")
+    links = sorted({(topo.links or {}).get(p, "?") for p in _pairs(gpus)})
+    kind = "NVLink" if links and all(link.startswith("NV") for link in links) else f"PCIe ({'/'.join(links)})"
+    detail = f"{len(gpus)} GPUs over {kind}; {shown}"
+    if broken:
+        meaning = P2P_MEANING.get(broken[0].rsplit(" ", 1)[1], "not OK")
+        pairs = ", ".join(broken[:6]) + (f" and {len(broken) - 6} more" if len(broken) > 6 else "")
+        if p2p_off:
+            return Check("topology", NOTE, f"{detail}: P2P is {meaning} for {pairs}; NCCL_P2P_DISABLE keeps NCCL off it")
+        acs = f"; ACS redirects on {', '.join(topo.acs[:4])}" if topo.acs else ""
+        return Check("topology", FAIL, f"{detail}: P2P {meaning} for {pairs}{acs}: NCCL would try P2P and hang or fail "
+                     "on the first all-reduce", "set NCCL_P2P_DISABLE=1 in .env (or turn ACS off on those bridges and boot "
+                     "with iommu=pt), then `invoke probe SERVICE`")
+    if topo.acs and kind != "NVLink" and not p2p_off:
+        return Check("topology", WARN, f"{detail}: P2P reports OK, but ACS redirects peer requests upstream on "
+                     f"{', '.join(topo.acs[:4])}: the transfers go through the root complex, slower, or hang where the "
+                     "IOMMU blocks them", "turn ACS off on those bridges (BIOS, or setpci), or set NCCL_P2P_DISABLE=1; "
+                     "then `invoke probe SERVICE`")
+    if topo.iommu == "translated" and kind != "NVLink" and not p2p_off:
+        return Check("topology", WARN, f"{detail}: the IOMMU translates DMA, peer-to-peer included (NCCL's "
+                     "troubleshooting guide: a hang or slow P2P)", "boot with iommu=pt, or set NCCL_P2P_DISABLE=1")
+    unread = f" ({'; '.join(topo.errors)})" if topo.errors else ""
+    return Check("topology", OK, f"{detail}: P2P read and write OK for every pair{unread}")
