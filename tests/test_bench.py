@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -601,3 +602,40 @@ def test_task_interrupted_keeps_partial_results(tmp_path):
     assert doc["error"] == "interrupted", f"error field: {doc['error']}"
     assert 1 <= len(doc["rounds"]) < 50, f"rounds measured before the interrupt: {len(doc['rounds'])}"
     assert (out / report.PLOT_NAME).is_file(), "no plot for the interrupted run"
+
+
+def test_two_runs_into_one_out_do_not_mix(tmp_path):
+    """The second `invoke bench` into an --out the first is still writing is refused in one line; the first's
+    results are its own."""
+    out = tmp_path / "r"
+    prompts = write_prompts(tmp_path / "p.jsonl", count=3, tokens=8)  # 3 requests of about 0.5 s a round
+    # After its first request the server holds the first run until the second has been answered, so the first
+    # cannot finish before the second starts, however loaded the machine is.
+    with SGLangServer(Behaviour(step_s=0.05, ttft_s=0.05, fail_after=1, failure="hold")) as server:
+        first = subprocess.Popen([sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--out", str(out),
+                                  "--prompts", str(prompts), "--levels", "1", "--repeats", "10", "--warmup", "0"], cwd=ROOT, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not server.bodies and time.monotonic() < deadline:  # the first is measuring
+            time.sleep(0.05)
+        second = invoke("bench", "--endpoint", f"b={server.url}", "--out", str(out), "--prompts", str(prompts),
+                        "--levels", "1", "--warmup", "0")
+        server.release()
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-2000:]
+    assert second.returncode == 2 and second.stderr.strip() == (
+        f"error: --out {out}: another invoke bench is writing its results there; pick another --out"), second.stderr
+    doc = json.loads((out / "bench.json").read_text())
+    assert {s["endpoint"] for s in doc["samples"]} == {"a"}, "the refused run wrote nothing into the first's results"
+
+
+def test_a_url_password_is_masked_on_the_terminal_as_in_the_files(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=3, tokens=8)
+    with SGLangServer(Behaviour(step_s=0.001, ttft_s=0.001)) as server:
+        url = server.url.replace("http://", "http://user:hunter2-pass@")
+        proc = invoke("bench", "--endpoint", f"a={url}", "--out", str(tmp_path / "r"), "--prompts", str(prompts),
+                      "--levels", "1", "--repeats", "1", "--warmup", "0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "127.0.0.1" in proc.stdout and "hunter2-pass" not in proc.stdout + proc.stderr, \
+        [line for line in proc.stdout.splitlines() if "hunter2" in line]
+    assert all("hunter2-pass" not in f.read_text() for f in (tmp_path / "r").glob("bench.*[dn]"))
