@@ -94,6 +94,20 @@ def test_the_recorded_h200_matrix_parses_through_its_escape_codes():
     assert topology.parse_matrix(text[start:], "topo -m") == {(0, 0): "X"}
 
 
+def test_the_recorded_h100_box_parses_and_gives_no_alarm():
+    """Recorded on a one-H100 host (driver 580.159.04): ``nvidia-smi topo -m`` and ``-p2p r``, header underlined, the
+    P2P matrix's rows indented by one space; no lspci, no IOMMU groups. The doctor asks nothing of a lone GPU, and
+    what nvidia-smi printed parses all the same."""
+    h100 = Gpu(0, "NVIDIA H100 80GB HBM3", "9.0", "580.159.04", 81559)
+    assert topology.parse_matrix((TOPO / "h100x1-topo-m.txt").read_text(), "topo -m") == {(0, 0): "X"}
+    assert topology.parse_matrix((TOPO / "h100x1-p2p-r.txt").read_text(), "topo -p2p r") == {(0, 0): "X"}
+    facts = box(h100, 1, "h100x1-topo-m.txt", "h100x1-p2p-r.txt")
+    assert facts.topology.p2p_read is None and facts.topology.iommu == "off", "one GPU: nothing to ask"
+    for tp in ("1", "8"):
+        check = topology.check_topology(facts, svc_of(TP_SIZE=tp))
+        assert check.status == OK and check.detail == "1 GPU: no peer traffic (no NCCL_* setting)", check.line()
+
+
 @pytest.mark.parametrize("text", ["", "garbage\n", "\tGPU0\tGPU1\nGPU0\t X \n"])
 def test_an_unreadable_matrix_is_one_line(text):
     with pytest.raises(ValueError, match="topo"):

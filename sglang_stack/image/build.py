@@ -8,6 +8,7 @@ that the engine is reachable first and reads the built image's labels back after
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -68,6 +69,10 @@ class BuildRequest:
     HEALTHCHECK and SHELL, which compose and Kubernetes set themselves."""
     mirror: bool = False
     """Wheels from the project's mirror/ only (MIRROR=1), with the build's network off."""
+    provenance: dict[str, str] = field(default_factory=dict)
+    """What the image was made from, for its last LABEL (``provenance_args``): the commit, marked where the
+    checkout had changes, and the Dockerfile's sha256. Build arguments, not ``--label``: buildah re-runs every step of a
+    multi-stage build given a --label (containers/buildah#4950)."""
 
     @property
     def chroot(self) -> bool:
@@ -127,7 +132,7 @@ class BuildRequest:
             # buildah/podman's chroot isolation runs in the host's network only (it refuses "none").
             argv += [] if self.chroot else ["--network", "none"]
             argv += ["--build-arg", "MIRROR=1"]
-        for key, value in sorted(self.build_args.items()):
+        for key, value in sorted({**self.provenance, **self.build_args}.items()):
             argv += ["--build-arg", f"{key}={value}"]
         if self.ca_bundle:
             argv += ["--secret", f"id=ca,src={self.ca_bundle}"]
@@ -166,6 +171,18 @@ def checkout(root: Path = ROOT) -> dict:
     """This checkout's commit (``git rev-parse HEAD``) and whether its tracked files have changes; None where unknown."""
     commit, status = _git(root, "rev-parse", "HEAD"), _git(root, "status", "--porcelain", "--untracked-files=no")
     return {"commit": commit.strip() if commit else None, "dirty": bool(status.strip()) if status is not None else None}
+
+
+def provenance_args(dockerfile: Path, root: Path = ROOT) -> dict[str, str]:
+    """The Dockerfile's provenance arguments: SOURCE_REVISION, the commit (``-dirty`` appended where tracked files
+    have changes, as ``git describe --dirty`` marks it; empty outside a checkout), and DOCKERFILE_SHA256.
+
+    Declared in each final stage with SOURCE_DATE_EPOCH, just before its SBOM step, so a new commit re-runs no
+    earlier step; `invoke publish` attests the labels they fill.
+    """
+    state = checkout(root)
+    revision = (state["commit"] or "") + ("-dirty" if state["commit"] and state["dirty"] else "")
+    return {"SOURCE_REVISION": revision, "DOCKERFILE_SHA256": hashlib.sha256(dockerfile.read_bytes()).hexdigest()}
 
 
 def buildkit_supports_rewrite() -> bool:

@@ -76,6 +76,7 @@ class Context:
     lock_epoch: int  # resolve.exclude_newer as a Unix time: the date of the pins, which dates the image's account
     apt_snapshot: str  # resolve.apt_snapshot: Ubuntu's archive as of that instant
     headline: str  # "torch X, sgl-kernel Y, flashinfer Z": the kernels' versions, for the header
+    profile: str  # the profile's name, the io.sglang-stack.profile label
     prefix: str  # the profile's folder in the build context: "" for the default, "profiles/NAME/" for another
     profile_environment: str  # the profile's own docker/environment.toml (what its release reads differently), or ""
     settings_file: str  # the table the ahead-of-time step reads: the profile's docker/settings.json where it has one
@@ -95,7 +96,7 @@ def series_numbers(series) -> list[str]:
 RUNTIME_ONLY = (f"{LABEL_PREFIX}.wheel.", f"{LABEL_PREFIX}.override.", f"{LABEL_PREFIX}.requirements.")
 # What the base stage labels, which every stage FROM it inherits: the pins that change only with a bump.
 IN_BASE = tuple(f"{LABEL_PREFIX}.{k}" for k in ("cuda.version", "python.version", "sglang.version", "sglang.sha256",
-                                                 "apt.snapshot"))
+                                                 "apt.snapshot", "profile"))
 
 
 def labels(lock: Lock, patches_dir: Path, stage: str = "runtime") -> tuple[tuple[str, str], ...]:
@@ -106,6 +107,7 @@ def labels(lock: Lock, patches_dir: Path, stage: str = "runtime") -> tuple[tuple
         (f"{LABEL_PREFIX}.sglang.version", lock.sglang.version),
         (f"{LABEL_PREFIX}.sglang.sha256", lock.sglang.sha256),
         (f"{LABEL_PREFIX}.apt.snapshot", lock.data["resolve"]["apt_snapshot"]),
+        (f"{LABEL_PREFIX}.profile", lock.profile.name),
     ]
     for wheel in lock.wheels:
         out += [
@@ -177,6 +179,7 @@ def context(lock: Lock, patches_dir: Path | None = None) -> Context:
         aot_arch_file=ARCH_FILE,
         lock_epoch=int(datetime.fromisoformat(lock.data["resolve"]["exclude_newer"].replace("Z", "+00:00")).timestamp()),
         apt_snapshot=lock.data["resolve"]["apt_snapshot"],
+        profile=lock.profile.name,
         prefix=lock.profile.prefix,
         profile_environment=(f"{lock.profile.prefix}docker/environment.toml"
                              if lock.profile.prefix and (lock.profile.root / "docker" / "environment.toml").is_file() else ""),

@@ -86,6 +86,7 @@ def build(flags: BuildFlags, say: Callable[[str], None] = print) -> tuple[str, s
     say(f"{profiles.display(profile.dockerfile)}: {'rendered' if rendermod.render(lock, profile.dockerfile) else 'up to date'}")
     request = request_of(flags, lock)
     request.dockerfile = profile.dockerfile
+    request.provenance = buildmod.provenance_args(request.dockerfile)
     if flags.mirror:
         from sglang_stack.image import mirror
 

@@ -75,6 +75,7 @@ def request(context: Path, tag: str, base: str, devel: str, prefix: str = ""):
         context=context,
         dockerfile=context / prefix / "docker" / "Dockerfile",
         source_date_epoch=buildmod.commit_epoch(),
+        provenance=buildmod.provenance_args(context / prefix / "docker" / "Dockerfile"),
     )
 
 
