@@ -11,12 +11,12 @@ import sys
 from invoke import Collection, Task
 
 from sglang_stack import ROOT
-from sglang_stack.tasks import bench, image, patching, services, smoke
+from sglang_stack.tasks import bench, image, patching, release, services, smoke
 from sglang_stack.tasks.boundary import (
     check_project_config, help_after_task, optional_positionals, quiet_interrupts, shape_parse_errors,
 )
 
-MODULES = (image, patching, services, smoke, bench)
+MODULES = (image, patching, services, smoke, bench, release)
 
 ns = Collection()
 for _module in MODULES:
@@ -34,6 +34,6 @@ def setup_cli() -> None:
     help_after_task(program)  # innermost: it reads the line as the user typed it
     # Before shape_parse_errors wraps it again: `invoke doctor eagle3`, like `invoke up eagle3`.
     optional_positionals(program, {"doctor": "service", "status": "service", "acceptance": "service",
-                                   "model-revision": "role", "models-verify": "role"})
+                                   "model-revision": "role", "models-verify": "role", "verify": "image"})
     shape_parse_errors(program)
     check_project_config(ROOT)

@@ -69,7 +69,8 @@ def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=
 
 @task(
     help={
-        "image": "the image to check: a local reference or ID (required)",
+        "image": "the image to check: a local reference or ID; with --key, a registry reference "
+        "(REGISTRY/REPOSITORY:TAG or @sha256:...)",
         "engine": "docker, podman or buildah: the store that holds it (default: stack.engine, 'docker')",
         "rebuild": "also build this checkout's stage afresh, reproducibly, and compare image IDs "
         "(needs the base image; default: off)",
@@ -77,20 +78,34 @@ def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=
         "mirror": "with --rebuild: build from the project's mirror/, as an image made by `invoke build --mirror` "
         "was (default: off)",
         "profile": PROFILE_HELP,
+        "key": "the public key (or key reference) `invoke publish` signed with: check the published image's "
+        "signature, its SBOM and verdict attestations, and the verdicts against this checkout's lock",
+        "bundle": "with --key: check a directory `invoke bundle` wrote, with no network, instead of IMAGE",
+        "tlog": "with --key: also require the transparency log entries (needs Sigstore's network; default: off)",
+        "insecure": "with --key: the registry speaks plain HTTP though it is not on loopback (default: off)",
     }
 )
 @user_errors
-def verify(c, image, engine=None, rebuild=False, base_image=None, mirror=False, profile=None):
+def verify(c, image=None, engine=None, rebuild=False, base_image=None, mirror=False, profile=None, key=None,
+           bundle=None, tlog=False, insecure=False):
     """Check an image against this checkout: labels, installed set, SBOM, patched files (and digest).
 
     One line per check, then the verdict; exit 1 naming the label, package or file that
     differs. The image's own Python lists what is installed and hashes the patched files,
     with this checkout's inventory script mounted read-only (no code of the image's decides).
+    With --key, IMAGE is a registry reference that `invoke publish` pushed: its signature, both
+    attestations, the build's verdicts and the attested pins against this checkout are checked, then
+    the image pulled by digest as above. With --key and --bundle DIR, the same from an offline bundle.
+    See docs/publish.md.
     """
+    if key is not None or bundle is not None:
+        return _verify_signed(c, image, engine, key, bundle, tlog, insecure, (rebuild, base_image, mirror, profile))
     from sglang_stack.image import verify as verify_image
 
     from sglang_stack.image import store
 
+    if image is None:
+        raise UserError("IMAGE: name the image to check (a local reference or ID)")
     store.reference(image, "--image")
     if base_image is not None:
         store.reference(base_image, "--base-image")
@@ -105,7 +120,36 @@ def verify(c, image, engine=None, rebuild=False, base_image=None, mirror=False, 
         print(line)
     print(f"wrote {verify_image.write_record(report).relative_to(verify_image.ROOT)} (`invoke bench` cites it)")
     if not report.ok:
-        raise Exit(f"error: {image}: {report.failed} of {len(report.checks)} checks failed", code=1)
+        name, detail = next((c.name, c.detail) for c in report.checks if c.ok is False)
+        raise Exit(f"error: {image}: {name}: {detail}", code=1)
+
+
+def _verify_signed(c, image, engine, key, bundle, tlog, insecure, others) -> None:
+    """`invoke verify --key`: a published image or an offline bundle (sglang_stack/release/publish.py)."""
+    from sglang_stack.release import cosign, publish
+
+    if key is None:
+        raise UserError("--bundle: give the public key too (--key PUB)")
+    if any(others[:3]) or others[3] is not None:
+        raise UserError("--key: --rebuild, --base-image, --mirror and --profile apply to a local image (the verdict "
+                        "names its own profile)")
+    key = cosign.key_ref(key, "--key")
+    if bundle is not None:
+        if image is not None:
+            raise UserError("--bundle: the bundle names its image; give IMAGE or --bundle, not both")
+        if not Path(bundle).is_dir():
+            raise UserError(f"--bundle {bundle}: no such directory")
+        outcome = publish.verify_bundle(Path(bundle), key)
+    else:
+        if image is None:
+            raise UserError("IMAGE: name the published image (REGISTRY/REPOSITORY:TAG or @sha256:...)")
+        outcome = publish.verify_reference(engine or c.config.stack.engine, image, key, tlog, insecure)
+    for line in outcome.lines():
+        print(line)
+    if outcome.failed:
+        name, detail = outcome.failed
+        raise Exit(f"error: {outcome.subject}: {name}: {detail}", code=1)
+    print(f"verified: {outcome.subject}, signed by that key, against this checkout")
 
 
 @task(

@@ -5,7 +5,8 @@
 Prints the interpreter's version, every distribution its ``sys.path`` sees (name, version,
 where), every Debian package dpkg's database says is installed (name, version), the sha256 of
 each ``--hash`` path (null when absent), and the SBOM at /opt/sglang-stack/sbom.cdx.json and
-/opt/sglang-stack/installed.txt (null when absent). Standard library only, one file:
+/opt/sglang-stack/installed.txt (null when absent), and the verdicts the build recorded in
+/opt/sglang-stack/verdicts (name -> the file's JSON, or "unreadable"). Standard library only, one file:
 ``invoke verify`` mounts this checkout's copy read-only, so no code of the image's decides.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 SBOM = Path("/opt/sglang-stack/sbom.cdx.json")
 INSTALLED = Path("/opt/sglang-stack/installed.txt")  # the image's own list, `pip list --format=freeze`
+VERDICTS = Path("/opt/sglang-stack/verdicts")  # what the build's checks recorded (steps/verdict.py)
 DPKG_STATUS = Path("/var/lib/dpkg/status")
 
 
@@ -44,6 +46,16 @@ def debs(status: Path = DPKG_STATUS) -> dict[str, str] | None:
     return out
 
 
+def verdicts(directory: Path = VERDICTS) -> dict:
+    out = {}
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except ValueError:
+            out[path.stem] = "unreadable"
+    return out
+
+
 def main(argv: list[str]) -> int:
     paths = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--hash"]
     dists = sorted({(d.metadata["Name"], d.version, str(getattr(d, "_path", "")).rsplit("/", 1)[0])
@@ -54,7 +66,8 @@ def main(argv: list[str]) -> int:
         sbom = "unreadable"
     json.dump({"python": ".".join(map(str, sys.version_info[:3])), "distributions": dists,
                "debs": debs(), "files": {p: _sha256(Path(p)) for p in paths}, "sbom": sbom,
-               "installed_txt": INSTALLED.read_text() if INSTALLED.is_file() else None}, sys.stdout)
+               "installed_txt": INSTALLED.read_text() if INSTALLED.is_file() else None,
+               "verdicts": verdicts()}, sys.stdout)
     return 0
 
 

@@ -1,0 +1,317 @@
+"""`invoke publish`, `invoke bundle` and `invoke verify --key`: push by digest, sign, attest, and check it all.
+
+publish: read the image's verdicts, labels and SBOM (inventory.py in a throw-away container), refuse an image
+missing any of them, push with the engine's own push, then sign ``REPOSITORY@sha256:...`` and attach two
+attestations with the same key: the SBOM (``cyclonedx``) and the verdict predicate (release/predicate.py).
+The digest and what was attested are recorded in build/published/.
+
+verify --key: signature, both attestations, the verdicts, the attested pins and patches against this checkout's
+lock, the attested labels against the image's config; then the image is pulled by digest and today's checks
+(labels, installed, sbom, patches) run on it, and its SBOM must be the attested one.
+
+bundle: ``cosign save`` of the signed digest (its signatures and attestations with it, an OCI layout) plus
+bundle.json, written whole or not at all; ``verify --bundle`` checks it with no network.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_stack import ROOT
+from sglang_stack.errors import UserError
+from sglang_stack.release import cosign, predicate as pred, registry
+
+RECORDS = ROOT / "build" / "published"
+
+
+@dataclass
+class Outcome:
+    """What a verify found: one (name, ok, detail) per check; ``ok`` None for a check not run."""
+
+    subject: str
+    checks: list[tuple[str, bool | None, str]] = field(default_factory=list)
+
+    def add(self, name: str, ok: bool | None, detail: str) -> bool:
+        self.checks.append((name, ok, detail))
+        return bool(ok)
+
+    @property
+    def failed(self) -> tuple[str, str] | None:
+        return next(((n, d) for n, ok, d in self.checks if ok is False), None)
+
+    def lines(self) -> list[str]:
+        return [f"{ {True: 'ok  ', False: 'FAIL', None: 'skip'}[ok]} {name}: {detail}" for name, ok, detail in self.checks]
+
+
+# --- records --------------------------------------------------------------------------------------
+
+
+def record_path(tag_ref: str, records: Path = RECORDS) -> Path:
+    return records / (tag_ref.replace("/", "_").replace(":", "_").replace("@", "_") + ".json")
+
+
+def read_record(tag_ref: str, records: Path = RECORDS) -> dict | None:
+    path = record_path(tag_ref, records)
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def published_for(local_tag: str, records: Path = RECORDS) -> str:
+    """The newest ``REPOSITORY@sha256:...`` that `invoke publish` recorded for a local image tag; "" for none."""
+    found = []
+    for path in sorted(records.glob("*.json")) if records.is_dir() else ():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("image") == local_tag and data.get("reference"):
+            found.append((data.get("published", ""), data["reference"]))
+    return max(found)[1] if found else ""
+
+
+# --- publish --------------------------------------------------------------------------------------
+
+
+def image_facts(engine: str, image: str) -> tuple[dict, dict]:
+    """(labels, inventory) of a local image."""
+    from sglang_stack.image import store, verify as verify_image
+
+    if not store.exists(engine, image):
+        raise UserError(f"{image}: no such image in the {engine} store (build it with `invoke build`, or pass --engine)")
+    return store.labels(engine, image), verify_image.inventory(engine, image, [])
+
+
+def push(engine: str, image: str, target: registry.Ref, insecure: bool) -> str:
+    """Push with the engine's own push; return the digest the registry now serves for the tag."""
+    from sglang_stack import shell
+
+    if engine == "docker":
+        shell.run(["docker", "tag", image, target.by_tag], capture=True, what="docker tag")
+        shell.run(["docker", "push", "--quiet", target.by_tag], capture=True, what="docker push", timeout=3600)
+        digest = registry.digest_of(target, insecure)
+    else:
+        with tempfile.TemporaryDirectory(prefix="sglang-stack-push-") as tmp:
+            digestfile = Path(tmp) / "digest"
+            tls = ["--tls-verify=false"] if insecure or registry.loopback(target.registry) else []
+            shell.run([engine, "push", *tls, "--digestfile", str(digestfile), image, f"docker://{target.by_tag}"],
+                      capture=True, what=f"{engine} push", timeout=3600)
+            digest = digestfile.read_text().strip()
+    if not digest.startswith("sha256:"):
+        raise UserError(f"{target}: the registry serves no digest for the tag just pushed")
+    return digest
+
+
+def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, records: Path = RECORDS) -> dict:
+    """Push ``image`` to ``to``, sign its digest and attest its SBOM and verdicts; return the record written."""
+    from sglang_stack.atomic import write as atomic_write
+
+    target = registry.parse(to, "--to")
+    if target.digest:
+        raise UserError(f"--to {to}: a digest is what the push gives; name REGISTRY/REPOSITORY[:TAG]")
+    labels, found = image_facts(engine, image)
+    predicate = pred.make(image, labels, found)  # everything is checked before the first push
+    if not target.tag:
+        local = image.rsplit("/", 1)[-1]
+        target = registry.Ref(target.registry, target.repository, local.split(":", 1)[1] if ":" in local else "latest")
+    digest = push(engine, image, target, signer.insecure)
+    ref = registry.Ref(target.registry, target.repository, target.tag, digest)
+    say(f"pushed {target.by_tag} as {ref.by_digest}")
+    cosign.sign(signer, ref.by_digest)
+    say(f"signed {ref.by_digest}")
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-attest-") as tmp:
+        sbom_file, verdict_file = Path(tmp) / "sbom.cdx.json", Path(tmp) / "verdict.json"
+        sbom_file.write_text(json.dumps(found["sbom"], sort_keys=True))
+        verdict_file.write_text(json.dumps(predicate, sort_keys=True))
+        cosign.attest(signer, ref.by_digest, "cyclonedx", sbom_file)
+        cosign.attest(signer, ref.by_digest, pred.PREDICATE_TYPE, verdict_file)
+    say(f"attested {ref.by_digest}: the SBOM (cyclonedx, {len(found['sbom'].get('components', []))} components) and "
+        f"{pred.PREDICATE_TYPE} ({len(predicate['verdicts'])} verdicts, {len(predicate['patches'])} patches)")
+    from datetime import datetime, timezone
+
+    record = {"image": image, "tag": target.by_tag, "reference": ref.by_digest, "digest": digest,
+              "stage": predicate["stage"], "profile": predicate["profile"], "revision": predicate["revision"],
+              "sbom": predicate["sbom"], "verdicts": sorted(predicate["verdicts"]),
+              "published": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    path = record_path(target.by_tag, records)
+    atomic_write(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    say(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return record
+
+
+# --- verify ---------------------------------------------------------------------------------------
+
+
+def lock_facts(profile: str, stage: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, patches) this checkout's lock of ``profile`` expects of a ``stage`` image."""
+    from sglang_stack.image import render, verify as verify_image
+    from sglang_stack.lock import lockfile as lockmod, profiles
+    from sglang_stack.patching.patches import read_series
+
+    try:
+        chosen = profiles.get(profile)
+    except UserError:
+        raise UserError(f"the predicate names profile {profile!r}, which this checkout does not have") from None
+    lock, _ = lockmod.check_all(chosen.lock, download=False)
+    want = verify_image.expected_labels(lock, stage)
+    patches = {} if stage == "router" else {p.name: p.sha256 for p in read_series(render.patches_of(lock))}
+    return want, patches
+
+
+def signed(out: Outcome, key: str, target: list[str], tlog: bool = False, insecure: bool = False) -> tuple[dict | None, dict | None]:
+    """The checks a registry reference and a bundle share: signature, both attestations, verdicts, lock.
+    Returns (verdict predicate, attested SBOM); stops at the first failure."""
+    ok, detail = cosign.verify(key, target, tlog, insecure)
+    if not out.add("signature", ok, detail):
+        return None, None
+    sboms, why = cosign.attestations(key, target, "cyclonedx", tlog, insecure)
+    if not out.add("sbom attestation", bool(sboms), f"{len(sboms)} by this key" if sboms else f"no cyclonedx attestation: {why}"):
+        return None, None
+    verdicts, why = cosign.attestations(key, target, pred.PREDICATE_TYPE, tlog, insecure)
+    if not out.add("verdict attestation", bool(verdicts),
+                   f"{len(verdicts)} by this key" if verdicts else f"no {pred.PREDICATE_TYPE} attestation: {why}"):
+        return None, None
+    predicate = verdicts[-1]
+    if not isinstance(predicate, dict) or not out.add("verdicts", *pred.check_verdicts(predicate)):
+        return None, None
+    want_labels, want_patches = lock_facts(str(predicate.get("profile")), str(predicate.get("stage")))
+    if not out.add("lock", *pred.check_lock(predicate, want_labels, want_patches)):
+        return None, None
+    sbom = next((s for s in reversed(sboms) if isinstance(s, dict) and pred.sbom_digest(s) == predicate.get("sbom")),
+                sboms[-1])
+    return predicate, sbom
+
+
+def verify_reference(engine: str, value: str, key: str, tlog: bool = False, insecure: bool = False,
+                     records: Path = RECORDS) -> Outcome:
+    """``invoke verify REF --key PUB``: the published image, from the registry."""
+    from sglang_stack import shell
+    from sglang_stack.image import verify as verify_image
+
+    ref = registry.parse(value, "IMAGE")
+    out = Outcome(str(ref))
+    if ref.tag:
+        now = registry.digest_of(ref, insecure)
+        record = read_record(ref.by_tag, records)
+        if not now:
+            out.add("tag", False, f"the registry has no tag {ref.tag}")
+            return out
+        if ref.digest and ref.digest != now:
+            out.add("tag", False, f"{ref.by_tag} now serves {now}, not the {ref.digest} named")
+            return out
+        if record and record.get("digest") != now:
+            out.add("tag", False, f"{ref.by_tag} was pushed again: it serves {now}, `invoke publish` recorded "
+                    f"{record.get('digest')} (verify that digest, or find who re-pushed the tag)")
+            return out
+        out.add("tag", True, f"{ref.by_tag} serves {now}" + (", as `invoke publish` recorded" if record else
+                                                              " (no publish record here to compare)"))
+        ref = registry.Ref(ref.registry, ref.repository, ref.tag, now)
+    else:
+        out.add("tag", None, "named by digest")
+    predicate, sbom = signed(out, key, [ref.by_digest], tlog, insecure)
+    if predicate is None:
+        return out
+    if not out.add("predicate labels", *pred.check_labels(predicate, registry.labels_of(ref, insecure))):
+        return out
+    pulled = ref.by_digest
+    if engine == "docker":
+        shell.run(["docker", "pull", "--quiet", pulled], capture=True, what="docker pull", timeout=3600)
+    else:
+        tls = ["--tls-verify=false"] if insecure or registry.loopback(ref.registry) else []
+        shell.run([engine, "pull", *tls, f"docker://{pulled}"], capture=True, what=f"{engine} pull", timeout=3600)
+    found = verify_image.inventory(engine, pulled, [])
+    if not out.add("sbom attested", *pred.check_sbom(predicate, sbom, found.get("sbom"))):
+        return out
+    from sglang_stack.lock import profiles
+
+    report = verify_image.verify(engine, pulled, lock_path=profiles.get(predicate["profile"]).lock)
+    for check in report.checks:
+        if check.name != "digest":
+            out.add(f"image {check.name}", check.ok, check.detail)
+    return out
+
+
+# --- bundle ---------------------------------------------------------------------------------------
+
+
+def bundle(value: str, out_dir: Path, insecure: bool = False, records: Path = RECORDS, say=print) -> Path:
+    """``cosign save`` of the digest ``value`` names (a tag is resolved, and must be the one published), plus
+    bundle.json; the directory appears whole or not at all."""
+    ref = registry.parse(value, "IMAGE")
+    if not ref.digest:
+        ref = registry.Ref(ref.registry, ref.repository, ref.tag, registry.digest_of(ref, insecure))
+        if not ref.digest:
+            raise UserError(f"{value}: the registry has no such tag")
+        record = read_record(ref.by_tag, records)
+        if record and record["digest"] != ref.digest:
+            raise UserError(f"{value}: the tag was pushed again since `invoke publish` ({ref.digest}, recorded "
+                            f"{record['digest']}): bundle by digest")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UserError(f"--out {out_dir}: exists and is not empty")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        cosign.save(ref.by_digest, scratch / "oci", insecure)
+        (scratch / "bundle.json").write_text(json.dumps({"reference": ref.by_digest, "tag": ref.by_tag if ref.tag else "",
+                                                         "digest": ref.digest, "layout": "oci"}, indent=2) + "\n")
+        if out_dir.exists():
+            out_dir.rmdir()
+        scratch.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    say(f"wrote {out_dir}: {ref.by_digest} with its signatures and attestations (cosign's OCI layout)")
+    return out_dir
+
+
+def _layout_blob(layout: Path, digest: str) -> dict:
+    import hashlib
+
+    algo, _, hexdigest = str(digest).partition(":")
+    path = layout / "blobs" / algo / hexdigest
+    if algo != "sha256" or not path.is_file():
+        raise UserError(f"{layout}: no blob {digest}")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != hexdigest:
+        raise UserError(f"{layout}: blob {digest[:19]} does not hash to its name (changed after `invoke bundle`)")
+    return json.loads(data)
+
+
+def layout_labels(layout: Path, digest: str) -> dict[str, str]:
+    """The labels of the image ``digest`` in an OCI layout, each blob read checked against its name."""
+    try:
+        index = json.loads((layout / "index.json").read_text())
+    except (OSError, ValueError):
+        raise UserError(f"{layout}: no OCI layout (index.json)") from None
+    digests = [m.get("digest") for m in index.get("manifests", [])]
+    if digest not in digests:
+        found = [d for m in index.get("manifests", []) for d in
+                 [m.get("digest")] if "image" in (m.get("annotations") or {}).get("kind", "")]
+        raise UserError(f"{layout}: holds {found or digests} and not {digest}")
+    manifest = _layout_blob(layout, digest)
+    config = _layout_blob(layout, manifest["config"]["digest"])
+    return (config.get("config") or {}).get("Labels") or {}
+
+
+def verify_bundle(directory: Path, key: str) -> Outcome:
+    """``invoke verify --bundle DIR --key PUB``: everything but the registry, with no network."""
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / "bundle.json").read_text())
+        digest = meta["digest"]
+    except (OSError, ValueError, KeyError):
+        raise UserError(f"--bundle {directory}: no bundle.json with a digest (write one with `invoke bundle`)") from None
+    out = Outcome(f"{directory} ({meta.get('reference', digest)})")
+    labels = layout_labels(directory / "oci", digest)
+    predicate, sbom = signed(out, key, ["--local-image", str(directory / "oci")])
+    if predicate is None:
+        return out
+    if out.add("predicate labels", *pred.check_labels(predicate, labels)):
+        out.add("sbom attested", *pred.check_sbom(predicate, sbom))
+    return out
