@@ -60,15 +60,19 @@ def _verify_flags(key: str, tlog: bool, insecure: bool) -> list[str]:
 
 
 def _why(stderr: str) -> str:
-    text = stderr.lower()
-    if "no signatures found" in text or "no matching signatures" in text and "no signatures" in text:
+    """cosign's failure, in the words `invoke verify` prints (cosign 2.5's messages)."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    said = next((line.split("error during command execution: ", 1)[1] for line in reversed(lines)
+                 if "error during command execution: " in line), lines[-1] if lines else "cosign said nothing")
+    if said.startswith("no signatures found"):
         return "unsigned"
-    if "no matching attestations" in text or "none of the attestations matched" in text:
-        return "none by this key"
-    if "no matching signatures" in text or "invalid signature" in text or "crypto/" in text:
+    if said.rstrip(": ") == "no matching attestations":
+        return "none"
+    if said.startswith("none of the attestations matched the predicate type"):
+        return "none of this type (" + said.split(", found: ", 1)[-1] + " only)"
+    if said.startswith(("no matching signatures", "no matching attestations")):
         return "signed, but not by this key"
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "cosign said nothing"
+    return said[:200]
 
 
 def verify(key: str, target: list[str], tlog: bool = False, insecure: bool = False) -> tuple[bool, str]:
@@ -87,8 +91,7 @@ def attestations(key: str, target: list[str], predicate_type: str, tlog: bool = 
     proc = shell.run([_cosign(), "verify-attestation", *_verify_flags(key, tlog, insecure), "--type", predicate_type,
                       *target], capture=True, check=False, what="cosign verify-attestation")
     if proc.returncode != 0:
-        why = _why(proc.stderr or "")
-        return [], "none" if why == "unsigned" else why
+        return [], _why(proc.stderr or "")
     found = []
     for line in (proc.stdout or "").splitlines():
         try:

@@ -160,10 +160,12 @@ def _affinity(v: dict) -> dict:
         {"matchExpressions": [term]}]}}}
 
 
-def context(lock: Lock, values: dict, where: str = "values.yaml", pinned: dict[str, str] | None = None) -> Context:
+def context(lock: Lock, values: dict, where: str = "values.yaml", pinned: dict[str, str] | None = None,
+            images: dict[str, str] | None = None) -> Context:
     """Check every value (one line naming the key) and derive the rest from the lock. ``pinned`` maps a lock's tag to
-    the registry digest known for it (``REPOSITORY@sha256:...``): with no image in the values, the pods run that."""
-    pinned = pinned or {}
+    the registry digest known for it (``REPOSITORY@sha256:...``): with no image in the values, the pods run that.
+    ``images`` (``image``, ``router_image``: by digest, from the command line) come before the values."""
+    pinned, images = pinned or {}, images or {}
     v = k8s_values.read(values, where)
     name = f"sglang-{v['service']}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "server", "app.kubernetes.io/part-of": "sglang-stack"}
@@ -174,8 +176,8 @@ def context(lock: Lock, values: dict, where: str = "values.yaml", pinned: dict[s
     return Context(
         v=v,
         name=name,
-        image=v["image"] or pinned.get(lock.tag) or lock.tag,
-        router_image=v["router_image"] or pinned.get(lock.router_tag) or lock.router_tag,
+        image=images.get("image") or v["image"] or pinned.get(lock.tag) or lock.tag,
+        router_image=images.get("router_image") or v["router_image"] or pinned.get(lock.router_tag) or lock.router_tag,
         gpus_per_pod=v["tp_size"] // v["nnodes"],
         args=tuple(server.argv + ["--enable-metrics"] + v["extra_args"]),
         speculative=server.speculative,
@@ -215,9 +217,9 @@ def _accept_length_min(v: dict) -> float:
 
 
 def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_dir: Path = TEMPLATE_DIR,
-                pinned: dict[str, str] | None = None) -> dict[str, str]:
+                pinned: dict[str, str] | None = None, images: dict[str, str] | None = None) -> dict[str, str]:
     """File name -> manifest text; a file with no object in it (namespace, monitoring when off) is left out."""
-    ctx = context(lock, values, where, pinned)
+    ctx = context(lock, values, where, pinned, images)
     env = environment(template_dir)
     out = {}
     for output, template in OUTPUTS.items():
@@ -232,9 +234,10 @@ def render_text(lock: Lock, values: dict, where: str = "values.yaml", template_d
     return out
 
 
-def write(lock: Lock, out_dir: Path, values_path: Path = VALUES, pinned: dict[str, str] | None = None) -> list[Path]:
+def write(lock: Lock, out_dir: Path, values_path: Path = VALUES, pinned: dict[str, str] | None = None,
+          images: dict[str, str] | None = None) -> list[Path]:
     """Render every manifest into ``out_dir``, each file atomically; remove those this render no longer makes."""
-    texts = render_text(lock, load_values(values_path), values_path.name, pinned=pinned)
+    texts = render_text(lock, load_values(values_path), values_path.name, pinned=pinned, images=images)
     # Only files an earlier render wrote are replaced: anything else of that name is the user's, and stays.
     for name in texts:
         target = out_dir / name

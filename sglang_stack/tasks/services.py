@@ -334,10 +334,13 @@ def doctor(c, service=None):
         "out": "directory the manifests are written to, created if missing (required)",
         "values": "values file (default: deploy/k8s/values.yaml)",
         "profile": PROFILE_HELP + ": its image and router image",
+        "image": "the server image by digest (REPOSITORY@sha256:...), over the values file and what `invoke publish` "
+        "recorded",
+        "router-image": "the router image by digest (REPOSITORY@sha256:...), as --image",
     }
 )
 @user_errors
-def k8s(c, out, values=None, profile=None):
+def k8s(c, out, values=None, profile=None, image=None, router_image=None):
     """Render Kubernetes manifests from versions.lock and a values file (offline).
 
     Writes OUT/namespace.yaml (PodSecurity level), OUT/sglang.yaml (a StatefulSet of
@@ -345,6 +348,8 @@ def k8s(c, out, values=None, profile=None):
     OUT/router.yaml (SGLang's router, finding the servers through the Kubernetes API), plus
     OUT/monitoring.yaml with metrics.pod_monitor. QoS Guaranteed pods, cheap liveness and
     generating readiness, drains on shutdown; the API key and HF token are Secret files.
+    The pods run an image by digest where one is known: --image/--router-image, else the values
+    file, else what `invoke publish` recorded for the profile's tag, else the store's registry digest.
     See docs/kubernetes.md.
     """
     from pathlib import Path
@@ -357,16 +362,29 @@ def k8s(c, out, values=None, profile=None):
 
     from sglang_stack.image import store
 
+    from sglang_stack.release.publish import published_for
+
     out = out_path(out)  # before the lock is read
+    images = {}
+    for flag, key, value in (("--image", "image", image), ("--router-image", "router_image", router_image)):
+        if value is not None:
+            if "@sha256:" not in store.reference(value, flag):
+                raise UserError(f"{flag} {value}: name the image by digest (REPOSITORY@sha256:...): a tag can be pushed again")
+            images[key] = value
     result, _ = lockmod.check_all(profiles.get(profile).lock, download=False)
-    # A tag can be pushed again; the registry digest the store recorded for it (a push or pull) cannot.
+    # A tag can be pushed again; the digest `invoke publish` recorded, or the store's (a push or pull), cannot.
     pinned = {}
     for tag in (result.tag, result.router_tag):
-        if digest := store.repo_digest(c.stack.engine, tag):
+        if (tag == result.tag and "image" in images) or (tag == result.router_tag and "router_image" in images):
+            continue
+        if digest := published_for(tag):
+            pinned[tag] = digest
+            print(f"image {tag}: as `invoke publish` recorded it, {digest}")
+        elif digest := store.repo_digest(c.stack.engine, tag):
             pinned[tag] = digest
             print(f"image {tag}: by its registry digest {digest}")
         else:
             print(f"note: image {tag} by tag: no registry digest is known here (push it, or set image/router_image "
                   "in the values to REPOSITORY@sha256:...)")
-    for path in k8smod.write(result, out, Path(values) if values else k8smod.VALUES, pinned):
+    for path in k8smod.write(result, out, Path(values) if values else k8smod.VALUES, pinned, images):
         print(f"wrote {path}")
