@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sglang_stack.errors import UserError
 from sglang_stack.smoke import standins as standinsmod
 from sglang_stack.image import store
 from sglang_stack.shell import require, run
@@ -258,3 +259,15 @@ def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, r
     ok = bool(components) and not missing
     result.record("the SBOM lists torch, sglang, every patch and the link stub", ok,
                   f"{len(components)} components, {len(patches)} patches, stub {stub}" if ok else f"missing {'; '.join(missing)}")
+
+    # What `invoke publish` attests: every check of the runtime stage recorded its pass in the image, and the
+    # final stage carries its provenance labels.
+    from sglang_stack.release import predicate as pred
+
+    try:
+        made = pred.make(tag, store.labels("docker", tag), verify_image.inventory("docker", tag, []))
+        result.record("every check of the runtime stage recorded its pass, with the provenance `invoke publish` attests",
+                      True, f"{', '.join(sorted(made['verdicts']))}; revision {made['revision'] or 'unknown'}")
+    except UserError as err:
+        result.record("every check of the runtime stage recorded its pass, with the provenance `invoke publish` attests",
+                      False, str(err))
