@@ -43,6 +43,8 @@ if args[:1] == ["run"] and "stat" in args:
     if owner is None:
         sys.stderr.write("stat: cannot statx '/home/sglang/.cache': No such file or directory\n"); sys.exit(1)
     out(owner + "\n"); sys.exit(0)
+if args[:1] == ["run"] and "sglang_stack.entrypoints.allreduce" in args:  # SGLang's all-reduce start-up, recorded
+    out(cfg.get("allreduce_output", "") + "\n"); sys.exit(cfg.get("allreduce_exit", 0))
 if args[:1] == ["run"]:
     out(cfg.get("audit_output", "") + "\n"); sys.exit(cfg.get("audit_exit", 0))
 if args[:1] == ["buildx"]:

@@ -470,13 +470,15 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
         image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
                           "Labels": {gpu_checks.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"},
         audit_output="KimiK25ForConditionalGeneration: ok", audit_exit=0,
+        # What SGLang 0.5.9's own start-up decided for 8 PCIe GPUs with P2P (tests/test_allreduce.py re-derives it).
+        allreduce_output=(FIXTURES.parent / "allreduce" / "0.5.9-tp8-pcie-p2p.json").read_text().strip(),
     )
     proc = run_module("sglang_stack.doctor.checklist", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.splitlines()
     names = [line.split()[1] for line in lines[1:-1]]
     expected = ["config", "model", "drafter", "api-key", "hub-token", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
-                "sm120", "sm120", "topology", "privilege", "shm", "limits", "memlock", "disk", "image", "kernels", "audit"]
+                "sm120", "sm120", "topology", "all-reduce", "privilege", "shm", "limits", "memlock", "disk", "image", "kernels", "audit"]
     assert names == expected, f"checks printed: {names}\n{proc.stdout}"
     for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "topology", "image",
                  "kernels", "audit"):
@@ -489,6 +491,15 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     expected_audit = ["--entrypoint", "python3", "sglang-stack:0.5.9-cu130", "-m", "sglang_stack.audit.eagle3",
                       "--sglang-src", "/opt/sglang", "--arch", TARGET_ARCH]
     assert audit[audit.index("--entrypoint") :] == expected_audit, f"audit command: {audit}"
+    allreduce = next(c for c in ran if c[:2] == ["docker", "run"] and "sglang_stack.entrypoints.allreduce" in c)
+    assert allreduce[allreduce.index("--entrypoint"):] == [
+        "--entrypoint", "python3", "sglang-stack:0.5.9-cu130", "-m", "sglang_stack.entrypoints.allreduce", "--tp", "8",
+        "--nvlink", "no", "--p2p", "yes"], f"the all-reduce command: {allreduce}"
+    line = next(line for line in lines if line.split()[1:2] == ["all-reduce"])
+    assert line.split(None, 2)[2] == (
+        "SGLang 0.5.9 at TP 8: custom all-reduce off (SGLang: Custom allreduce is disabled because it's not supported "
+        "on more than two PCIe-only GPUs. To silence this warning, specify disable_custom_all_reduce=True explicitly.): "
+        "every all-reduce is NCCL's, over P2P"), line
     assert "$ docker info" in proc.stderr, f"doctor shows the commands it runs: {proc.stderr}"
     stat = next(c for c in ran if c[:2] == ["docker", "run"] and "stat" in c)
     assert stat[-1] == "/home/sglang/.cache", f"the image's cache directory must be checked: {stat}"

@@ -33,7 +33,7 @@ from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WAR
 from sglang_stack.doctor.gpus import (
     check_arch, check_driver, check_gpu_runtime, check_gpus, check_kernels,
 )
-from sglang_stack.doctor.topology import check_topology
+from sglang_stack.doctor.topology import check_all_reduce, check_topology
 from sglang_stack.doctor.registry import Context, check, evaluate as run_checks
 from sglang_stack.doctor.host import (
     CACHE_DIR, DEFAULT_IMAGE, Facts, gather, gather_engine, last_line, model_architecture,
@@ -487,7 +487,7 @@ def check_router(svc: composefile.RouterService | None, error: str) -> Check:
 
 # The order they print in: what you asked for, then the host, then the image.
 CHECKS = (check_config, check_router, check_models, check_api_key, check_hub_token, check_port, check_docker, check_gpu_runtime,
-          check_exclusive, check_driver, check_gpus, check_arch, check_topology, check_multinode, check_privilege, check_shm, check_limits,
+          check_exclusive, check_driver, check_gpus, check_arch, check_topology, check_all_reduce, check_multinode, check_privilege, check_shm, check_limits,
           check_memlock, check_disk, check_image, check_kernels, check_audit)
 
 

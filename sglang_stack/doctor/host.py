@@ -73,6 +73,8 @@ class Facts:
     ib_devices: list | None = None  # RDMA devices (/sys/class/infiniband); None: no /dev/infiniband
     net_ifaces: list = field(default_factory=list)
     topology: object | None = None  # doctor.topology.Topology: P2P, links, ACS, IOMMU; None: not asked
+    allreduce: tuple | None = None  # (exit code, output) of SGLang's all-reduce start-up run in the image
+    allreduce_skip: str = ""
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -218,6 +220,10 @@ def gather(engine: str, svc: composefile.Service | None, show: bool = False, aud
             facts.cache_owner = out.strip() if code == 0 else f"missing: {last_line(err) or 'exit ' + str(code)}"
     if audit:
         _gather_audit(facts, engine, svc, show)
+    if svc is not None and facts.topology is not None:
+        from sglang_stack.doctor import topology
+
+        topology.gather_allreduce(facts, engine, svc, lambda argv, timeout: _capture(argv, timeout, show))
     facts.ib_devices, facts.net_ifaces = host_network()
     return facts
 

@@ -127,6 +127,83 @@ def _pairs(ids: list[int]) -> list[tuple[int, int]]:
     return [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]]
 
 
+def service_gpus(facts, svc: composefile.Service) -> list[int]:
+    """The GPUs one node of the service uses: its GPU_IDS (or every GPU), as many as TP_SIZE / NNODES."""
+    gpus = [g.index for g in facts.gpus]
+    if svc.gpu_ids != "all":
+        gpus = [int(i) for i in svc.gpu_ids.split(",") if i.isdigit()]
+    return gpus[:svc.tp_size // max(svc.nnodes, 1)]
+
+
+def hardware(topo: Topology, gpus: list[int]) -> tuple[bool, bool]:
+    """(NVLink between every pair, P2P read and write OK between every pair), as nvidia-smi topo reported them."""
+    pairs = _pairs(gpus)
+    nvlink = bool(pairs) and all((topo.links or {}).get(p, "").startswith("NV") for p in pairs)
+    p2p = bool(pairs) and all(m is not None and m.get(p) == P2P_OK for m in (topo.p2p_read, topo.p2p_write) for p in pairs)
+    return nvlink, p2p
+
+
+ALLREDUCE_TIMEOUT_S = 240
+
+
+def gather_allreduce(facts, engine: str, svc: composefile.Service, run) -> None:
+    """Run SGLang's own all-reduce start-up in the service's image (entrypoints/allreduce.py) with the hardware
+    answers nvidia-smi gave; ``facts.allreduce`` = (exit code, output), or ``facts.allreduce_skip`` says why not."""
+    gpus = service_gpus(facts, svc)
+    topo = getattr(facts, "topology", None)
+    if len(gpus) < 2:
+        facts.allreduce_skip = f"{len(gpus)} GPU: no all-reduce"
+    elif topo is None or topo.p2p_read is None or topo.links is None:
+        facts.allreduce_skip = "skipped: nvidia-smi topo not read"
+    elif not facts.docker_info:
+        facts.allreduce_skip = "skipped: no Docker engine to run the image"
+    elif not facts.image:
+        facts.allreduce_skip = "skipped: image not built (invoke build)"
+    else:
+        nvlink, p2p = hardware(topo, gpus)
+        argv = [engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image, "-m",
+                "sglang_stack.entrypoints.allreduce", "--tp", str(len(gpus)), "--nvlink", "yes" if nvlink else "no",
+                "--p2p", "yes" if p2p else "no"]
+        code, out, err = run(argv, ALLREDUCE_TIMEOUT_S)
+        facts.allreduce = (code, (out + err).strip())
+
+
+@check("all-reduce", needs=("service", "gpu"))
+def check_all_reduce(facts, svc: composefile.Service) -> Check:
+    """A note, never a failure: what SGLang itself will do for all-reduce at this TP size on these GPUs, found by
+    running its own start-up code (``CustomAllreduce``) in the service's image with the answers ``nvidia-smi topo``
+    gave (NVLink and P2P on every pair): its custom all-reduce on or off, and SGLang's reason; without it every
+    all-reduce is NCCL's, over P2P or through host memory as the service's NCCL settings say.
+
+    Fix: nothing to fix; it says what to expect. SGLang's own kernel needs NVLink on every pair beyond two GPUs,
+    and P2P; on a PCIe box at TP 4 or 8 NCCL carries every all-reduce (``--disable-custom-all-reduce`` only
+    silences SGLang's warning), so the topology line above decides the speed.
+    """
+    import json
+
+    answer = getattr(facts, "allreduce", None)
+    if answer is None:
+        skip = getattr(facts, "allreduce_skip", "") or "skipped: not asked"
+        return Check("all-reduce", SKIP if skip.startswith("skipped") else OK, skip)
+    code, out = answer
+    try:
+        decided = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        decided = None
+    if code != 0 or not isinstance(decided, dict):
+        return Check("all-reduce", NOTE, f"SGLang's all-reduce start-up did not run in {svc.image}: "
+                     f"{(out.strip().splitlines() or [f'exit {code}'])[-1][:200]}")
+    p2p_off = str(svc.environment.get("NCCL_P2P_DISABLE") or "") == "1"
+    nccl = ("through host memory (NCCL_P2P_DISABLE=1)" if p2p_off else "over P2P" if decided.get("p2p")
+            else "through host memory")
+    head = f"SGLang {decided.get('sglang')} at TP {decided.get('tp')}: custom all-reduce {decided.get('custom_all_reduce')}"
+    if decided.get("custom_all_reduce") == "on":
+        link = "NVLink" if decided.get("full_nvlink") else "PCIe P2P"
+        return Check("all-reduce", NOTE, f"{head} over {link} for small tensors; NCCL's for the rest, {nccl}")
+    why = f" (SGLang: {decided['why']})" if decided.get("why") else ""
+    return Check("all-reduce", NOTE, f"{head}{why}: every all-reduce is NCCL's, {nccl}")
+
+
 @check("topology", needs=("service", "gpu"))
 def check_topology(facts, svc: composefile.Service) -> Check:
     """Every pair of the service's GPUs has peer-to-peer reads and writes, or ``NCCL_P2P_DISABLE=1`` routes the
@@ -138,11 +215,7 @@ def check_topology(facts, svc: composefile.Service) -> Check:
     topo: Topology | None = getattr(facts, "topology", None)
     if not facts.gpus:
         return Check("topology", SKIP, "skipped: nvidia-smi listed no GPU")
-    gpus = [g.index for g in facts.gpus]
-    if svc.gpu_ids != "all":
-        gpus = [int(i) for i in svc.gpu_ids.split(",") if i.isdigit()]
-    per_node = svc.tp_size // max(svc.nnodes, 1)
-    gpus = gpus[:per_node]
+    gpus = service_gpus(facts, svc)
     nccl = {k: str(svc.environment.get(k) or "") for k in NCCL_VARIABLES if svc.environment.get(k) not in (None, "")}
     shown = ", ".join(f"{k}={v}" for k, v in nccl.items()) or "no NCCL_* setting"
     if len(gpus) < 2:
