@@ -194,6 +194,8 @@ def test_a_bundle_layout_blob_must_hash_to_its_name(tmp_path):
     (("verify", "stack:v1", "--key", "awskms://k"), "error: IMAGE stack:v1: name the registry"),
     (("bundle", "stack:v1", "--out", "/tmp/x"), "error: IMAGE stack:v1: name the registry"),
     (("k8s", "--out", "/tmp/never-written", "--image", "r.io/s:v1"), "error: --image r.io/s:v1: name the image by digest"),
+    (("bundle", "127.0.0.1:9/s@sha256:" + "0" * 64, "--out", "README.md"),
+     "error: --out README.md: exists and is not an empty directory"),
 ])
 def test_bad_flags_are_one_line(args, message, tmp_path):
     proc = invoke(*args)

@@ -81,8 +81,11 @@ def verify(key: str, target: list[str], tlog: bool = False, insecure: bool = Fal
                      what="cosign verify")
     if proc.returncode != 0:
         return False, _why(proc.stderr or "")
-    count = len([line for line in (proc.stdout or "").splitlines() if line.strip().startswith(("[", "{"))])
-    return True, f"signed by this key ({count or 1} signature document{'s' if count > 1 else ''})"
+    try:
+        count = len(json.loads(proc.stdout or "[]"))
+    except (ValueError, TypeError):
+        count = 1
+    return True, f"signed by this key ({count} signature{'s' if count != 1 else ''})"
 
 
 def attestations(key: str, target: list[str], predicate_type: str, tlog: bool = False,

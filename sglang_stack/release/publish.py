@@ -15,6 +15,7 @@ bundle.json, written whole or not at all; ``verify --bundle`` checks it with no 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -252,8 +253,8 @@ def bundle(value: str, out_dir: Path, insecure: bool = False, records: Path = RE
             raise UserError(f"{value}: the tag was pushed again since `invoke publish` ({ref.digest}, recorded "
                             f"{record['digest']}): bundle by digest")
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UserError(f"--out {out_dir}: exists and is not empty")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UserError(f"--out {out_dir}: exists and is not an empty directory")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -271,8 +272,6 @@ def bundle(value: str, out_dir: Path, insecure: bool = False, records: Path = RE
 
 
 def _layout_blob(layout: Path, digest: str) -> dict:
-    import hashlib
-
     algo, _, hexdigest = str(digest).partition(":")
     path = layout / "blobs" / algo / hexdigest
     if algo != "sha256" or not path.is_file():
