@@ -87,9 +87,15 @@ def published(registry, keys, sglang_stage):
     record = publishmod.read_record(tag)
     made = {"tags": [tag], "records": [publishmod.record_path(tag)]}
     yield record, made
-    for t in made["tags"]:
-        engine.docker("image", "rm", t, check=False)
-    engine.docker("image", "rm", record["reference"], check=False)
+    # Every name under this run's registry (its port is this run's alone): the pushed tags and the references
+    # `docker pull REPO@sha256:...` left, removed by name; the images themselves stay where other names hold them.
+    listed = engine.docker("image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}", check=False)
+    names = set(made["tags"])
+    for repo, tag, digest in (line.split() for line in listed.stdout.splitlines() if line.count(" ") == 2):
+        if repo.startswith(f"{registry}/"):
+            names |= {name for name, part in ((f"{repo}:{tag}", tag), (f"{repo}@{digest}", digest)) if part != "<none>"}
+    for name in sorted(names):
+        engine.docker("image", "rm", name, check=False)
     for path in made["records"]:
         path.unlink(missing_ok=True)
 
@@ -161,7 +167,7 @@ def test_a_re_pushed_tag_fails_and_the_published_digest_still_verifies(published
 
 
 def test_a_missing_attestation_and_a_verdict_that_disagrees_with_the_lock_fail(published, keys, registry, sglang_stage,
-                                                                              run_id, tmp_path):
+                                                                              tmp_path):
     """Signed by the right key, by hand: first no attestation at all, then the SBOM and a verdict whose patch hash
     is not the checkout's."""
     record, made = published
