@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 import sglang_cpu_env
+from pins import PIN
 from sglang_stack import ROOT
 
 pytestmark = pytest.mark.sglang_env
-FIXTURE = Path(__file__).parent / "fixtures" / "allreduce" / "0.5.9-tp8-pcie-p2p.json"
+DEFAULT = PIN["sglang"]  # the default profile's release; the fixture below was recorded from it
+FIXTURE = Path(__file__).parent / "fixtures" / "allreduce" / f"{DEFAULT}-tp8-pcie-p2p.json"
 PCIE_MANY = "it's not supported on more than two PCIe-only GPUs"
 
 
@@ -25,9 +27,9 @@ def pythons(profile_python) -> dict[str, str]:
         old = str(sglang_cpu_env.python())
     except sglang_cpu_env.Unavailable as err:
         if os.environ.get("SGLANG_STACK_CI"):
-            pytest.fail(f"cannot make a Python where SGLang 0.5.9 imports: {err}")
-        pytest.skip(f"cannot make a Python where SGLang 0.5.9 imports: {err}")
-    return {"0.5.9": old, "0.5.23": str(profile_python("0.5.23"))}
+            pytest.fail(f"cannot make a Python where the default profile's SGLang imports: {err}")
+        pytest.skip(f"cannot make a Python where the default profile's SGLang imports: {err}")
+    return {DEFAULT: old, "0.5.23": str(profile_python("0.5.23"))}
 
 
 def decide(python: str, tp: int, nvlink: bool, p2p: bool) -> dict:
@@ -38,20 +40,20 @@ def decide(python: str, tp: int, nvlink: bool, p2p: bool) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
+@pytest.mark.parametrize("release", [DEFAULT, "0.5.23"])
 def test_eight_pcie_gpus_leave_every_all_reduce_to_nccl(pythons, release):
     decided = decide(pythons[release], 8, nvlink=False, p2p=True)
     assert decided["sglang"] == release and decided["custom_all_reduce"] == "off" and PCIE_MANY in decided["why"], decided
-    if release == "0.5.9":
-        assert decided == json.loads(FIXTURE.read_text()), "the doctor test's recorded answer is what 0.5.9 decides"
+    if release == DEFAULT:
+        assert decided == json.loads(FIXTURE.read_text()), "the doctor test's recorded answer is what the default decides"
 
 
 @pytest.mark.parametrize("release, tp, nvlink, p2p, state, why", [
-    ("0.5.9", 2, True, True, "on", ""),
-    ("0.5.9", 2, False, False, "off", "lacks GPU P2P capability"),
-    ("0.5.9", 3, True, True, "off", "unsupported world size: 3"),
+    (DEFAULT, 2, True, True, "on", ""),
+    (DEFAULT, 2, False, False, "off", "lacks GPU P2P capability"),
+    (DEFAULT, 3, True, True, "off", "unsupported world size: 3"),
     ("0.5.23", 2, False, True, "on", ""),
-    ("0.5.9", 1, False, False, "not needed", "one GPU"),
+    (DEFAULT, 1, False, False, "not needed", "one GPU"),
 ])
 def test_sglangs_own_rules_decide(pythons, release, tp, nvlink, p2p, state, why):
     decided = decide(pythons[release], tp, nvlink, p2p)

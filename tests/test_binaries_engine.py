@@ -24,7 +24,8 @@ from test_binaries import NO_EXCEPTIONS, TORCH_SONAMES
 
 pytestmark = pytest.mark.engine
 MODULES = ("sglang_stack/__init__.py", "sglang_stack/image/__init__.py", "sglang_stack/image/steps/__init__.py",
-           "sglang_stack/image/steps/install.py", "sglang_stack/image/steps/binaries.py")
+           "sglang_stack/image/steps/install.py", "sglang_stack/image/steps/binaries.py",
+           "sglang_stack/image/steps/verdict.py")
 
 
 def audit_instruction() -> str:

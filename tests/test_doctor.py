@@ -29,6 +29,7 @@ from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.doctor.host import Facts, Gpu
 
 import fake_cli
+from pins import PIN
 
 pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
 
@@ -470,8 +471,8 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
         image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
                           "Labels": {gpu_checks.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"},
         audit_output="KimiK25ForConditionalGeneration: ok", audit_exit=0,
-        # What SGLang 0.5.9's own start-up decided for 8 PCIe GPUs with P2P (tests/test_allreduce.py re-derives it).
-        allreduce_output=(FIXTURES.parent / "allreduce" / "0.5.9-tp8-pcie-p2p.json").read_text().strip(),
+        # What the pinned SGLang's own start-up decided for 8 PCIe GPUs with P2P (tests/test_allreduce.py re-derives it).
+        allreduce_output=(FIXTURES.parent / "allreduce" / f"{PIN['sglang']}-tp8-pcie-p2p.json").read_text().strip(),
     )
     proc = run_module("sglang_stack.doctor.checklist", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -497,7 +498,7 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
         "--nvlink", "no", "--p2p", "yes"], f"the all-reduce command: {allreduce}"
     line = next(line for line in lines if line.split()[1:2] == ["all-reduce"])
     assert line.split(None, 2)[2] == (
-        "SGLang 0.5.9 at TP 8: custom all-reduce off (SGLang: Custom allreduce is disabled because it's not supported "
+        f"SGLang {PIN['sglang']} at TP 8: custom all-reduce off (SGLang: Custom allreduce is disabled because it's not supported "
         "on more than two PCIe-only GPUs. To silence this warning, specify disable_custom_all_reduce=True explicitly.): "
         "every all-reduce is NCCL's, over P2P"), line
     assert "$ docker info" in proc.stderr, f"doctor shows the commands it runs: {proc.stderr}"

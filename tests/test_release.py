@@ -24,7 +24,7 @@ LABELS = {"io.sglang-stack.stage": "sglang", "io.sglang-stack.profile": "0.5.9",
           "io.sglang-stack.sglang.version": "0.5.9", "other.label": "x"}
 SBOM = {"bomFormat": "CycloneDX", "components": [
     {"type": "file", "name": "patches/0001-a.patch", "hashes": [{"alg": "SHA-256", "content": "a" * 64}]},
-    {"type": "library", "name": "sglang", "purl": "pkg:pypi/sglang@0.5.9"}]}
+    {"type": "library", "name": "example", "purl": "pkg:pypi/example@1.0"}]}
 PASS = {name: {"check": name, "argv": ["true"], "result": "pass"} for name in pred.REQUIRED["sglang"]}
 
 
