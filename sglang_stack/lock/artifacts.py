@@ -82,8 +82,8 @@ def verify(path: Path = LOCK_PATH) -> list[str]:
     return report
 
 
-def _record_keys(text: str, values: dict[str, dict]) -> str:
-    """``text`` with each table ``KEY`` (``cuda.base``) given ``values[KEY]``, comments kept."""
+def _record_keys(text: str, values: dict[str, dict], drop: tuple[str, ...] = ()) -> str:
+    """``text`` with each table ``KEY`` (``cuda.base``) given ``values[KEY]`` and without ``drop``, comments kept."""
     import tomlkit
 
     doc = tomlkit.parse(text)
@@ -93,6 +93,8 @@ def _record_keys(text: str, values: dict[str, dict]) -> str:
             table = table[part]
         for name, value in fields.items():
             table[name] = value
+        for name in drop:
+            table.pop(name, None)
     return tomlkit.dumps(doc)
 
 
@@ -126,18 +128,10 @@ def _mark_checked(text: str, name: str) -> str:
 
 
 def _record_digests(text: str, digests: dict[str, str]) -> str:
-    """``text`` with each ``KEY`` (``cuda.base``) given its ``digest`` and ``status = "checked"``, comments kept."""
-    import tomlkit
-
-    doc = tomlkit.parse(text)
-    for key, digest in digests.items():
-        table = doc
-        for part in key.split("."):
-            table = table[part]
-        table["digest"] = digest
-        table["status"] = "checked"
-        table.pop("note", None)  # it said why the base was named by tag alone, which it no longer is
-    return tomlkit.dumps(doc)
+    """``text`` with each ``KEY`` (``cuda.base``) given its ``digest`` and ``status = "checked"``, comments kept. Its
+    ``note`` goes: it said why the base was named by tag alone, which it no longer is."""
+    return _record_keys(text, {key: {"digest": digest, "status": "checked"} for key, digest in digests.items()},
+                        drop=("note",))
 
 
 MANIFEST_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
