@@ -130,8 +130,10 @@ def test_a_reference_without_its_registry_is_one_line(value):
 
 
 def test_only_loopback_goes_over_plain_http():
-    assert registry.loopback("127.0.0.1:5000") and registry.loopback("localhost:5000") and registry.loopback("localhost")
-    assert not registry.loopback("ghcr.io") and not registry.loopback("10.0.0.1:5000")
+    from sglang_stack import registry as client
+
+    assert client.loopback("127.0.0.1:5000") and client.loopback("localhost:5000") and client.loopback("localhost")
+    assert not client.loopback("ghcr.io") and not client.loopback("10.0.0.1:5000")
 
 
 @pytest.mark.parametrize("stderr, why", [

@@ -8,6 +8,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from sglang_stack import registry as client
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
 from sglang_stack.lock.lockfile import LOCK_PATH, Lock, LockProblems, _key, check, wheel_requires
@@ -134,71 +135,29 @@ def _record_digests(text: str, digests: dict[str, str]) -> str:
                         drop=("note",))
 
 
-MANIFEST_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
-                  "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
-MANIFEST_LIMIT = 4 << 20  # an image index or manifest is a few KB
-
-
-def _registry(image: str):
-    """(a requests session that may pull ``image``, its registry's base URL, its repository path)."""
-    import requests
-
-    host, _, repo = image.partition("/")
-    session = requests.Session()
-    session.headers["Accept"] = ", ".join(MANIFEST_TYPES)
-    if host == "docker.io":
-        host = "registry-1.docker.io"
-        token = requests.get("https://auth.docker.io/token",
-                             params={"service": "registry.docker.io", "scope": f"repository:{repo}:pull"},
-                             timeout=20).json()["token"]
-        session.headers["Authorization"] = f"Bearer {token}"
-    scheme = "http" if host.split(":")[0] in ("localhost", "127.0.0.1") else "https"  # a loopback registry
-    return session, f"{scheme}://{host}/v2/{repo}", repo
-
-
 def registry_digest(image: str, tag: str) -> str | None:
-    """The manifest-list digest a Docker registry serves for ``image:tag`` (anonymous pull)."""
-    import requests
-
+    """The manifest-list digest a Docker registry serves for ``image:tag`` (anonymous pull); None where it does not."""
+    registry, _, repository = image.partition("/")
     try:
-        session, base, _ = _registry(image)
-        resp = session.head(f"{base}/manifests/{tag}", timeout=20)
-    except (requests.RequestException, KeyError, ValueError):
+        return client.tag_digest(registry, repository, tag) or None
+    except client.Unreachable:
         return None
-    if resp.status_code != 200:
-        return None
-    return resp.headers.get("Docker-Content-Digest")
 
 
 def registry_config(image: str, digest: str, platform: tuple[str, str] = ("linux", "amd64")) -> str | None:
     """The config digest (the image ID) of ``platform``'s image under the index or manifest ``digest``, each step of
     the chain hashed against the digest that named it; None where the registry does not answer. A mirror's archive
     of the base must lead to it (``image.mirror``)."""
-    import hashlib
-    import json
-
-    import requests
-
-    def get(reference: str) -> dict:
-        resp = session.get(f"{base}/manifests/{reference}", timeout=30, stream=True)
-        resp.raise_for_status()
-        body = resp.raw.read(MANIFEST_LIMIT + 1, decode_content=True)
-        if len(body) > MANIFEST_LIMIT:
-            raise UserError(f"{image}@{reference}: the registry's manifest is over {MANIFEST_LIMIT >> 20} MB")
-        if "sha256:" + hashlib.sha256(body).hexdigest() != reference:
-            raise UserError(f"{image}@{reference}: the registry served a manifest of another digest")
-        return json.loads(body)
-
+    registry, _, repository = image.partition("/")
     try:
-        session, base, _ = _registry(image)
-        manifest = get(digest)
+        manifest = client.by_digest(registry, repository, digest)
         if "manifests" in manifest:  # an index: the platform's own manifest
             entry = next((m for m in manifest["manifests"] if (m.get("platform") or {}).get("os") == platform[0]
                           and (m.get("platform") or {}).get("architecture") == platform[1]), None)
             if entry is None:
                 raise UserError(f"{image}@{digest}: the index has no {'/'.join(platform)} image")
-            manifest = get(entry["digest"])
+            manifest = client.by_digest(registry, repository, entry["digest"])
         config = (manifest.get("config") or {}).get("digest")
-    except (requests.RequestException, KeyError, ValueError, TypeError):
+    except (client.Unreachable, KeyError, ValueError, TypeError):
         return None
     return config if isinstance(config, str) and DIGEST.fullmatch(config) else None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack import ROOT
+from sglang_stack import registry as client
 from sglang_stack.errors import UserError
 from sglang_stack.release import cosign, predicate as pred, registry
 
@@ -99,7 +100,7 @@ def push(engine: str, image: str, target: registry.Ref, insecure: bool) -> str:
     else:
         with tempfile.TemporaryDirectory(prefix="sglang-stack-push-") as tmp:
             digestfile = Path(tmp) / "digest"
-            tls = ["--tls-verify=false"] if insecure or registry.loopback(target.registry) else []
+            tls = ["--tls-verify=false"] if insecure or client.loopback(target.registry) else []
             shell.run([engine, "push", *tls, "--digestfile", str(digestfile), image, f"docker://{target.by_tag}"],
                       capture=True, what=f"{engine} push", timeout=3600)
             digest = digestfile.read_text().strip()
@@ -223,7 +224,7 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
     if engine == "docker":
         shell.run(["docker", "pull", "--quiet", pulled], capture=True, what="docker pull", timeout=3600)
     else:
-        tls = ["--tls-verify=false"] if insecure or registry.loopback(ref.registry) else []
+        tls = ["--tls-verify=false"] if insecure or client.loopback(ref.registry) else []
         shell.run([engine, "pull", *tls, f"docker://{pulled}"], capture=True, what=f"{engine} pull", timeout=3600)
     found = verify_image.inventory(engine, pulled, [])
     if not out.add("sbom attested", *pred.check_sbom(predicate, sbom, found.get("sbom"))):

@@ -1,29 +1,13 @@
-"""What a registry serves, read over its HTTP API (OCI distribution): a tag's current digest and an image's config.
-
-Anonymous, or with the credentials `docker login` stored (~/.docker/config.json ``auths``; credential helpers are
-not consulted); the bearer-token dance of Docker Hub, GHCR and distribution itself. Plain HTTP only for loopback
-(as the Docker Engine allows it) or where ``--insecure`` says so.
-"""
+"""References as `invoke publish` and `invoke verify --key` take them, and what their registry serves for them
+(through sglang_stack/registry.py): a tag's current digest, an image's labels."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-import requests
-
+from sglang_stack import registry as client
 from sglang_stack.errors import UserError
-
-ACCEPT = ", ".join([
-    "application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.docker.distribution.manifest.v2+json",
-])
-TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -67,69 +51,15 @@ def parse(value: str, flag: str) -> Ref:
     return Ref(host, repository, tag, digest)
 
 
-def loopback(registry: str) -> bool:
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
-
-
-def _scheme(registry: str, insecure: bool) -> str:
-    return "http" if insecure or loopback(registry) else "https"
-
-
-def _basic(registry: str) -> tuple[str, str] | None:
-    config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-    try:
-        auth = json.loads(config.read_text()).get("auths", {}).get(registry, {}).get("auth")
-        user, _, password = base64.b64decode(auth).decode().partition(":") if auth else ("", "", "")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return (user, password) if user else None
-
-
-def _get(ref: Ref, path: str, insecure: bool, accept: str = ACCEPT) -> requests.Response:
-    url = f"{_scheme(ref.registry, insecure)}://{ref.registry}/v2/{ref.repository}/{path}"
-    headers = {"Accept": accept}
-    try:
-        resp = requests.get(url, headers=headers, timeout=TIMEOUT_S)
-        challenge = resp.headers.get("WWW-Authenticate", "")
-        if resp.status_code == 401 and challenge.lower().startswith("bearer "):
-            fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-            params = {k: v for k, v in fields.items() if k in ("service", "scope")}
-            params.setdefault("scope", f"repository:{ref.repository}:pull")
-            token = requests.get(fields.get("realm", ""), params=params, auth=_basic(ref.registry), timeout=TIMEOUT_S)
-            token.raise_for_status()
-            headers["Authorization"] = "Bearer " + (token.json().get("token") or token.json().get("access_token", ""))
-            resp = requests.get(url, headers=headers, timeout=TIMEOUT_S)
-        elif resp.status_code == 401 and (basic := _basic(ref.registry)):
-            resp = requests.get(url, headers=headers, auth=basic, timeout=TIMEOUT_S)
-    except (requests.RequestException, ValueError) as err:
-        raise UserError(f"{ref}: the registry {ref.registry} did not answer ({err.__class__.__name__})") from None
-    return resp
-
-
 def digest_of(ref: Ref, insecure: bool = False) -> str:
     """The digest the registry serves for ``ref``'s tag now; "" where it has no such tag."""
-    resp = _get(ref, f"manifests/{ref.tag}", insecure)
-    if resp.status_code == 404:
-        return ""
-    if resp.status_code != 200:
-        raise UserError(f"{ref}: the registry answered {resp.status_code} for the tag {ref.tag}")
-    return resp.headers.get("Docker-Content-Digest") or "sha256:" + hashlib.sha256(resp.content).hexdigest()
+    return client.tag_digest(ref.registry, ref.repository, ref.tag, insecure)
 
 
 def labels_of(ref: Ref, insecure: bool = False) -> dict[str, str]:
-    """The labels of the image ``ref.digest`` names, from its config blob (each blob checked against its digest)."""
-    manifest = _blob(ref, f"manifests/{ref.digest}", ref.digest, insecure)
+    """The labels of the image ``ref.digest`` names, from its config blob (each read checked against its digest)."""
+    manifest = client.by_digest(ref.registry, ref.repository, ref.digest, insecure=insecure)
     if "config" not in manifest:
         raise UserError(f"{ref}: a manifest list; publish and verify one platform's image")
-    config = _blob(ref, f"blobs/{manifest['config']['digest']}", manifest["config"]["digest"], insecure, accept="*/*")
+    config = client.by_digest(ref.registry, ref.repository, manifest["config"]["digest"], blob=True, insecure=insecure)
     return (config.get("config") or {}).get("Labels") or {}
-
-
-def _blob(ref: Ref, path: str, digest: str, insecure: bool, accept: str = ACCEPT) -> dict:
-    resp = _get(ref, path, insecure, accept)
-    if resp.status_code != 200:
-        raise UserError(f"{ref}: the registry answered {resp.status_code} for {path}")
-    if "sha256:" + hashlib.sha256(resp.content).hexdigest() != digest:
-        raise UserError(f"{ref}: {path} does not hash to its digest")
-    return json.loads(resp.content)
