@@ -195,3 +195,19 @@ def test_a_key_file_the_container_user_cannot_read_fails(tmp_path):
     check = inputs.check_api_key(svc_of("eagle3", SGLANG_API_KEY_FILE=str(key)))
     assert check.status == FAIL and "mode 600" in check.detail and "uid 10001" in check.detail, check.line()
     assert check.fix.startswith("chmod 644"), check.fix
+
+
+def test_up_does_not_run_what_only_a_note_reads(tmp_path):
+    """`invoke up`'s gate shows FAILs and WARNs only: SGLang's all-reduce start-up (seconds per rank, in the image)
+    runs for `invoke doctor`, never on the way to starting a server."""
+    image = {"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
+                        "Labels": {gpu_checks.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"}
+    fake = fake_cli.install(tmp_path / "bin", smi="rtxpro6000x8", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3",
+                            ps_rows=[], image=image, audit_output="ok", audit_exit=0,
+                            allreduce_output=(FIXTURES.parent / "allreduce" / f"{PIN['sglang']}-tp8-pcie-p2p.json").read_text())
+    env = clean_env(fake, MODEL_DIR=str(tmp_path / "absent"))
+    proc = invoke_up("baseline", env)
+    assert_refused(proc, fake, "preflight model")
+    assert not [c for c in fake_cli.calls(fake) if "sglang_stack.entrypoints.allreduce" in c], "up ran a note's work"
+    doctor = run_module("sglang_stack.doctor.checklist", "baseline", env=env)
+    assert [c for c in fake_cli.calls(fake) if "sglang_stack.entrypoints.allreduce" in c], doctor.stdout

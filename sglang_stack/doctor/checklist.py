@@ -502,7 +502,7 @@ def _files(svc: composefile.Service) -> str:
 
 
 def run(engine: str, name: str | None, show: bool = False, env: variables.Environment | None = None,
-        svc: "composefile.Service | composefile.RouterService | None" = None) -> list[Check]:
+        svc: "composefile.Service | composefile.RouterService | None" = None, notes: bool = True) -> list[Check]:
     """Every check of service ``name`` (default: compose.yaml's); ``svc``, when the caller resolved it already, is
     not resolved again. Files Compose cannot read are the ``config`` check's FAIL, and the host's checks still run;
     a name compose.yaml does not have is an error."""
@@ -522,7 +522,7 @@ def run(engine: str, name: str | None, show: bool = False, env: variables.Enviro
     if role == composefile.ROUTER:
         facts = gather_engine(engine, None, proj=composefile.project(env) if not error else None)
     else:
-        facts = gather(engine, svc, show=show)
+        facts = gather(engine, svc, show=show, notes=notes)
     return evaluate(facts, engine, svc, error, env, role)
 
 
@@ -549,7 +549,7 @@ def preflight(engine: str, name: str, out: Callable[[str], None] = print, *, env
     """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error.
 
     ``env`` and ``svc``: what the caller resolved already (``composefile.resolve``), so it is read once."""
-    checks = run(engine, name, show=False, env=env, svc=svc)
+    checks = run(engine, name, show=False, env=env, svc=svc, notes=False)  # a note is never shown here
     failed = [c for c in checks if c.status == FAIL]
     if failed:
         first = failed[0]

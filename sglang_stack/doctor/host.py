@@ -167,8 +167,10 @@ def gather_engine(engine: str, image: str | None, show: bool = False, proj=None)
     return facts
 
 
-def gather(engine: str, svc: composefile.Service | None, show: bool = False, audit: bool = True) -> Facts:
-    """Ask the host; never raises for a missing tool or an unreachable daemon."""
+def gather(engine: str, svc: composefile.Service | None, show: bool = False, audit: bool = True,
+           notes: bool = True) -> Facts:
+    """Ask the host; never raises for a missing tool or an unreachable daemon. ``notes``: also gather what only a
+    note reads (SGLang's all-reduce start-up in the image, seconds per rank), which `invoke up`'s gate never shows."""
     facts = gather_engine(engine, svc.image if svc else DEFAULT_IMAGE, show, composefile.project(svc.env) if svc else None)
     facts.nvidia_hook = shutil.which("nvidia-container-runtime-hook") is not None
     code, out, err = _capture(["nvidia-smi", f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader,nounits"], 20, show)
@@ -220,7 +222,7 @@ def gather(engine: str, svc: composefile.Service | None, show: bool = False, aud
             facts.cache_owner = out.strip() if code == 0 else f"missing: {last_line(err) or 'exit ' + str(code)}"
     if audit:
         _gather_audit(facts, engine, svc, show)
-    if svc is not None and facts.topology is not None:
+    if notes and svc is not None and facts.topology is not None:
         from sglang_stack.doctor import topology
 
         topology.gather_allreduce(facts, engine, svc, lambda argv, timeout: _capture(argv, timeout, show))
