@@ -27,6 +27,7 @@ from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.doctor.host import Facts, Gpu
 
 import fake_cli
+from pins import PIN
 
 pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
 
@@ -412,6 +413,31 @@ def test_image_cache_directory_ownership():
         assert check.status == WARN and "not be writable by uid 10001" in check.detail, f"{owner}: {check.line()}"
         assert "docker volume rm sglang-stack_cache" in check.fix, check.fix
     assert doctor.check_image(facts_for("", "", image=None), svc_of()).status == WARN, "a missing image should warn (compose can build it)"
+
+
+def test_the_image_must_hold_the_release_of_the_profile_compose_builds():
+    labelled = lambda version: {"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
+                                           "Labels": {"io.sglang-stack.sglang.version": version}},
+                                "Size": 10e9, "Created": "2026-12-05T00:00:00Z"}
+    svc = svc_of(SGLANG_PROFILE="0.5.23")
+    assert svc.dockerfile == str(ROOT / "profiles" / "0.5.23" / "docker" / "Dockerfile"), svc.dockerfile
+    wrong = doctor.check_image(facts_for("", "", image=labelled(PIN["sglang"])), svc)
+    assert wrong.status == FAIL and f"holds SGLang {PIN['sglang']}" in wrong.detail, wrong.line()
+    assert "invoke build --profile 0.5.23" in wrong.fix, wrong.fix
+    right = doctor.check_image(facts_for("", "", image=labelled("0.5.23")), svc)
+    assert right.status == OK and "profile 0.5.23" in right.detail, right.line()
+    missing = doctor.check_image(facts_for("", "", image=None), svc)
+    assert missing.status == WARN and "invoke build --profile 0.5.23" in missing.fix, missing.line()
+    default = doctor.check_image(facts_for("", "", image=labelled("0.5.23")), svc_of())
+    assert default.status == FAIL and "invoke build" in default.fix, "the root's profile builds docker/Dockerfile"
+
+
+def test_a_profile_with_no_dockerfile_is_refused_before_compose_builds_it():
+    named = doctor.check_image(facts_for("", ""), svc_of(SGLANG_PROFILE=PIN["sglang"]))
+    assert named.status == FAIL, named.line()
+    assert named.detail.startswith(f"SGLANG_PROFILE={PIN['sglang']} (shell): compose would build "
+                                   f"profiles/{PIN['sglang']}/docker/Dockerfile, which does not exist"), named.detail
+    assert "0.5.23" in named.detail, "it names the profiles there are"
 
 
 def test_audit_verdicts():

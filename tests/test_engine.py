@@ -290,6 +290,27 @@ def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, c
 # --- doctor and clear errors ---------------------------------------------------------------------
 
 
+def test_compose_builds_the_profile_it_tags(docker_base, compose_project, model_dirs, run_id, tmp_path):
+    """SGLANG_PROFILE=0.5.23 in the user's settings: `docker compose build` builds that profile's Dockerfile, and
+    the image it tags says so in the label the doctor reads (the `base` stage, the first that carries it)."""
+    tag = f"sglang-stack-test-{run_id}:compose-profile"
+    override = tmp_path / "compose.base-stage.yaml"
+    override.write_text("services:\n  eagle3:\n    build:\n      target: base\n      args:\n"
+                        f"        BASE_IMAGE: {docker_base}\n")
+    project = compose_project(override, env={**model_dirs, "SGLANG_PROFILE": "0.5.23", "SGLANG_STACK_IMAGE": tag})
+    config = json.loads(project.compose("--profile", "*", "config", "--format", "json", timeout=120).stdout)
+    build = config["services"]["eagle3"]["build"]
+    assert build["dockerfile"] == "profiles/0.5.23/docker/Dockerfile", build
+    assert config["services"]["router"]["build"]["dockerfile"] == "profiles/0.5.23/docker/Dockerfile", "the router too"
+    try:
+        project.compose("build", "eagle3", timeout=900)
+        labels = json.loads(engine.docker("image", "inspect", tag).stdout)[0]["Config"]["Labels"]
+        assert labels["io.sglang-stack.sglang.version"] == "0.5.23", labels
+        assert labels["io.sglang-stack.profile"] == "0.5.23", labels
+    finally:
+        store.remove("docker", tag)
+
+
 def test_doctor_on_a_real_engine_without_gpus(docker_engine, compose_project, model_dirs):
     project = compose_project(env=model_dirs)
     proc = project.invoke("doctor", "--service", "baseline", check=False)

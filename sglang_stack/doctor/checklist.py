@@ -348,38 +348,56 @@ def check_disk(facts: Facts) -> Check:
     return Check("disk", OK, detail)
 
 
-def _profile_of_tag(image: str) -> str | None:
-    """The profile an image name asks for (``sglang-stack:0.5.23-cu130``: 0.5.23), where this checkout has it."""
+def _built_from(svc: composefile.Service | None) -> tuple[str | None, str]:
+    """The profile whose Dockerfile compose builds ``svc`` from when its image is missing (None: not one of this
+    checkout's), and a refusal when that Dockerfile does not exist."""
+    from pathlib import Path
+
     from sglang_stack.lock import profiles
 
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    if svc is None or not svc.dockerfile:
+        return None, ""
+    path = Path(svc.dockerfile)
+    if not path.is_file():
+        try:
+            names = ", ".join(p for p, prof in profiles.available().items() if not prof.default)
+        except UserError:
+            names = ""
+        return None, (f"{svc.env.where(profiles.ENV)}: compose would build {profiles.display(path)}, which does not "
+                      f"exist; leave it unset for the root's profile" + (f", or name one of profiles/: {names}" if names else ""))
     try:
         known = profiles.available()
-    except UserError:
-        return None
-    name = tag.rsplit("-", 1)[0]
-    return name if name in known and not known[name].default else None
+    except UserError as err:
+        return None, str(err)
+    return next((name for name, prof in known.items() if prof.dockerfile.resolve() == path.resolve()), None), ""
 
 
 @check()
 def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
-    """The service's image exists, runs SGLang's launcher, and owns /home/sglang/.cache as uid 10001 (the cache
-    volume takes that owner).
+    """The service's image exists, holds the SGLang release of the profile compose builds it from (``SGLANG_PROFILE``),
+    runs SGLang's launcher, and owns /home/sglang/.cache as uid 10001 (the cache volume takes that owner).
 
-    Fix: ``invoke build``.
+    Fix: ``invoke build`` (with ``--profile NAME`` for the profile ``SGLANG_PROFILE`` names).
     """
     name = svc.image if svc else DEFAULT_IMAGE
+    wanted, refusal = _built_from(svc)
+    if refusal:
+        return Check("image", FAIL, refusal, "unset SGLANG_PROFILE in .env, or set it to a folder of profiles/")
+    build = "invoke build" + (f" --profile {wanted}" if wanted and wanted != _default_profile() else "")
     if not facts.docker_info:
         return Check("image", SKIP, "skipped: no Docker engine")
     if not facts.image:
-        build = "invoke build" + (f" --profile {wanted}" if (wanted := _profile_of_tag(name)) else "")
-        return Check("image", WARN, f"{name} is not built", f"{build} (docker compose up would build it without the lock checks)")
+        return Check("image", WARN, f"{name} is not built", f"{build} (docker compose up would build the same "
+                     "profile's Dockerfile, without the lock checks)")
     config = facts.image.get("Config") or {}
     size = (facts.image.get("Size") or 0) / 1e9
     created = str(facts.image.get("Created", "?"))[:10]
     # The profile is the SGLang release the image was built from (its label), whatever its tag says.
     profile = (config.get("Labels") or {}).get("io.sglang-stack.sglang.version")
     detail = f"{name}: {size:.1f} GB, created {created}" + (f", profile {profile}" if profile else "")
+    if wanted and profile and profile != wanted:
+        return Check("image", FAIL, f"{detail}: it holds SGLang {profile}, and compose builds and runs profile {wanted} "
+                     f"({svc.env.where('SGLANG_PROFILE')})", f"{build}, or set SGLANG_PROFILE to {profile}")
     entry = config.get("Entrypoint") or []
     if entry[-1:] not in (["sglang_stack.entrypoints.serve"], ["sglang.launch_server"]):
         return Check("image", WARN, f"{detail}; its entrypoint {entry} is not SGLang's launch_server",
@@ -390,6 +408,15 @@ def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
                      f"cache volume would not be writable by uid {IMAGE_USER_UID}",
                      f"rebuild with an image that creates {CACHE_DIR} owned by {IMAGE_USER_UID}, then docker volume rm sglang-stack_cache")
     return Check("image", OK, detail + (f"; {CACHE_DIR} owned by uid {owner}" if facts.cache_owner else ""))
+
+
+def _default_profile() -> str:
+    from sglang_stack.lock import profiles
+
+    try:
+        return profiles.default().name
+    except UserError:
+        return ""
 
 
 @check()

@@ -190,6 +190,7 @@ class Service:
     hub_token_file: Path | None = None  # the host file of its hf_token secret; None: no token
     mem_limit: int | None = None  # bytes of host memory the container may use (MEM_LIMIT); None: no cap
     pids_limit: int | None = None  # processes and threads (PIDS_LIMIT); None: no cap
+    dockerfile: str = ""  # the Dockerfile `docker compose up` builds the image from when it is missing; "": none
 
     @property
     def url(self) -> str:
@@ -297,8 +298,10 @@ def service(name: str, env: Environment | None = None, files: tuple[Path, ...] =
     if not re.fullmatch(r"all|[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*", gpu_ids):
         raise UserError(f"{env.where('GPU_IDS')}: use 'all' or comma-separated GPU indices or UUIDs, e.g. 0,1,2,3")
     volumes = spec.get("volumes") or []
+    build = spec.get("build") if isinstance(spec.get("build"), dict) else {}
     return Service(
         name=name,
+        dockerfile=str(Path(build.get("context") or ".") / build["dockerfile"]) if build.get("dockerfile") else "",
         image=str(spec.get("image") or ""),
         argv=argv,
         model_dir=_host_path(mounts[TARGET_MOUNT]),
