@@ -79,6 +79,9 @@ if sys.argv[1:2] == ["topo"]:  # tests/fixtures/topology: -m, or -p2p r|w (every
     sys.stdout.write(open(path).read()); sys.exit(0)
 query = any(a.startswith("--query-gpu") for a in sys.argv[1:])
 path = os.path.join(FIXTURES, name + ("-query.csv" if query else "-nvidia-smi.txt"))
+if "--query-gpu=uuid" in sys.argv:  # one made-up UUID per GPU of the fixture (the recordings hold zeros)
+    rows = [r for r in open(path).read().splitlines() if r.strip() and not r.startswith("index")]
+    sys.stdout.write("".join("GPU-%s-%08d\n" % (name, i) for i in range(len(rows)))); sys.exit(0)
 sys.stdout.write(open(path).read())
 '''
 

@@ -1,6 +1,8 @@
-"""What SGLang itself does for all-reduce, by running each pinned release's own start-up code (``CustomAllreduce``)
-in a Python where it imports: N real processes in a gloo group, only the hardware answers stood in for
-(sglang_stack/entrypoints/allreduce.py). The doctor's `all-reduce` line reads this decision."""
+"""What SGLang itself does for all-reduce, by running each pinned release's own start-up and dispatch code
+(``CustomAllreduce``, 0.5.23's ``PcieIpcCommunicator`` and ``GroupCoordinator``'s dispatch) in a Python where it
+imports: N real processes in a gloo group, only the hardware answers stood in for
+(sglang_stack/entrypoints/allreduce.py). The doctor's `all-reduce` line, `invoke settings` and the image's
+PCIE_ALLREDUCE=auto read this decision; the recorded answers under fixtures/allreduce/ are what they are tested on."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from sglang_stack import ROOT
 
 pytestmark = pytest.mark.sglang_env
 DEFAULT = PIN["sglang"]  # the default profile's release; the fixture below was recorded from it
-FIXTURE = Path(__file__).parent / "fixtures" / "allreduce" / f"{DEFAULT}-tp8-pcie-p2p.json"
-PCIE_MANY = "it's not supported on more than two PCIe-only GPUs"
+FIXTURES = Path(__file__).parent / "fixtures" / "allreduce"
+PCIE_MANY = "not supported on more than two PCIe-only GPUs"
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +34,59 @@ def pythons(profile_python) -> dict[str, str]:
     return {DEFAULT: old, "0.5.23": str(profile_python("0.5.23"))}
 
 
-def decide(python: str, tp: int, nvlink: bool, p2p: bool) -> dict:
+def decide(python: str, tp: int, nvlink: bool, p2p: bool, *extra: str) -> dict:
     proc = subprocess.run([python, "-m", "sglang_stack.entrypoints.allreduce", "--tp", str(tp), "--nvlink",
-                           "yes" if nvlink else "no", "--p2p", "yes" if p2p else "no"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           "yes" if nvlink else "no", "--p2p", "yes" if p2p else "no", *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=3600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("release", [DEFAULT, "0.5.23"])
-def test_eight_pcie_gpus_leave_every_all_reduce_to_nccl(pythons, release):
+def test_eight_pcie_gpus_take_pcie_ipc_where_the_release_has_it(pythons, release):
+    """8x RTX PRO 6000: custom all-reduce refuses more than two PCIe GPUs; 0.5.23's PCIe-IPC takes every decode
+    reduction when it is on (NCCL when it is off); 0.5.9 has no PCIe-IPC, so NCCL carries them all."""
     decided = decide(pythons[release], 8, nvlink=False, p2p=True)
     assert decided["sglang"] == release and decided["custom_all_reduce"] == "off" and PCIE_MANY in decided["why"], decided
+    assert decided["backend_off"] == "nccl", decided
     if release == DEFAULT:
-        assert decided == json.loads(FIXTURE.read_text()), "the doctor test's recorded answer is what the default decides"
+        assert decided["pcie_ipc"]["available"] is False and decided["backend"] == "nccl", decided
+    else:
+        pcie = decided["pcie_ipc"]
+        assert pcie["built"] is True and decided["backend"] == decided["backend_widest"] == "pcie_ipc", decided
+        # No server settings given: SGLang's own fallback width (64 rows) x the hidden size bounds the workspace.
+        assert pcie["max_numel"] == 64 * decided["hidden"] and decided["widest_rows"] == 64, pcie
+    assert decided == json.loads((FIXTURES / f"{release}-tp8-pcie-p2p.json").read_text()), \
+        "the doctor tests' recorded answer is what the release decides"
+
+
+def test_eight_nvlinked_gpus_keep_custom_all_reduce_in_front(pythons):
+    """8x H200: custom all-reduce takes the decode reductions; PCIe-IPC, built when on, only sees what it declines."""
+    decided = decide(pythons["0.5.23"], 8, nvlink=True, p2p=True)
+    assert decided["custom_all_reduce"] == "on" and decided["backend"] == decided["backend_off"] == "custom", decided
+    assert decided == json.loads((FIXTURES / "0.5.23-tp8-nvlink.json").read_text()), "the recorded H200 answer"
+
+
+@pytest.mark.parametrize("tp, extra, backend, why", [
+    (3, (), "nccl", "world size 3"),
+    (4, ("--deterministic", "yes"), "nccl", "Deterministic inference is on"),
+    (1, (), "none", "one GPU"),
+])
+def test_pcie_ipc_refusals_are_sglangs_own(pythons, tp, extra, backend, why):
+    decided = decide(pythons["0.5.23"], tp, False, True, *extra)
+    assert decided["backend"] == backend and decided["pcie_ipc"]["built"] is False, decided
+    assert why in decided["pcie_ipc"]["why"], decided["pcie_ipc"]
+
+
+def test_the_workspace_bound_is_sglangs_decode_width(pythons):
+    """With the server's decode width (largest captured batch x draft tokens), SGLang sizes the workspace to it:
+    decode reductions take PCIe-IPC, a prefill chunk wider than the bound stays on NCCL."""
+    decided = decide(pythons["0.5.23"], 4, False, True, "--max-rows", "16", "--hidden", "6144")
+    assert decided["custom_all_reduce"] == "off" and decided["pcie_ipc"]["max_numel"] == 16 * 6144, decided
+    assert decided["backend"] == decided["backend_widest"] == "pcie_ipc", decided
+    assert decided["backend_prefill"] == "nccl", "prefill-sized reductions stay on NCCL (SGLang's decode-sized bound)"
+    no_p2p = decide(pythons["0.5.23"], 4, False, False)
+    assert no_p2p["backend"] == "nccl" and "peer-to-peer" in no_p2p["pcie_ipc"]["why"], no_p2p
 
 
 @pytest.mark.parametrize("release, tp, nvlink, p2p, state, why", [

@@ -416,9 +416,11 @@ def test_image_cache_directory_ownership():
 
 
 def test_the_image_must_hold_the_release_of_the_profile_compose_builds():
-    labelled = lambda version: {"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
-                                           "Labels": {"io.sglang-stack.sglang.version": version}},
-                                "Size": 10e9, "Created": "2026-12-05T00:00:00Z"}
+    def labelled(version):
+        return {"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
+                           "Labels": {"io.sglang-stack.sglang.version": version}},
+                "Size": 10e9, "Created": "2026-12-05T00:00:00Z"}
+
     svc = svc_of(SGLANG_PROFILE="0.5.23")
     assert svc.dockerfile == str(ROOT / "profiles" / "0.5.23" / "docker" / "Dockerfile"), svc.dockerfile
     wrong = doctor.check_image(facts_for("", "", image=labelled(PIN["sglang"])), svc)

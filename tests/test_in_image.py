@@ -28,8 +28,8 @@ BUILD_TOOLS = {
     "sglang_stack/image/steps/sbom.py": {"packageurl"},
     "sglang_stack/audit/probe.py": {"standins"},
     "sglang_stack/entrypoints/settings.py": {"sglang", "torch"},  # the image's own: `invoke settings` runs it there
-    "sglang_stack/entrypoints/probe.py": {"torch"},  # the image's own: `invoke probe` runs it there
-    "sglang_stack/entrypoints/allreduce.py": {"sglang", "torch"},  # the image's own: `invoke doctor` runs it there
+    "sglang_stack/entrypoints/probe.py": {"torch", "flashinfer"},  # the image's own: `invoke probe` runs it there
+    "sglang_stack/entrypoints/allreduce.py": {"sglang", "torch", "flashinfer"},  # the image's own: `invoke doctor` runs it there
 }
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
+from sglang_stack.entrypoints.peers import P2P_OK, linked, pairs as _pairs, parse_matrix
 from sglang_stack.doctor.registry import check
 from sglang_stack.services import composefile
 
-P2P_OK = "OK"
 # nvidia-smi topo -p2p's legend: what a pair's cell means when it is not OK.
 P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported", "TNS": "topology not supported",
                "NS": "not supported", "U": "unknown"}
@@ -39,31 +39,6 @@ class Topology:
     acs: list[str] | None = None  # PCI bridges whose ACS redirects peer requests upstream ("BDF name: ReqRedir+ ...")
     iommu: str | None = None  # "off", "passthrough" or "translated"
     errors: list[str] = field(default_factory=list)
-
-
-def parse_matrix(text: str, what: str) -> dict[tuple[int, int], str]:
-    """A GPU-by-GPU matrix of ``nvidia-smi topo`` (``-m``, ``-p2p r|w``): (row GPU, column GPU) -> the cell."""
-    columns: list[int] = []
-    out: dict[tuple[int, int], str] = {}
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header line (recorded on an H200)
-    for line in text.splitlines():
-        cells = line.split("\t") if "\t" in line else line.split()
-        cells = [c.strip() for c in cells]
-        names = [c for c in cells if c]
-        if not columns and names and all(re.fullmatch(r"GPU\d+|NIC\d+|CPU Affinity|NUMA Affinity|GPU NUMA ID", n)
-                                          for n in names) and names[0].startswith("GPU"):
-            columns = [int(n[3:]) for n in names if re.fullmatch(r"GPU\d+", n)]
-            continue
-        if columns and names and re.fullmatch(r"GPU\d+", names[0]):
-            row = int(names[0][3:])
-            values = names[1:1 + len(columns)]
-            if len(values) < len(columns):
-                raise ValueError(f"{what}: row GPU{row} has {len(values)} cells for {len(columns)} GPUs")
-            for col, value in zip(columns, values):
-                out[(row, col)] = value
-    if not columns:
-        raise ValueError(f"{what}: no GPU header line")
-    return out
 
 
 def parse_acs(text: str) -> list[str]:
@@ -123,10 +98,6 @@ def gather(gpus: int, run) -> Topology:
     return topo
 
 
-def _pairs(ids: list[int]) -> list[tuple[int, int]]:
-    return [(a, b) for i, a in enumerate(ids) for b in ids[i + 1:]]
-
-
 def service_gpus(facts, svc: composefile.Service) -> list[int]:
     """The GPUs one node of the service uses: its GPU_IDS (or every GPU), as many as TP_SIZE / NNODES."""
     gpus = [g.index for g in facts.gpus]
@@ -137,10 +108,7 @@ def service_gpus(facts, svc: composefile.Service) -> list[int]:
 
 def hardware(topo: Topology, gpus: list[int]) -> tuple[bool, bool]:
     """(NVLink between every pair, P2P read and write OK between every pair), as nvidia-smi topo reported them."""
-    pairs = _pairs(gpus)
-    nvlink = bool(pairs) and all((topo.links or {}).get(p, "").startswith("NV") for p in pairs)
-    p2p = bool(pairs) and all(m is not None and m.get(p) == P2P_OK for m in (topo.p2p_read, topo.p2p_write) for p in pairs)
-    return nvlink, p2p
+    return linked(topo.links, [topo.p2p_read, topo.p2p_write], gpus)
 
 
 ALLREDUCE_TIMEOUT_S = 240

@@ -21,7 +21,11 @@ modules were built for (``/opt/sglang-stack/flashinfer-arch-list``, also the ima
 FlashInfer loads them whatever the GPU, so on another one the first sampled request would fail
 with "no kernel image" after a model load of many minutes. Such a GPU is refused at once, with
 the build command that fits it. ``nvidia-smi`` answers (the NVIDIA runtime mounts it); without
-it the check says so and lets SGLang start. Stdlib only: it runs inside the image.
+it the check says so and lets SGLang start.
+
+``PCIE_ALLREDUCE`` (auto, on, off) becomes ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE`` here, for SGLang and every
+worker it starts; one line says what was decided and why (``entrypoints/pcie_ipc.py``). Stdlib only: it runs
+inside the image.
 """
 
 from __future__ import annotations
@@ -146,6 +150,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
     os.environ.pop("SGLANG_API_KEY", None)
+    # PCIE_ALLREDUCE, resolved here, inside the container, from the GPUs it was given. Imported here: the router's
+    # image shares this module for the API key and has no GPUs to decide for.
+    from sglang_stack.entrypoints import pcie_ipc
+
+    enable, said = pcie_ipc.at_start(args, os.environ)
+    for line in said:
+        print(f"serve: {line}", flush=True)
+    if enable:
+        os.environ[pcie_ipc.SGLANG_ENV] = "1"
+    else:
+        os.environ.pop(pcie_ipc.SGLANG_ENV, None)
     module = os.environ.get("SGLANG_STACK_SERVER") or SERVER
     print(f"serve: {module} {' '.join(args)}" + (" --api-key (from the secret file)" if key else ""), flush=True)
     sys.argv = [module, *args, *(["--api-key", key] if key else [])]

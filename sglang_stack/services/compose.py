@@ -129,24 +129,34 @@ def up(
 PROBE_START_S = 120  # what the container's start may take beyond the probe's own deadline (pulling nothing: --pull never)
 
 
-def probe(engine: str, svc: composefile.Service, deadline: float = 60, sizes: str = "1M,16M,64M,256M") -> int:
-    """``sglang_stack.entrypoints.probe`` in SERVICE's image, with its GPUs, /dev/shm, ulimits and NCCL environment
-    (``docker compose run``): one rank per GPU of the node, all-reducing under ``deadline``. Its exit code; a
-    container still there after the deadline and the start's allowance is removed, whatever it holds."""
+def probe(engine: str, svc: composefile.Service, deadline: float = 60, sizes: str = "", *, if_needed: bool = False,
+          record: bool = True) -> int:
+    """``sglang_stack.entrypoints.probe`` in SERVICE's image, with its GPUs, /dev/shm, ulimits, NCCL environment and
+    cache volume (``docker compose run``): one rank per GPU of the node, all-reducing through NCCL and, where SGLang
+    would pick it, PCIe-IPC, under ``deadline``; the verdict is recorded in the cache volume for PCIE_ALLREDUCE=auto.
+    ``if_needed``: only where auto needs a verdict and none is recorded. Its exit code; a container still there after
+    the deadline and the start's allowance is removed, whatever it holds."""
+    from sglang_stack.entrypoints import allreduce
+
     require_engine(engine)
     proj = composefile.project(svc.env)
     name = f"sglang-stack-probe-{svc.name}-{int(time.time())}"
     gpus = svc.tp_size // max(svc.nnodes, 1)
+    deterministic = "yes" if "--enable-deterministic-inference" in svc.argv else "no"
     argv = compose_argv(engine, proj, "run", "--rm", "--no-deps", "--pull", "never", "--name", name, "--entrypoint",
                         "python3", svc.name, "-m", "sglang_stack.entrypoints.probe", "--gpus", str(gpus),
-                        "--deadline", f"{deadline:g}", "--sizes", sizes)
+                        "--deadline", f"{deadline:g}", "--deterministic", deterministic,
+                        *(["--sizes", sizes] if sizes else []), *(["--record"] if record else []),
+                        *(["--if-needed"] if if_needed else []))
+    # SGLang's own choice runs first in the container (its ranks import SGLang): its deadline on top of the probe's.
+    allowance = deadline + PROBE_START_S + allreduce.TIMEOUT_S * max(1.0, gpus / 8)
     try:
-        return shell.run(argv, check=False, timeout=deadline + PROBE_START_S, what="the probe").returncode
+        return shell.run(argv, check=False, timeout=allowance, what="the probe").returncode
     except UserError as err:
         if err.code != 124:  # not the timeout: a CLI that is missing, named in the error
             raise
         shell.run([engine, "rm", "--force", name], capture=True, check=False)
-        raise UserError(f"probe: {svc.name}: the container did not end within {deadline + PROBE_START_S:g} s; "
+        raise UserError(f"probe: {svc.name}: the container did not end within {allowance:g} s; "
                         f"removed it ({name})") from None
 
 

@@ -200,8 +200,9 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
         "interval": "seconds between progress lines while the model loads (default 15)",
         "skip-acceptance": "for a service that speculates, do not run `invoke acceptance SERVICE` once it is healthy "
         "(default: off: it runs)",
-        "probe": "after the preflight, run `invoke probe SERVICE` (an all-reduce across its GPUs, 60 s at most) and "
-        "start nothing if it fails (default: off)",
+        "probe": "after the preflight, always run `invoke probe SERVICE` (an all-reduce across its GPUs, 60 s at most) "
+        "and start nothing if it fails (default: off: it runs only where PCIE_ALLREDUCE=auto needs a verdict and none "
+        "is recorded)",
     }
 )
 @user_errors
@@ -209,7 +210,8 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False, probe=Fal
     """Start SERVICE (a server of compose.yaml on its GPUs, or a router) and wait until it really serves.
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
-    first failed check. Then `docker compose up --detach --wait SERVICE`, which builds the
+    first failed check. Where PCIE_ALLREDUCE=auto needs a verdict on this host and none is
+    recorded, `invoke probe SERVICE` runs next (with --probe: always). Then `docker compose up --detach --wait SERVICE`, which builds the
     image if it is missing, printing progress while the model loads. Returns once the
     healthcheck passes: SGLang's /health generated one token, or for a router, at least
     one of ROUTER_WORKER_URLS is healthy. A server whose command speculates then has its
@@ -231,9 +233,11 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False, probe=Fal
     except UserError:
         svc = None
     doctor.preflight(c.stack.engine, service, env=env, svc=svc)
-    if probe and isinstance(svc, composefile.Service):
+    if isinstance(svc, composefile.Service) and svc.gpus and (probe or svc.environment.get("PCIE_ALLREDUCE", "auto")
+                                                                == "auto"):
         # Minutes before the load, not after it: a PCIe box whose GPUs cannot all-reduce hangs here (docs/services.md).
-        code = compose.probe(c.stack.engine, svc)
+        # Without --probe it runs only where PCIE_ALLREDUCE=auto needs a verdict and none is recorded (seconds).
+        code = compose.probe(c.stack.engine, svc, if_needed=not probe)
         if code:
             raise Exit(f"error: {service}: the all-reduce probe failed (exit {code}): nothing was started", code=code)
     compose.up(c.stack.engine, svc, wait_timeout=wait or composefile.wait_timeout(svc), interval=pause)
@@ -247,31 +251,49 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False, probe=Fal
 @task(
     help={
         "service": "a server of compose.yaml (`invoke status` lists them) (required)",
-        "deadline": "seconds the whole all-reduce set may take before it counts as hung (default 60)",
-        "sizes": "all-reduce sizes in bytes, K/M/G, comma-separated (default 1M,16M,64M,256M)",
+        "deadline": "seconds the whole all-reduce set may take before it counts as hung (default 60, at most 3600)",
+        "sizes": "all-reduce sizes in bytes, K/M/G, comma-separated (default 12K,96K,384K,64M: SGLang's decode "
+        "reductions and one prefill size)",
+        "record": "record the verdict in the cache volume for PCIE_ALLREDUCE=auto (default: on; --no-record to only "
+        "measure)",
     }
 )
 @user_errors
-def probe(c, service, deadline=None, sizes=None):
+def probe(c, service, deadline=None, sizes=None, record=True):
     """All-reduce across SERVICE's GPUs, in its image with its NCCL settings, under a hard deadline.
 
-    One process per GPU of the node (TP_SIZE / NNODES), joined over loopback, runs a few
-    all-reduces of each size as tensor parallelism does; prints the bus bandwidth per size.
-    A set that does not finish within the deadline is killed whole and reported as "hung at
-    size S after T s" (exit 1): on a PCIe box, what broken peer-to-peer looks like, in a
-    minute instead of after an 8-minute model load. `invoke doctor` names the likely cause
-    (topology). The service must not be running: the probe takes its GPUs.
+    One process per GPU of the node (TP_SIZE / NNODES), joined over loopback, all-reduces each size as
+    tensor parallelism does, through NCCL and, where SGLang's own code would pick it on this topology
+    (SGLang 0.5.23 on a PCIe-only box), through its PCIe-IPC all-reduce; prints the microseconds of each,
+    the ratio, and whether every sum was exact. Then one line: which backend the service will use,
+    recorded in the cache volume, where PCIE_ALLREDUCE=auto reads it at the next start. A set that does
+    not finish within the deadline is killed whole and reported as "hung at size S (backend)" (exit 1):
+    on a PCIe box, what broken peer-to-peer looks like, in a minute instead of after an 8-minute model
+    load. `invoke doctor` names the likely cause (topology). The service must not be running: the probe
+    takes its GPUs.
     """
-    from sglang_stack.flags import parse_seconds
     from sglang_stack.services import compose, composefile, variables
 
-    wait = parse_seconds("--deadline", 60 if deadline is None else deadline)
+    wait, sizes = probe_limits(deadline, sizes)
     env = variables.environment()
     proj = composefile.project(env)
     proj.check(service, composefile.SERVER)
-    code = compose.probe(c.stack.engine, composefile.service(service, env), wait, sizes or "1M,16M,64M,256M")
+    code = compose.probe(c.stack.engine, composefile.service(service, env), wait, sizes, record=record)
     if code:
         raise Exit(code=code)
+
+
+def probe_limits(deadline, sizes) -> tuple[float, str]:
+    """``--deadline`` and ``--sizes`` checked here, by the probe's own rules, before a container starts."""
+    from sglang_stack.entrypoints import probe as probe_module
+
+    try:
+        wait = probe_module.parse_deadline(60 if deadline is None else deadline)
+        if sizes is not None:
+            probe_module.parse_sizes(sizes)
+    except SystemExit as said:
+        raise UserError(str(said).removeprefix("error: ")) from None
+    return wait, sizes or ""
 
 
 @task(help={"volumes": "also remove the cache volume (Hugging Face and JIT kernel caches) (default: off)"})
