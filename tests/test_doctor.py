@@ -442,6 +442,50 @@ def test_a_profile_with_no_dockerfile_is_refused_before_compose_builds_it():
     assert "0.5.23" in named.detail, "it names the profiles there are"
 
 
+ALLREDUCE = Path(__file__).parent / "fixtures" / "allreduce"
+
+
+def allreduce_note(fixture: str, **values: str) -> Check:
+    from sglang_stack.doctor import topology
+
+    facts = facts_for("", "", allreduce=(0, (ALLREDUCE / fixture).read_text()))
+    return topology.check_all_reduce(facts, svc_of(**values))
+
+
+def test_the_all_reduce_note_names_the_backend_sglang_picks():
+    """Recorded from each release's own code (tests/test_allreduce.py): 8x RTX PRO 6000 on 0.5.23 gives the decode
+    reductions to PCIe-IPC, once a probe confirms it (auto); 8x H200 keeps custom all-reduce; 0.5.9 has NCCL only."""
+    auto = allreduce_note("0.5.23-tp8-pcie-p2p.json")
+    assert auto.status == NOTE and "its PCIe-IPC all-reduce takes the decode reductions (workspace 458752 elements" \
+        in auto.detail and "once `invoke probe eagle3` has confirmed it on this host (PCIE_ALLREDUCE=auto" in auto.detail, \
+        auto.line()
+    on = allreduce_note("0.5.23-tp8-pcie-p2p.json", PCIE_ALLREDUCE="on", SGLANG_PCIE_IPC_MAX_NUMEL="917504")
+    assert "(SGLANG_PCIE_IPC_MAX_NUMEL=917504), PCIE_ALLREDUCE=on" in on.detail, on.line()
+    off = allreduce_note("0.5.23-tp8-pcie-p2p.json", PCIE_ALLREDUCE="off")
+    assert "PCIE_ALLREDUCE=off keeps it off: its PCIe-IPC all-reduce would take the decode reductions" in off.detail
+    nvlink = allreduce_note("0.5.23-tp8-nvlink.json")
+    assert "custom all-reduce on over NVLink" in nvlink.detail and "PCIe-IPC" not in nvlink.detail, nvlink.line()
+    old = allreduce_note(f"{PIN['sglang']}-tp8-pcie-p2p.json")
+    assert "every all-reduce is NCCL's, over P2P" in old.detail and "PCIe-IPC" not in old.detail, old.line()
+
+
+@pytest.mark.parametrize("values, image_release, status, words", [
+    ({"PCIE_ALLREDUCE": "maybe"}, "0.5.23", FAIL, "PCIE_ALLREDUCE=maybe (shell): not one of auto, on, off"),
+    ({"PCIE_ALLREDUCE": "on"}, PIN["sglang"], FAIL, f"SGLang {PIN['sglang']} has no PCIe-IPC all-reduce; profile 0.5.23"),
+    ({"PCIE_ALLREDUCE": "on", "TP_SIZE": "3"}, "0.5.23", WARN, "SGLang keeps TP 3 on NCCL"),
+    ({"SGLANG_PCIE_IPC_MAX_NUMEL": "-1"}, "0.5.23", FAIL, "SGLANG_PCIE_IPC_MAX_NUMEL=-1 is not a whole number"),
+    ({"SGLANG_PCIE_IPC_MAX_NUMEL": "1e99"}, "0.5.23", FAIL, "SGLANG_PCIE_IPC_MAX_NUMEL=1e99 is not a whole number"),
+    ({"PCIE_ALLREDUCE": "on"}, "0.5.23", OK, "PCIE_ALLREDUCE=on (shell): the `all-reduce` line says"),
+    ({}, PIN["sglang"], OK, f"SGLang {PIN['sglang']} has no PCIe-IPC all-reduce (profile 0.5.23 has it)"),
+])
+def test_the_pcie_allreduce_setting_is_checked_before_the_start(values, image_release, status, words):
+    image = {"Config": {"Labels": {"io.sglang-stack.sglang.version": image_release}}}
+    check = doctor.check_pcie_allreduce(facts_for("", "", image=image), svc_of(**values))
+    assert check.status == status and words in check.detail, check.line()
+    if status == FAIL:
+        assert check.fix, check.line()
+
+
 def test_audit_verdicts():
     ok = doctor.check_audit(facts_for("", ""), svc_of(MODEL_DIR="/x"))
     assert ok.status == OK, ok.line()

@@ -82,6 +82,23 @@ def test_the_image_builds_ahead_of_time_what_sglang_chooses(table, lock):
         assert set(needed) <= archs, f"{module} is needed on {needed}, outside versions.lock [jit] arch_list {archs}"
 
 
+def test_the_release_with_pcie_ipc_builds_its_module_for_every_gpu_of_the_list():
+    """0.5.23's SGLang has the PCIe-IPC all-reduce (its table says so, from its own import): the image builds
+    FlashInfer's module for every architecture of the list, since which box is PCIe-only is known at start only."""
+    from sglang_stack.image.steps import aot
+    from sglang_stack.lock import profiles
+
+    profile = profiles.get("0.5.23")
+    data = derive.load(derive.tables(profile)[0])
+    arch_list = lockmod.load(profile.lock)["jit"]["arch_list"]
+    assert ("pcie_ipc_comm", tuple(arch_list.split())) in aot.modules_of(data), aot.modules_of(data)
+    assert "pcie_ipc_comm" in aot.modules_for(data, arch_list)
+    eagle3 = run_of(data, "rtxpro6000x8", "compose eagle3")["resolved"]["settings"]["all-reduce"]
+    assert eagle3["pcie_ipc_max_numel"] == eagle3["pcie_ipc_decode_rows"] * 7168, \
+        "the bound is SGLang's decode width times Kimi-K2.5's hidden size"
+    assert "pcie_ipc_comm" not in [m for m, _ in aot.modules_of(derive.load())], "0.5.9 has none to build"
+
+
 def test_sglang_binds_the_api_port_on_every_profile(table):
     for r in table["runs"]:
         assert "SGLANG_PORT" not in r["environment"], f"{r['profile']} / {r['source']}: SGLANG_PORT is SGLang's"

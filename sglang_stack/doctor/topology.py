@@ -129,23 +129,24 @@ def gather_allreduce(facts, engine: str, svc: composefile.Service, run) -> None:
         facts.allreduce_skip = "skipped: image not built (invoke build)"
     else:
         nvlink, p2p = hardware(topo, gpus)
+        deterministic = "yes" if "--enable-deterministic-inference" in svc.argv else "no"
         argv = [engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image, "-m",
                 "sglang_stack.entrypoints.allreduce", "--tp", str(len(gpus)), "--nvlink", "yes" if nvlink else "no",
-                "--p2p", "yes" if p2p else "no"]
+                "--p2p", "yes" if p2p else "no", *(["--deterministic", "yes"] if deterministic == "yes" else [])]
         code, out, err = run(argv, ALLREDUCE_TIMEOUT_S)
         facts.allreduce = (code, (out + err).strip())
 
 
 @check("all-reduce", needs=("service", "gpu"))
 def check_all_reduce(facts, svc: composefile.Service) -> Check:
-    """A note, never a failure: what SGLang itself will do for all-reduce at this TP size on these GPUs, found by
-    running its own start-up code (``CustomAllreduce``) in the service's image with the answers ``nvidia-smi topo``
-    gave (NVLink and P2P on every pair): its custom all-reduce on or off, and SGLang's reason; without it every
-    all-reduce is NCCL's, over P2P or through host memory as the service's NCCL settings say.
+    """A note, never a failure: which all-reduce SGLang itself will use for the tensor-parallel group at this TP
+    size on these GPUs (custom all-reduce, its PCIe-IPC all-reduce, or NCCL), found by running its own start-up and
+    dispatch code in the service's image with the answers ``nvidia-smi topo`` gave (NVLink and P2P on every pair),
+    with SGLang's reason where it said no; for PCIe-IPC, what ``PCIE_ALLREDUCE`` makes of it and the workspace bound.
 
     Fix: nothing to fix; it says what to expect. SGLang's own kernel needs NVLink on every pair beyond two GPUs,
-    and P2P; on a PCIe box at TP 4 or 8 NCCL carries every all-reduce (``--disable-custom-all-reduce`` only
-    silences SGLang's warning), so the topology line above decides the speed.
+    and P2P; on a PCIe box at TP 4 or 8 the 0.5.23 profile's PCIe-IPC all-reduce takes the decode reductions once
+    ``invoke probe SERVICE`` has confirmed it (``PCIE_ALLREDUCE=auto``), and NCCL carries the rest.
     """
     import json
 
@@ -169,7 +170,28 @@ def check_all_reduce(facts, svc: composefile.Service) -> Check:
         link = "NVLink" if decided.get("full_nvlink") else "PCIe P2P"
         return Check("all-reduce", NOTE, f"{head} over {link} for small tensors; NCCL's for the rest, {nccl}")
     why = f" (SGLang: {decided['why']})" if decided.get("why") else ""
+    if decided.get("backend") == "pcie_ipc":
+        return Check("all-reduce", NOTE, f"{head}{why}; {_pcie_ipc(decided, svc)}; NCCL's for the rest, {nccl}")
     return Check("all-reduce", NOTE, f"{head}{why}: every all-reduce is NCCL's, {nccl}")
+
+
+def _pcie_ipc(decided: dict, svc: composefile.Service) -> str:
+    """What PCIE_ALLREDUCE makes of SGLang's PCIe-IPC all-reduce, which its dispatch would give the decode reductions."""
+    from sglang_stack.entrypoints import pcie_ipc
+
+    value, _ = pcie_ipc.setting(svc.environment)
+    bound = (decided.get("pcie_ipc") or {}).get("max_numel")
+    override = svc.environment.get(pcie_ipc.MAX_NUMEL)
+    sized = (f"{pcie_ipc.MAX_NUMEL}={override}" if override and not pcie_ipc.max_numel_problem(svc.environment) else
+             f"workspace {bound} elements: SGLang's fallback decode width x hidden {decided.get('hidden')}, the "
+             "server sizes it from its captured batches")
+    what = f"its PCIe-IPC all-reduce takes the decode reductions ({sized})"
+    if value == "on":
+        return f"{what}, PCIE_ALLREDUCE=on"
+    if value == "auto":
+        return (f"{what} once `invoke probe {svc.name}` has confirmed it on this host (PCIE_ALLREDUCE=auto; "
+                "`invoke up` runs it first)")
+    return f"PCIE_ALLREDUCE=off keeps it off: {what.replace('takes', 'would take')}"
 
 
 @check("topology", needs=("service", "gpu"))

@@ -229,6 +229,27 @@ def fusion_runs(server_args) -> bool:
     return bool(gate(1)) and server_args.tp_size > 1
 
 
+def pcie_ipc_bound(server_args) -> dict:
+    """Where the release has the PCIe-IPC all-reduce (0.5.23 on): the widest decode reduction SGLang sizes its
+    workspace for, by its own derivation (``pcie_ipc_ar._decode_width``: the largest captured decode batch times the
+    draft tokens), with these server args published as the scheduler publishes them, and that times the hidden size.
+    The running server may clamp the batches further to its request pool; ``SGLANG_PCIE_IPC_MAX_NUMEL`` overrides."""
+    try:
+        from sglang.srt.distributed.device_communicators import pcie_ipc_ar
+    except ImportError:
+        return {"pcie_ipc": False}
+    from sglang.srt import runtime_context
+
+    runtime_context.publish(server_args, role="scheduler")
+    rows = pcie_ipc_ar._decode_width()
+    hidden = server_args.get_model_config().hidden_size if hasattr(server_args, "get_model_config") else None
+    if hidden is None:
+        from sglang.srt.configs.model_config import ModelConfig
+
+        hidden = ModelConfig.from_server_args(server_args).hidden_size
+    return {"pcie_ipc": True, "pcie_ipc_decode_rows": rows, "pcie_ipc_max_numel": rows * hidden if rows else None}
+
+
 def ports(server_args, profile: Profile) -> dict:
     """Every port SGLang binds at these settings, bound here the way it binds them."""
     from sglang.srt.server_args import PortArgs
@@ -282,6 +303,7 @@ def resolve(profile: Profile, argv: list[str], model_dir: Path, draft_dir: Path 
             resolved = server_args.resolved_dict() if hasattr(server_args, "resolved_dict") else vars(server_args)
             chosen = {concern: {f: _plain(resolved.get(f)) for f in fields} for concern, fields in FIELDS.items()}
             chosen["all-reduce"]["fusion_runs"] = fusion_runs(server_args)
+            chosen["all-reduce"].update(pcie_ipc_bound(server_args))
             bound = ports(server_args, profile)
     import sglang
 

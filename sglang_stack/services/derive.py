@@ -167,6 +167,7 @@ ROWS = (
     ("custom all-reduce disabled", "all-reduce", "disable_custom_all_reduce"),
     ("torch symmetric memory", "all-reduce", "enable_torch_symm_mem"),
     ("DP attention", "all-reduce", "enable_dp_attention"),
+    ("PCIe-IPC workspace: decode rows / elements", "all-reduce", ("pcie_ipc_decode_rows", "pcie_ipc_max_numel")),
     ("MoE runner", "moe", "moe_runner_backend"),
     ("MoE all-to-all", "moe", "moe_a2a_backend"),
     ("CUDA graphs disabled", "cuda graphs", "disable_cuda_graph"),
@@ -221,6 +222,8 @@ def markdown(data: dict, table: str = "docker/settings.json") -> str:
                   "| | " + " | ".join(r["source"] for r in rs) + " |", "|---" * (len(rs) + 1) + "|"]
         for title, concern, names in ROWS:
             names = names if isinstance(names, tuple) else (names,)
+            if not any(n in r["resolved"]["settings"][concern] for n in names for r in rs):
+                continue  # a setting this release does not have (PCIe-IPC before 0.5.23)
             cells = [" / ".join(_cell(r["resolved"]["settings"][concern].get(n)) for n in names) for r in rs]
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         for title, key in (("API port", "api"), ("API port binds", "api_binds"),

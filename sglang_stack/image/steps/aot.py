@@ -6,7 +6,9 @@ sgl-kernel's FA3 on SM90 and from Triton on SM120, RMSNorm from sgl-kernel and R
 KV-cache store from its own ``jit_kernel``; what it takes from FlashInfer is sampling
 (``top_k_top_p_sampling_from_probs``, ``top_k_renorm_prob``, ``top_p_renorm_prob``, the default
 ``--sampling-backend flashinfer`` for any non-greedy request, and EAGLE-3's non-greedy verify):
-the ``sampling`` module, 102 s of nvcc on 16 cores.
+the ``sampling`` module, 102 s of nvcc on 16 cores. On SM90/SM100 at TP > 1 it fuses the all-reduce with RMSNorm
+(``trtllm_comm``), and from 0.5.23 on it may hand the decode all-reduces to FlashInfer's PCIe-IPC kernels
+(``pcie_ipc_comm``, ``PCIE_ALLREDUCE``).
 
 FlashInfer loads ``flashinfer/data/aot/NAME/NAME.so`` before it looks at its JIT cache
 (``JitSpec.build_and_load``), and that path depends neither on the GPU nor on a cache volume.
@@ -46,6 +48,10 @@ MODULES = {
     # The fused all-reduce + RMSNorm that SGLang turns on by default on SM90/SM100 at TP > 1.
     # Its generator builds only majors 9 and 10 of the arch list: from "9.0a 12.0a", 9.0a.
     "trtllm_comm": ("flashinfer.jit.comm", "gen_trtllm_comm_module"),
+    # SGLang 0.5.23's PCIe-IPC all-reduce (pcie_ipc_ar.py), for every GPU of the list: which box is PCIe-only is
+    # known at start, not at build (8x RTX PRO 6000, and 8x H100 PCIe without NVLink bridges). No architecture
+    # restriction in its generator: plain loads, stores and CUDA IPC.
+    "pcie_ipc_comm": ("flashinfer.jit.comm", "gen_pcie_ipc_comm_module"),
 }
 
 
@@ -53,6 +59,7 @@ MODULES = {
 RULES = (
     ("sampling", "sampling", "sampling_backend", "flashinfer"),  # top-k/top-p sampling of any non-greedy request
     ("trtllm_comm", "all-reduce", "fusion_runs", True),  # the fused all-reduce + RMSNorm, where a layer takes it
+    ("pcie_ipc_comm", "all-reduce", "pcie_ipc", True),  # where the release has the PCIe-IPC all-reduce
 )
 
 
