@@ -270,6 +270,8 @@ def test_eagle3_alerts_on_sglangs_own_accept_length(lock, tmp_path, monkeypatch)
         ({"lifecycle": {"drain_seconds": 2**63}}, "lifecycle.drain_seconds: 9223372036854775808 is more than"),
         ({"resources": {"cpu": "0"}}, "resources.cpu: '0' must be more than 0"),
         ({"resources": {"ephemeral_storage": "0.0"}}, "resources.ephemeral_storage: '0.0' must be more than 0"),
+        ({"pcie_allreduce": "maybe"}, "pcie_allreduce: 'maybe' should be auto, on or off"),
+        ({"preflight_probe": "yes"}, "preflight_probe: 'yes' should be true or false"),
     ],
 )
 def test_bad_values_are_one_line_errors(lock, values, message):
@@ -283,6 +285,29 @@ def test_a_trimmed_values_file_takes_the_defaults(lock):
     docs = {n: [d for d in yaml.safe_load_all(t) if d] for n, t in k8s.render_text(lock, {"model_claim": "models"}).items()}
     assert kind(docs, "StatefulSet")["spec"]["replicas"] == 1
     assert server_pod(docs)["containers"][0]["resources"]["limits"]["memory"] == "768Gi"
+
+
+@pytest.mark.parametrize("overrides", [{}, MULTINODE], ids=["statefulset", "leaderworkerset"])
+def test_every_server_pod_probes_its_gpus_before_the_model_load(lock, overrides):
+    """The init container runs the all-reduce probe in the server's image, with the pod's GPUs, /dev/shm and cache
+    claim, recording PCIE_ALLREDUCE=auto's verdict where none is; the server reads the same setting."""
+    pod = server_pod(documents(lock, **overrides))
+    (init,) = pod["initContainers"]
+    server = pod["containers"][0]
+    gpus = str(overrides.get("tp_size", 8) // overrides.get("nnodes", 1))
+    assert init["image"] == server["image"] and init["command"] == ["python3", "-m", "sglang_stack.entrypoints.probe"]
+    assert init["args"][:2] == ["--gpus", gpus] and {"--record", "--if-needed"} <= set(init["args"]), init["args"]
+    assert init["resources"] == server["resources"], "the probe needs the pod's GPUs"
+    assert {m["mountPath"] for m in init["volumeMounts"]} == {"/dev/shm", "/home/sglang/.cache", "/tmp"}
+    env = {e["name"]: e["value"] for e in server["env"]}
+    assert env["PCIE_ALLREDUCE"] == "auto" and init["env"] == server["env"], init["env"]
+    assert env["FLASHINFER_AUTOTUNE_DIR"].startswith("/home/sglang/.cache/"), "the autotune file lives in the claim"
+
+
+def test_the_preflight_can_be_left_out_and_the_setting_follows_the_values(lock):
+    pod = server_pod(documents(lock, preflight_probe=False, pcie_allreduce="on"))
+    assert "initContainers" not in pod
+    assert {e["name"]: e["value"] for e in pod["containers"][0]["env"]}["PCIE_ALLREDUCE"] == "on"
 
 
 def test_image_by_digest(lock):

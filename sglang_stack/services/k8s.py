@@ -144,6 +144,10 @@ def _env(v: dict) -> list[dict]:
         "HF_HUB_OFFLINE": "1",
         "HF_HOME": "/home/sglang/.cache/huggingface",
         "TRITON_CACHE_DIR": "/home/sglang/.cache/triton",
+        # As compose.yaml: the entrypoint resolves it at start (entrypoints/pcie_ipc.py); FlashInfer's autotune
+        # results stay in the cache claim, where the preflight's verdict is recorded too.
+        "PCIE_ALLREDUCE": v["pcie_allreduce"],
+        "FLASHINFER_AUTOTUNE_DIR": "/home/sglang/.cache/flashinfer/autotune",
     }
     if v["secret"]:
         env["SGLANG_API_KEY_FILE"] = f"{SECRET_DIR}/sglang_api_key"

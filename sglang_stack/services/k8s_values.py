@@ -45,7 +45,8 @@ SECTIONS = {
 }
 TOP = {"namespace", "create_namespace", "service", "replicas", "nnodes", "tp_size", "image", "router_image",
        "model_claim", "model_subpath", "draft_subpath", "served_model_name", "spec_num_steps", "spec_eagle_topk",
-       "spec_num_draft_tokens", "shm_size", "extra_args", "secret", "nccl", *SECTIONS}
+       "spec_num_draft_tokens", "shm_size", "extra_args", "secret", "nccl", "pcie_allreduce", "preflight_probe",
+       *SECTIONS}
 
 
 def quantity_bytes(text: str) -> float:
@@ -187,6 +188,10 @@ def read(values: dict, where: str) -> dict:
     for key, default in (("spec_num_steps", 3), ("spec_eagle_topk", 1), ("spec_num_draft_tokens", 4)):
         out[key] = top.integer(key, default)
     out["extra_args"] = top.strings("extra_args")
+    out["pcie_allreduce"] = top.get("pcie_allreduce", str, "auto")
+    if out["pcie_allreduce"] not in ("auto", "on", "off"):
+        raise top.fail("pcie_allreduce", f"{out['pcie_allreduce']!r} should be auto, on or off")
+    out["preflight_probe"] = top.get("preflight_probe", bool, True)
     out["secret"] = top.name("secret", "", empty=True)
 
     res = top.section("resources")
