@@ -291,6 +291,26 @@ def test_rule_providers_follow_the_real_mro_across_modules(tmp_path):
     assert report.providers["get_embed_and_head"].startswith("Right.get_embed_and_head(self)"), report.providers
 
 
+def test_rule_a_method_borrowed_from_a_class_that_inherits_it_is_found_through_that_class(tmp_path):
+    """sglang 0.5.10's Kimi class: ``get_embed_and_head = DeepseekV3ForCausalLM.get_embed_and_head``, where V3 has it
+    from V2. Python finds V2's function through V3's MRO; so does the audit (it crashed walking None before)."""
+    extra = {
+        "sglang/srt/models/v2.py": ("class V2:\n    def get_embed_and_head(self):\n        return None, None\n\n"
+                                    "    def set_eagle3_layers_to_capture(self, layer_ids=None):\n        pass\n"),
+        "sglang/srt/models/v3.py": "from sglang.srt.models.v2 import V2\n\n\nclass V3(V2):\n    pass\n",
+        "sglang/srt/models/borrower.py": (
+            "from torch import nn\nfrom sglang.srt.models.v3 import V3\n\n\nclass Borrower(nn.Module):\n"
+            "    get_embed_and_head = V3.get_embed_and_head\n    set_eagle3_layers_to_capture = V3.set_eagle3_layers_to_capture\n"
+            "\n\nEntryClass = [Borrower]\n"),
+    }
+    site = synthetic(tmp_path, extra=extra)
+    report = audit.audit(site, "Borrower")
+    assert "get_embed_and_head" in report.required and report.passed, report.lines()
+    tree = audit.Tree(site)  # the source's own verdict, where a run cannot build the class
+    p = audit.provider(tree, audit.find_arch(tree, "Borrower"), "get_embed_and_head")
+    assert p.kind == "found" and p.where.startswith("Borrower.get_embed_and_head(self)"), p
+
+
 @pytest.mark.parametrize("imported", ["from sglang.srt.speculative import spec_utils", "import sglang.srt.speculative.spec_utils as spec_utils"])
 def test_rule_the_target_is_followed_into_a_function_of_an_imported_module(tmp_path, imported):
     tree = synthetic(tmp_path, worker="spec_utils.helper(self.target_worker.model_runner.model)")

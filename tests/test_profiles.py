@@ -210,6 +210,32 @@ def test_bump_moves_one_distribution_and_only_lock_and_generated_files(tmp_path)
 
 
 @pytest.mark.network
+def test_bump_of_a_profile_moves_and_renders_every_platform_it_builds(tmp_path):
+    """The 0.5.23 profile builds for linux/amd64 and linux/arm64: both locks move, both Dockerfiles are rendered
+    and listed, and `invoke render --check` holds for each."""
+    tree = tracked(tmp_path / "tree")
+    proc = invoke(tree, "bump", "certifi", "2026.4.22", "--profile", "0.5.23")
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    moved = changed(tree)
+    for rel in ("profiles/0.5.23/requirements.lock.txt", "profiles/0.5.23/requirements.arm64.lock.txt",
+                "profiles/0.5.23/docker/Dockerfile", "profiles/0.5.23/docker/Dockerfile.arm64"):
+        assert rel in moved and f"changed {rel}" in proc.stdout.splitlines(), f"{rel}: {sorted(moved)}\n{proc.stdout}"
+    assert {f"changed {f}" for f in moved} == set(proc.stdout.split("\n")) - {""}, "every changed file is listed"
+    for platform in ("linux/amd64", "linux/arm64"):
+        check = invoke(tree, "render", "--check", "--profile", "0.5.23", "--platform", platform)
+        assert check.returncode == 0, f"{platform}: {check.stdout[-1500:]}{check.stderr[-1500:]}"
+
+
+@pytest.mark.network
+def test_a_bump_another_requirement_holds_back_names_the_holder_and_leaves_every_platform_as_it_was(tmp_path):
+    tree = tracked(tmp_path / "tree")
+    proc = invoke(tree, "bump", "triton", "3.9.0", "--profile", "0.5.23")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "held by" in proc.stderr and "torch" in proc.stderr.split("held by", 1)[1], proc.stderr
+    assert changed(tree) == set(), f"a failed bump changed {sorted(changed(tree))}"
+
+
+@pytest.mark.network
 @pytest.mark.parametrize("args, says", [
     (("transformers", "4.57.6"), f"transformers 4.57.6: sglang declares transformers=={PIN['transformers']}, which excludes it: give --override"),
     (("certifi", "1999.1.1"), "certifi 1999.1.1: https://pypi.org/simple has no such release"),

@@ -236,9 +236,12 @@ def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
             found = member(c.node, fn.id) or tree.resolve(f"{c.module}.{fn.id}")
             fn = found[1] if isinstance(found, tuple) else found
         elif isinstance(fn, ast.Attribute) and isinstance(owner := tree.resolve(".".join([c.module, *(chain_of(fn.value) or ["?"])])), Cls):
-            fn = member(owner.node, fn.attr)  # get_embed_and_head = DeepseekV2ForCausalLM.get_embed_and_head
+            # get_embed_and_head = DeepseekV3ForCausalLM.get_embed_and_head: the owner's attribute, by its own MRO
+            # (V3 inherits it from V2: sglang 0.5.10's Kimi class borrows it so)
+            fn = next((m for b in tree.mro(owner) if isinstance(b, Cls) and (m := member(b.node, fn.attr)) is not None), None)
             me = fn.args.args[0].arg if isinstance(fn, FUNCTIONS) and fn.args.args else ""
-            read = next((n for n in ast.walk(fn) if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == me), None)
+            read = next((n for n in ast.walk(fn) if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == me),
+                        None) if me else None
             if me and read is not None and owner not in order:
                 return Provider("undecided", f"{where} is borrowed from {owner.name} and reads {ast.unparse(read)}, which "
                                 "only an instance can show")

@@ -139,11 +139,39 @@ def edited_lock(text: str, path: Path, name: str, version: str, clock: str, conf
     return tomlkit.dumps(doc)
 
 
+def _platforms(profile: Profile) -> list[str]:
+    """The platforms the profile's lock builds for: linux/amd64, and linux/arm64 where it names the aarch64 wheel."""
+    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock.platforms import PLATFORMS
+
+    try:
+        data = lockmod.load(profile.lock)
+    except UserError:
+        return ["linux/amd64"]
+    return [p for p in PLATFORMS if p == "linux/amd64" or isinstance(data.get("sglang", {}).get("arm64"), dict)]
+
+
 def _snapshot(profile: Profile) -> dict[Path, str | None]:
-    """Every file ``invoke lock`` and ``invoke render`` may write for ``profile``, with its text now."""
-    paths = [profile.lock, profile.requirements, profile.root / "requirements.router.lock.txt", profile.dockerfile,
-             profile.root / "README.md", *sorted((profile.build_dir / "requirements").glob("*.txt"))]
+    """Every file ``invoke lock`` and ``invoke render`` may write for ``profile``, every platform's, with its text now."""
+    from sglang_stack.image.render import build_name, dockerfile_of
+    from sglang_stack.lock.platforms import PLATFORMS, requirements_name
+
+    paths = [profile.lock, profile.root / "requirements.router.lock.txt", profile.root / "README.md"]
+    for platform in PLATFORMS:
+        paths += [profile.root / requirements_name(platform), dockerfile_of(profile.dockerfile, platform),
+                  *sorted((profile.dockerfile.parent / build_name(platform) / "requirements").glob("*.txt"))]
     return {p: (p.read_text() if p.is_file() else None) for p in paths}
+
+
+def holders(requirements: Path, name: str) -> list[str]:
+    """What ``requirements`` (uv's output) says holds ``name``: its ``# via`` lines."""
+    out, inside = [], False
+    for line in read_text(requirements).splitlines():
+        if re.match(r"[A-Za-z0-9]", line):
+            inside = canonicalize_name(re.split(r"[=<>!~ ;\\]", line, maxsplit=1)[0]) == name
+        elif inside and (m := re.match(r"\s+#\s+(?:via\s+)?([A-Za-z0-9][\w.-]*)\s*$", line)):
+            out.append(m.group(1))
+    return [h for h in out if h != "via"]
 
 
 def _changed(before: dict[Path, str | None], profile: Profile) -> list[Path]:
@@ -198,9 +226,13 @@ def bump(profile: Profile, name: str, version: str, override: str | None = None)
         after = lockmod.check(profile.lock)
         pinned = after.requirements.get(key) or after.router_requirements.get(key)
         if pinned is None or Version(pinned) != Version(version):
+            held = holders(profile.requirements, key) or holders(profile.root / "requirements.router.lock.txt", key)
             raise UserError(f"{name} {version}: the resolution with its clock at {clock} pins {pinned or 'nothing'}: "
-                            "another requirement holds it (see `uv pip compile`'s output above); nothing changed")
-        rendermod.render(after, profile.dockerfile)
+                            + (f"held by {', '.join(held)} ({display(profile.requirements)}'s # via)" if held else
+                               "another requirement holds it") + "; nothing changed")
+        for platform in _platforms(profile):  # every platform the lock builds for, rendered from its own lock
+            rendermod.render(lockmod.check(profile.lock, platform=platform),
+                             rendermod.dockerfile_of(profile.dockerfile, platform))
         final, cross_checked = lockmod.check_all(profile.lock, download=True)
         releases.check_lock(final)
     except BaseException:

@@ -458,6 +458,18 @@ def _check_references(lock: Lock, bad) -> None:
             bad("jit.toolchain", f"{req} but {REQUIREMENTS_PATH.name} pins {r.name} {pin} (run `invoke lock`)")
         elif pin is None:
             bad("jit.toolchain", f"{req} is not in {REQUIREMENTS_PATH.name} (run `invoke lock`)")
+    # nvcc compiles against the CUDA runtime's headers in the same tree (nvidia/cu13); CCCL refuses a compiler of
+    # another minor release ("CUDA compiler and CUDA toolkit headers are incompatible"), and every FlashInfer module,
+    # ahead of time and at run time, fails to build.
+    runtime = pins.get("nvidia-cuda-runtime")
+    for req in lock.jit["toolchain"]:
+        r = Requirement(req)
+        wanted = next((s.version for s in r.specifier if s.operator == "=="), "")
+        if canonicalize_name(r.name) in ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm") and runtime and wanted \
+                and wanted.split(".")[:2] != runtime.split(".")[:2]:
+            bad("jit.toolchain", f"{req}: its CUDA {'.'.join(wanted.split('.')[:2])} does not match the CUDA runtime "
+                                 f"headers the image compiles against (nvidia-cuda-runtime {runtime}): pin the compiler "
+                                 f"of that release (cuda-toolkit's nvcc extra)")
 
 
 def _check_overrides(lock: Lock, sources: dict[str, list[str]], bad) -> None:

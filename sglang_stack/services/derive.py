@@ -203,8 +203,9 @@ def markdown(data: dict, table: str = "docker/settings.json") -> str:
              "`ServerArgs` and `PortArgs` (and the tensor-parallel message queue, bound for real) with exactly the",
              "arguments and environment that compose.yaml and the Kubernetes render pass, on each host profile.",
              "Only the GPU is stood in for (torch's device queries and `nvidia-smi`); see",
-             "`sglang_stack/entrypoints/settings.py`. The image's ahead-of-time FlashInfer modules follow from it:",
-             ""]
+             "`sglang_stack/entrypoints/settings.py`. Which all-reduce backend SGLang uses per GPU family and TP size,",
+             "and `PCIE_ALLREDUCE`: [allreduce.md](allreduce.md). The image's ahead-of-time FlashInfer modules follow",
+             "from this table:", ""]
     for module, archs in aot.modules_of(data):
         lines.append(f"- `{module}` for {', '.join(archs)}")
     lines += ["", "What ServerArgs leaves to the model load: a MoE runner of `auto` is picked when the weights load,",
