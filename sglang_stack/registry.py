@@ -5,23 +5,32 @@ tag's current digest, an image's labels). Anonymous, or with the credentials `do
 (~/.docker/config.json ``auths``; credential helpers are not consulted), through the bearer-token exchange a
 registry asks for (Docker Hub, GHCR, distribution). Plain HTTP only for loopback, as the Docker Engine allows
 it, or where the caller says ``insecure``. Every manifest and blob read by digest is hashed against it.
+
+What keeps the credentials home: they go to a token realm only over HTTPS (or plain HTTP to a loopback
+address) and only on the registry's own host; a realm elsewhere gets an anonymous request. Loopback is
+decided by address (127.0.0.0/8, ::1, and ``localhost``), never by how a name begins. Each call has one
+wall-clock deadline over every request and body it reads, and every body (the token's too) is capped.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import re
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sglang_stack.errors import UserError
 
 MANIFEST_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
                   "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
-LIMIT = 4 << 20  # a manifest or an image config is a few KB
-TIMEOUT_S = 30
+LIMIT = 4 << 20  # a manifest, an image config or a token is a few KB
+TIMEOUT_S = 30  # each connection and each read
+DEADLINE_S = 120  # one call, every request and body of it together: a registry that drips a byte at a time ends here
 
 
 class Unreachable(UserError):
@@ -33,9 +42,29 @@ def host(registry: str) -> str:
     return "registry-1.docker.io" if registry == "docker.io" else registry
 
 
+def _name(registry: str) -> str:
+    """The host of ``registry`` (``HOST``, ``HOST:PORT``, ``[V6]:PORT``), without the port or brackets."""
+    if registry.startswith("["):
+        return registry[1:].split("]", 1)[0]
+    return registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
+
+
 def loopback(registry: str) -> bool:
-    name = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    return name in ("localhost", "::1", "[::1]") or name.startswith("127.")
+    """Whether ``registry`` is this host by address: 127.0.0.0/8, ::1 or ``localhost``; a name is not an address."""
+    name = _name(registry).lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _may_send_credentials(realm: str, registry: str) -> bool:
+    """A token realm gets the registry's credentials only on the registry's own host, over HTTPS or to loopback."""
+    parts = urlsplit(realm)
+    same_host = (parts.hostname or "").lower() == _name(registry).lower()
+    return same_host and (parts.scheme == "https" or (parts.scheme == "http" and loopback(parts.netloc)))
 
 
 def _basic(registry: str) -> tuple[str, str] | None:
@@ -49,27 +78,41 @@ def _basic(registry: str) -> tuple[str, str] | None:
 
 
 def get(registry: str, repository: str, path: str, insecure: bool = False, accept: str = ", ".join(MANIFEST_TYPES)):
-    """GET ``/v2/REPOSITORY/PATH``, authenticating as the registry asks; the response, whatever its status."""
+    """GET ``/v2/REPOSITORY/PATH``, authenticating as the registry asks; the response, whatever its status, carrying
+    the call's ``deadline`` for reading its body (``_body``)."""
     import requests
 
     where = host(registry)
     url = f"{'http' if insecure or loopback(where) else 'https'}://{where}/v2/{repository}/{path}"
     headers = {"Accept": accept}
+    deadline = time.monotonic() + DEADLINE_S
+
+    def timeout() -> tuple[float, float]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Unreachable(f"{registry}/{repository}: no answer within {DEADLINE_S} s")
+        return min(TIMEOUT_S, left), min(TIMEOUT_S, left)
+
     try:
-        resp = requests.get(url, headers=headers, timeout=TIMEOUT_S, stream=True)
+        resp = requests.get(url, headers=headers, timeout=timeout(), stream=True)
         challenge = resp.headers.get("WWW-Authenticate", "")
         if resp.status_code == 401 and challenge.lower().startswith("bearer "):
             fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
             params = {k: v for k, v in fields.items() if k in ("service", "scope")}
             params.setdefault("scope", f"repository:{repository}:pull")
-            token = requests.get(fields.get("realm", ""), params=params, auth=_basic(registry), timeout=TIMEOUT_S)
+            realm = fields.get("realm", "")
+            auth = _basic(registry) if _may_send_credentials(realm, where) else None
+            token = requests.get(realm, params=params, auth=auth, timeout=timeout(), stream=True)
             token.raise_for_status()
-            headers["Authorization"] = "Bearer " + (token.json().get("token") or token.json().get("access_token", ""))
-            resp = requests.get(url, headers=headers, timeout=TIMEOUT_S, stream=True)
-        elif resp.status_code == 401 and (basic := _basic(registry)):
-            resp = requests.get(url, headers=headers, auth=basic, timeout=TIMEOUT_S, stream=True)
-    except (requests.RequestException, ValueError) as err:
+            token.deadline = deadline
+            body = json.loads(_body(token, f"{registry}: the token from {urlsplit(realm).netloc}", "token"))
+            headers["Authorization"] = "Bearer " + (body.get("token") or body.get("access_token", ""))
+            resp = requests.get(url, headers=headers, timeout=timeout(), stream=True)
+        elif resp.status_code == 401 and (basic := _basic(registry)) and (url.startswith("https:") or loopback(where)):
+            resp = requests.get(url, headers=headers, auth=basic, timeout=timeout(), stream=True)
+    except (requests.RequestException, ValueError, AttributeError) as err:
         raise Unreachable(f"{registry}/{repository}: the registry did not answer ({err.__class__.__name__})") from None
+    resp.deadline = deadline
     return resp
 
 
@@ -98,7 +141,18 @@ def by_digest(registry: str, repository: str, digest: str, blob: bool = False, i
 
 
 def _body(resp, name: str, what: str = "manifest") -> bytes:
-    body = resp.raw.read(LIMIT + 1, decode_content=True)
-    if len(body) > LIMIT:
-        raise UserError(f"{name}: the registry's {what} is over {LIMIT >> 20} MB")
-    return body
+    """The body, at most ``LIMIT`` bytes, read before the call's deadline."""
+    deadline = getattr(resp, "deadline", time.monotonic() + DEADLINE_S)
+    chunks, size = [], 0
+    try:
+        # read1: whatever has arrived, at most 64 KiB, so the deadline is looked at as often as bytes come
+        while chunk := resp.raw.read1(64 << 10, decode_content=True):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > LIMIT:
+                raise UserError(f"{name}: the registry's {what} is over {LIMIT >> 20} MB")
+            if time.monotonic() > deadline:
+                raise Unreachable(f"{name}: the registry's {what} did not arrive within {DEADLINE_S} s")
+    except OSError as err:
+        raise Unreachable(f"{name}: the registry's {what} broke off ({err.__class__.__name__})") from None
+    return b"".join(chunks)

@@ -195,6 +195,40 @@ def test_a_missing_attestation_and_a_verdict_that_disagrees_with_the_lock_fail(p
         f"error: {bare}: lock: patches/{first}: attested 000000000000, the checkout has "), proc.stderr
 
 
+def test_a_verdict_predicate_that_is_not_the_object_fails_closed(published, keys, registry, sglang_stage, tmp_path):
+    """Signed by the right key, with the SBOM attested, and a verdict attestation whose predicate is JSON null (what
+    cosign accepts of the non-objects; it refuses an array): that is a FAIL naming the predicate, never `verified`
+    with the rest skipped."""
+    predicate = "null"
+    record, made = published
+    image = derived(sglang_stage[0], f"{registry}/stack:odd-{len(predicate)}", "odd")
+    made["tags"].append(image)
+    engine.docker("push", "--quiet", image)
+    key = str(keys[0] / "cosign.key")
+    assert cosign("sign", "--key", key, "--tlog-upload=false", "--yes", image).returncode == 0
+    _, found = publishmod.image_facts("docker", image)
+    (tmp_path / "sbom.json").write_text(json.dumps(found["sbom"]))
+    (tmp_path / "verdict.json").write_text(predicate)
+    for kind, path in (("cyclonedx", "sbom.json"), (pred.PREDICATE_TYPE, "verdict.json")):
+        att = cosign("attest", "--key", key, "--tlog-upload=false", "--yes", "--type", kind, "--predicate",
+                     str(tmp_path / path), image)
+        assert att.returncode == 0, att.stderr
+    proc = verify(image, "--key", str(keys[0] / "cosign.pub"))
+    assert proc.returncode == 1 and "verified" not in proc.stdout, proc.stdout + proc.stderr
+    assert last(proc).startswith(f"error: {image}: verdicts: the {pred.PREDICATE_TYPE} predicate is "), proc.stderr
+
+
+def test_a_verify_that_stops_before_its_checks_is_not_verified():
+    """The rule itself: a check that never ran is a failure, named."""
+    out = publishmod.Outcome("x", required=("signature", "layers", "image *"))
+    out.add("signature", True, "ok")
+    assert out.failed == ("layers", "did not run: nothing may be called verified without it")
+    out.add("layers", True, "ok")
+    assert out.failed[0] == "image *"
+    out.add("image labels", True, "ok")
+    assert out.failed is None
+
+
 def test_an_image_without_provenance_is_not_pushed(registry, keys, docker_base):
     proc = invoke("publish", docker_base, "--to", f"{registry}/nothing:v1", "--key", str(keys[0] / "cosign.key"))
     assert proc.returncode == 2 and "no provenance label io.sglang-stack.stage" in last(proc), proc.stderr
@@ -224,3 +258,19 @@ def test_the_bundle_verifies_offline_and_not_with_another_key_or_a_swapped_confi
     swapped = verify("--bundle", str(out), "--key", str(keys[0] / "cosign.pub"))
     assert swapped.returncode == 2 and "does not hash to its name" in last(swapped), swapped.stderr
     assert index["manifests"], "cosign save wrote a layout"
+
+
+def test_a_bundle_whose_layer_was_swapped_fails_at_its_layers(published, keys, tmp_path):
+    """A layer replaced under its own name: the signature over the manifest still holds; reading the layer does not."""
+    record, _ = published
+    out = tmp_path / "bundle"
+    assert invoke("bundle", record["reference"], "--out", str(out)).returncode == 0
+    good = verify("--bundle", str(out), "--key", str(keys[0] / "cosign.pub"))
+    assert good.returncode == 0 and "ok   layers: " in good.stdout, good.stdout[-2000:] + good.stderr[-1000:]
+    digest = json.loads((out / "bundle.json").read_text())["digest"]
+    manifest = json.loads((out / "oci" / "blobs" / "sha256" / digest.split(":")[1]).read_bytes())
+    layer = out / "oci" / "blobs" / "sha256" / manifest["layers"][-1]["digest"].split(":")[1]
+    layer.write_bytes(layer.read_bytes()[:-1] + b"\0")
+    proc = verify("--bundle", str(out), "--key", str(keys[0] / "cosign.pub"))
+    assert proc.returncode == 1 and last(proc).endswith("does not hash or size to what the manifest names"), \
+        proc.stdout[-1500:] + proc.stderr

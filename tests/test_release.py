@@ -133,7 +133,137 @@ def test_only_loopback_goes_over_plain_http():
     from sglang_stack import registry as client
 
     assert client.loopback("127.0.0.1:5000") and client.loopback("localhost:5000") and client.loopback("localhost")
+    assert client.loopback("127.0.0.2") and client.loopback("[::1]:5000") and client.loopback("::1")
     assert not client.loopback("ghcr.io") and not client.loopback("10.0.0.1:5000")
+    assert not client.loopback("127.registry.example") and not client.loopback("127.registry.example:5000"), \
+        "a name that begins like a loopback address is still a name"
+
+
+# --- the registry client against real servers on loopback ---------------------------------------
+
+
+def token_server(seen: list, body=b'{"token": "t"}', host="127.0.0.1"):
+    """A token realm that records the Authorization header it got; ``body`` bytes, or a callable writing forever."""
+    import loopback
+
+    class Token(loopback.Handler):
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if callable(body):
+                self.end_headers()
+                body(self.wfile)
+                return
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return _serving_on(Token, host)
+
+
+def _serving_on(handler, host):
+    import contextlib
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    @contextlib.contextmanager
+    def serve():
+        server = ThreadingHTTPServer((host, 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://{host}:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    return serve()
+
+
+def registry_naming(realm: str):
+    """A registry on 127.0.0.1 that answers every /v2/ request 401 with a bearer challenge naming ``realm``, and 200
+    to one that brings a token."""
+    import loopback
+
+    class Registry(loopback.Handler):
+        def do_GET(self):
+            if self.headers.get("Authorization", "").startswith("Bearer "):
+                self.reply(200, {"schemaVersion": 2}, {"Docker-Content-Digest": "sha256:" + "a" * 64})
+            else:
+                self.reply(401, {}, {"WWW-Authenticate": f'Bearer realm="{realm}",service="test"'})
+
+    return loopback.serving(Registry)
+
+
+def logged_in(tmp_path, monkeypatch, registry: str) -> None:
+    import base64
+
+    config = tmp_path / "docker"
+    config.mkdir(exist_ok=True)
+    auth = base64.b64encode(b"admin:PASSWORD").decode()
+    (config / "config.json").write_text(json.dumps({"auths": {registry: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+
+
+def test_credentials_never_go_to_a_realm_on_another_host(tmp_path, monkeypatch):
+    from sglang_stack import registry as client
+
+    seen: list = []
+    with token_server(seen, host="127.0.0.2") as realm, registry_naming(realm + "/token") as url:
+        name = url.removeprefix("http://")
+        logged_in(tmp_path, monkeypatch, name)
+        assert client.tag_digest(name, "stack", "v1") == "sha256:" + "a" * 64
+    assert seen == [None], f"the token request to another host carried {seen}: it must be anonymous"
+
+
+def test_credentials_go_to_the_registrys_own_realm(tmp_path, monkeypatch):
+    from sglang_stack import registry as client
+
+    seen: list = []
+    with token_server(seen) as realm, registry_naming(realm + "/token") as url:
+        name = url.removeprefix("http://")
+        port = realm.rsplit(":", 1)[1]
+        logged_in(tmp_path, monkeypatch, name)
+        client.tag_digest(name, "stack", "v1")
+    assert seen and seen[0] and seen[0].startswith("Basic "), f"the registry's own host gets the login: {seen} ({port})"
+
+
+def test_an_endless_token_is_cut_at_the_limit(monkeypatch):
+    from sglang_stack import registry as client
+
+    def endless(out):
+        try:
+            while True:
+                out.write(b"x" * 65536)
+        except OSError:
+            pass
+
+    with token_server([], body=endless) as realm, registry_naming(realm + "/token") as url:
+        with pytest.raises(UserError, match="token is over 4 MB"):
+            client.tag_digest(url.removeprefix("http://"), "stack", "v1")
+
+
+def test_a_registry_that_drips_is_ended_at_the_calls_deadline(monkeypatch):
+    import time
+
+    from sglang_stack import registry as client
+
+    def drip(out):
+        try:
+            for _ in range(40):
+                out.write(b" ")
+                out.flush()
+                time.sleep(0.5)
+        except OSError:
+            pass
+
+    monkeypatch.setattr(client, "DEADLINE_S", 2)
+    with token_server([], body=drip) as realm, registry_naming(realm + "/token") as url:
+        started = time.monotonic()
+        with pytest.raises(UserError, match="did not arrive within 2 s"):
+            client.tag_digest(url.removeprefix("http://"), "stack", "v1")
+        took = time.monotonic() - started
+    assert took < 20, f"one deadline for the whole call, not one per read: {took:.0f} s"
 
 
 @pytest.mark.parametrize("stderr, why", [

@@ -32,10 +32,14 @@ RECORDS = ROOT / "build" / "published"
 
 @dataclass
 class Outcome:
-    """What a verify found: one (name, ok, detail) per check; ``ok`` None for a check not run."""
+    """What a verify found: one (name, ok, detail) per check; ``ok`` None for a check not run.
+
+    Fails closed: ``required`` names every check that must have run and passed, so a verify that stopped early, or
+    skipped one, has failed at that check even when nothing before it said FAIL."""
 
     subject: str
     checks: list[tuple[str, bool | None, str]] = field(default_factory=list)
+    required: tuple[str, ...] = ()
 
     def add(self, name: str, ok: bool | None, detail: str) -> bool:
         self.checks.append((name, ok, detail))
@@ -43,7 +47,12 @@ class Outcome:
 
     @property
     def failed(self) -> tuple[str, str] | None:
-        return next(((n, d) for n, ok, d in self.checks if ok is False), None)
+        first = next(((n, d) for n, ok, d in self.checks if ok is False), None)
+        if first is not None:
+            return first
+        passed = {n for n, ok, _ in self.checks if ok is True}
+        return next(((n, "did not run: nothing may be called verified without it") for n in self.required
+                     if n not in passed and not (n.endswith("*") and any(p.startswith(n[:-1]) for p in passed))), None)
 
     def lines(self) -> list[str]:
         return [f"{ {True: 'ok  ', False: 'FAIL', None: 'skip'}[ok]} {name}: {detail}" for name, ok, detail in self.checks]
@@ -165,6 +174,9 @@ def lock_facts(profile: str, stage: str) -> tuple[dict[str, str], dict[str, str]
     return want, patches
 
 
+SIGNED = ("signature", "sbom attestation", "verdict attestation", "verdicts", "lock")  # what signed() checks, in order
+
+
 def signed(out: Outcome, key: str, target: list[str], tlog: bool = False, insecure: bool = False) -> tuple[dict | None, dict | None]:
     """The checks a registry reference and a bundle share: signature, both attestations, verdicts, lock.
     Returns (verdict predicate, attested SBOM); stops at the first failure."""
@@ -179,7 +191,11 @@ def signed(out: Outcome, key: str, target: list[str], tlog: bool = False, insecu
                    f"{len(verdicts)} by this key" if verdicts else f"no {pred.PREDICATE_TYPE} attestation: {why}"):
         return None, None
     predicate = verdicts[-1]
-    if not isinstance(predicate, dict) or not out.add("verdicts", *pred.check_verdicts(predicate)):
+    if not isinstance(predicate, dict):
+        out.add("verdicts", False, f"the {pred.PREDICATE_TYPE} predicate is {type(predicate).__name__} "
+                f"({json.dumps(predicate)[:40]}), not the object `invoke publish` attests")
+        return None, None
+    if not out.add("verdicts", *pred.check_verdicts(predicate)):
         return None, None
     want_labels, want_patches = lock_facts(str(predicate.get("profile")), str(predicate.get("stage")))
     if not out.add("lock", *pred.check_lock(predicate, want_labels, want_patches)):
@@ -196,7 +212,7 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
     from sglang_stack.image import verify as verify_image
 
     ref = registry.parse(value, "IMAGE")
-    out = Outcome(str(ref))
+    out = Outcome(str(ref), required=(*SIGNED, "predicate labels", "sbom attested", "image *"))
     if ref.tag:
         now = registry.digest_of(ref, insecure)
         record = read_record(ref.by_tag, records)
@@ -307,11 +323,37 @@ def verify_bundle(directory: Path, key: str) -> Outcome:
         digest = meta["digest"]
     except (OSError, ValueError, KeyError):
         raise UserError(f"--bundle {directory}: no bundle.json with a digest (write one with `invoke bundle`)") from None
-    out = Outcome(f"{directory} ({meta.get('reference', digest)})")
+    out = Outcome(f"{directory} ({meta.get('reference', digest)})", required=(*SIGNED, "layers", "predicate labels",
+                                                                            "sbom attested"))
     labels = layout_labels(directory / "oci", digest)
+    if not out.add("layers", *layout_blobs(directory / "oci", digest)):
+        return out
     predicate, sbom = signed(out, key, ["--local-image", str(directory / "oci")])
     if predicate is None:
         return out
     if out.add("predicate labels", *pred.check_labels(predicate, labels)):
         out.add("sbom attested", *pred.check_sbom(predicate, sbom))
     return out
+
+
+def layout_blobs(layout: Path, digest: str) -> tuple[bool, str]:
+    """Every blob the image's manifest names (config and layers), hashed and sized against the manifest: cosign checks
+    the signature over the manifest, and the manifest names each layer by digest, but only reading a layer shows it is
+    still the one named."""
+    manifest = _layout_blob(layout, digest)
+    blobs = [manifest.get("config") or {}, *(manifest.get("layers") or [])]
+    total = 0
+    for blob in blobs:
+        algo, _, hexdigest = str(blob.get("digest", "")).partition(":")
+        path = layout / "blobs" / algo / hexdigest
+        if algo != "sha256" or not path.is_file():
+            return False, f"no blob {blob.get('digest')} in the layout"
+        sha, size = hashlib.sha256(), 0
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                sha.update(chunk)
+                size += len(chunk)
+        if sha.hexdigest() != hexdigest or size != blob.get("size"):
+            return False, f"blob {blob.get('digest', '')[:19]} does not hash or size to what the manifest names"
+        total += size
+    return True, f"{len(blobs)} blobs, {total / 1e9:.2f} GB, each what the manifest names"
