@@ -291,6 +291,23 @@ def test_the_newest_publish_record_of_a_tag_is_the_digest_k8s_takes(tmp_path):
     assert publishmod.published_for("other:tag", tmp_path) == ""
 
 
+@pytest.mark.parametrize("reference, published", [
+    ("r.io/s@sha256:" + "3" * 64 + "\n        command: [sh, -c, evil]", "2026-03-01T00:00:00Z"),
+    ("r.io/s:v1", "2026-03-01T00:00:00Z"),
+    ("r.io/s@sha256:" + "3" * 64, "zzzz-later-than-any-date"),
+    (["r.io/s@sha256:" + "3" * 64], "2026-03-01T00:00:00Z"),
+])
+def test_a_record_k8s_cannot_trust_is_passed_over(tmp_path, reference, published):
+    """A reference with a newline (it would become YAML of its own), a tag (refused on the command line too), or a
+    `published` that is not a timestamp (it would win by sorting): the valid older record is what k8s takes."""
+    good = "r.io/s@sha256:" + "2" * 64
+    (tmp_path / "good.json").write_text(json.dumps({"image": "sglang-stack:0.5.9-cu130", "reference": good,
+                                                    "published": "2026-02-01T00:00:00Z"}))
+    (tmp_path / "bad.json").write_text(json.dumps({"image": "sglang-stack:0.5.9-cu130", "reference": reference,
+                                                   "published": published}))
+    assert publishmod.published_for("sglang-stack:0.5.9-cu130", tmp_path) == good
+
+
 def test_a_bundle_layout_blob_must_hash_to_its_name(tmp_path):
     blobs = tmp_path / "blobs" / "sha256"
     blobs.mkdir(parents=True)

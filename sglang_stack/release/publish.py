@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -74,15 +75,32 @@ def read_record(tag_ref: str, records: Path = RECORDS) -> dict | None:
 
 
 def published_for(local_tag: str, records: Path = RECORDS) -> str:
-    """The newest ``REPOSITORY@sha256:...`` that `invoke publish` recorded for a local image tag; "" for none."""
+    """The newest ``REPOSITORY@sha256:...`` that `invoke publish` recorded for a local image tag; "" for none.
+
+    A record is a file anyone with the checkout can write, and what it names ends up in a pod spec: only a reference
+    that passes the same grammar and by-digest rule as ``invoke k8s --image`` counts, and the newest is chosen by a
+    timestamp that parses, never by the text it holds."""
+    from datetime import datetime
+
+    from sglang_stack.image import store
+
     found = []
     for path in sorted(records.glob("*.json")) if records.is_dir() else ():
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            reference = data["reference"]
+            when = datetime.strptime(data["published"], "%Y-%m-%dT%H:%M:%SZ")
+        except (OSError, ValueError, TypeError, KeyError):
             continue
-        if data.get("image") == local_tag and data.get("reference"):
-            found.append((data.get("published", ""), data["reference"]))
+        if data.get("image") != local_tag or not isinstance(reference, str):
+            continue
+        try:
+            if "@sha256:" not in store.reference(reference, "record") or not re.fullmatch(r"[^\s@]+@sha256:[0-9a-f]{64}",
+                                                                                             reference):
+                continue
+        except UserError:
+            continue
+        found.append((when, reference))
     return max(found)[1] if found else ""
 
 
