@@ -75,6 +75,7 @@ def run(
             cwd=cwd,
             env=dict(env) if env is not None else None,
             text=True,
+            errors="replace",  # a tool's stray non-UTF-8 byte (nvidia-smi, lspci) is a character, not a crash
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
             timeout=timeout,

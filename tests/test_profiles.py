@@ -94,9 +94,22 @@ def test_a_router_base_written_the_same_as_the_roots_is_refused_as_a_copy(tmp_pa
 
 
 def test_a_lock_that_cannot_be_extended_is_one_line(tmp_path):
-    lock = tmp_path / "versions.lock"
-    lock.write_text('extends = "../nowhere/versions.lock"\n[sglang]\nversion = "9.9.9"\n')
-    with pytest.raises(UserError, match=r"extends: '../nowhere/versions.lock': no such file"):
+    lock = tmp_path / "profiles" / "9.9.9" / "versions.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text('extends = "../../versions.lock"\n[sglang]\nversion = "9.9.9"\n')
+    with pytest.raises(UserError, match=r"extends: '../../versions.lock': no such file"):
+        lockfile.load(lock)
+
+
+@pytest.mark.parametrize("extends", ["/etc/passwd", "../../../outside/versions.lock", "../other/versions.lock"])
+def test_a_profile_extends_only_its_own_checkouts_root_lock(tmp_path, extends):
+    outside = tmp_path / "outside" / "versions.lock"
+    outside.parent.mkdir()
+    outside.write_text((ROOT / "versions.lock").read_text())
+    lock = tmp_path / "checkout" / "profiles" / "9.9.9" / "versions.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(f'extends = "{extends}"\n[sglang]\nversion = "9.9.9"\n')
+    with pytest.raises(UserError, match=r"a profile extends the root's versions.lock of its own checkout"):
         lockfile.load(lock)
 
 

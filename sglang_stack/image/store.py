@@ -41,8 +41,10 @@ def reference(value: str, flag: str) -> str:
     Checked whole before it reaches an engine's command line, where ``--help`` or
     ``--format=...`` would be read as an option of the engine's own."""
     if not isinstance(value, str) or not (REFERENCE.fullmatch(value) or IMAGE_ID.fullmatch(value)):
-        raise UserError(f"{flag} {value!r}: not an image reference ([registry/]name[:tag][@sha256:digest], "
-                        "lowercase) or image ID")
+        # user:password@host/... is the commonest way a secret is pasted into a reference: never echo what precedes @
+        shown = re.sub(r"^[^/@]*:[^/@]*@", "***@", value) if isinstance(value, str) else value
+        raise UserError(f"{flag} {shown!r}: not an image reference ([registry/]name[:tag][@sha256:digest], "
+                        "lowercase) or image ID (credentials go to `docker login`, never into a reference)")
     return value
 
 

@@ -83,6 +83,10 @@ def load(path: Path = LOCK_PATH) -> dict:
     if not isinstance(extends, str) or not extends:
         raise UserError(f"{display(path)}: extends: {extends!r} should name the root's versions.lock")
     base_path = (path.parent / extends).resolve()
+    root = (path.parent.parent.parent / "versions.lock").resolve()  # profiles/NAME/versions.lock -> the checkout's
+    if base_path != root:
+        raise UserError(f"{display(path)}: extends: {extends!r} names {base_path}; a profile extends the root's "
+                        "versions.lock of its own checkout (\"../../versions.lock\")")
     if not base_path.is_file():
         raise UserError(f"{display(path)}: extends: {extends!r}: no such file ({base_path})")
     base = _parse(base_path)
