@@ -133,9 +133,9 @@ def test_bad_settings_are_one_line_and_the_server_still_starts(tmp_path, environ
 
 
 def test_on_with_a_release_without_it_names_the_profile_that_has_it(tmp_path):
-    proc = serve(tmp_path, "rtxpro6000x8", {"PCIE_ALLREDUCE": "on"}, version="0.5.9", pcie=False)
+    proc = serve(tmp_path, "rtxpro6000x8", {"PCIE_ALLREDUCE": "on"}, version="0.5.8", pcie=False)
     assert seen(proc)["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"] is None
-    assert "off: SGLang 0.5.9 has none; profile 0.5.23 has it (SGLANG_PROFILE=0.5.23)" in said(proc)[-1], said(proc)
+    assert "off: SGLang 0.5.8 has none; profile 0.5.23 has it (SGLANG_PROFILE=0.5.23)" in said(proc)[-1], said(proc)
 
 
 @pytest.mark.parametrize("value, kept", [("-1", False), ("1e99", False), ("12", False), ("99999999999", False),

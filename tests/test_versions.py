@@ -70,7 +70,8 @@ def readable(rel: str) -> str:
     except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
         return ""
     if rel == "README.md":
-        text = re.sub(re.escape(contents.BEGIN) + r".*?" + re.escape(contents.END), "", text, flags=re.S)
+        for begin, end in ((contents.BEGIN, contents.END), (contents.PATCHES_BEGIN, contents.PATCHES_END)):
+            text = re.sub(re.escape(begin) + r".*?" + re.escape(end), "", text, flags=re.S)
         head, _, rest = text.partition("\n\n")
         _, _, rest = rest.partition("\n\n")  # the title, then the summary paragraph
         text = "\n" * (head.count("\n") + 2) + rest
