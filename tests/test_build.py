@@ -51,6 +51,20 @@ def test_secrets_are_passed_as_files_not_values(tmp_path):
     assert not any("hf_secret_value" in a for a in argv), "a secret value must never appear on the command line"
 
 
+def test_podman_and_buildah_take_chroot_isolation_where_there_is_no_unified_cgroup_tree(tmp_path):
+    """crun and runc under buildah's default isolation need cgroup v2 ("cgroups in hybrid mode not supported"); chroot
+    isolation needs none. docker is never given an isolation; a host with cgroup v2 keeps the engine's default."""
+    from sglang_stack.image import workflow
+
+    said = []
+    missing = tmp_path / "cgroup.controllers"
+    assert workflow.default_isolation("buildah", missing, said.append) == "chroot"
+    assert said and "--isolation chroot" in said[0], said
+    assert workflow.default_isolation("docker", missing, said.append) is None
+    missing.write_text("cpu io memory pids\n")
+    assert workflow.default_isolation("podman", missing, said.append) is None
+
+
 def test_build_args_are_sorted_and_validated():
     argv = request(build_args=buildmod.parse_build_args(["SOME_ARG=a/b", "A=1"])).command()
     assert argv.index("A=1") < argv.index("SOME_ARG=a/b"), argv

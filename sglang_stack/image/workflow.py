@@ -52,6 +52,21 @@ def ca_bundle_of(value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
+CGROUP_V2 = Path("/sys/fs/cgroup/cgroup.controllers")
+
+
+def default_isolation(engine: str, unified: Path = CGROUP_V2, say: Callable[[str], None] = print) -> str | None:
+    """``chroot`` for podman/buildah where the host has no unified cgroup hierarchy, else None (the engine's default).
+
+    Their default OCI isolation runs each RUN step under crun or runc, which need cgroup v2 here ("cgroups in hybrid
+    mode not supported", and a working container and intermediate images left behind); chroot isolation needs none.
+    """
+    if engine == "docker" or unified.is_file():
+        return None
+    say(f"build: {engine}: no unified cgroup hierarchy here ({unified} is missing): --isolation chroot")
+    return "chroot"
+
+
 def request_of(flags: BuildFlags, lock: lockmod.Lock) -> buildmod.BuildRequest:
     """The engine's build request for ``flags``: the tag from the lock, the commit's clock, the build arguments."""
     request = buildmod.BuildRequest(
@@ -63,7 +78,8 @@ def request_of(flags: BuildFlags, lock: lockmod.Lock) -> buildmod.BuildRequest:
         ca_bundle=ca_bundle_of(flags.ca_bundle),
         hf_token_file=Path(flags.hf_token_file) if flags.hf_token_file else None,
         build_args=buildmod.parse_build_args(list(flags.build_args)),
-        isolation=flags.isolation or (flags.configured_isolation if flags.engine != "docker" else None) or None,
+        isolation=flags.isolation or (flags.configured_isolation if flags.engine != "docker" else None)
+        or default_isolation(flags.engine),
         source_date_epoch=buildmod.commit_epoch(),
         oci=flags.reproducible and flags.engine != "docker",
         reproducible=flags.reproducible,
