@@ -72,6 +72,9 @@ def test_build_args_are_sorted_and_validated():
         buildmod.parse_build_args(["NOVALUE"])
     with pytest.raises(UserError, match="use --base-image"):
         buildmod.parse_build_args(["BASE_IMAGE=x"])
+    for key in ("SOURCE_REVISION", "DOCKERFILE_SHA256", "SOURCE_DATE_EPOCH"):
+        with pytest.raises(UserError, match=f"--build-arg {key}=...: the build sets it from the checkout itself"):
+            buildmod.parse_build_args([f"{key}=forged"])
 
 
 @pytest.mark.parametrize(

@@ -173,6 +173,9 @@ def checkout(root: Path = ROOT) -> dict:
     return {"commit": commit.strip() if commit else None, "dirty": bool(status.strip()) if status is not None else None}
 
 
+PROVENANCE = ("SOURCE_REVISION", "DOCKERFILE_SHA256", "SOURCE_DATE_EPOCH")
+
+
 def provenance_args(dockerfile: Path, root: Path = ROOT) -> dict[str, str]:
     """The Dockerfile's provenance arguments: SOURCE_REVISION, the commit (``-dirty`` appended where tracked files
     have changes, as ``git describe --dirty`` marks it; empty outside a checkout), and DOCKERFILE_SHA256.
@@ -210,6 +213,10 @@ def parse_build_args(items: list[str]) -> dict[str, str]:
             raise UserError(f"--build-arg {item!r}: expected KEY=VALUE")
         if key in ("BASE_IMAGE", "ROUTER_BASE_IMAGE"):
             raise UserError(f"--build-arg {key}=...: use --base-image instead")
+        if key in PROVENANCE:
+            # What the image's labels attest of its source: the build derives them, `invoke publish` signs them.
+            raise UserError(f"--build-arg {key}=...: the build sets it from the checkout itself (provenance); it cannot "
+                            "be given")
         out[key] = prefetch_refs(value) if key == "PREFETCH_MODELS" else value
     return out
 
