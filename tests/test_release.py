@@ -345,6 +345,7 @@ def test_a_bundle_layout_blob_must_hash_to_its_name(tmp_path):
     (("k8s", "--out", "/tmp/never-written", "--image", "r.io/s:v1"), "error: --image r.io/s:v1: name the image by digest"),
     (("bundle", "127.0.0.1:9/s@sha256:" + "0" * 64, "--out", "README.md"),
      "error: --out README.md: exists and is not an empty directory"),
+    (("verify", "127.0.0.1:5999/stack:v1"), "error: 127.0.0.1:5999/stack:v1: no such image in the docker store"),
     (("publish", "img:1", "--to", "admin:hunter2secret@127.0.0.1:5000/s", "--key", "README.md"),
      "error: --to '***@127.0.0.1:5000/s': not an image reference"),
 ])
@@ -352,6 +353,8 @@ def test_bad_flags_are_one_line(args, message, tmp_path):
     proc = invoke(*args)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "hunter2secret" not in proc.stdout + proc.stderr, "a password pasted into a reference is never echoed"
+    if args[:2] == ("verify", "127.0.0.1:5999/stack:v1"):
+        assert proc.stderr.strip().endswith("verified from its registry with its signer's key: --key PUB"), proc.stderr
     if message:
         assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
     assert not Path("/tmp/never-written").exists()

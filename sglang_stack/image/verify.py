@@ -242,7 +242,11 @@ def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | 
     from sglang_stack.patching.patches import read_series
 
     if not store.exists(engine, image):
-        raise UserError(f"{image}: no such image in the {engine} store (pull or build it first, or pass --engine)")
+        first = image.split("/", 1)[0] if "/" in image else ""
+        published = "." in first or ":" in first or first == "localhost"
+        raise UserError(f"{image}: no such image in the {engine} store (pull or build it first, or pass --engine)" +
+                        ("; a published image is verified from its registry with its signer's key: --key PUB"
+                         if published else ""))
     from sglang_stack.image.render import patches_of
 
     lock, _ = lockmod.check_all(lock_path or root / "versions.lock", download=False)
