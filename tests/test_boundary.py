@@ -169,6 +169,25 @@ def test_ctrl_c_while_the_tasks_load_is_one_line():
     assert proc.returncode in (-signal.SIGINT, 130), proc.returncode
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_run_the_restore_paths_ctrl_c_runs(tmp_path, sig):
+    """A task killed by a CI timeout or a closed terminal: its `except BaseException` restore runs (here it writes a
+    file, as a bump puts its files back), and the boundary says one line, exit 130."""
+    done = tmp_path / "restored"
+    code = ("import sys, time; sys.path.insert(0, '.'); "
+            "from sglang_stack.tasks.boundary import signals_interrupt, user_errors; signals_interrupt()\n"
+            "@user_errors\ndef task():\n    try:\n        print('ready', flush=True); time.sleep(30)\n"
+            f"    except BaseException:\n        open({str(done)!r}, 'w').write('1'); raise\n"
+            "try:\n    task()\nexcept BaseException as err:\n    print(err, file=sys.stderr); sys.exit(getattr(err, 'code', 1))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert done.read_text() == "1", "the restore path ran"
+    assert err.strip() == f"error: interrupted ({signal.Signals(sig).name})" and proc.returncode == 130, (err, proc.returncode)
+
+
 def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 

@@ -81,8 +81,9 @@ def user_errors(body):
             return body(*args, **kwargs)
         except UserError as err:
             raise Exit(redact(format_error(err)), code=err.code) from None
-        except KeyboardInterrupt:
-            raise Exit("error: interrupted", code=130) from None
+        except KeyboardInterrupt as err:
+            said = f" ({err.args[0]})" if err.args and str(err.args[0]).startswith("SIG") else ""
+            raise Exit(f"error: interrupted{said}", code=130) from None
         except (Exit, SystemExit):
             raise
         except Exception as err:  # the boundary: classify, or report a bug
@@ -116,6 +117,20 @@ def quiet_interrupts() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
+
+
+def signals_interrupt() -> None:
+    """SIGTERM and SIGHUP (a CI timeout, ``kill``, a closed terminal) stop a task the way Ctrl-C does: as a
+    KeyboardInterrupt, so every restore path (``except BaseException``: a bump's files put back, a bundle's scratch
+    removed) runs, and the boundary says one line. A command a task streams gets the signal forwarded
+    (``shell.stream``), which installs its own handlers while it runs."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
 
 
 def repeated_flag(argv: list[str]) -> str | None:
