@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -229,6 +230,31 @@ def test_a_verify_that_stops_before_its_checks_is_not_verified():
     assert out.failed is None
 
 
+@pytest.mark.parametrize("case", ["wrong password", "public key", "read-only records"])
+def test_publish_checks_everything_before_the_push(registry, keys, sglang_stage, tmp_path, monkeypatch, case):
+    """A wrong COSIGN_PASSWORD, a public key given as --key, or a record that cannot be written: refused in one line,
+    and the registry never saw the tag (before, the tag had moved to an unsigned digest when the error came)."""
+    tag = f"{registry}/before-push:{case.replace(' ', '-')}"
+    key = keys[0] / ("cosign.pub" if case == "public key" else "cosign.key")
+    env = {**os.environ, "COSIGN_PASSWORD": "wrong" if case == "wrong password" else ""}
+    cwd = ROOT
+    if case == "read-only records":
+        import checkout
+
+        tree = checkout.copy(tmp_path / "tree")
+        (tree / "build").mkdir(exist_ok=True)
+        (tree / "build" / "published").write_text("a file where the records' directory goes")
+        cwd = tree
+    proc = subprocess.run([*engine.INVOKE, "publish", sglang_stage[0], "--to", tag, "--key", str(key)], cwd=cwd,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout[-1500:] + proc.stderr[-1500:]
+    words = {"wrong password": "cosign cannot open it", "public key": "not a private key",
+             "read-only records": "the publish record cannot be written"}[case]
+    assert words in last(proc), proc.stderr
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"http://{registry}/v2/before-push/manifests/{case.replace(' ', '-')}", timeout=5)
+
+
 def test_an_image_without_provenance_is_not_pushed(registry, keys, docker_base):
     proc = invoke("publish", docker_base, "--to", f"{registry}/nothing:v1", "--key", str(keys[0] / "cosign.key"))
     assert proc.returncode == 2 and "no provenance label io.sglang-stack.stage" in last(proc), proc.stderr
@@ -270,7 +296,9 @@ def test_a_bundle_whose_layer_was_swapped_fails_at_its_layers(published, keys, t
     digest = json.loads((out / "bundle.json").read_text())["digest"]
     manifest = json.loads((out / "oci" / "blobs" / "sha256" / digest.split(":")[1]).read_bytes())
     layer = out / "oci" / "blobs" / "sha256" / manifest["layers"][-1]["digest"].split(":")[1]
-    layer.write_bytes(layer.read_bytes()[:-1] + b"\0")
+    data = bytearray(layer.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte of the layer's content, changed (a gzip trailer's last byte is often 0 already)
+    layer.write_bytes(bytes(data))
     proc = verify("--bundle", str(out), "--key", str(keys[0] / "cosign.pub"))
     assert proc.returncode == 1 and last(proc).endswith("does not hash or size to what the manifest names"), \
         proc.stdout[-1500:] + proc.stderr

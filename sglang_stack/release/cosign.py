@@ -45,6 +45,24 @@ def _cosign() -> str:
     return shell.require("cosign", HINT)
 
 
+def ready(signer: Signer) -> None:
+    """Everything signing needs, checked before anything is pushed: cosign on PATH, and for a key file a key that
+    COSIGN_PASSWORD opens and that is a private key (``cosign public-key`` derives the public half from it)."""
+    cosign = _cosign()
+    if signer.keyless or re.match(r"^[a-z0-9-]+://", signer.key):
+        return  # keyless, or a KMS key: cosign asks its service at signing time
+    text = Path(signer.key).read_text(errors="replace")
+    if "PRIVATE KEY" not in text:
+        raise UserError(f"--key {signer.key}: not a private key (a public key verifies; signing needs the cosign.key "
+                        "that `cosign generate-key-pair` wrote beside it)")
+    proc = shell.run([cosign, "public-key", "--key", signer.key], capture=True, check=False, what="cosign public-key",
+                     timeout=60)
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        raise UserError(f"--key {signer.key}: cosign cannot open it ({said[-1][:160] if said else 'exit ' + str(proc.returncode)}; "
+                        "COSIGN_PASSWORD is its password)")
+
+
 def sign(signer: Signer, ref: str) -> None:
     shell.run([_cosign(), "sign", *signer.flags(), ref], capture=True, what="cosign sign")
 

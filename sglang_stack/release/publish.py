@@ -136,6 +136,17 @@ def push(engine: str, image: str, target: registry.Ref, insecure: bool) -> str:
     return digest
 
 
+def writable(records: Path) -> None:
+    """The publish record can be written where it goes (a read-only checkout fails here, before the push)."""
+    try:
+        records.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=records, prefix=".write-check-"):
+            pass
+    except OSError as err:
+        raise UserError(f"{records}: the publish record cannot be written ({err.strerror or err}): nothing was pushed") \
+            from None
+
+
 def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, records: Path = RECORDS) -> dict:
     """Push ``image`` to ``to``, sign its digest and attest its SBOM and verdicts; return the record written."""
     from sglang_stack.atomic import write as atomic_write
@@ -144,7 +155,16 @@ def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, 
     if target.digest:
         raise UserError(f"--to {to}: a digest is what the push gives; name REGISTRY/REPOSITORY[:TAG]")
     labels, found = image_facts(engine, image)
-    predicate = pred.make(image, labels, found)  # everything is checked before the first push
+    # Everything that can fail is checked before the first push: a tag moved to an unsigned or unrecorded digest is
+    # what a failure after it would leave.
+    predicate = pred.make(image, labels, found)
+    want_labels, want_patches = lock_facts(predicate["profile"], predicate["stage"])
+    ok, why = pred.check_lock(predicate, want_labels, want_patches)
+    if not ok:
+        raise UserError(f"{image}: not what this checkout's lock builds ({why}): `invoke verify` would refuse it; "
+                        "rebuild it with `invoke build`")
+    cosign.ready(signer)
+    writable(records)
     if not target.tag:
         local = image.rsplit("/", 1)[-1]
         target = registry.Ref(target.registry, target.repository, local.split(":", 1)[1] if ":" in local else "latest")
