@@ -422,4 +422,5 @@ def test_the_pods_run_an_image_by_its_registry_digest_when_one_is_known(lock):
     assert kind(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] == lock.router_tag, \
         "no digest known for the router's tag: the tag"
     chosen = k8s.render_text(lock, {**k8s.load_values(), "image": "mine@sha256:" + "b" * 64}, pinned={lock.tag: digest})
-    assert f"image: mine@sha256:{'b' * 64}" in chosen["sglang.yaml"], "the values' image wins over what the store knows"
+    assert f'image: "mine@sha256:{"b" * 64}"' in chosen["sglang.yaml"], \
+        "the values' image wins over what the store knows, quoted: a value is never YAML of its own"

@@ -44,7 +44,8 @@ def reference(value: str, flag: str) -> str:
         # user:password@host/... is the commonest way a secret is pasted into a reference: never echo what precedes @
         shown = re.sub(r"^[^/@]*:[^/@]*@", "***@", value) if isinstance(value, str) else value
         raise UserError(f"{flag} {shown!r}: not an image reference ([registry/]name[:tag][@sha256:digest], "
-                        "lowercase) or image ID (credentials go to `docker login`, never into a reference)")
+                        "lowercase) or image ID" + (" (credentials go to `docker login`, never into a reference)"
+                                                    if shown != value else ""))
     return value
 
 
