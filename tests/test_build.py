@@ -65,6 +65,40 @@ def test_podman_and_buildah_take_chroot_isolation_where_there_is_no_unified_cgro
     assert workflow.default_isolation("podman", missing, said.append) is None
 
 
+def test_a_foreign_platform_is_asked_of_the_engine():
+    argv = request(platform="linux/arm64").command()
+    assert argv[argv.index("--platform") + 1] == "linux/arm64", argv
+    assert "--platform" not in request().command(), "the host's platform is the engine's default"
+
+
+def test_a_platform_this_builder_cannot_run_is_one_line_naming_what_to_install(monkeypatch):
+    monkeypatch.setattr(buildmod, "builder_platforms", lambda engine: ["linux/amd64", "linux/386"])
+    with pytest.raises(UserError) as err:
+        buildmod.require_platform("docker", "linux/arm64")
+    assert "--platform linux/arm64: this docker builder runs linux/amd64, linux/386 only" in str(err.value)
+    assert "qemu-user-static" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setattr(buildmod, "builder_platforms", lambda engine: ["linux/amd64", "linux/arm64"])
+    buildmod.require_platform("docker", "linux/arm64")
+
+
+@pytest.mark.engine
+def test_invoke_build_for_arm64_on_this_engine_is_built_or_refused_before_anything_is_written(docker_engine, tmp_path):
+    """The real builder's answer: where it cannot run aarch64 steps (this machine), one line and no render; the root's
+    profile, which has no aarch64 set, says so first."""
+    have = buildmod.builder_platforms("docker") or []
+    if "linux/arm64" in have:
+        pytest.skip("this builder runs linux/arm64: the refusal cannot be shown here")
+    proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--platform", "linux/arm64", "--profile", "0.5.23",
+                           "--target", "base"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --platform linux/arm64: this docker builder runs"), \
+        proc.stderr
+    assert "Dockerfile.arm64" not in proc.stdout, "refused before the render"
+    root = subprocess.run([sys.executable, "-m", "invoke", "build", "--platform", "linux/arm64"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert root.returncode == 2 and "no linux/arm64 build: it needs [sglang.arm64]" in root.stderr, root.stderr
+
+
 def test_build_args_are_sorted_and_validated():
     argv = request(build_args=buildmod.parse_build_args(["SOME_ARG=a/b", "A=1"])).command()
     assert argv.index("A=1") < argv.index("SOME_ARG=a/b"), argv

@@ -96,6 +96,8 @@ class BuildRequest:
         if not self.dockerfile.is_file():
             raise UserError(f"{self.dockerfile}: missing (run `invoke render`)")
 
+    platform: str = ""  # --platform for a foreign architecture (linux/arm64); "" builds for the host's
+
     def command(self) -> list[str]:
         """The exact engine command line, secrets passed as files, never as values."""
         if self.engine == "docker":
@@ -114,6 +116,8 @@ class BuildRequest:
         if self.isolation:
             argv += ["--isolation", self.isolation]
         argv += ["--file", str(self.dockerfile), "--target", self.target, "--tag", self.tag]
+        if self.platform:
+            argv += ["--platform", self.platform]
         if self.no_cache:
             argv.append("--no-cache")
         if self.source_date_epoch is not None:
@@ -174,6 +178,34 @@ def checkout(root: Path = ROOT) -> dict:
 
 
 PROVENANCE = ("SOURCE_REVISION", "DOCKERFILE_SHA256", "SOURCE_DATE_EPOCH")
+QEMU_HINT = ("install QEMU's user-mode emulation for it (Debian/Ubuntu: `sudo apt-get install qemu-user-static "
+             "binfmt-support`; or `docker run --privileged --rm tonistiigi/binfmt --install arm64`), or build on an "
+             "aarch64 host")
+
+
+def builder_platforms(engine: str) -> list[str] | None:
+    """The platforms the engine's builder can run RUN steps for, or None where it cannot say."""
+    import platform as host
+    import subprocess
+
+    if engine == "docker":
+        try:
+            out = subprocess.run(["docker", "buildx", "inspect"], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        line = next((ln for ln in out.splitlines() if ln.strip().startswith("Platforms:")), "")
+        return [p.strip().rstrip("*") for p in line.split(":", 1)[1].split(",")] if line else None
+    native = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(host.machine(), "")
+    emulated = {"linux/arm64": "qemu-aarch64", "linux/amd64": "qemu-x86_64"}
+    return [native, *[p for p, name in emulated.items() if Path("/proc/sys/fs/binfmt_misc", name).exists()]]
+
+
+def require_platform(engine: str, platform: str) -> None:
+    """A build for ``platform`` runs its RUN steps there: refused in one line where this host cannot run them."""
+    have = builder_platforms(engine)
+    if have is not None and platform not in have:
+        raise UserError(f"--platform {platform}: this {engine} builder runs {', '.join(p for p in have if p) or 'nothing'} "
+                        f"only: {QEMU_HINT}")
 
 
 def provenance_args(dockerfile: Path, root: Path = ROOT) -> dict[str, str]:

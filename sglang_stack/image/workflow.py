@@ -41,6 +41,7 @@ class BuildFlags:
     reproducible: bool = False
     mirror: bool = False
     profile: str | None = None  # --profile: an SGLang release of profiles/ (default: $SGLANG_PROFILE, else the root's)
+    platform: str | None = None  # --platform: linux/amd64 (default) or linux/arm64 where the profile's lock has it
 
 
 def ca_bundle_of(value: str | None) -> Path | None:
@@ -95,13 +96,23 @@ def build(flags: BuildFlags, say: Callable[[str], None] = print) -> tuple[str, s
     """Check the lock, render, build; return the image's reference and ID."""
     from sglang_stack.lock import profiles
 
+    from sglang_stack.lock import platforms
+
     profile = profiles.get(flags.profile)
-    lock, cross_checked = lockmod.check_all(profile.lock, download=False)
+    platform = platforms.platform_of(flags.platform)
+    lock, cross_checked = lockmod.check_all(profile.lock, download=False, platform=platform)
     say(lockmod.summary(lock, cross_checked))
     say(releases.check_line(lock))
-    say(f"{profiles.display(profile.dockerfile)}: {'rendered' if rendermod.render(lock, profile.dockerfile) else 'up to date'}")
+    if platform != "linux/amd64":
+        buildmod.require_platform(flags.engine, platform)  # before anything is written
+    dockerfile = rendermod.dockerfile_of(profile.dockerfile, platform)
+    say(f"{profiles.display(dockerfile)}: {'rendered' if rendermod.render(lock, dockerfile) else 'up to date'}")
     request = request_of(flags, lock)
-    request.dockerfile = profile.dockerfile
+    request.dockerfile = dockerfile
+    if platform != "linux/amd64":
+        request.platform = platform
+        if not flags.tag:  # one local name per platform: an aarch64 build never replaces the x86-64 image
+            request.tag = f"{request.tag}-{platforms.PLATFORMS[platform]}"
     request.provenance = buildmod.provenance_args(request.dockerfile)
     if flags.mirror:
         from sglang_stack.image import mirror

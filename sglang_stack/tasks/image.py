@@ -322,6 +322,9 @@ def render(c, check=False, profile=None, platform=None):
         "cuda-arch-list": "GPU architectures FlashInfer's kernels are built for at image build time, e.g. "
         "\"9.0a 12.0a\" (H200, RTX PRO 6000); '' skips that build (default: versions.lock [jit] arch_list)",
         "profile": PROFILE_HELP,
+        "platform": "linux/amd64 (default) or linux/arm64, for a profile whose lock has the aarch64 set (the 0.5.23 "
+        "one): builds its Dockerfile.arm64 with buildx or buildah --platform, tagged with an -arm64 suffix; a host "
+        "that cannot run aarch64 steps (no QEMU binfmt) is refused in one line that says what to install",
     },
     iterable=["build_arg"],
     auto_shortflags=False,
@@ -343,6 +346,7 @@ def build(
     reproducible=False,
     mirror=False,
     profile=None,
+    platform=None,
 ):
     """Validate the lock, render docker/Dockerfile, then build the image.
 
@@ -361,7 +365,7 @@ def build(
         engine=engine, target=target, tag=tag, base_image=base_image, no_cache=no_cache,
         ca_bundle=ca_bundle or cfg.ca_bundle, hf_token_file=hf_token_file, build_args=tuple(build_arg or ()),
         isolation=isolation, configured_isolation=cfg.isolation, flashinfer_jit_cache=flashinfer_jit_cache, cuda_arch_list=cuda_arch_list,
-        reproducible=bool(reproducible), mirror=mirror, profile=profile,
+        reproducible=bool(reproducible), mirror=mirror, profile=profile, platform=platform,
     )
     ref, image_id = workflow.build(flags)
     print(f"built {ref} ({image_id})")
