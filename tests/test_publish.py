@@ -255,6 +255,16 @@ def test_publish_checks_everything_before_the_push(registry, keys, sglang_stage,
         urllib.request.urlopen(f"http://{registry}/v2/before-push/manifests/{case.replace(' ', '-')}", timeout=5)
 
 
+def test_a_missing_tag_and_a_mistyped_repository_say_which(published, keys, registry):
+    record, _ = published
+    typo = verify(f"{registry}/stak:v1", "--key", str(keys[0] / "cosign.pub"))
+    assert typo.returncode == 1 and last(typo).endswith("tag: the registry has no repository stak (check its name)"), \
+        typo.stderr
+    tag = verify(f"{registry}/stack:v9", "--key", str(keys[0] / "cosign.pub"))
+    assert tag.returncode == 1 and f"tag: {registry}/stack has no tag v9 (it has " in last(tag) and "v1" in last(tag), \
+        tag.stderr
+
+
 def test_an_image_without_provenance_is_not_pushed(registry, keys, docker_base):
     proc = invoke("publish", docker_base, "--to", f"{registry}/nothing:v1", "--key", str(keys[0] / "cosign.key"))
     assert proc.returncode == 2 and "no provenance label io.sglang-stack.stage" in last(proc), proc.stderr

@@ -255,7 +255,7 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
         now = registry.digest_of(ref, insecure)
         record = read_record(ref.by_tag, records)
         if not now:
-            out.add("tag", False, f"the registry has no tag {ref.tag}")
+            out.add("tag", False, registry.missing(ref, insecure))
             return out
         if ref.digest and ref.digest != now:
             out.add("tag", False, f"{ref.by_tag} now serves {now}, not the {ref.digest} named")

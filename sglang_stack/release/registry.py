@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -54,6 +55,20 @@ def parse(value: str, flag: str) -> Ref:
 def digest_of(ref: Ref, insecure: bool = False) -> str:
     """The digest the registry serves for ``ref``'s tag now; "" where it has no such tag."""
     return client.tag_digest(ref.registry, ref.repository, ref.tag, insecure)
+
+
+def missing(ref: Ref, insecure: bool = False) -> str:
+    """Why the registry serves nothing for ``ref``'s tag, in words: no such repository (a typo), or no such tag in it."""
+    resp = client.get(ref.registry, ref.repository, "tags/list", insecure, accept="application/json")
+    if resp.status_code == 404:
+        return f"the registry has no repository {ref.repository} (check its name)"
+    try:
+        tags = sorted((json.loads(client._body(resp, f"{ref.registry}/{ref.repository}", "tag list")) or {})
+                      .get("tags") or [])
+    except (ValueError, UserError):
+        tags = []
+    shown = ", ".join(tags[:8]) + (f" and {len(tags) - 8} more" if len(tags) > 8 else "")
+    return f"{ref.registry}/{ref.repository} has no tag {ref.tag}" + (f" (it has {shown})" if tags else "")
 
 
 def labels_of(ref: Ref, insecure: bool = False) -> dict[str, str]:
