@@ -391,6 +391,8 @@ def test_cli_lock_check_names_a_version_edited_against_foreign_hashes(repo_copy)
     assert len(errors) == 1, f"one line for the one edited pin: {errors}"
     assert errors[0].startswith(f"error: requirements.lock.txt:{line}: jinja2==3.1.5: hash sha256:"), errors[0]
     assert "belongs to no file of that release" in errors[0], errors[0]
+    readme = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("error: requirements.lock.txt:")]
+    assert readme == [errors[0]], f"README.md's example is not what `invoke lock --check` prints today:\n{errors[0]}"
 
 
 def test_a_lock_far_larger_than_any_is_refused_before_it_is_parsed(tmp_path):
