@@ -211,8 +211,9 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False, probe=Fal
 
     Runs the host preflight first (`invoke doctor` quietly) and refuses to start on the
     first failed check. Where PCIE_ALLREDUCE=auto needs a verdict on this host and none is
-    recorded, `invoke probe SERVICE` runs next (with --probe: always). Then `docker compose up --detach --wait SERVICE`, which builds the
-    image if it is missing, printing progress while the model loads. Returns once the
+    recorded, `invoke probe SERVICE` runs next (with --probe: always). Then `docker compose up
+    --detach --wait SERVICE`, which builds the image if it is missing (from the Dockerfile of
+    the profile SGLANG_PROFILE names), printing progress while the model loads. Returns once the
     healthcheck passes: SGLang's /health generated one token, or for a router, at least
     one of ROUTER_WORKER_URLS is healthy. A server whose command speculates then has its
     acceptance measured (`invoke acceptance SERVICE`). The compose files are those `docker compose`
