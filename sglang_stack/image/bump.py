@@ -275,6 +275,26 @@ def day_after(files: list[dict]) -> datetime:
     return (last + timedelta(days=1)).replace(hour=0, minute=0, second=0)
 
 
+def toolchain_of(index: str, pins: dict[str, str], names: list[str], python: str, platform: str) -> list[str]:
+    """The JIT compiler pinned where NVIDIA pairs it with the resolved CUDA runtime: cuda-toolkit's own extras
+    (``nvcc``, ``cccl``, ``crt``) name each package at that release. The resolved set alone may hold a newer compiler
+    (humming-kernels asks for any nvcc: 13.4 beside CUDA 13.0's runtime for 0.5.23), which CCCL refuses beside the
+    runtime's headers. Without cuda-toolkit in the set, what the resolution installs."""
+    from sglang_stack import download
+    from sglang_stack.lock import lockfile as lockmod
+
+    toolkit = pins.get("cuda-toolkit")
+    paired: dict[str, str] = {}
+    if toolkit:
+        wheel = best_wheel(release_files(index, "cuda-toolkit", toolkit), python, platform)
+        for line in lockmod.wheel_requires(download.fetch(wheel["url"], wheel["sha256"])):
+            req = Requirement(line)
+            exact = [s.version.removesuffix(".*") for s in req.specifier if s.operator == "=="]
+            if req.marker is not None and "extra" in str(req.marker) and exact:
+                paired.setdefault(canonicalize_name(req.name), exact[0])
+    return [f"{n}=={paired.get(canonicalize_name(n)) or pins[canonicalize_name(n)]}" for n in names]
+
+
 def _cuda_version(requirements: dict[str, str]) -> str | None:
     """The CUDA release the resolution installs: ``cuda-toolkit`` (13.0.3.0 -> 13.0.3), else the CUDA runtime's."""
     pin = requirements.get("cuda-toolkit") or requirements.get("nvidia-cuda-runtime")
@@ -326,7 +346,8 @@ def new_profile(version: str) -> list[Path]:
 
     Its wheel is the one the image's interpreter installs; its clock the midnight after the release; every
     distribution comes from the index (no URL wheel); CUDA follows the resolved CUDA toolkit, and the JIT
-    compiler is pinned at what the resolution installs. The base images' digests are unverified.
+    compiler is pinned where that toolkit's own extras pair it with its runtime (``toolchain_of``). The base
+    images' digests are unverified.
     """
     from sglang_stack.image import render as rendermod
     from sglang_stack.lock import lockfile as lockmod
@@ -354,7 +375,7 @@ def new_profile(version: str) -> list[Path]:
     try:
         profile.root.mkdir(parents=True)
         # First with the root's CUDA and no compiler of ours, to learn what the release's own set installs; then
-        # the compiler pinned at that (the same resolution: nothing new is asked for).
+        # the compiler its CUDA toolkit pairs with that runtime.
         write_all({profile.lock: profile_lock(root_lock, version, wheel, clock, root_lock.cuda["version"], [], arm64)})
         resolve.resolve(profile.lock)
         pins = lockmod.check(profile.lock).requirements
@@ -362,7 +383,7 @@ def new_profile(version: str) -> list[Path]:
         if missing := [n for n in names if canonicalize_name(n) not in pins]:
             raise UserError(f"sglang {version}: its set installs no {', '.join(missing)}: the JIT compiler of "
                             f"{display(profile.lock)} [jit] toolchain must be chosen by hand")
-        names = [f"{n}=={pins[canonicalize_name(n)]}" for n in names]
+        names = toolchain_of(res["index"], pins, names, root_lock.python["version"], res["python_platform"])
         write_all({profile.lock: profile_lock(root_lock, version, wheel, clock, cuda, names, arm64)})
         resolve.resolve(profile.lock)
         series = profile.series

@@ -243,7 +243,7 @@ def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | 
 
     if not store.exists(engine, image):
         first = image.split("/", 1)[0] if "/" in image else ""
-        published = "." in first or ":" in first or first == "localhost"
+        published = "." in first or ":" in first  # a registry host (podman names local images localhost/...)
         raise UserError(f"{image}: no such image in the {engine} store (pull or build it first, or pass --engine)" +
                         ("; a published image is verified from its registry with its signer's key: --key PUB"
                          if published else ""))
