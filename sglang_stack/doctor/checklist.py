@@ -33,7 +33,7 @@ from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WAR
 from sglang_stack.doctor.gpus import (
     check_arch, check_driver, check_gpu_runtime, check_gpus, check_kernels,
 )
-from sglang_stack.doctor.topology import check_all_reduce, check_topology
+from sglang_stack.doctor.topology import check_all_reduce, check_pcie_allreduce, check_topology
 from sglang_stack.doctor.registry import Context, check, evaluate as run_checks
 from sglang_stack.doctor.host import (
     CACHE_DIR, DEFAULT_IMAGE, Facts, gather, gather_engine, last_line, model_architecture,
@@ -348,30 +348,6 @@ def check_disk(facts: Facts) -> Check:
     return Check("disk", OK, detail)
 
 
-def _built_from(svc: composefile.Service | None) -> tuple[str | None, str]:
-    """The profile whose Dockerfile compose builds ``svc`` from when its image is missing (None: not one of this
-    checkout's), and a refusal when that Dockerfile does not exist."""
-    from pathlib import Path
-
-    from sglang_stack.lock import profiles
-
-    if svc is None or not svc.dockerfile:
-        return None, ""
-    path = Path(svc.dockerfile)
-    if not path.is_file():
-        try:
-            names = ", ".join(p for p, prof in profiles.available().items() if not prof.default)
-        except UserError:
-            names = ""
-        return None, (f"{svc.env.where(profiles.ENV)}: compose would build {profiles.display(path)}, which does not "
-                      f"exist; leave it unset for the root's profile" + (f", or name one of profiles/: {names}" if names else ""))
-    try:
-        known = profiles.available()
-    except UserError as err:
-        return None, str(err)
-    return next((name for name, prof in known.items() if prof.dockerfile.resolve() == path.resolve()), None), ""
-
-
 @check()
 def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
     """The service's image exists, holds the SGLang release of the profile compose builds it from (``SGLANG_PROFILE``),
@@ -380,10 +356,10 @@ def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
     Fix: ``invoke build`` (with ``--profile NAME`` for the profile ``SGLANG_PROFILE`` names).
     """
     name = svc.image if svc else DEFAULT_IMAGE
-    wanted, refusal = _built_from(svc)
+    wanted, refusal = composefile.built_profile(svc)
     if refusal:
         return Check("image", FAIL, refusal, "unset SGLANG_PROFILE in .env, or set it to a folder of profiles/")
-    build = "invoke build" + (f" --profile {wanted}" if wanted and wanted != _default_profile() else "")
+    build = "invoke build" + (f" --profile {wanted}" if wanted and wanted != composefile.default_profile() else "")
     if not facts.docker_info:
         return Check("image", SKIP, "skipped: no Docker engine")
     if not facts.image:
@@ -408,62 +384,6 @@ def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
                      f"cache volume would not be writable by uid {IMAGE_USER_UID}",
                      f"rebuild with an image that creates {CACHE_DIR} owned by {IMAGE_USER_UID}, then docker volume rm sglang-stack_cache")
     return Check("image", OK, detail + (f"; {CACHE_DIR} owned by uid {owner}" if facts.cache_owner else ""))
-
-
-@check("pcie-allreduce", needs=("service",))
-def check_pcie_allreduce(facts: Facts, svc: composefile.Service) -> Check:
-    """``PCIE_ALLREDUCE`` is auto, on or off, ``on`` names an image whose SGLang has the PCIe-IPC all-reduce (the
-    0.5.23 profile) at a TP size its kernels serve (2, 4, 8), and ``SGLANG_PCIE_IPC_MAX_NUMEL`` is unset or a whole
-    number of 16-byte packs. The entrypoint would start anyway, on NCCL, with a warning: this says it first.
-
-    Fix: ``PCIE_ALLREDUCE=auto`` (or off), ``SGLANG_PROFILE=0.5.23`` for a release that has it, or a multiple of 8
-    for the bound.
-    """
-    from sglang_stack.entrypoints import pcie_ipc
-
-    value, warning = pcie_ipc.setting(svc.environment)
-    where = svc.env.where(pcie_ipc.SETTING) if pcie_ipc.SETTING in svc.env.values else f"{pcie_ipc.SETTING}={value}"
-    if warning:
-        return Check("pcie-allreduce", FAIL, f"{svc.env.where(pcie_ipc.SETTING)}: not one of auto, on, off",
-                     "set PCIE_ALLREDUCE to auto, on or off in .env")
-    if problem := pcie_ipc.max_numel_problem(svc.environment):
-        return Check("pcie-allreduce", FAIL, problem, "unset SGLANG_PCIE_IPC_MAX_NUMEL, or give a multiple of 8")
-    labels = ((facts.image or {}).get("Config") or {}).get("Labels") or {}
-    release = labels.get("io.sglang-stack.sglang.version") or _built_from(svc)[0] or _default_profile()
-    has_it = _has_pcie_ipc(release)
-    if value == "on" and has_it is False:
-        return Check("pcie-allreduce", FAIL, f"{where}: SGLang {release} has no PCIe-IPC all-reduce; profile "
-                     f"{pcie_ipc.PROFILE} has it", f"set SGLANG_PROFILE={pcie_ipc.PROFILE} and build it "
-                     f"(invoke build --profile {pcie_ipc.PROFILE}), or PCIE_ALLREDUCE=auto")
-    if value == "on" and svc.tp_size not in pcie_ipc.SIZES:
-        return Check("pcie-allreduce", WARN, f"{where} at TP {svc.tp_size}: SGLang keeps TP {svc.tp_size} on NCCL "
-                     "(its kernels serve 2, 4 and 8 ranks)", "PCIE_ALLREDUCE=auto")
-    if not has_it:
-        return Check("pcie-allreduce", OK, f"{where}: SGLang {release} has no PCIe-IPC all-reduce (profile "
-                     f"{pcie_ipc.PROFILE} has it): NCCL and custom all-reduce as SGLang picks them")
-    return Check("pcie-allreduce", OK, f"{where}: the `all-reduce` line says what SGLang picks on these GPUs")
-
-
-def _has_pcie_ipc(release: str) -> bool | None:
-    """Whether SGLang ``release`` ships the PCIe-IPC all-reduce: from the first release of this checkout's profiles
-    that does (tests/test_allreduce.py runs both releases' code); None when the version cannot be read."""
-    from packaging.version import InvalidVersion, Version
-
-    from sglang_stack.entrypoints import pcie_ipc
-
-    try:
-        return Version(release) >= Version(pcie_ipc.PROFILE)
-    except InvalidVersion:
-        return None
-
-
-def _default_profile() -> str:
-    from sglang_stack.lock import profiles
-
-    try:
-        return profiles.default().name
-    except UserError:
-        return ""
 
 
 @check()

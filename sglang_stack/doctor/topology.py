@@ -242,3 +242,51 @@ def check_topology(facts, svc: composefile.Service) -> Check:
                      "troubleshooting guide: a hang or slow P2P)", "boot with iommu=pt, or set NCCL_P2P_DISABLE=1")
     unread = f" ({'; '.join(topo.errors)})" if topo.errors else ""
     return Check("topology", OK, f"{detail}: P2P read and write OK for every pair{unread}")
+
+
+@check("pcie-allreduce", needs=("service",))
+def check_pcie_allreduce(facts, svc: composefile.Service) -> Check:
+    """``PCIE_ALLREDUCE`` is auto, on or off, ``on`` names an image whose SGLang has the PCIe-IPC all-reduce (the
+    0.5.23 profile) at a TP size its kernels serve (2, 4, 8), and ``SGLANG_PCIE_IPC_MAX_NUMEL`` is unset or a whole
+    number of 16-byte packs. The entrypoint would start anyway, on NCCL, with a warning: this says it first.
+
+    Fix: ``PCIE_ALLREDUCE=auto`` (or off), ``SGLANG_PROFILE=0.5.23`` for a release that has it, or a multiple of 8
+    for the bound.
+    """
+    from sglang_stack.entrypoints import pcie_ipc
+
+    value, warning = pcie_ipc.setting(svc.environment)
+    where = svc.env.where(pcie_ipc.SETTING) if pcie_ipc.SETTING in svc.env.values else f"{pcie_ipc.SETTING}={value}"
+    if warning:
+        return Check("pcie-allreduce", FAIL, f"{svc.env.where(pcie_ipc.SETTING)}: not one of auto, on, off",
+                     "set PCIE_ALLREDUCE to auto, on or off in .env")
+    if problem := pcie_ipc.max_numel_problem(svc.environment):
+        return Check("pcie-allreduce", FAIL, problem, "unset SGLANG_PCIE_IPC_MAX_NUMEL, or give a multiple of 8")
+    labels = ((facts.image or {}).get("Config") or {}).get("Labels") or {}
+    release = labels.get("io.sglang-stack.sglang.version") or composefile.built_profile(svc)[0] or \
+        composefile.default_profile()
+    has_it = _has_pcie_ipc(release)
+    if value == "on" and has_it is False:
+        return Check("pcie-allreduce", FAIL, f"{where}: SGLang {release} has no PCIe-IPC all-reduce; profile "
+                     f"{pcie_ipc.PROFILE} has it", f"set SGLANG_PROFILE={pcie_ipc.PROFILE} and build it "
+                     f"(invoke build --profile {pcie_ipc.PROFILE}), or PCIE_ALLREDUCE=auto")
+    if value == "on" and svc.tp_size not in pcie_ipc.SIZES:
+        return Check("pcie-allreduce", WARN, f"{where} at TP {svc.tp_size}: SGLang keeps TP {svc.tp_size} on NCCL "
+                     "(its kernels serve 2, 4 and 8 ranks)", "PCIE_ALLREDUCE=auto")
+    if not has_it:
+        return Check("pcie-allreduce", OK, f"{where}: SGLang {release} has no PCIe-IPC all-reduce (profile "
+                     f"{pcie_ipc.PROFILE} has it): NCCL and custom all-reduce as SGLang picks them")
+    return Check("pcie-allreduce", OK, f"{where}: the `all-reduce` line says what SGLang picks on these GPUs")
+
+
+def _has_pcie_ipc(release: str) -> bool | None:
+    """Whether SGLang ``release`` ships the PCIe-IPC all-reduce: from the first release of this checkout's profiles
+    that does (tests/test_allreduce.py runs both releases' code); None when the version cannot be read."""
+    from packaging.version import InvalidVersion, Version
+
+    from sglang_stack.entrypoints import pcie_ipc
+
+    try:
+        return Version(release) >= Version(pcie_ipc.PROFILE)
+    except InvalidVersion:
+        return None

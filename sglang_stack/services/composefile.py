@@ -468,3 +468,35 @@ def _published(spec: dict, name: str, container_port: int) -> tuple[str, int]:
 def _host_path(source: str | None) -> Path:
     path = Path(os.path.expanduser(source or ""))
     return path if path.is_absolute() else (ROOT / path)
+
+
+def built_profile(svc: Service | None) -> tuple[str | None, str]:
+    """The profile whose Dockerfile compose builds ``svc`` from when its image is missing (None: not one of this
+    checkout's), and a refusal when that Dockerfile does not exist."""
+    from sglang_stack.lock import profiles
+
+    if svc is None or not svc.dockerfile:
+        return None, ""
+    path = Path(svc.dockerfile)
+    if not path.is_file():
+        try:
+            names = ", ".join(p for p, prof in profiles.available().items() if not prof.default)
+        except UserError:
+            names = ""
+        return None, (f"{svc.env.where(profiles.ENV)}: compose would build {profiles.display(path)}, which does not "
+                      f"exist; leave it unset for the root's profile" + (f", or name one of profiles/: {names}" if names else ""))
+    try:
+        known = profiles.available()
+    except UserError as err:
+        return None, str(err)
+    return next((name for name, prof in known.items() if prof.dockerfile.resolve() == path.resolve()), None), ""
+
+
+def default_profile() -> str:
+    """The root's profile name (its SGLang release), or "" where its lock cannot be read."""
+    from sglang_stack.lock import profiles
+
+    try:
+        return profiles.default().name
+    except UserError:
+        return ""
