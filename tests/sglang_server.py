@@ -41,6 +41,10 @@ class Behaviour:
     log_requests: bool = False  # one stdout line per /generate, as SGLang logs each request it serves
     histogram: tuple[int, ...] | None = None  # spec_accept_histogram of every request (spec on)
     usage: bool = True  # OpenAI answers carry usage.completion_tokens (when asked, for a stream)
+    # Hold every /generate until this many are in flight at once (or gather_s passes, then stop
+    # holding): a burst is then seen by arrival, whatever the host's load does to the timing.
+    gather: int | None = None
+    gather_s: float = 10.0
 
 
 class _Server(ThreadingHTTPServer):
@@ -65,6 +69,7 @@ class SGLangServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.released = threading.Event()  # ends the "hold" failure
+        self.gathered = threading.Event()  # set once behaviour.gather requests were in flight together
         self._httpd = _Server((host, port), _handler(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
@@ -173,6 +178,10 @@ def _handler(server: SGLangServer):
                 index = len(server.bodies) - 1
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                if server.behaviour.gather is not None and server.in_flight >= server.behaviour.gather:
+                    server.gathered.set()
+            if server.behaviour.gather is not None and not server.gathered.wait(server.behaviour.gather_s):
+                server.gathered.set()  # not a burst: the test's assertion says so; the rest are not held
             if generate and server.behaviour.log_requests:
                 print(f"stand-in: /generate req-{index} text={body.get('text', '')[:60]!r}", flush=True)
             self._counted = True

@@ -7,6 +7,7 @@ targets, datasets and provenance. Figures are asserted exactly where the clock i
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -138,7 +139,7 @@ def test_open_loop_sends_at_the_schedule_and_reports_offered_and_achieved_rates(
 def test_request_rate_inf_is_a_burst_not_the_closed_loop(tmp_path):
     """`--request-rate inf`, as sglang.bench_serving takes it: every request of the round at its start."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=6, tokens=8)
-    with SGLangServer(FAST) as server:
+    with SGLangServer(dataclasses.replace(FAST, gather=12)) as server:
         doc, out = run(server.url, tmp_path, prompts=prompts, request_rate="inf", num_requests=12)
     (record,) = doc["rounds"]
     assert record["mode"] == "open" and record["offered_rate"] == "inf", record
