@@ -187,6 +187,13 @@ def test_invoke_up_status_logs_down(standin_image, compose_project, model_dirs):
     line = next((row for row in status.splitlines() if row.startswith("eagle3")), "")
     assert "running (healthy)" in line and f":{project.env['EAGLE3_PORT']}->30000" in line, status
     assert "baseline  not created" in status, status
+    assert "autotune:" not in status, "nothing tuned yet, nothing named"
+    # What FlashInfer writes at the first PCIe-IPC start, in the cache volume: status names it for the next start.
+    tune = "/home/sglang/.cache/flashinfer/autotune"
+    project.compose("exec", "eagle3", "sh", "-c", f"mkdir -p {tune} && echo '{{\"(8, 1536)\": [1, 2]}}' > "
+                    f"{tune}/pcie_ipc_all_reduce_ws8.json")
+    named = project.invoke("status").stdout
+    assert f"autotune: {tune}/pcie_ipc_all_reduce_ws8.json: 1 tuned entry, written " in named, named
 
     logs = project.invoke("logs", "eagle3", "--no-follow", "--tail", "all").stdout
     assert "The server is fired up and ready to roll!" in logs, f"invoke logs shows the server's log: {logs[-1000:]}"

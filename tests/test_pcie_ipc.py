@@ -171,6 +171,27 @@ def test_a_broken_autotune_file_is_named_and_set_aside(tmp_path, content, words)
     assert path.exists() is (words.startswith("holds")), "a file FlashInfer would raise on is moved out of its way"
 
 
+def test_the_autotune_file_is_named_at_the_first_start_and_reused_at_the_next(tmp_path):
+    """FlashInfer keeps its PCIe-IPC tuning per world size in the cache volume: the start line names the file it will
+    write, then the one it reuses, and ``python3 -m sglang_stack.entrypoints.pcie_ipc`` (what `invoke status` runs in
+    a running server) lists what is there."""
+    tune = tmp_path / "autotune"
+    environ = {"PCIE_ALLREDUCE": "on", "FLASHINFER_AUTOTUNE_DIR": str(tune)}
+    path = tune / "pcie_ipc_all_reduce_ws8.json"
+    first = said(serve(tmp_path, "rtxpro6000x8", environ))
+    assert f"serve: PCIe-IPC autotune: none yet: FlashInfer tunes at this start and keeps it in {path}" in first, first
+    path.write_text(json.dumps({"(8, 1536)": [1, 2], "(8, 12288)": [2, 4]}))
+    (tune / "pcie_ipc_all_reduce_ws4.json").write_text("{}")
+    again = said(serve(tmp_path, "rtxpro6000x8", environ))
+    assert any(line.startswith(f"serve: PCIe-IPC autotune: {path}: 2 tuned entries, written ") for line in again), again
+    listed = subprocess.run([sys.executable, "-m", "sglang_stack.entrypoints.pcie_ipc"], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "FLASHINFER_AUTOTUNE_DIR": str(tune)})
+    assert listed.returncode == 0 and [line.split(":")[0] for line in listed.stdout.splitlines()] == [
+        str(tune / "pcie_ipc_all_reduce_ws4.json"), str(path)], listed
+    off = said(serve(tmp_path, "rtxpro6000x8", {**environ, "PCIE_ALLREDUCE": "off"}))
+    assert not any("autotune" in line for line in off), "with PCIe-IPC off no file is tuned"
+
+
 def test_an_autotune_directory_that_cannot_be_written_is_named(tmp_path):
     """As on a read-only cache volume: FlashInfer could not keep what it measured. (A path under a file stands in for
     the read-only mount: it refuses root too.)"""

@@ -17,7 +17,12 @@ opt-in through ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE``; upstream asks deployers to 
 16-byte packs (a multiple of 8 bf16 elements); anything else is dropped with a warning, so SGLang derives the bound.
 The autotune file FlashInfer keeps in ``FLASHINFER_AUTOTUNE_DIR`` is checked too: a corrupt one would make SGLang's
 workspace build fail and leave every reduction on NCCL, so it is set aside; a directory that cannot be written is
-named (the tuning then runs at every start). Each outcome is one ``serve:`` line. Stdlib only: it runs in the image.
+named (the tuning then runs at every start). Each outcome is one ``serve:`` line, and where it is on, one more names
+the autotune file this start reuses or will write. Stdlib only: it runs in the image.
+
+    python3 -m sglang_stack.entrypoints.pcie_ipc
+
+prints one line per autotune file in ``FLASHINFER_AUTOTUNE_DIR`` (``invoke status`` runs it in a running server).
 """
 
 from __future__ import annotations
@@ -178,6 +183,33 @@ def autotune_problem(environ, world: int) -> str:
     return ""
 
 
+def autotune_path(environ, world: int) -> Path | None:
+    """Where FlashInfer keeps the PCIe-IPC tuning of ``world`` ranks, where the image sets the directory."""
+    directory = environ.get(AUTOTUNE_DIR)
+    return Path(directory) / f"pcie_ipc_all_reduce_ws{world}.json" if directory else None
+
+
+def describe_autotune(path: Path) -> str:
+    """One line naming the file: its tuned entries and when it was written, or that the first start writes it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        written = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(path.stat().st_mtime))
+    except FileNotFoundError:
+        return f"none yet: FlashInfer tunes at this start and keeps it in {path}"
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return f"{path}: unreadable ({err.__class__.__name__})"
+    entries = len(data) if isinstance(data, dict) else 0
+    return f"{path}: {entries} tuned entr{'y' if entries == 1 else 'ies'}, written {written}"
+
+
+def autotune_files(environ) -> list[str]:
+    """One line per PCIe-IPC autotune file present in ``FLASHINFER_AUTOTUNE_DIR``."""
+    directory = environ.get(AUTOTUNE_DIR)
+    if not directory:
+        return []
+    return [describe_autotune(path) for path in sorted(Path(directory).glob("pcie_ipc_all_reduce_ws*.json"))]
+
+
 def decide(value: str, svc: Service, has_it: bool, version: str, topology: dict | None, topology_error: str,
            verdict: dict | None, verdict_why: str) -> tuple[bool, str]:
     """(turn it on, the one line that says what was decided and why): a pure function of what was read."""
@@ -232,6 +264,19 @@ def at_start(argv: list[str], environ) -> tuple[bool, list[str]]:
             topology_error = str(err)
         verdict, verdict_why = read_verdict()
     enable, line = decide(value, svc, has_it, version, topology, topology_error, verdict, verdict_why)
+    tuned = []
     if enable and (problem := autotune_problem(environ, svc.tp)):
         lines.append(f"warning: {problem}")
-    return enable, [*lines, line]
+    elif enable and (path := autotune_path(environ, svc.tp)):
+        tuned.append(f"PCIe-IPC autotune: {describe_autotune(path)}")
+    return enable, [*lines, line, *tuned]
+
+
+def main() -> int:
+    for line in autotune_files(os.environ):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -194,7 +194,8 @@ def status(engine: str, out: Callable[[str], None] = print, only: str | None = N
     """One line per service container (or for ``only``); a service that is not up says how to start it.
 
     A router that is not running says it is down in so many words: clients of its
-    address get connection refused even while every worker is healthy.
+    address get connection refused even while every worker is healthy. A running server names the
+    PCIe-IPC autotune files its cache volume holds (what the next start reuses).
     """
     proj = composefile.project()
     if only is not None:
@@ -211,11 +212,25 @@ def status(engine: str, out: Callable[[str], None] = print, only: str | None = N
             why = "no worker answers /health" if row.get("State") == "running" else "clients get connection refused"
             line += f"  -- router DOWN: {why}; invoke logs {name}, invoke up {name}"
         out(line)
+        if proj.role(name) != ROUTER and row.get("State") == "running" and row.get("Name"):
+            for tuned in autotune_files(engine, row["Name"]):
+                out(f"{'':<{width}} autotune: {tuned}")
     for name in proj.names() if only is None else (only,):
         if name not in seen:
             hint = f"router down (not created): invoke up {name}" if proj.role(name) == ROUTER else f"invoke up {name}"
             out(f"{name:<{width}} {'not created':<22} {'-':<26} {hint}")
     return rows
+
+
+def autotune_files(engine: str, container: str) -> list[str]:
+    """The PCIe-IPC autotune files in a running server's cache volume, as the image's own code lists them; none
+    where the container cannot answer (an older image, a stopped one): status goes on without them."""
+    argv = [engine, "exec", container, "python3", "-m", "sglang_stack.entrypoints.pcie_ipc"]
+    try:
+        proc = shell.run(argv, capture=True, check=False, timeout=30)
+    except UserError:
+        return []
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
 def main(argv: list[str] | None = None) -> int:
