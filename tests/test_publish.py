@@ -117,8 +117,13 @@ def test_publish_then_verify_and_plain_cosign_accepts_it(published, keys):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     names = [line[5:].split(":")[0] for line in proc.stdout.splitlines() if line[:4] in ("ok  ", "FAIL", "skip")]
     assert names == ["tag", "signature", "sbom attestation", "verdict attestation", "verdicts", "lock",
-                     "predicate labels", "sbom attested", "image labels", "image installed", "image sbom",
+                     "predicate labels", "build", "sbom attested", "image labels", "image installed", "image sbom",
                      "image patches"], proc.stdout
+    built = json.loads((ROOT / "build" / "built" / f"{record['build']['image_id'][7:]}.json").read_text())
+    assert record["build"]["by"] == "invoke build" and built["stage"] == "sglang", record
+    assert f"ok   build: the verdicts are those of the `invoke build` that produced this image " \
+        f"({record['build']['image_id'][:19]}" in proc.stdout, proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("not covered: "), proc.stdout
     pub = str(keys[0] / "cosign.pub")
     plain = cosign("verify", "--key", pub, "--insecure-ignore-tlog=true", record["reference"])
     assert plain.returncode == 0, plain.stderr
@@ -154,8 +159,17 @@ def test_a_re_pushed_tag_fails_and_the_published_digest_still_verifies(published
         second = f"{registry}/stack:second"
         made["records"].append(publishmod.record_path(second))
         made["tags"].append(second)
-        proc = invoke("publish", other, "--to", second, "--key", str(keys[1] / "cosign.key"))
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        # FROM the real build with a layer added (here a label; a sitecustomize.py would do the same): the verdict
+        # files inside are the build's, the image is not. Refused, and nothing pushed; --foreign says whose claim.
+        refused = invoke("publish", other, "--to", second, "--key", str(keys[1] / "cosign.key"))
+        assert refused.returncode == 2 and "no `invoke build` of this checkout produced this image" in last(refused) \
+            and "--foreign" in last(refused), refused.stderr
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"http://{registry}/v2/stack/manifests/second", timeout=5)
+        proc = invoke("publish", other, "--to", second, "--key", str(keys[1] / "cosign.key"), "--foreign")
+        assert proc.returncode == 0 and "note: --foreign: " in proc.stdout, proc.stderr[-2000:]
+        claim = verify(second, "--key", str(keys[1] / "cosign.pub"))
+        assert claim.returncode == 0 and "ok   build: published with --foreign: " in claim.stdout, claim.stdout
         engine.docker("tag", other, record["tag"])
         engine.docker("push", "--quiet", record["tag"])  # the same tag, now another image, signed by another key
     finally:

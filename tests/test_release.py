@@ -321,12 +321,12 @@ def test_a_bundle_layout_blob_must_hash_to_its_name(tmp_path):
     config = put({"config": {"Labels": {"io.sglang-stack.stage": "sglang"}}})
     manifest = put({"config": {"digest": config}})
     (tmp_path / "index.json").write_text(json.dumps({"manifests": [{"digest": manifest}]}))
-    assert publishmod.layout_labels(tmp_path, manifest) == {"io.sglang-stack.stage": "sglang"}
+    assert publishmod.layout_config(tmp_path, manifest)[1] == {"io.sglang-stack.stage": "sglang"}
     (blobs / config.split(":")[1]).write_text(json.dumps({"config": {"Labels": {"forged": "1"}}}))
     with pytest.raises(UserError, match="does not hash to its name"):
-        publishmod.layout_labels(tmp_path, manifest)
+        publishmod.layout_config(tmp_path, manifest)
     with pytest.raises(UserError, match="and not sha256:0"):
-        publishmod.layout_labels(tmp_path, "sha256:" + "0" * 64)
+        publishmod.layout_config(tmp_path, "sha256:" + "0" * 64)
 
 
 # --- the tasks' one-line refusals -------------------------------------------------------------
@@ -358,3 +358,33 @@ def test_bad_flags_are_one_line(args, message, tmp_path):
     if message:
         assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
     assert not Path("/tmp/never-written").exists()
+
+
+def test_the_verdicts_are_bound_to_the_image_the_build_made():
+    """The predicate's ``build`` names the config digest (the image ID) `invoke build` recorded; verify compares it with
+    the image it checks. Without it, or for another image, the verdicts are not this image's."""
+    image = "sha256:" + "a" * 64
+    built = {"image_id": image, "by": "invoke build", "revision": "61933cb70320"}
+    assert pred.check_build({"build": built}, image) == (
+        True, f"the verdicts are those of the `invoke build` that produced this image ({image[:19]}, revision 61933cb70320)")
+    ok, why = pred.check_build({}, image)
+    assert not ok and "binds its verdicts to no image ID" in why
+    ok, why = pred.check_build({"build": built}, "sha256:" + "b" * 64)
+    assert not ok and why == f"the verdicts were attested for image {image[:19]}; this image is sha256:bbbbbbbbbbbb"
+    ok, why = pred.check_build({"build": {**built, "by": "someone"}}, image)
+    assert not ok and "built by 'someone'" in why
+    ok, why = pred.check_build({"build": {"image_id": image, "by": "foreign"}}, image)
+    assert ok and "published with --foreign" in why and "the image's own claim" in why
+
+
+def test_a_build_record_names_its_image_id_whichever_way_the_engine_prints_it(tmp_path):
+    from sglang_stack.image import built
+
+    labels = {"io.sglang-stack.profile": "0.5.9", "org.opencontainers.image.revision": "abc"}
+    verdicts = {"patches": {"result": "pass"}, "eagle3-audit": {"result": "fail"}, "odd": None}
+    path = built.record("b" * 64, "sglang-stack:x", "sglang", labels, verdicts, records=tmp_path)
+    found = built.find("sha256:" + "b" * 64, records=tmp_path)
+    assert found["image_id"] == "sha256:" + "b" * 64 and found["verdicts"] == ["patches"] and found["profile"] == "0.5.9"
+    assert built.find("c" * 64, records=tmp_path) is None
+    path.write_text(path.read_text().replace("b" * 64, "c" * 64))  # a record renamed onto another ID is not its record
+    assert built.find("b" * 64, records=tmp_path) is None

@@ -278,11 +278,12 @@ def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | 
 RECORDS = ROOT / "build"
 
 
-def export_sbom(engine: str, image: str, name: str, out_dir: Path | None = None) -> Path | None:
-    """Copy the image's SBOM out beside the build: ``build/sbom/NAME.cdx.json``. None if it has none."""
+def export_sbom(engine: str, image: str, name: str, out_dir: Path | None = None, found: dict | None = None) -> Path | None:
+    """Copy the image's SBOM out beside the build: ``build/sbom/NAME.cdx.json``. None if it has none. ``found``: what
+    inventory.py already read in the image."""
     from sglang_stack.atomic import write as atomic_write
 
-    sbom = inventory(engine, image, [])["sbom"]
+    sbom = (found if found is not None else inventory(engine, image, []))["sbom"]
     if not isinstance(sbom, dict):
         return None
     path = (out_dir or RECORDS / "sbom") / f"{name.replace('/', '_').replace(':', '_')}.cdx.json"

@@ -121,18 +121,25 @@ def build(flags: BuildFlags, say: Callable[[str], None] = print) -> tuple[str, s
             say(line)
     ref, image_id = buildmod.build(request)
     if flags.target in STAGES_WITH_SBOM:
-        say(copy_sbom(flags.engine, ref))
+        for line in records(flags.engine, ref, image_id, flags.target):
+            say(line)
     return ref, image_id
 
 
-def copy_sbom(engine: str, ref: str) -> str:
-    """Copy the image's SBOM out beside the checkout; what happened, in one line."""
-    from sglang_stack.image.verify import export_sbom
+def records(engine: str, ref: str, image_id: str, stage: str) -> list[str]:
+    """Record the build's output for `invoke publish` (build/built/ID.json) and copy its SBOM out beside the checkout;
+    what happened, a line each."""
+    from sglang_stack.image import built, store
+    from sglang_stack.image.verify import export_sbom, inventory
 
     try:
-        sbom = export_sbom(engine, ref, ref)
-    except UserError as err:  # the image is built; only the copy beside it is missing
-        return f"note: the SBOM stays inside the image ({SBOM_IN_IMAGE}): {err}"
+        found = inventory(engine, ref, [])
+    except UserError as err:  # the image is built; only the records beside it are missing
+        return [f"note: no record of the build beside the checkout (`invoke publish` will refuse {ref}): {err}"]
+    path = built.record(image_id, ref, stage, store.labels(engine, ref), found.get("verdicts") or {})
+    lines = [f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} (this build's image ID, for "
+             "`invoke publish`)"]
+    sbom = export_sbom(engine, ref, ref, found=found)
     if not sbom:
-        return f"note: {ref} has no SBOM at {SBOM_IN_IMAGE}"
-    return f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at {SBOM_IN_IMAGE})"
+        return [*lines, f"note: {ref} has no SBOM at {SBOM_IN_IMAGE}"]
+    return [*lines, f"wrote {sbom.relative_to(ROOT)} (the SBOM, also at {SBOM_IN_IMAGE})"]

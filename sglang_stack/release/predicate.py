@@ -106,6 +106,24 @@ def check_lock(predicate: dict, want_labels: dict[str, str], want_patches: dict[
                   "match this checkout's lock")
 
 
+def check_build(predicate: dict, image_id: str) -> tuple[bool, str]:
+    """The verdicts were attested for this very image: the predicate's ``build`` names its config digest (the image
+    ID `invoke build` recorded, or ``--foreign`` said there was none)."""
+    build = predicate.get("build")
+    if not isinstance(build, dict) or not str(build.get("image_id", "")).startswith("sha256:"):
+        return False, ("the predicate binds its verdicts to no image ID (attested by a publish that did not check the "
+                       "build): publish the image again")
+    if build["image_id"] != image_id:
+        return False, f"the verdicts were attested for image {build['image_id'][:19]}; this image is {image_id[:19]}"
+    if build.get("by") == "foreign":
+        return True, (f"published with --foreign: no build of the publishing checkout produced {image_id[:19]}; the "
+                      "verdicts are the image's own claim")
+    if build.get("by") != "invoke build":
+        return False, f"the predicate says the image was built by {str(build.get('by'))[:40]!r}"
+    return True, (f"the verdicts are those of the `invoke build` that produced this image ({image_id[:19]}, "
+                  f"revision {str(build.get('revision') or 'unknown')[:12]})")
+
+
 def check_labels(predicate: dict, labels: dict[str, str]) -> tuple[bool, str]:
     """The attested labels against the image's own (its config, as the registry or the bundle serves it)."""
     attested = predicate.get("labels") or {}

@@ -147,7 +147,28 @@ def writable(records: Path) -> None:
             from None
 
 
-def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, records: Path = RECORDS) -> dict:
+def built_by_this_checkout(engine: str, image: str, stage: str, profile: str, foreign: bool,
+                           built_records: Path | None = None) -> dict:
+    """What binds the image's verdicts to a build (the predicate's ``build``): the record `invoke build` wrote for its
+    image ID, or with ``foreign`` the statement that there is none. Refuses an image no build here produced."""
+    from sglang_stack.image import built, store
+    from sglang_stack.lock import profiles
+
+    image_id = built.normal(store.image_id(engine, image))
+    made = built.find(image_id, built_records or built.RECORDS)
+    if made is not None and made.get("stage") == stage:
+        return {"image_id": image_id, "by": "invoke build", "revision": made.get("revision", ""),
+                "built": made.get("built", "")}
+    if not foreign:
+        flag = "" if profile == next(iter(profiles.available())) else f" --profile {profile}"
+        raise UserError(f"{image} ({image_id[:19]}): no `invoke build` of this checkout produced this image, so its "
+                        f"verdicts are only its own claim: build it (`invoke build --target {stage}{flag}`) and publish "
+                        "that, or pass --foreign to publish it saying so")
+    return {"image_id": image_id, "by": "foreign", "revision": "", "built": ""}
+
+
+def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, records: Path = RECORDS,
+            foreign: bool = False) -> dict:
     """Push ``image`` to ``to``, sign its digest and attest its SBOM and verdicts; return the record written."""
     from sglang_stack.atomic import write as atomic_write
 
@@ -163,6 +184,10 @@ def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, 
     if not ok:
         raise UserError(f"{image}: not what this checkout's lock builds ({why}): `invoke verify` would refuse it; "
                         "rebuild it with `invoke build`")
+    predicate["build"] = built_by_this_checkout(engine, image, predicate["stage"], predicate["profile"], foreign)
+    if foreign:
+        say(f"note: --foreign: {image} ({predicate['build']['image_id'][:19]}) was not built by this checkout; its "
+            "verdicts are attested as the image's own claim, and `invoke verify` will say so")
     cosign.ready(signer)
     writable(records)
     if not target.tag:
@@ -185,7 +210,7 @@ def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, 
 
     record = {"image": image, "tag": target.by_tag, "reference": ref.by_digest, "digest": digest,
               "stage": predicate["stage"], "profile": predicate["profile"], "revision": predicate["revision"],
-              "sbom": predicate["sbom"], "verdicts": sorted(predicate["verdicts"]),
+              "sbom": predicate["sbom"], "verdicts": sorted(predicate["verdicts"]), "build": predicate["build"],
               "published": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     path = record_path(target.by_tag, records)
     atomic_write(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -212,6 +237,10 @@ def lock_facts(profile: str, stage: str) -> tuple[dict[str, str], dict[str, str]
     return want, patches
 
 
+# What `invoke verify --key` cannot show, said after its verdict.
+NOT_COVERED = ("the verdicts are the build's checks as the build ran them, not re-run here; that the image serves, or "
+               "runs on a GPU, is `invoke smoke` and `invoke up`'s to show; a --foreign image's verdicts are its own "
+               "claim (the `build` line says which)")
 SIGNED = ("signature", "sbom attestation", "verdict attestation", "verdicts", "lock")  # what signed() checks, in order
 
 
@@ -250,7 +279,7 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
     from sglang_stack.image import verify as verify_image
 
     ref = registry.parse(value, "IMAGE")
-    out = Outcome(str(ref), required=(*SIGNED, "predicate labels", "sbom attested", "image *"))
+    out = Outcome(str(ref), required=(*SIGNED, "predicate labels", "build", "sbom attested", "image *"))
     if ref.tag:
         now = registry.digest_of(ref, insecure)
         record = read_record(ref.by_tag, records)
@@ -272,7 +301,10 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
     predicate, sbom = signed(out, key, [ref.by_digest], tlog, insecure)
     if predicate is None:
         return out
-    if not out.add("predicate labels", *pred.check_labels(predicate, registry.labels_of(ref, insecure))):
+    config, labels = registry.config_of(ref, insecure)
+    if not out.add("predicate labels", *pred.check_labels(predicate, labels)):
+        return out
+    if not out.add("build", *pred.check_build(predicate, config)):
         return out
     pulled = ref.by_digest
     if engine == "docker":
@@ -337,8 +369,9 @@ def _layout_blob(layout: Path, digest: str) -> dict:
     return json.loads(data)
 
 
-def layout_labels(layout: Path, digest: str) -> dict[str, str]:
-    """The labels of the image ``digest`` in an OCI layout, each blob read checked against its name."""
+def layout_config(layout: Path, digest: str) -> tuple[str, dict[str, str]]:
+    """(config digest: the image ID, labels) of the image ``digest`` in an OCI layout, each blob read checked against
+    its name."""
     try:
         index = json.loads((layout / "index.json").read_text())
     except (OSError, ValueError):
@@ -350,7 +383,7 @@ def layout_labels(layout: Path, digest: str) -> dict[str, str]:
         raise UserError(f"{layout}: holds {found or digests} and not {digest}")
     manifest = _layout_blob(layout, digest)
     config = _layout_blob(layout, manifest["config"]["digest"])
-    return (config.get("config") or {}).get("Labels") or {}
+    return manifest["config"]["digest"], (config.get("config") or {}).get("Labels") or {}
 
 
 def verify_bundle(directory: Path, key: str) -> Outcome:
@@ -362,14 +395,15 @@ def verify_bundle(directory: Path, key: str) -> Outcome:
     except (OSError, ValueError, KeyError):
         raise UserError(f"--bundle {directory}: no bundle.json with a digest (write one with `invoke bundle`)") from None
     out = Outcome(f"{directory} ({meta.get('reference', digest)})", required=(*SIGNED, "layers", "predicate labels",
-                                                                            "sbom attested"))
-    labels = layout_labels(directory / "oci", digest)
+                                                                            "build", "sbom attested"))
+    config, labels = layout_config(directory / "oci", digest)
     if not out.add("layers", *layout_blobs(directory / "oci", digest)):
         return out
     predicate, sbom = signed(out, key, ["--local-image", str(directory / "oci")])
     if predicate is None:
         return out
-    if out.add("predicate labels", *pred.check_labels(predicate, labels)):
+    if out.add("predicate labels", *pred.check_labels(predicate, labels)) and \
+            out.add("build", *pred.check_build(predicate, config)):
         out.add("sbom attested", *pred.check_sbom(predicate, sbom))
     return out
 

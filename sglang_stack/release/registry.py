@@ -71,10 +71,12 @@ def missing(ref: Ref, insecure: bool = False) -> str:
     return f"{ref.registry}/{ref.repository} has no tag {ref.tag}" + (f" (it has {shown})" if tags else "")
 
 
-def labels_of(ref: Ref, insecure: bool = False) -> dict[str, str]:
-    """The labels of the image ``ref.digest`` names, from its config blob (each read checked against its digest)."""
+def config_of(ref: Ref, insecure: bool = False) -> tuple[str, dict[str, str]]:
+    """(config digest: the image ID, labels) of the image ``ref.digest`` names, from its config blob (each read
+    checked against its digest)."""
     manifest = client.by_digest(ref.registry, ref.repository, ref.digest, insecure=insecure)
     if "config" not in manifest:
         raise UserError(f"{ref}: a manifest list; publish and verify one platform's image")
-    config = client.by_digest(ref.registry, ref.repository, manifest["config"]["digest"], blob=True, insecure=insecure)
-    return (config.get("config") or {}).get("Labels") or {}
+    digest = manifest["config"]["digest"]
+    config = client.by_digest(ref.registry, ref.repository, digest, blob=True, insecure=insecure)
+    return digest, (config.get("config") or {}).get("Labels") or {}

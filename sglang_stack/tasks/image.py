@@ -150,6 +150,8 @@ def _verify_signed(c, image, engine, key, bundle, tlog, insecure, others) -> Non
         name, detail = outcome.failed
         raise Exit(f"error: {outcome.subject}: {name}: {detail}", code=1)
     print(f"verified: {outcome.subject}, signed by that key, against this checkout")
+    # What none of the checks above can show; a reader of "verified" should know where it ends.
+    print(f"not covered: {publish.NOT_COVERED}")
 
 
 @task(

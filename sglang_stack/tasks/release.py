@@ -21,17 +21,20 @@ from sglang_stack.tasks.boundary import user_errors
         "Sigstore's network; on with --keyless)",
         "insecure": "the registry speaks plain HTTP though it is not on loopback (default: off)",
         "engine": "docker, podman or buildah: the store that holds IMAGE (default: stack.engine, 'docker')",
+        "foreign": "publish an image no `invoke build` of this checkout produced (its image ID is not in "
+        "build/built/); the attestation then says its verdicts are the image's own claim (default: off: refused)",
     }
 )
 @user_errors
-def publish(c, image, to, key=None, keyless=False, tlog=False, insecure=False, engine=None):
+def publish(c, image, to, key=None, keyless=False, tlog=False, insecure=False, engine=None, foreign=False):
     """Push a built image by digest, sign it, and attest its SBOM and the build's own verdicts.
 
-    Refuses, before anything is pushed, an image without the build's provenance labels or without a
-    passing verdict for every check of its stage (/opt/sglang-stack/verdicts). Then: the engine's own
+    Refuses, before anything is pushed, an image without the build's provenance labels, without a
+    passing verdict for every check of its stage (/opt/sglang-stack/verdicts), or whose image ID no
+    `invoke build` of this checkout recorded (build/built/; --foreign publishes it saying so). Then: the engine's own
     push; `cosign sign` on REPOSITORY@sha256:...; `cosign attest` of the image's SBOM (cyclonedx) and
     of the verdict predicate (urn:sglang-stack:verdict:v1: stage, profile, revision, Dockerfile digest,
-    base, AOT arch list, each patch's sha256, every verdict, the labels). Records the digest in
+    base, AOT arch list, each patch's sha256, every verdict, the labels, the image ID the build produced). Records the digest in
     build/published/ for `invoke verify` and `invoke k8s`, and prints the by-digest reference.
     """
     from sglang_stack.errors import UserError
@@ -43,7 +46,7 @@ def publish(c, image, to, key=None, keyless=False, tlog=False, insecure=False, e
         raise UserError("--key KEY or --keyless: exactly one says how to sign")
     signer = cosign.Signer(key=cosign.key_ref(key, "--key") if key else "", keyless=keyless, tlog=tlog or keyless,
                            insecure=insecure)
-    record = publishmod.publish(engine or c.config.stack.engine, image, to, signer)
+    record = publishmod.publish(engine or c.config.stack.engine, image, to, signer, foreign=foreign)
     print(f"published {record['reference']}")
     print(f"  compose: SGLANG_STACK_IMAGE={record['reference']} docker compose up eagle3")
     print(f"  k8s:     invoke k8s --out DIR (takes the recorded digest), or --image {record['reference']}")
