@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -289,6 +290,19 @@ def test_missing_requirements_file(tmp_path):
     assert problems == ["requirements.lock.txt: missing (run `invoke lock` to generate it)"], problems
 
 
+def test_a_resolver_clock_moved_without_a_resolution_is_named(tmp_path):
+    """What a bump cut off between its two writes leaves: versions.lock's clock moved for one package, the requirement
+    locks still those of the old clock. `lock --check` names both files and the clock each states."""
+    moved = replace_once(LOCK, 'exclude_newer = "2026-02-24T00:00:00Z"\n',
+                         'exclude_newer = "2026-02-24T00:00:00Z"\nexclude_newer_package = { packaging = "2026-04-02T00:00:00Z" }\n')
+    problems = problems_of(write(tmp_path, lock_text=moved))
+    want = 'Nothing newer than 2026-02-24T00:00:00Z; packaging as of 2026-04-02T00:00:00Z'
+    assert [p.split(":")[0] for p in problems] == ["requirements.lock.txt", "requirements.router.lock.txt"], problems
+    assert problems[0] == (f'requirements.lock.txt: resolved at "Nothing newer than 2026-02-24T00:00:00Z", but '
+                           f'versions.lock [resolve] says "{want}" (a clock moved without a resolution): run `invoke lock`')
+    lockmod.check(write(tmp_path))  # the committed pair agrees
+
+
 def test_resolve_inputs_drop_url_wheels_and_apply_overrides():
     lock = lockmod.check()
     requirements_in, overrides = resolvemod.resolve_inputs(lock)
@@ -315,6 +329,28 @@ def invoke(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "invoke", *args], cwd=repo, capture_output=True, text=True, timeout=300
     )
+
+
+def test_a_second_writer_of_the_lock_is_refused_while_one_runs(repo_copy):
+    """Two bumps at once both said done while one was lost. Now a bump or `invoke lock` holds the profile's lock for its
+    whole run; a second one is refused in one line naming the holder, before it reads or writes anything."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom pathlib import Path\nfrom sglang_stack.lock import exclusive\n"
+         "with exclusive.writer(Path('versions.lock').resolve()):\n    print('held', flush=True)\n    sys.stdin.read()\n"],
+        cwd=repo_copy, env={**os.environ, "PYTHONPATH": str(repo_copy)}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = {p.name: p.read_bytes() for p in repo_copy.glob("*.lock*")}
+        for args in (["lock"], ["bump", "packaging", "99.0"]):
+            proc = invoke(repo_copy, *args)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+            assert proc.stderr.strip() == (f"error: versions.lock: pid {holder.pid} (-c) is rewriting it now: wait for "
+                                           "it to finish, then run this again (nothing was changed)"), proc.stderr
+        assert {p.name: p.read_bytes() for p in repo_copy.glob("*.lock*")} == before
+    finally:
+        holder.communicate("", timeout=30)
+    assert not list((repo_copy / "build" / "locks").glob("*.partial")), "the lock leaves nothing half-written"
 
 
 def test_cli_bad_lock_is_one_line_exit_2_no_traceback(repo_copy):

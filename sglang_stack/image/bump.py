@@ -190,7 +190,7 @@ def _restore(before: dict[Path, str | None], profile: Profile) -> None:
 def bump(profile: Profile, name: str, version: str, override: str | None = None) -> list[Path]:
     """Move ``name`` to ``version`` in ``profile`` (network: the index, uv); the files that changed."""
     from sglang_stack.image import render as rendermod
-    from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import exclusive, lockfile as lockmod
     from sglang_stack.lock import releases, resolve
 
     try:
@@ -199,46 +199,52 @@ def bump(profile: Profile, name: str, version: str, override: str | None = None)
         raise UserError(f"VERSION {version!r}: not a version (PEP 440), such as 4.58.0") from None
     if override is not None and len(override.strip()) < 10:
         raise UserError(f"--override {override!r}: say why the stack may take a version its dependents exclude")
-    lock, _ = lockmod.check_all(profile.lock, download=True)
-    key = canonicalize_name(name)
-    if key == canonicalize_name(lock.sglang.name):
-        raise UserError(f"{name}: the SGLang release is what names a profile: `invoke bump sglang {version} --new-profile`")
-    if any(canonicalize_name(w.name) == key for w in lock.wheels):
-        raise UserError(f"{name}: installed by URL ([[wheel]] {name} of {display(profile.lock)}): edit that table, "
-                        "not the resolver's clock")
-    current = lock.requirements.get(key) or lock.router_requirements.get(key)
-    if current is None:
-        raise UserError(f"{name}: not a distribution of {display(profile.requirements)} or the router's lock")
-    if Version(current) == Version(version):
-        raise UserError(f"{name}: {display(profile.requirements)} already pins {current}")
-    files = release_files(lock.data["resolve"]["index"], key, version)
-    clock = clock_after(files)
-    requires = lockmod.wheel_requires(lockmod.sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=True))
-    declarations = declared(lock, key, requires)
-    conflicts = [(source, spec) for source, spec in declarations
-                 if not Requirement(f"x{spec}").specifier.contains(Version(version), prereleases=True)]
-    admitted = tuple(source for source, _ in declarations if (source, _) not in conflicts)
-    before = _snapshot(profile)
-    try:
-        write_all({profile.lock: edited_lock(read_text(profile.lock), profile.lock, key, version, clock, conflicts, override,
-                                             admitted)})
-        resolve.resolve(profile.lock)
-        after = lockmod.check(profile.lock)
-        pinned = after.requirements.get(key) or after.router_requirements.get(key)
-        if pinned is None or Version(pinned) != Version(version):
-            held = holders(profile.requirements, key) or holders(profile.root / "requirements.router.lock.txt", key)
-            raise UserError(f"{name} {version}: the resolution with its clock at {clock} pins {pinned or 'nothing'}: "
-                            + (f"held by {', '.join(held)} ({display(profile.requirements)}'s # via)" if held else
-                               "another requirement holds it") + "; nothing changed")
-        for platform in _platforms(profile):  # every platform the lock builds for, rendered from its own lock
-            rendermod.render(lockmod.check(profile.lock, platform=platform),
-                             rendermod.dockerfile_of(profile.dockerfile, platform))
-        final, cross_checked = lockmod.check_all(profile.lock, download=True)
-        releases.check_lock(final)
-    except BaseException:
-        _restore(before, profile)
-        raise
-    return _changed(before, profile)
+    # The whole run holds the profile's lock: a second bump or `invoke lock` is refused, not lost.
+    with exclusive.writer(profile.lock):
+        read = read_text(profile.lock)
+        lock, _ = lockmod.check_all(profile.lock, download=True)
+        key = canonicalize_name(name)
+        if key == canonicalize_name(lock.sglang.name):
+            raise UserError(f"{name}: the SGLang release is what names a profile: `invoke bump sglang {version} --new-profile`")
+        if any(canonicalize_name(w.name) == key for w in lock.wheels):
+            raise UserError(f"{name}: installed by URL ([[wheel]] {name} of {display(profile.lock)}): edit that table, "
+                            "not the resolver's clock")
+        current = lock.requirements.get(key) or lock.router_requirements.get(key)
+        if current is None:
+            raise UserError(f"{name}: not a distribution of {display(profile.requirements)} or the router's lock")
+        if Version(current) == Version(version):
+            raise UserError(f"{name}: {display(profile.requirements)} already pins {current}")
+        files = release_files(lock.data["resolve"]["index"], key, version)
+        clock = clock_after(files)
+        requires = lockmod.wheel_requires(lockmod.sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=True))
+        declarations = declared(lock, key, requires)
+        conflicts = [(source, spec) for source, spec in declarations
+                     if not Requirement(f"x{spec}").specifier.contains(Version(version), prereleases=True)]
+        admitted = tuple(source for source, _ in declarations if (source, _) not in conflicts)
+        if read_text(profile.lock) != read:
+            raise UserError(f"{display(profile.lock)}: changed while this bump read it (an editor?): nothing changed; "
+                            "run the bump again")
+        before = _snapshot(profile)
+        try:
+            write_all({profile.lock: edited_lock(read_text(profile.lock), profile.lock, key, version, clock, conflicts, override,
+                                                 admitted)})
+            resolve.resolve(profile.lock)
+            after = lockmod.check(profile.lock)
+            pinned = after.requirements.get(key) or after.router_requirements.get(key)
+            if pinned is None or Version(pinned) != Version(version):
+                held = holders(profile.requirements, key) or holders(profile.root / "requirements.router.lock.txt", key)
+                raise UserError(f"{name} {version}: the resolution with its clock at {clock} pins {pinned or 'nothing'}: "
+                                + (f"held by {', '.join(held)} ({display(profile.requirements)}'s # via)" if held else
+                                   "another requirement holds it") + "; nothing changed")
+            for platform in _platforms(profile):  # every platform the lock builds for, rendered from its own lock
+                rendermod.render(lockmod.check(profile.lock, platform=platform),
+                                 rendermod.dockerfile_of(profile.dockerfile, platform))
+            final, cross_checked = lockmod.check_all(profile.lock, download=True)
+            releases.check_lock(final)
+        except BaseException:
+            _restore(before, profile)
+            raise
+        return _changed(before, profile)
 
 
 # --- a profile for a new SGLang release ------------------------------------------------------------------

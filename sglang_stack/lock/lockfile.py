@@ -329,6 +329,10 @@ def check(
     _check_cuda_tags(lock, bad)
     if with_requirements:  # what is pinned is known once the requirements are
         _check_flashinfer_trio(lock, bad)
+    if with_requirements:
+        for each in (requirements, router_file):
+            if each.is_file():
+                _check_clock(lock, each, problems)
     if with_requirements and requirements.is_file():  # a missing file is already one problem
         _check_requirements_file(lock, requirements.name, problems)
         sources = {canonicalize_name(w.name): list(w.requires) for w in wheels}
@@ -518,6 +522,29 @@ def _check_overrides(lock: Lock, sources: dict[str, list[str]], bad) -> None:
 
 
 # --- requirements.lock.txt ----------------------------------------------------
+
+
+def resolver_clock(res: dict) -> str:
+    """The resolver's clock as the requirement locks' headers state it: [resolve] exclude_newer, and each package
+    `invoke bump` moved past it."""
+    moved = "".join(f"; {name} as of {instant}" for name, instant in sorted(res.get("exclude_newer_package", {}).items()))
+    return f"Nothing newer than {res['exclude_newer']}{moved}"
+
+
+def _check_clock(lock: Lock, path: Path, problems: list[str]) -> None:
+    """The requirement lock was resolved at versions.lock's clock: its header says the clock it was resolved at, so a
+    clock moved without a resolution (an edit, a bump cut off between its two writes) is named, not called ok."""
+    try:
+        head = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)[:12]
+                       if line.startswith("#"))
+    except (OSError, UnicodeDecodeError):
+        return  # read_pins names an unreadable file
+    flat = " ".join(part.strip("# \n") for part in head.splitlines())
+    want = resolver_clock(lock.data["resolve"])
+    if "Nothing newer than" in flat and want not in flat:
+        said = flat[flat.index("Nothing newer than"):].split(". ")[0]
+        problems.append(f"{path.name}: resolved at \"{said}\", but {display(lock.path)} [resolve] says \"{want}\" "
+                        "(a clock moved without a resolution): run `invoke lock`")
 
 
 def _read_requirements(path: Path, problems: list[str]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.lock.lockfile import LOCK_PATH, REQUIREMENTS_PATH, ROUTER_REQUIREMENTS_PATH, Lock, check
+from sglang_stack.lock.lockfile import LOCK_PATH, REQUIREMENTS_PATH, ROUTER_REQUIREMENTS_PATH, Lock, check, resolver_clock
 from sglang_stack.lock.platforms import requirements_name
 from sglang_stack.lock.pins import REQUIREMENTS_HEADER
 
@@ -98,6 +98,13 @@ def resolve(path: Path = LOCK_PATH, out_dir: Path | None = None) -> list[Path]:
     resolution depends on (index, Python, platform, exclude_newer, the uv release) is
     read from versions.lock. The files go beside ``path``, or into ``out_dir``.
     """
+    from sglang_stack.lock import exclusive
+
+    with exclusive.writer(path):
+        return _resolve(path, out_dir)
+
+
+def _resolve(path: Path, out_dir: Path | None) -> list[Path]:
     import os
 
     from sglang_stack.shell import require, run
@@ -130,11 +137,6 @@ def resolve(path: Path = LOCK_PATH, out_dir: Path | None = None) -> list[Path]:
     return written
 
 
-def _clock(res: dict) -> str:
-    moved = "".join(f"; {name} as of {instant}" for name, instant in sorted(res.get("exclude_newer_package", {}).items()))
-    return f"Nothing newer than {res['exclude_newer']}{moved}"
-
-
 def _router_requirements_header(lock: Lock) -> str:
     res, router = lock.data["resolve"], lock.router_table
     return (
@@ -142,7 +144,7 @@ def _router_requirements_header(lock: Lock) -> str:
         f"#\n"
         f"# What the `router` image stage installs from {res['index']} beside {lock.router.name} {lock.router.version}\n"
         f"# (installed by URL and sha256 from versions.lock [router], so left out here), each with its\n"
-        f"# sha256, resolved for Python {router['python']} on {router['python_platform']}. {_clock(res)}.\n"
+        f"# sha256, resolved for Python {router['python']} on {router['python_platform']}. {resolver_clock(res)}.\n"
         f"# Resolver: {res['resolver']}. To change a pin, edit versions.lock and run `invoke lock`.\n"
     )
 
@@ -158,7 +160,7 @@ def _requirements_header(lock: Lock) -> str:
         f"# resolved for Python {lock.python['version']} on {res['python_platform']} from sglang {lock.sglang.version}'s\n"
         f"# requirements plus those of the URL wheels ({wheels}), which are installed by URL\n"
         f"# and therefore left out here, with every [[override]] of versions.lock applied.\n"
-        f"# Omitted on purpose: {omitted}. {_clock(res)}. Resolver: {res['resolver']}.\n"
+        f"# Omitted on purpose: {omitted}. {resolver_clock(res)}. Resolver: {res['resolver']}.\n"
         f"# `-r {RESOLVE_INPUT}` marks sglang's pin and the URL wheels' requirements,\n"
         f"# `--override {RESOLVE_OVERRIDES}` an [[override]]; both are written from versions.lock.\n"
         f"# To change a pin, edit versions.lock and run `invoke lock`.\n"
