@@ -5,6 +5,11 @@ The tasks live in ``sglang_stack/tasks/``, one module per concern; this file onl
 
 import sys
 
+if "invoke.main" in sys.modules:  # Ctrl-C while the task modules import is one line too, not a traceback
+    from sglang_stack.errors import quiet_interrupts
+
+    quiet_interrupts()
+
 from sglang_stack.tasks import ns, setup_cli
 
 if "invoke.main" in sys.modules:  # run by the `invoke` command (or python -m invoke), not imported by a test

@@ -4,6 +4,7 @@ Anything raised as ``UserError`` is printed as a single line and exits
 non-zero; everything else is a bug and keeps its traceback.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -85,3 +86,23 @@ def run_main(main) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code or 0)
+
+
+def quiet_interrupts() -> None:
+    """Ctrl-C before a task runs (while Invoke and its imports load): one line, not a traceback; a closed pipe
+    (help piped into ``head``): nothing.
+
+    Python still exits by SIGINT after its excepthook, so the shell sees the interrupt.
+    """
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            print("error: interrupted", file=sys.stderr)
+            return
+        if issubclass(kind, BrokenPipeError):  # `invoke up --help | head -1`: the reader left; nothing to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush, too, goes nowhere
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook

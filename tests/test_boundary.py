@@ -158,7 +158,7 @@ def test_ctrl_c_while_the_tasks_load_is_one_line():
     """SIGINT before any task runs: Invoke is still importing; one line, and the shell sees the interrupt."""
     # Python's own SIGINT handler, as at a terminal: a job started in the background inherits SIGINT ignored.
     code = ("import signal, sys, time; signal.signal(signal.SIGINT, signal.default_int_handler); sys.path.insert(0, '.'); "
-            "from sglang_stack.tasks.boundary import quiet_interrupts; quiet_interrupts(); print('ready', flush=True); time.sleep(30)")
+            "from sglang_stack.errors import quiet_interrupts; quiet_interrupts(); print('ready', flush=True); time.sleep(30)")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     assert proc.stdout.readline().strip() == "ready"
@@ -167,6 +167,21 @@ def test_ctrl_c_while_the_tasks_load_is_one_line():
     _, err = proc.communicate(timeout=30)
     assert err.strip() == "error: interrupted", err
     assert proc.returncode in (-signal.SIGINT, 130), proc.returncode
+
+
+def test_ctrl_c_while_tasks_py_imports_the_task_modules_is_one_line():
+    """The interrupt lands while tasks.py imports the task modules (the longest part of a start, before setup_cli):
+    made certain by an import hook that raises it there, as Invoke's loader runs tasks.py."""
+    code = ("import sys, runpy, invoke.main\n"
+            "class Stop:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'sglang_stack.tasks.image':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Stop())\n"
+            "sys.path.insert(0, '.')\n"
+            "runpy.run_path('tasks.py')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip() == "error: interrupted" and "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

@@ -13,7 +13,7 @@ from invoke import Collection, Task
 from sglang_stack import ROOT
 from sglang_stack.tasks import bench, image, patching, release, services, smoke
 from sglang_stack.tasks.boundary import (
-    check_project_config, help_after_task, optional_positionals, quiet_interrupts, shape_parse_errors, signals_interrupt,
+    check_project_config, help_after_task, optional_positionals, shape_parse_errors, signals_interrupt,
 )
 
 MODULES = (image, patching, services, smoke, bench, release)
@@ -30,8 +30,7 @@ def setup_cli() -> None:
     """What the `invoke` command needs before it parses: quiet Ctrl-C, optional positionals, ``TASK --help``,
     one-line parse errors, and a check of invoke.yaml's keys."""
     program = sys.modules["invoke.main"].program
-    quiet_interrupts()
-    signals_interrupt()
+    signals_interrupt()  # Ctrl-C: tasks.py installed quiet_interrupts before these modules imported
     help_after_task(program)  # innermost: it reads the line as the user typed it
     # Before shape_parse_errors wraps it again: `invoke doctor eagle3`, like `invoke up eagle3`.
     optional_positionals(program, {"doctor": "service", "status": "service", "acceptance": "service",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import os
 import re
 import socket
 import sys
@@ -97,26 +96,6 @@ def user_errors(body):
 
     wrapper.__boundary__ = True
     return wrapper
-
-
-def quiet_interrupts() -> None:
-    """Ctrl-C before a task runs (while Invoke and its imports load): one line, not a traceback; a closed pipe
-    (help piped into ``head``): nothing.
-
-    Python still exits by SIGINT after its excepthook, so the shell sees the interrupt.
-    """
-    previous = sys.excepthook
-
-    def hook(kind, value, tb):
-        if issubclass(kind, KeyboardInterrupt):
-            print("error: interrupted", file=sys.stderr)
-            return
-        if issubclass(kind, BrokenPipeError):  # `invoke up --help | head -1`: the reader left; nothing to say
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush, too, goes nowhere
-            return
-        previous(kind, value, tb)
-
-    sys.excepthook = hook
 
 
 def signals_interrupt() -> None:
