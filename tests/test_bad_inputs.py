@@ -241,6 +241,12 @@ CASES = [
     Case("env-router-policy", ["status"], [env_file("ROUTER_POLICY=fastest\n")], ["ROUTER_POLICY"]),
     Case("env-router-startup", ["status"], [env_file("ROUTER_WORKER_STARTUP_TIMEOUT=1w\n")], ["ROUTER_WORKER_STARTUP_TIMEOUT"]),
     Case("env-compose-file", ["status"], [env_file("COMPOSE_FILE=nosuch.yaml\n")], ["COMPOSE_FILE", "nosuch.yaml"]),
+    # Not a file Compose can read: a FIFO held `docker compose config` until its timeout (a directory, here: the
+    # check that every file is unchanged would block reading a FIFO).
+    Case("env-compose-file-not-a-file", ["status"], [directory("other.yaml"), env_file("COMPOSE_FILE=other.yaml\n")],
+         ["COMPOSE_FILE", "other.yaml", "not a regular file"]),
+    Case("shell-compose-file-not-a-file", ["status"], [directory("other.yaml")],
+         ["COMPOSE_FILE=other.yaml (shell)", "not a regular file"], environ={"COMPOSE_FILE": "other.yaml"}),
     Case("env-unterminated-quote", ["status"], [env_file('SGLANG_EXTRA_ARGS="--foo\n')], [".env:1"]),
     Case("env-health-interval", ["doctor"], [env_file("HEALTH_INTERVAL=abc\n")], ["HEALTH_INTERVAL"], code=1, check="config"),
     Case("env-health-timeout", ["doctor"], [env_file("HEALTH_TIMEOUT=5s\n")], ["HEALTH_TIMEOUT"], code=1, check="config"),

@@ -257,6 +257,7 @@ def test_publish_checks_everything_before_the_push(registry, keys, sglang_stage,
 
         tree = checkout.copy(tmp_path / "tree")
         (tree / "build").mkdir(exist_ok=True)
+        shutil.copytree(ROOT / "build" / "built", tree / "build" / "built")  # what `invoke build` recorded of the image
         (tree / "build" / "published").write_text("a file where the records' directory goes")
         cwd = tree
     proc = subprocess.run([*engine.INVOKE, "publish", sglang_stage[0], "--to", tag, "--key", str(key)], cwd=cwd,

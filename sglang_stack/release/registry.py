@@ -67,8 +67,12 @@ def missing(ref: Ref, insecure: bool = False) -> str:
                       .get("tags") or [])
     except (ValueError, UserError):
         tags = []
+    # cosign keeps signatures and attestations as tags sha256-HEX.sig/.att/.sbom: not what a user mistyped.
+    cosign_tags = [t for t in tags if re.fullmatch(r"sha256-[0-9a-f]{64}\.(sig|att|sbom)", t)]
+    tags = [t for t in tags if t not in cosign_tags]
     shown = ", ".join(tags[:8]) + (f" and {len(tags) - 8} more" if len(tags) > 8 else "")
-    return f"{ref.registry}/{ref.repository} has no tag {ref.tag}" + (f" (it has {shown})" if tags else "")
+    signed = f"; and {len(cosign_tags)} of cosign's signature and attestation tags" if cosign_tags else ""
+    return f"{ref.registry}/{ref.repository} has no tag {ref.tag}" + (f" (it has {shown}{signed})" if tags else "")
 
 
 def config_of(ref: Ref, insecure: bool = False) -> tuple[str, dict[str, str]]:

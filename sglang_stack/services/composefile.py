@@ -120,10 +120,10 @@ class Project:
         """The files Compose read, for a message: ``files``, else COMPOSE_FILE as Compose read it, else the defaults."""
         if self.files:
             return self.files
-        listed = self.env.get("COMPOSE_FILE") or ""
-        separator = self.env.get("COMPOSE_PATH_SEPARATOR") or os.pathsep
-        if listed:
-            return tuple(Path(p) if Path(p).is_absolute() else ROOT / p for p in listed.split(separator) if p)
+        from sglang_stack.services.variables import listed_files
+
+        if listed := listed_files(self.env):
+            return listed
         return (COMPOSE_FILE, *[f for f in (ROOT / "compose.override.yaml",) if f.is_file()])
 
 

@@ -100,6 +100,12 @@ def config(args: Sequence[str], env: Environment, *, files: Sequence[Path] = (),
                         "on PATH: install Docker Engine with the compose plugin")
     # An alias bomb would keep Compose busy until the timeout: one count on each file's node graph names it first.
     for f in _candidates(env, files):
+        if f.exists() and not f.is_file():  # a FIFO would hold Compose until the timeout; a directory fails obscurely
+            where = ""
+            if f in listed_files(env):
+                where = (f"{env.where('COMPOSE_FILE')}: " if "COMPOSE_FILE" in env.values else
+                         f"COMPOSE_FILE={(env.shell or {}).get('COMPOSE_FILE')} (shell): ")
+            raise UserError(f"{where}{f}: not a regular file (a compose file is YAML on disk)")
         if f.is_file():
             yaml_file.expanded_size(read_text(f), str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f))
     try:
@@ -227,9 +233,14 @@ def _variables_at(path: str, env: Environment, files: Sequence[Path]) -> str:
 def _candidates(env: Environment, files: Sequence[Path]) -> list[Path]:
     """The compose files Compose reads here: those given, else compose.yaml and its override, and COMPOSE_FILE's."""
     candidates = list(files) or [ROOT / "compose.yaml", ROOT / "compose.override.yaml"]
+    return candidates + list(listed_files(env))
+
+
+def listed_files(env: Environment) -> tuple[Path, ...]:
+    """COMPOSE_FILE's files as Compose reads them (relative to the project directory); () where it is unset."""
     listed = env.values.get("COMPOSE_FILE") or (env.shell or {}).get("COMPOSE_FILE") or ""
     separator = env.values.get("COMPOSE_PATH_SEPARATOR") or os.pathsep
-    return candidates + [Path(p) if Path(p).is_absolute() else ROOT / p for p in listed.split(separator) if p]
+    return tuple(Path(p) if Path(p).is_absolute() else ROOT / p for p in listed.split(separator) if p)
 
 
 def _yaml_error(message: str, env: Environment, files: Sequence[Path]) -> str:
