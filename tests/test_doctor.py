@@ -382,6 +382,13 @@ def test_a_misspelt_name_in_env_is_named_with_the_one_meant(tmp_path):
     assert check.status == WARN and (f"SGLANG_API_KY_FILE ({dotenv}:2) is read by nothing: did you mean "
                                      "SGLANG_API_KEY_FILE?") in check.detail, check.line()
     assert "COMPOSE_PROJECT_NAME" not in check.detail and "MY_OWN_NOTE" not in check.detail, check.line()
+    # The old name, mistyped: meant as the key itself, which is read from a file now.
+    dotenv.write_text("MODEL_DIR=/models/k\nSGLANG_API_KY=sk-123\n")
+    env = variables.environment(env_file=dotenv, shell_env={"PATH": os.environ["PATH"]})
+    check = doctor.check_config(svc_of(), "", env)
+    assert check.status == WARN and (f"SGLANG_API_KY ({dotenv}:2) is read by nothing: did you mean SGLANG_API_KEY? "
+                                     "That is no longer read either: write the value to a file and set "
+                                     "SGLANG_API_KEY_FILE") in check.detail and "sk-123" not in check.line(), check.line()
     dotenv.write_text(f"MODEL_DIR=/models/k\nSGLANG_API_KEY_FILE={key}\n")
     env = variables.environment(env_file=dotenv, shell_env={"PATH": os.environ["PATH"]})
     assert doctor.check_config(svc_of(), "", env).status == OK

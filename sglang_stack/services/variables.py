@@ -294,8 +294,12 @@ def near_misses(env: Environment) -> list[str]:
         m = re.match(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=", line)
         if not m or m[1] in env.referenced or COMPOSE_OWN.fullmatch(m[1]):
             continue
-        close = difflib.get_close_matches(m[1], sorted(env.referenced), n=1, cutoff=0.85)
-        if close:
+        # The secrets' old names too: SGLANG_API_KY= is meant as a key, and the key is read from a file now.
+        close = difflib.get_close_matches(m[1], sorted(env.referenced | set(LEGACY_SECRETS)), n=1, cutoff=0.85)
+        if close and close[0] in LEGACY_SECRETS:
+            out.append(f"{m[1]} ({env.env_file}:{lineno}) is read by nothing: did you mean {close[0]}? That is no "
+                       f"longer read either: write the value to a file and set {close[0]}_FILE")
+        elif close:
             out.append(f"{m[1]} ({env.env_file}:{lineno}) is read by nothing: did you mean {close[0]}?")
     return out
 
