@@ -278,6 +278,8 @@ CASES = [
     Case("k8s-out-is-file", ["k8s", "--out", "afile"], [write("afile", "x")], ["afile"]),
     # the mirror, verify, and the model pins
     Case("fetch-target", ["fetch", "--target", "gpu"], [], ["--target 'gpu'"]),
+    # Refused before mirror/ gets its directories (the check that nothing was written holds it).
+    Case("fetch-engine-typo", ["fetch", "--engine", "dockr"], [], ["--engine 'dockr'", "unsupported"]),
     Case("fetch-base-without-target", ["fetch", "--base-image", "x:1"], [], ["--base-image", "--target"]),
     Case("fetch-bad-manifest", ["build", "--mirror"], [write("mirror/manifest.json", "{")],
          ["mirror/manifest.json: not valid JSON"]),

@@ -60,7 +60,11 @@ def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=
 
     from sglang_stack.lock import profiles
 
+    from sglang_stack.image import store
+
     engine = engine or c.config.stack.engine
+    if engine not in store.STORES:  # before the mirror's directories are made
+        raise UserError(f"--engine {engine!r}: unsupported (choose one of {', '.join(store.STORES)})")
     lock, _ = lockmod.check_all(profiles.get(profile).lock, download=False)
     path = Path(dir) if Path(dir).is_absolute() else ROOT / dir
     for line in mirrormod.fetch(lock, target, _images(engine, target, base_image), engine, path, optional):
