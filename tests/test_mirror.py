@@ -208,6 +208,34 @@ def test_a_changed_base_image_archive_is_refused_before_a_build_loads_it(lock, t
         mirror.check(lock, "base", {"BASE_IMAGE": "cuda:13"}, tmp_path)
 
 
+def test_a_base_archive_with_two_members_of_one_path_is_refused(tmp_path):
+    """`x/layer.tar` hashes to the config's diff_id, `./x/layer.tar` is another layer: the chain check would read one
+    and the engine's loader may read the other. One path twice is not what `docker save` writes: refused."""
+    import hashlib
+    import io
+    import tarfile
+
+    good, bad = b"the layer the config names", b"another layer"
+    config = json.dumps({"rootfs": {"diff_ids": ["sha256:" + hashlib.sha256(good).hexdigest()]}}).encode()
+    members = [("manifest.json", json.dumps([{"Config": "config.json", "Layers": ["x/layer.tar"]}]).encode()),
+               ("config.json", config), ("x/layer.tar", good), ("./x//layer.tar", bad)]
+    archive = tmp_path / "base.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(UserError, match=r"members 'x/layer.tar' and './x//layer.tar' are one path"):
+        mirror.archive_chain(archive)
+    with tarfile.open(archive, "w") as tar:  # the same archive without the second copy is a chain
+        for name, data in members[:3]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    digest, diff_ids, layers = mirror.archive_chain(archive)
+    assert layers == diff_ids and digest == "sha256:" + hashlib.sha256(config).hexdigest()
+
+
 def test_two_fetches_on_one_mirror_take_turns(tmp_path, capfd):
     """A second fetch waits for the first (a real flock held by another process) and says so."""
     import sys

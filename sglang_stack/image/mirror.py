@@ -433,6 +433,7 @@ def archive_chain(archive: Path) -> tuple[str, list[str], list[str]]:
     ``docker save`` archive; a malformed one is one line naming it. Reads every layer once: the chain from the
     config to the bytes docker will load."""
     import hashlib
+    import posixpath
     import tarfile
 
     def hashed(tar, member) -> tuple[str, bytes | None]:
@@ -450,7 +451,17 @@ def archive_chain(archive: Path) -> tuple[str, list[str], list[str]]:
         raise UserError(f"{archive}: not a plain file of at most {ARCHIVE_LIMIT >> 30} GB")
     try:
         with tarfile.open(archive, "r:") as tar:
-            members = {m.name: m for m in tar.getmembers()}
+            listed = tar.getmembers()
+            # Two members one name once cleaned (`x/layer.tar` and `./x//layer.tar`, or the same name twice): this
+            # check would hash one and the engine's loader might read the other.
+            seen: dict[str, str] = {}
+            for member in listed:
+                clean = posixpath.normpath("/" + member.name).lstrip("/")
+                if clean in seen:
+                    raise UserError(f"{archive}: members {seen[clean]!r} and {member.name!r} are one path: not an "
+                                    "archive `docker save` writes; delete it and run `invoke fetch` again")
+                seen[clean] = member.name
+            members = {m.name: m for m in listed}
             if "manifest.json" not in members or members["manifest.json"].size > CONFIG_LIMIT:
                 raise UserError(f"{archive}: no manifest.json: not a `docker save` archive")
             manifest = json.loads(tar.extractfile(members["manifest.json"]).read())
