@@ -123,3 +123,15 @@ def test_what_nvidia_smi_could_not_tell_is_one_line_and_a_skip():
     check = topology.check_topology(facts, svc_of())
     assert check.status == "skip" and check.detail.startswith(
         "skipped: nvidia-smi topo -p2p r: nvidia-smi topo did not finish within 20s;"), check.line()
+
+
+def test_escape_codes_in_what_nvidia_smi_said_do_not_reach_the_terminal():
+    """A cell or an error carrying an escape sequence (a title-setting OSC, a bell) is quoted, not obeyed."""
+    def run(argv, timeout):
+        return (None, "", "\x1b]0;owned\x07nvidia-smi \x1b[2Jfailed\r") if argv[0] == "nvidia-smi" else (1, "", "")
+
+    facts = Facts(gpus=[Gpu(i, RTX.name, RTX.compute_cap, RTX.driver, RTX.memory_mib) for i in range(8)],
+                  topology=topology.gather(8, run))
+    line = topology.check_topology(facts, svc_of()).line()
+    assert not any(not c.isprintable() for c in line), repr(line)
+    assert "\\x1b]0;owned\\x07nvidia-smi \\x1b[2Jfailed;" in line, line

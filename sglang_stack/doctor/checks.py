@@ -17,4 +17,10 @@ class Check:
 
     def line(self) -> str:
         fix = f" -- fix: {self.fix}" if self.fix and self.status in (FAIL, WARN) else ""
-        return f"{self.status:<5} {self.name:<12} {self.detail}{fix}"
+        return printable(f"{self.status:<5} {self.name:<12} {self.detail}{fix}")
+
+
+def printable(text: str) -> str:
+    """Control characters shown as escapes: a check quotes what tools and files said (nvidia-smi's cells, a .env
+    value), and an escape sequence there would drive the terminal, not be read."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
