@@ -304,3 +304,16 @@ def test_bump_edits_the_lock_in_place_keeping_every_comment():
     assert [o for o in tomllib.loads(out)["override"] if o["package"] == "flashinfer-python"] == []
     kept = [line for line in text.splitlines() if line.startswith("#")]
     assert [line for line in lines if line.startswith("#") and "invoke bump` moved" not in line] == kept
+
+
+def test_the_0_5_23_image_loads_cutlass_dsls_cuda_13_flavour_not_the_cuda_12_one(profile_python):
+    """nvidia-cutlass-dsl requires its CUDA 12 libraries whatever the extras (docs/profiles.md); its own loader picks the
+    flavour at import. Run in a Python of the profile's exact pins (no driver answers here: the newest is taken, as
+    a CUDA 13 driver would)."""
+    python = profile_python("0.5.23")
+    code = ("import sys, cutlass._mlir._mlir_libs\n"
+            "print(sys.modules['cutlass._mlir._mlir_libs._cutlass_ir'].__file__.rsplit('/', 1)[1])\n")
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("_cutlass_ir.cu13."), proc.stdout
+

@@ -169,6 +169,34 @@ def test_invoke_settings_refuses_conflicting_flags():
     assert proc.returncode == 2 and "--write and --check" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_invoke_settings_says_which_all_reduce_each_host_takes():
+    """`--all-reduce` runs the all-reduce entrypoint per host, sized by the table: 8x H200 over NVLink, 8x RTX PRO 6000
+    over PCIe with P2P, both at the widest decode the table's runs capture; one GPU needs none. Its answers (recorded
+    from the real entrypoint; tests/test_allreduce.py holds them to what each release decides) read as one line."""
+    table = json.loads((ROOT / "profiles" / "0.5.23" / "docker" / "settings.json").read_text())
+    assert derive.all_reduce_argv("h200x8", table) == ["sglang_stack.entrypoints.allreduce", "--tp", "8", "--nvlink",
+                                                       "yes", "--p2p", "yes", "--max-rows", "2048"]
+    assert derive.all_reduce_argv("rtxpro6000x8", table)[3:5] == ["--nvlink", "no"]
+    assert derive.all_reduce_argv("h200x1", table) is None
+    fixtures = ROOT / "tests" / "fixtures" / "allreduce"
+    pcie = derive.all_reduce_line("rtxpro6000x8", json.loads((fixtures / "0.5.23-tp8-pcie-p2p.json").read_text()))
+    assert pcie.startswith("all-reduce, 8x RTX PRO 6000 Blackwell (SM120, PCIe): TP 8 over PCIe with P2P: custom "
+                           "all-reduce off (SGLang: CustomAllreduce is disabled because it's not supported on more than "
+                           "two PCIe-only GPUs."), pcie
+    assert pcie.endswith("a decode reduction takes pcie_ipc with PCIE_ALLREDUCE on, workspace 458752 elements (nccl "
+                         "with it off), the widest decode (64 rows) pcie_ipc, a prefill chunk nccl"), pcie
+    nvlink = derive.all_reduce_line("h200x8", json.loads((fixtures / "0.5.23-tp8-nvlink.json").read_text()))
+    assert "TP 8 over NVLink: custom all-reduce on; a decode reduction takes custom with PCIE_ALLREDUCE on" in nvlink, \
+        nvlink
+    old = derive.all_reduce_line("rtxpro6000x8", json.loads((fixtures / "0.5.9-tp8-pcie-p2p.json").read_text()))
+    assert "a decode reduction takes nccl with PCIE_ALLREDUCE on (nccl with it off)" in old, old
+    assert derive.all_reduce_line("h200x1", None) == "all-reduce, 1x H200 (SM90): TP 1, none"
+    proc = subprocess.run([sys.executable, "-m", "invoke", "settings", "--write", "--all-reduce"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == ("error: --all-reduce: the table does not keep it (it "
+                                                           "depends on the host's links); drop --write"), proc.stderr
+
+
 def test_the_json_is_what_markdown_and_render_read(table):
     assert json.loads(derive.TABLE_JSON.read_text()) == table
 

@@ -49,6 +49,7 @@ class Profile:
     name: str
     memory_mib: int
     multiprocessors: int
+    nvlink: bool = False  # NVLink between every pair of its GPUs (else PCIe, with P2P)
 
     @property
     def arch(self) -> str:
@@ -59,7 +60,7 @@ class Profile:
 # Memory and names as nvidia-smi prints them (tests/fixtures/nvidia-smi: the H200 recorded,
 # the RTX PRO 6000 from its datasheet).
 PROFILES = {
-    "h200x8": Profile("8x H200 (SM90, NVLink)", 8, (9, 0), "NVIDIA H200", 143771, 132),
+    "h200x8": Profile("8x H200 (SM90, NVLink)", 8, (9, 0), "NVIDIA H200", 143771, 132, nvlink=True),
     "rtxpro6000x8": Profile("8x RTX PRO 6000 Blackwell (SM120, PCIe)", 8, (12, 0),
                             "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, 188),
     "h200x1": Profile("1x H200 (SM90)", 1, (9, 0), "NVIDIA H200", 143771, 132),

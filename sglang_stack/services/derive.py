@@ -104,6 +104,14 @@ class Runner:
         return [self.python, *module, "--model-dir", str(self.model_dir), "--draft-dir", str(self.draft_dir), "--",
                 *run.argv], env
 
+    def module(self, args: list[str]) -> tuple[list[str], dict[str, str]]:
+        """``python3 -m ARGS`` where SGLang is: the image (no network, no model) or the given interpreter."""
+        if self.image:
+            return [self.engine, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3",
+                    self.image, "-m", *args], dict(os.environ)
+        env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | {"PYTHONPATH": str(ROOT)}
+        return [self.python, "-m", *args], env
+
     def resolve(self, run: Run, timeout: float = 300) -> dict:
         argv, env = self.argv(run)
         print(f"settings: {run.key}: $ {shlex.join(argv[:12])} ...", flush=True)
@@ -273,6 +281,58 @@ class Request:
     profile: str | None = None  # the SGLang profile (profiles/NAME), not a host
     write: bool = False
     check: bool = False
+    all_reduce: bool = False
+
+
+def all_reduce_argv(host: str, data: dict) -> list[str] | None:
+    """The all-reduce entrypoint's arguments for ``host``: its TP size and links, and the widest decode reduction the
+    table's runs on it size PCIe-IPC's workspace for; None for one GPU."""
+    profile = PROFILES[host]
+    if profile.gpus < 2:
+        return None
+    rows = [r["resolved"]["settings"].get("all-reduce", {}).get("pcie_ipc_decode_rows") for r in data["runs"]
+            if r["profile"] == host]
+    widest = max((r for r in rows if isinstance(r, int)), default=None)
+    return ["sglang_stack.entrypoints.allreduce", "--tp", str(profile.gpus), "--nvlink", "yes" if profile.nvlink else "no",
+            "--p2p", "yes", *(["--max-rows", str(widest)] if widest else [])]
+
+
+def all_reduce_line(host: str, decided: dict | None) -> str:
+    """One line: what SGLang's own start-up and dispatch pick for the ``tp`` group on ``host``."""
+    profile = PROFILES[host]
+    if decided is None:
+        return f"all-reduce, {profile.title}: TP {profile.gpus}, none"
+    link = "NVLink" if profile.nvlink else "PCIe with P2P"
+    why = f" (SGLang: {decided['why']})" if decided.get("why") and decided.get("custom_all_reduce") == "off" else ""
+    pcie = decided.get("pcie_ipc") or {}
+    bound = f", workspace {pcie['max_numel']} elements" if pcie.get("built") and pcie.get("max_numel") else ""
+    return (f"all-reduce, {profile.title}: TP {decided.get('tp')} over {link}: custom all-reduce "
+            f"{decided.get('custom_all_reduce')}{why}; a decode reduction takes {decided.get('backend')} with "
+            f"PCIE_ALLREDUCE on{bound} ({decided.get('backend_off')} with it off), the widest decode "
+            f"({decided.get('widest_rows')} rows) {decided.get('backend_widest')}, a prefill chunk "
+            f"{decided.get('backend_prefill')}")
+
+
+def all_reduce(runner: "Runner", hosts: tuple[str, ...], data: dict, say: Callable[[str], None]) -> None:
+    """Run SGLang's all-reduce start-up and dispatch (entrypoints/allreduce.py) for each host; a line each."""
+    for host in hosts:
+        args = all_reduce_argv(host, data)
+        if args is None:
+            say(all_reduce_line(host, None))
+            continue
+        argv, env = runner.module(args)
+        print(f"settings: {host} / all-reduce: $ {shlex.join(argv)}", flush=True)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"settings: {host} / all-reduce: SGLang's ranks did not answer within 900 s") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise UserError(f"settings: {host} / all-reduce in {runner.where}: {last}")
+        try:
+            say(all_reduce_line(host, json.loads(proc.stdout.strip().splitlines()[-1])))
+        except (ValueError, IndexError):
+            raise UserError(f"settings: {host} / all-reduce: no JSON: {proc.stdout[-200:]!r}") from None
 
 
 def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
@@ -286,6 +346,8 @@ def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
 
     if request.host and request.host not in PROFILES:
         raise UserError(f"--host {request.host!r}: choose {', '.join(PROFILES)}")
+    if request.all_reduce and request.write:
+        raise UserError("--all-reduce: the table does not keep it (it depends on the host's links); drop --write")
     if request.host and (request.write or request.check):
         raise UserError("--host: the table has every host; --write and --check take them all")
     image = request.image  # a reference the task has checked (image.store.reference)
@@ -312,6 +374,8 @@ def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
             say(f"wrote {path.relative_to(ROOT)}")
         return []
     say(markdown(data))
+    if request.all_reduce:
+        all_reduce(runner, (request.host,) if request.host else tuple(PROFILES), data, say)
     if not request.check:
         return []
     changed = differences(load(paths[0]), data)

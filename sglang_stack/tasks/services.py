@@ -165,18 +165,22 @@ def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=Non
         "write": "write the profile's table: docker/settings.json and docs/settings.md, or a profile's "
         "profiles/NAME/docker/settings.json and docs/settings-NAME.md (default: off: print the table)",
         "check": "exit 1 if SGLang now decides otherwise than the profile's table records (default: off)",
+        "all-reduce": "also run SGLang's all-reduce start-up and dispatch for each host's tensor-parallel group "
+        "(its ranks on loopback, a minute or more) and print the backend it takes: custom, PCIe-IPC or NCCL "
+        "(default: off)",
     }
 )
 @user_errors
 def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=None, host=None, profile=None,
-             write=False, check=False):
+             write=False, check=False, all_reduce=False):
     """What SGLang decides at our settings, per host: run its own ServerArgs and ports, as compose and k8s start it.
 
     For 8x H200, 8x RTX PRO 6000 and one GPU, and for each argument list we pass to
     sglang.launch_server (compose's baseline and eagle3, the Kubernetes render), SGLang's
     ServerArgs and PortArgs run in the image with the container's environment; only the GPU is
     stood in for. Prints the attention and sampling backends, the all-reduce fusion, the MoE runner,
-    the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md).
+    the CUDA graph sizes, the speculative settings and every port SGLang binds (docs/settings.md);
+    with --all-reduce, the backend each host's all-reduces take (docs/allreduce.md).
     The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
     """
     from sglang_stack.image import store
@@ -185,7 +189,8 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
     if image is not None:
         store.reference(image, "--image")
     request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, model_dir=model_dir,
-                             draft_dir=draft_dir, host=host, profile=profile, write=write, check=check)
+                             draft_dir=draft_dir, host=host, profile=profile, write=write, check=check,
+                             all_reduce=all_reduce)
     changed = derive.settings(request)
     if changed:
         raise Exit(f"error: SGLang now decides otherwise than docker/settings.json records ({len(changed)} "
