@@ -205,6 +205,35 @@ def test_buildah_builds_the_base_stage_for_real(smoke_base, run_id, keep_images)
             store.remove("buildah", tag)
 
 
+@pytest.mark.container
+def test_a_failed_buildah_build_leaves_no_working_container(smoke_base, run_id, tmp_path):
+    """buildah keeps the container of a failed step unless told otherwise: the build's own command (BuildRequest),
+    on a stage whose second step fails, leaves the containers as they were."""
+    (tmp_path / "Dockerfile").write_text(f"FROM {smoke_base} AS base\nRUN echo {run_id} > /made\nRUN false\n")
+
+    def containers() -> list[str]:
+        return subprocess.run(["buildah", "containers", "--quiet"], capture_output=True, text=True).stdout.split()
+
+    def images() -> set[str]:
+        return set(subprocess.run(["buildah", "images", "--quiet", "--no-trunc"], capture_output=True,
+                                  text=True).stdout.split())
+
+    before, cached = containers(), images()
+    request = buildmod.BuildRequest(engine="buildah", tag=f"localhost/sglang-stack-test-{run_id}:fails", target="base",
+                                    isolation="chroot", context=tmp_path, dockerfile=tmp_path / "Dockerfile")
+    try:
+        with pytest.raises(UserError, match="buildah build failed"):
+            buildmod.build(request)
+        assert containers() == before, "the failed step's working container was left behind"
+    finally:
+        # The step that passed stays as the layer cache: this test's own (its history names this run) goes.
+        for image in images() - cached:
+            history = subprocess.run(["buildah", "inspect", "--type", "image", image], capture_output=True,
+                                     text=True).stdout
+            if run_id in history:
+                subprocess.run(["buildah", "rmi", image], capture_output=True)
+
+
 def test_smoke_refuses_a_missing_base_image_instead_of_making_one():
     if not shutil.which("buildah"):
         need("needs buildah (.ci/run installs it)")  # in CI a missing buildah fails here rather than skipping

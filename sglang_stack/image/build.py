@@ -113,6 +113,9 @@ class BuildRequest:
             # the build must be reproducible (``oci``).
             argv = ["podman", "build"] if self.engine == "podman" else ["buildah", "bud"]
             argv += ["--format", "oci" if self.oci else "docker", "--layers" if self.layers else "--layers=false"]
+            # A failed step's working container is removed too (buildah keeps it by default); the steps before it
+            # stay as the layer cache, as BuildKit's do.
+            argv.append("--force-rm")
         if self.isolation:
             argv += ["--isolation", self.isolation]
         argv += ["--file", str(self.dockerfile), "--target", self.target, "--tag", self.tag]
