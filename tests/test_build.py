@@ -194,7 +194,7 @@ def test_buildah_builds_the_base_stage_for_real(smoke_base, run_id, keep_images)
     )
     try:
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "$ buildah bud --format docker --layers --isolation chroot" in proc.stderr, "the command is shown first"
+        assert "$ buildah bud --format docker --layers --force-rm --isolation chroot" in proc.stderr, "the command is shown first"
         assert f"built {tag} (sha256:" in proc.stdout, proc.stdout
         with smoke.Container(tag) as box:
             pth = box.run("sh", "-c", "cat /opt/venv/lib/python3*/site-packages/sglang-stack.pth").stdout.split()
