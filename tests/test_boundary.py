@@ -241,3 +241,13 @@ def test_help_piped_into_a_reader_that_left_is_quiet():
     finally:
         os.close(write)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_every_task_takes_long_flags_only():
+    """One convention: Invoke's automatic short flags gave `-e` three meanings across tasks and took `-h` from --help."""
+    short = {f"{name} -{n}" for name, task in tasks.ns.tasks.items() for arg in task.get_arguments()
+             for n in arg.names if len(n) == 1}
+    assert not short, sorted(short)
+    proc = subprocess.run([sys.executable, "-m", "invoke", "settings", "-h"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "--all-reduce" in proc.stdout, "-h is help, not --host"

@@ -22,6 +22,9 @@ ns = Collection()
 for _module in MODULES:
     for _name, _obj in sorted(vars(_module).items()):
         if isinstance(_obj, Task) and _obj.__module__ == _module.__name__:
+            # One convention for every task: long flags only. Invoke's automatic short flags gave `-e` three
+            # meanings (--engine, --endpoint, --keyless) and `settings -h` took --host from --help.
+            _obj.auto_shortflags = False
             ns.add_task(_obj)
     ns.configure(getattr(_module, "DEFAULTS", {}))
 
