@@ -168,12 +168,16 @@ def test_a_re_pushed_tag_fails_and_the_published_digest_still_verifies(published
             urllib.request.urlopen(f"http://{registry}/v2/stack/manifests/second", timeout=5)
         proc = invoke("publish", other, "--to", second, "--key", str(keys[1] / "cosign.key"), "--foreign")
         assert proc.returncode == 0 and "note: --foreign: " in proc.stdout, proc.stderr[-2000:]
-        claim = verify(second, "--key", str(keys[1] / "cosign.pub"))
-        assert claim.returncode == 0 and "ok   build: published with --foreign: " in claim.stdout, claim.stdout
         engine.docker("tag", other, record["tag"])
         engine.docker("push", "--quiet", record["tag"])  # the same tag, now another image, signed by another key
     finally:
-        engine.docker("image", "rm", other, check=False)
+        engine.docker("image", "rm", other, second, record["tag"], check=False)
+    # Not in the local store now: verify pulls it to check it, and leaves the store as it found it.
+    by_digest = publishmod.read_record(second)["reference"]
+    assert engine.docker("image", "inspect", by_digest, check=False).returncode != 0, "test setup: still local"
+    claim = verify(second, "--key", str(keys[1] / "cosign.pub"))
+    assert claim.returncode == 0 and "ok   build: published with --foreign: " in claim.stdout, claim.stdout
+    assert engine.docker("image", "inspect", by_digest, check=False).returncode != 0, "verify left the pulled image"
     proc = verify(record["tag"], "--key", str(keys[0] / "cosign.pub"))
     assert proc.returncode == 1 and last(proc).startswith(f"error: {record['tag']}: tag: {record['tag']} was pushed again"), \
         proc.stderr
@@ -268,6 +272,15 @@ def test_publish_checks_everything_before_the_push(registry, keys, sglang_stage,
     assert words in last(proc), proc.stderr
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://{registry}/v2/before-push/manifests/{case.replace(' ', '-')}", timeout=5)
+
+
+def test_a_failed_push_takes_its_registry_named_tag_away(keys, sglang_stage):
+    """The registry-named tag exists for the push alone: where nothing listens, publish fails in one line and the
+    local store has no `127.0.0.1:PORT/...` name left."""
+    target = f"127.0.0.1:{engine.free_port()}/nowhere:v1"
+    proc = invoke("publish", sglang_stage[0], "--to", target, "--key", str(keys[0] / "cosign.key"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "docker push failed" in last(proc), proc.stderr
+    assert engine.docker("image", "inspect", target, check=False).returncode != 0, f"{target} was left in the store"
 
 
 def test_a_missing_tag_and_a_mistyped_repository_say_which(published, keys, registry):

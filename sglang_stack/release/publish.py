@@ -121,8 +121,16 @@ def push(engine: str, image: str, target: registry.Ref, insecure: bool) -> str:
     from sglang_stack import shell
 
     if engine == "docker":
+        from sglang_stack.image import store
+
+        had = store.exists(engine, target.by_tag)
         shell.run(["docker", "tag", image, target.by_tag], capture=True, what="docker tag")
-        shell.run(["docker", "push", "--quiet", target.by_tag], capture=True, what="docker push", timeout=3600)
+        try:
+            shell.run(["docker", "push", "--quiet", target.by_tag], capture=True, what="docker push", timeout=3600)
+        except BaseException:
+            if not had:  # the registry-named tag exists for the push alone: a failed one takes it away again
+                store.remove(engine, target.by_tag)
+            raise
         digest = registry.digest_of(target, insecure)
     else:
         with tempfile.TemporaryDirectory(prefix="sglang-stack-push-") as tmp:
@@ -306,21 +314,28 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
         return out
     if not out.add("build", *pred.check_build(predicate, config)):
         return out
-    pulled = ref.by_digest
-    if engine == "docker":
-        shell.run(["docker", "pull", "--quiet", pulled], capture=True, what="docker pull", timeout=3600)
-    else:
-        tls = ["--tls-verify=false"] if insecure or client.loopback(ref.registry) else []
-        shell.run([engine, "pull", *tls, f"docker://{pulled}"], capture=True, what=f"{engine} pull", timeout=3600)
-    found = verify_image.inventory(engine, pulled, [])
-    if not out.add("sbom attested", *pred.check_sbom(predicate, sbom, found.get("sbom"))):
-        return out
-    from sglang_stack.lock import profiles
+    from sglang_stack.image import store
 
-    report = verify_image.verify(engine, pulled, lock_path=profiles.get(predicate["profile"]).lock)
-    for check in report.checks:
-        if check.name != "digest":
-            out.add(f"image {check.name}", check.ok, check.detail)
+    pulled = ref.by_digest
+    had = store.exists(engine, pulled)  # what verify pulls it removes again; an image already here stays
+    try:
+        if engine == "docker":
+            shell.run(["docker", "pull", "--quiet", pulled], capture=True, what="docker pull", timeout=3600)
+        else:
+            tls = ["--tls-verify=false"] if insecure or client.loopback(ref.registry) else []
+            shell.run([engine, "pull", *tls, f"docker://{pulled}"], capture=True, what=f"{engine} pull", timeout=3600)
+        found = verify_image.inventory(engine, pulled, [])
+        if not out.add("sbom attested", *pred.check_sbom(predicate, sbom, found.get("sbom"))):
+            return out
+        from sglang_stack.lock import profiles
+
+        report = verify_image.verify(engine, pulled, lock_path=profiles.get(predicate["profile"]).lock)
+        for check in report.checks:
+            if check.name != "digest":
+                out.add(f"image {check.name}", check.ok, check.detail)
+    finally:
+        if not had and store.exists(engine, pulled):
+            store.remove(engine, pulled)
     return out
 
 
