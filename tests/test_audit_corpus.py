@@ -269,6 +269,8 @@ WRAPS = ("import functools\n\n" + NN + "def logged(fn):\n    @functools.wraps(fn
 MORE_PROVIDERS = {
     "module-level setattr": (NN + "def _embed(self):\n    return None, None\n\n\nclass Edited(nn.Module):\n" + SETS
                              + "\n\nsetattr(Edited, 'get_embed_and_head', _embed)\n", {}),
+    "module-level setattr loop": (NN + "def _embed(self):\n    return None, None\n\n\nclass Edited(nn.Module):\n" + SETS
+                                  + "\n\nfor _name in ('get_embed_and_head',):\n    setattr(Edited, _name, _embed)\n", {}),
     "module-level setattr of None": (NN + "class Edited(nn.Module):\n" + SETS + EMBEDS
                                      + "\n\nsetattr(Edited, 'get_embed_and_head', None)\n", {}),
     "a mixin through import *": (NN + "from sglang.srt.models.mixins import *\n\n\nclass Edited(EagleMixin, nn.Module):\n    pass\n",
@@ -401,6 +403,19 @@ def test_a_probe_that_cannot_run_leaves_everything_to_the_source(tmp_path, monke
     assert report.passed, report.lines()
     assert report.run == "run: the probe failed (exit 1): no probe here", report.run
     assert all(how.startswith("source") for how in report.decided.values()), report.decided
+
+
+@pytest.mark.parametrize("case", ["module-level setattr", "module-level setattr loop"])
+def test_a_method_set_on_the_class_at_module_level_is_never_called_missing(tmp_path, monkeypatch, case):
+    """The class object has it once its module ran (the oracle serves it): the source alone cannot read the loop, so it
+    says undecided (exit 3, which --dynamic settles from the imported class), never missing (exit 1)."""
+    monkeypatch.setattr(runtime, "COMMAND", [sys.executable, "-c", "import sys; sys.exit('no probe here')"])
+    module, extra = MORE_PROVIDERS[case]
+    tree = synthetic(tmp_path, extra={"sglang/srt/models/edited.py": module + "\n\nEntryClass = Edited\n", **extra})
+    assert oracle("provider", str(tree), "Edited", json.dumps(ORACLE_CALLS))["serves"]
+    report = audit.audit(tree, "Edited")
+    assert report.exit_code == 3 and "set on the class after its body" in report.undecided[0].reason, \
+        report.lines(verbose=True)
 
 
 def test_what_the_model_prints_or_opens_does_not_disturb_the_run(tmp_path):

@@ -270,7 +270,26 @@ def provider(tree: Tree, arch: Cls, method: str, depth: int = 0) -> Provider:
     dynamic = [c for c in order if isinstance(c, Cls) and member(c.node, "__getattr__") is not None]
     if dynamic:
         return Provider("undecided", f"{dynamic[0].name} defines __getattr__, which may supply it")
+    for c in order:
+        if isinstance(c, Cls) and (line := set_on_class(tree, c, method)):
+            return Provider("undecided", f"{c.name} ({c.path}:{line}) gets attributes set on the class after its body "
+                            "(setattr or assignment at module level), which the imported class shows")
     return Provider("absent")
+
+
+def set_on_class(tree: Tree, c: Cls, method: str) -> int | None:
+    """The line of a module-level statement that may set ``method`` on class ``c`` after its body: ``C.m = ...``, or
+    ``setattr(C, NAME, ...)`` whose name is ``method`` or one the audit cannot read (a loop's variable)."""
+    for node in ast.walk(tree.parse(c.module)):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == method and
+                                                getattr(t.value, "id", "") == c.name for t in node.targets):
+            return node.lineno
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and len(node.args) >= 2 \
+                and getattr(node.args[0], "id", "") == c.name:
+            name = getattr(node.args[1], "value", None)
+            if not isinstance(name, str) or name == method:
+                return node.lineno
+    return None
 
 
 def sets_attribute(tree: Tree, c: Cls, init: ast.FunctionDef, name: str, before: ast.stmt) -> bool:
