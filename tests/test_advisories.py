@@ -108,8 +108,37 @@ def test_an_index_without_advisory_data_is_one_line_not_a_clean_report(lock, req
             self.end_headers()
 
     with serving(Missing) as url:
-        with pytest.raises(UserError, match=r"no release document \(404\): the index serves no advisory data"):
+        with pytest.raises(UserError, match=r"no release document \(404\), and the project's document speaks for no "
+                                            r"release, not .*: the index serves no advisory data"):
             advisories.audit(lock, requires, f"{url}/simple")
+
+
+def test_an_index_with_only_project_documents_answers_for_its_newest_releases(lock, requires):
+    """A mirror that serves /pypi/NAME/json alone (`lock --check` falls back to it too): its advisories are the newest
+    release's, so they count where that is the pin, and anything else is one line, not a clean report."""
+    pins = dict(advisories.pins(lock))
+    behind = sorted(pins)[0]  # one project whose newest release is not the pin
+
+    def projects_only(newest: dict[str, str]):
+        class Index(Handler):
+            def do_GET(self):
+                parts = self.path.strip("/").split("/")  # pypi NAME json; pypi NAME VERSION json answers 404
+                if len(parts) != 3:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                name = canonicalize_name(parts[1])
+                self.reply(200, {"info": {"name": name, "version": newest[name]}, "releases": {},
+                                 "vulnerabilities": [vuln("PYSEC-0000-9", ["999.0"])] if name == "torch" else []})
+        return Index
+
+    with serving(projects_only({**pins, behind: "0.0.1"})) as url:
+        with pytest.raises(UserError, match=rf"/pypi/{behind}/.*no release document \(404\), and the project's "
+                                            rf"document speaks for 0.0.1, not {pins[behind]}"):
+            advisories.audit(lock, requires, f"{url}/simple")
+    with serving(projects_only(pins)) as url:
+        report = advisories.audit(lock, requires, f"{url}/simple")
+    assert [adv.id for adv, _ in report.open] == ["PYSEC-0000-9"], report.lines()
 
 
 @pytest.mark.parametrize("document, says", [

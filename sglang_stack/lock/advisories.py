@@ -99,6 +99,13 @@ def exceptions(lock: Lock) -> dict[tuple[str, str], str]:
     return out
 
 
+def _same(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
 def parse(package: str, version: str, document) -> list[Advisory]:
     """The advisories a release document lists, withdrawn ones left out; a document of another shape is an error."""
     if not isinstance(document, dict) or not isinstance(document.get("vulnerabilities", []), list):
@@ -156,8 +163,18 @@ def fetch_all(index: str, wanted: dict[str, str]) -> dict[str, list[Advisory]]:
         except Offline as err:
             raise UserError(f"advisories: the index did not answer: {err}") from None
         if document is None:
-            raise UserError(f"advisories: {json_url(index, name, version)}: no release document (404): the index "
-                            "serves no advisory data for it; point --index at PyPI or a mirror of its JSON API")
+            # As `lock --check` does: some mirrors serve only the project's document. Its advisories are those of
+            # the project's newest release, so they stand in only where that is the pinned one.
+            try:
+                project = get_json(session, json_url(index, name))
+            except Offline as err:
+                raise UserError(f"advisories: the index did not answer: {err}") from None
+            newest = (project.get("info") or {}).get("version") if isinstance(project, dict) else None
+            if newest is None or not _same(newest, version):
+                raise UserError(f"advisories: {json_url(index, name, version)}: no release document (404), and the "
+                                f"project's document speaks for {newest or 'no release'}, not {version}: the index "
+                                "serves no advisory data for it; point --index at PyPI or a mirror of its JSON API")
+            document = project
         return name, parse(name, version, document)
 
     with requests.Session() as session:
