@@ -45,6 +45,10 @@ class Behaviour:
     # holding): a burst is then seen by arrival, whatever the host's load does to the timing.
     gather: int | None = None
     gather_s: float = 10.0
+    # Continuous batching's cost: each step takes step_s plus load_s for every token verified across the batch,
+    # that is, for each request in flight, ``verify`` tokens (1 without speculation; draft tokens + 1 with).
+    load_s: float = 0.0
+    verify: int = 1
 
 
 class _Server(ThreadingHTTPServer):
@@ -221,8 +225,12 @@ def _handler(server: SGLangServer):
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
             last_tokens = 0
+            due = start + b.ttft_s
             for k, tokens in enumerate(counts):
-                due = start + b.ttft_s + k * b.step_s
+                if k:
+                    with server.lock:
+                        batch = server.in_flight
+                    due += b.step_s + b.load_s * batch * b.verify
                 pause = due - time.perf_counter()
                 if pause > 0:
                     time.sleep(pause)
@@ -272,8 +280,12 @@ def _handler(server: SGLangServer):
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+            due = start + b.ttft_s
             for k, tokens in enumerate(counts):
-                due = start + b.ttft_s + k * b.step_s
+                if k:
+                    with server.lock:
+                        batch = server.in_flight
+                    due += b.step_s + b.load_s * batch * b.verify
                 pause = due - time.perf_counter()
                 if pause > 0:
                     time.sleep(pause)

@@ -17,6 +17,7 @@ leaves the rounds already measured on disk, marked incomplete.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -33,7 +34,7 @@ from sglang_stack import ROOT
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.bench import report
-from sglang_stack.bench import provenance, rounds, stats
+from sglang_stack.bench import provenance, rounds, stats, verdict
 from sglang_stack.bench.client import Endpoint, RequestFailed, probe, probe_openai, server_info
 from sglang_stack.bench.rounds import (
     Options,
@@ -256,16 +257,22 @@ def run(
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     prompt_set = source.load()  # once an endpoint answered; a bad file then leaves no results directory behind
-    out_dir = results_dir(request.out)  # created and proven writable before the first request
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
     meta = metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1)
+    if request.verdict:
+        verdict.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
+    out_dir = results_dir(request.out)  # created and proven writable before the first request
     meta["provenance"] = provenance.collect(chosen, env, request.engine)
     results = Results(out_dir, meta)
     bar = Progress(planned_rounds(options, len(chosen)), enabled=progress)
     bar.line(redact(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}"))
     execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
+    if request.verdict:
+        found = verdict.decide(json.loads((out_dir / report.JSON_NAME).read_text()))
+        verdict.write(out_dir, found)
+        tell(f"verdict: {found['line']} ({out_dir / verdict.NAME}, {out_dir / verdict.PLOT})")
     return out_dir
 
 

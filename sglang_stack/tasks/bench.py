@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
-from invoke import task
+import json
+from pathlib import Path
 
+from invoke import Exit, task
+
+from sglang_stack.errors import UserError
 from sglang_stack.tasks.boundary import user_errors
 
 DEFAULTS = {
@@ -64,6 +68,9 @@ DEFAULTS = {
         "uses steps + 1 (default: stack.bench.sweep_draft_tokens, none)",
         "sweep_level": "concurrency level the sweep ranks by (default: the lowest of --levels)",
         "ready_timeout": "seconds to wait for the service after each restart (default: stack.bench.ready_timeout, 1800)",
+        "verdict": "does speculation pay here: per level (default levels 1,2,4,8,16,32,64), each speculative server's "
+        "output tok/s over the baseline's with a 95% interval, pays / does not pay / cannot be told apart, up to what "
+        "load; writes verdict.json and verdict.png; exit 3 when it pays at no level (default: off)",
     },
 )
 @user_errors
@@ -100,6 +107,7 @@ def bench(
     max_concurrency=None,
     percentiles=None,
     slo=None,
+    verdict=False,
 ):
     """Measure decode tok/s, TTFT, TPOT, ITL, latency and acceptance of running SGLang servers.
 
@@ -108,7 +116,8 @@ def bench(
     instead. Through SGLang's streaming /generate (every acceptance figure it sends), or
     --api chat/completions of any OpenAI-compatible server. Interleaves the endpoints'
     rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
-    the EAGLE service per speculative setting. See docs/bench.md.
+    the EAGLE service per speculative setting. With --verdict, says per level whether
+    speculation pays over the baseline (exit 3 where it pays nowhere). See docs/bench.md.
     """
     from sglang_stack.bench import measure, sweep as sweep_mod
     from sglang_stack.bench.request import Request
@@ -119,9 +128,14 @@ def bench(
                  random_output_len=random_output_len, random_range_ratio=random_range_ratio, num_requests=num_requests,
                  seed=seed, api=api, stream=not no_stream, model=model, request_rate=request_rate, burstiness=burstiness,
                  max_concurrency=max_concurrency, percentiles=percentiles, slo=slo, level=sweep_level)
+    from sglang_stack.bench import verdict as verdict_mod
+
+    if verdict and sweep:
+        raise UserError("--verdict and --sweep: the verdict compares running servers; run the sweep first, then the "
+                        "verdict with its best setting")
     request = Request(
         endpoints=tuple(endpoint or ()),
-        levels=levels or cfg.levels,
+        levels=levels or (verdict_mod.LEVELS if verdict else cfg.levels),
         repeats=repeats or cfg.repeats,
         warmup=cfg.warmup if warmup is None else warmup,
         out=_results_dir(cfg.results) if out is None else out,
@@ -131,9 +145,12 @@ def bench(
         draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
         ready_timeout=ready_timeout or cfg.ready_timeout,
         engine=c.config.stack.engine,
+        verdict=bool(verdict),
         **{k: v for k, v in given.items() if v is not None},  # a flag not given keeps Request's default
     )
-    (sweep_mod.run if sweep else measure.run)(request)
+    out = (sweep_mod.run if sweep else measure.run)(request)
+    if verdict and not json.loads((Path(out) / verdict_mod.NAME).read_text())["pays"]:
+        raise Exit(code=3)  # speculation paid at no level: a script can act on it
 
 
 @task(

@@ -1,0 +1,102 @@
+"""`invoke bench --verdict`: does speculation pay, level by level, against stand-in servers whose speed depends on load
+the way continuous batching's does (tests/sglang_server.py, ``load_s``), so the crossover is known in advance.
+
+The baseline emits one token per step; the speculative stand-in accepts two draft tokens (three tokens a step) and
+verifies four per request, so a step costs ``step_s + load_s * n * 4`` against ``step_s + load_s * n``. With
+``step_s = 2 * load_s`` its output over the baseline's is ``3 (2 + n) / (2 + 4 n)``: 1.5x at 1, 1.2x at 2, parity
+at 4, 0.88x at 8, 0.82x at 16.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sglang_server import Behaviour, SGLangServer
+from test_bench import write_prompts
+from sglang_stack import ROOT
+from sglang_stack.bench import measure as bench, verdict
+from sglang_stack.bench.request import Request
+from sglang_stack.errors import UserError
+
+LOAD_S = 0.004
+BASE = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(1,), load_s=LOAD_S,
+                 server_info={"version": "0.5.23", "speculative_algorithm": None})
+SPEC_INFO = {"version": "0.5.23", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+             "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+SPEC = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(3,), spec=True, load_s=LOAD_S, verify=4,
+                 server_info=SPEC_INFO)
+
+
+def run_verdict(tmp_path, base: Behaviour, spec: Behaviour, levels: str, repeats: int = 3, tokens: int = 13):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=tokens)
+    with SGLangServer(base) as b, SGLangServer(spec) as s:
+        out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=levels, repeats=repeats,
+                                warmup=0, prompts=prompts, out=tmp_path / "r", verdict=True), environ={},
+                        progress=False)
+    return json.loads((out / verdict.NAME).read_text()), out
+
+
+def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path):
+    found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16")
+    rows = {r["level"]: r for r in found["endpoints"]["eagle3"]["levels"]}
+    assert {level: r["verdict"] for level, r in rows.items()} == {
+        1: verdict.PAYS, 2: verdict.PAYS, 8: verdict.LOSES, 16: verdict.LOSES}, rows
+    # Below the model's 1.5x and above its 0.82x: the first token and the TTFT cost both servers the same.
+    assert 1.2 < rows[1]["ratio"] < 1.6 and 0.75 < rows[16]["ratio"] < 0.95, rows
+    assert found["endpoints"]["eagle3"]["pays_up_to"] == 2 and found["pays"] is True
+    assert found["line"].startswith("eagle3 pays up to 2 concurrent requests (1."), found["line"]
+    assert found["line"].endswith("at 1); from 8 on, baseline is faster."), found["line"]
+    assert found["servers"]["eagle3"]["speculative_algorithm"] == "EAGLE3" and found["reference"] == "baseline"
+    assert (out / verdict.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_path):
+    """Ratio 1.0 everywhere (accepting nothing, verifying as the baseline does): never "pays"."""
+    same = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(1,), spec=True, load_s=LOAD_S, server_info=SPEC_INFO)
+    found, _ = run_verdict(tmp_path, BASE, same, "1,4")
+    assert {r["verdict"] for r in found["endpoints"]["eagle3"]["levels"]} == {verdict.UNCLEAR}, found
+    assert found["pays"] is False and found["line"] == (
+        "eagle3 pays at no level over baseline (cannot be told apart at 1, 4)."), found["line"]
+
+
+def test_an_interval_needs_two_pairs_and_is_the_t_interval_of_the_logs():
+    assert verdict.interval([1.5]) == (pytest.approx(1.5), None, None)
+    assert verdict.judge(None, None) == verdict.UNCLEAR, "one pair: no claim"
+    ratio, low, high = verdict.interval([1.1, 1.2, 1.3])
+    assert ratio == pytest.approx((1.1 * 1.2 * 1.3) ** (1 / 3))
+    assert low == pytest.approx(0.9728, abs=1e-4) and high == pytest.approx(1.4734, abs=1e-4)  # t(2) = 4.303
+    assert verdict.judge(low, high) == verdict.UNCLEAR, "three pairs that far apart do not show it pays"
+    _, low, high = verdict.interval([1.2, 1.21, 1.22])
+    assert verdict.judge(low, high) == verdict.PAYS and verdict.judge(0.8, 0.95) == verdict.LOSES
+
+
+def test_the_verdict_refuses_what_it_cannot_judge_before_writing_anything(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
+    out = tmp_path / "r"
+    with SGLangServer(BASE) as b, SGLangServer(BASE) as other, SGLangServer(SPEC) as s:
+        cases = [
+            ([f"baseline={b.url}", f"other={other.url}"], "no endpoint but the baseline baseline speculates: the server "
+             f"info of other ({other.url}) has no speculative algorithm; give the EAGLE-3 server too"),
+            ([f"baseline={b.url}", f"eagle3={s.url}", f"again={s.url.replace('127.0.0.1', 'localhost')}"],
+             f"eagle3 and again are one server ({s.url.replace('127.0.0.1', 'localhost')})"),
+        ]
+        for endpoints, says in cases:
+            with pytest.raises(UserError, match="--verdict: " + says.replace("(", r"\(").replace(")", r"\)")):
+                bench.run(Request(endpoints=endpoints, prompts=prompts, out=out, verdict=True, warmup=0), environ={},
+                          progress=False)
+        with pytest.raises(UserError, match="--verdict: the verdict is per concurrency level"):
+            bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], prompts=prompts, out=out,
+                              verdict=True, request_rate="5"), environ={}, progress=False)
+    assert not out.exists(), "a refused verdict leaves no results directory"
+
+
+@pytest.mark.parametrize("levels", ["0,1", "1,-2", "1,,4"])
+def test_a_bad_level_list_is_one_line(levels):
+    proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--verdict", "--levels", levels,
+                           "--endpoint", "b=http://127.0.0.1:9"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().startswith(f"error: --levels '{levels}': "), proc.stderr
