@@ -100,3 +100,13 @@ def test_a_bad_level_list_is_one_line(levels):
                            "--endpoint", "b=http://127.0.0.1:9"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().startswith(f"error: --levels '{levels}': "), proc.stderr
+
+
+@pytest.mark.parametrize("out", ["docs", "docs/verdict-run"])
+def test_results_among_the_checkouts_tracked_files_are_refused(out):
+    proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--verdict", "--out", out,
+                           "--endpoint", "b=http://127.0.0.1:9"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: --out {out}: inside the checkout, where git tracks it; results go under bench-results/ (the default) "
+        "or outside the checkout"), proc.stderr
+    assert not (ROOT / "docs" / "verdict-run").exists()

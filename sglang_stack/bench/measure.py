@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -152,6 +153,23 @@ def results_dir(out: str | Path | None, root: Path = DEFAULT_RESULTS) -> Path:
     return path
 
 
+def check_untracked(out: Path) -> None:
+    """Inside this checkout, results go where git ignores them (bench-results/ is): among tracked files they would
+    be committed by the next `git add`, or mixed into the project's own."""
+    path = Path(os.path.abspath(out))
+    if not path.is_relative_to(ROOT) or not (ROOT / ".git").exists():
+        return
+    rel = path.relative_to(ROOT)
+    try:
+        ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "--no-index", f"{rel}/"],
+                                 capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no git here: nothing to keep apart
+    if not ignored:
+        raise UserError(f"--out {out}: inside the checkout, where git tracks it; results go under bench-results/ "
+                        "(the default) or outside the checkout")
+
+
 _CLAIMED: dict[Path, int] = {}  # results directory -> the open descriptor whose lock this process holds
 
 
@@ -252,6 +270,7 @@ def run(
     source = parse_dataset(request.prompts, request.dataset, options, request.random_input_len, request.random_output_len, request.random_range_ratio)
     if request.out:
         atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
+        check_untracked(Path(request.out))
     api_key = composefile.api_key(env)
     chosen = resolve_endpoints(request.endpoints, env, api_key, min(options.timeout, 30.0), target)
     if target.api != "native" and target.model is None:
