@@ -82,8 +82,9 @@ def max_numel_problem(environ) -> str:
     return ""
 
 
-def sglang_has_it() -> tuple[bool, str]:
-    """Whether the installed SGLang ships the PCIe-IPC communicator (found on disk, nothing imported), and its version."""
+def sglang_has_it(module_file: tuple[str, ...] = MODULE_FILE) -> tuple[bool, str]:
+    """Whether the installed SGLang ships ``module_file`` (default: the PCIe-IPC communicator), found on disk with
+    nothing imported, and its version."""
     import importlib.metadata
     import importlib.util
 
@@ -94,7 +95,7 @@ def sglang_has_it() -> tuple[bool, str]:
         version = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         version = "?"
-    return any(Path(root, *MODULE_FILE).is_file() for root in spec.submodule_search_locations), version
+    return any(Path(root, *module_file).is_file() for root in spec.submodule_search_locations), version
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ the build command that fits it. ``nvidia-smi`` answers (the NVIDIA runtime mount
 it the check says so and lets SGLang start.
 
 ``PCIE_ALLREDUCE`` (auto, on, off) becomes ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE`` here, for SGLang and every
-worker it starts; one line says what was decided and why (``entrypoints/pcie_ipc.py``). Stdlib only: it runs
+worker it starts; one line says what was decided and why (``entrypoints/pcie_ipc.py``). ``SPECULATIVE_ADAPTIVE=1``
+adds ``--speculative-adaptive`` where the image's SGLang has it (``entrypoints/adaptive.py``). Stdlib only: it runs
 inside the image.
 """
 
@@ -154,8 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     # image shares this module for the API key and has no GPUs to decide for.
     from sglang_stack.entrypoints import pcie_ipc
 
+    from sglang_stack.entrypoints import adaptive
+
+    try:
+        more, told = adaptive.at_start(args, os.environ)
+    except adaptive.Refused as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    args = [*args, *more]
     enable, said = pcie_ipc.at_start(args, os.environ)
-    for line in said:
+    for line in [*said, *told]:
         print(f"serve: {line}", flush=True)
     if enable:
         os.environ[pcie_ipc.SGLANG_ENV] = "1"

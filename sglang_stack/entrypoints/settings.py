@@ -251,6 +251,21 @@ def pcie_ipc_bound(server_args) -> dict:
     return {"pcie_ipc": True, "pcie_ipc_decode_rows": rows, "pcie_ipc_max_numel": rows * hidden if rows else None}
 
 
+def adaptive(server_args) -> dict:
+    """Where the release has adaptive speculation (``--speculative-adaptive``, 0.5.23 on): whether SGLang keeps it at
+    these settings, by its own ``adaptive_unsupported_reason`` (which ``SPECULATIVE_ADAPTIVE=1`` meets at start: SGLang
+    then warns and falls back to the static steps). Nothing for a release without it or a server that does not
+    speculate."""
+    try:
+        from sglang.srt.speculative.adaptive_spec_params import adaptive_unsupported_reason
+    except ImportError:
+        return {}
+    if not server_args.speculative_algorithm:
+        return {"adaptive": None}
+    reason = adaptive_unsupported_reason(server_args)
+    return {"adaptive": "kept" if reason is None else f"dropped: {reason}"}
+
+
 def ports(server_args, profile: Profile) -> dict:
     """Every port SGLang binds at these settings, bound here the way it binds them."""
     from sglang.srt.server_args import PortArgs
@@ -305,6 +320,7 @@ def resolve(profile: Profile, argv: list[str], model_dir: Path, draft_dir: Path 
             chosen = {concern: {f: _plain(resolved.get(f)) for f in fields} for concern, fields in FIELDS.items()}
             chosen["all-reduce"]["fusion_runs"] = fusion_runs(server_args)
             chosen["all-reduce"].update(pcie_ipc_bound(server_args))
+            chosen["speculative"].update(adaptive(server_args))
             bound = ports(server_args, profile)
     import sglang
 

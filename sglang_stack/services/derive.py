@@ -189,6 +189,7 @@ ROWS = (
     ("steps / top-k / draft tokens", "speculative", ("speculative_num_steps", "speculative_eagle_topk",
                                                      "speculative_num_draft_tokens")),
     ("overlap scheduler disabled", "speculative", "disable_overlap_schedule"),
+    ("SPECULATIVE_ADAPTIVE=1 (--speculative-adaptive)", "speculative", "adaptive"),
 )
 
 
