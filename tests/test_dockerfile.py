@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import subprocess
+from pathlib import Path
 
 import dockerfile
 import pytest
@@ -385,3 +386,22 @@ def test_no_step_pipes_one_command_into_another(commands):
     each RUN runs under /bin/sh, which has no pipefail: a failing command before a pipe would pass unseen."""
     piped = [p for cmd in commands if cmd.cmd == "RUN" for p in pipelines(" ".join(cmd.value))]
     assert not piped, f"a RUN pipes into another command; write to a file instead: {piped}"
+
+
+def test_every_entrypoint_module_the_runtime_copies_finds_the_entrypoints_it_imports(stages):
+    """The runtime stage copies the entrypoint modules one by one: a module one of them imports (at the top or inside
+    a function) and the COPY forgets fails only when a container starts. Read from the rendered Dockerfile."""
+    import ast
+
+    copied = {Path(v).name for cmd in stages["runtime"] if cmd.cmd == "COPY"
+              for v in cmd.value[:-1] if v.startswith("sglang_stack/entrypoints/")}
+    assert "serve.py" in copied, copied
+    missing = set()
+    for name in copied:
+        tree = ast.parse((ROOT / "sglang_stack" / "entrypoints" / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "sglang_stack.entrypoints":
+                missing |= {f"{a.name}.py" for a in node.names} - copied
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang_stack.entrypoints."):
+                missing |= {node.module.rsplit(".", 1)[1] + ".py"} - copied
+    assert not missing, f"the runtime stage's entrypoints import {sorted(missing)}, which it does not copy"
