@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pins import PIN
 from sglang_stack import ROOT
 
 BASE = ["--model-path", "/models/target", "--tp", "8"]
@@ -70,9 +71,10 @@ def test_a_server_that_does_not_speculate_is_left_alone_and_told(tmp_path):
 
 
 def test_one_on_a_release_without_it_is_refused_naming_the_profile_that_has_it(tmp_path):
-    proc = serve(tmp_path, EAGLE, "1", version="0.5.9", adaptive=False)
+    old = PIN["sglang"]  # the default profile's release, which has none
+    proc = serve(tmp_path, EAGLE, "1", version=old, adaptive=False)
     assert proc.returncode == 2 and "ARGV" not in proc.stdout, "SGLang must not start"
-    assert proc.stderr.strip() == ("error: SPECULATIVE_ADAPTIVE=1: SGLang 0.5.9 has no adaptive speculation "
+    assert proc.stderr.strip() == (f"error: SPECULATIVE_ADAPTIVE=1: SGLang {old} has no adaptive speculation "
                                    "(--speculative-adaptive); profile 0.5.23 has it (SGLANG_PROFILE=0.5.23), or set "
                                    "SPECULATIVE_ADAPTIVE=0"), proc.stderr
 
