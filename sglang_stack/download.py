@@ -49,7 +49,6 @@ def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
     fetched again. A mismatch after download is an error naming the URL and
     both hashes.
     """
-    import requests  # host-side only; the image never imports this module
 
     name = filename_of(url)  # refused before anything is touched
     dest = dest or cache_dir() / "downloads"
@@ -66,9 +65,10 @@ def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
     fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=f".{target.name}.", suffix=".part")
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out:
-            # A network failure is the task boundary's to report (sglang_stack.tasks.boundary.expected_failure names the URL).
-            with requests.get(url, stream=True, timeout=60, verify=ca_bundle() or True) as resp:
+        with os.fdopen(fd, "wb") as out, retrying() as session:
+            # A network failure that outlasts the retries is the task boundary's to report
+            # (sglang_stack.tasks.boundary.expected_failure names the URL).
+            with session.get(url, stream=True, timeout=60, verify=ca_bundle() or True) as resp:
                 resp.raise_for_status()
                 for chunk in resp.iter_content(1 << 20):
                     out.write(chunk)
@@ -80,6 +80,25 @@ def fetch(url: str, sha256: str, *, dest: Path | None = None) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+BACKOFF_S = 1.0  # urllib3's backoff factor: 1, 2, 4 s between the tries
+
+
+def retrying():
+    """A requests session (host-side only; the image never imports this module) that retries what a busy network drops before any byte arrives: a failed name lookup or
+    connect, and a 502/503/504, three times with backoff (urllib3's Retry). A read cut off midway is not retried here:
+    the download starts again at the next run."""
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    session = requests.Session()
+    retry = Retry(total=3, connect=3, read=0, status=3, backoff_factor=BACKOFF_S, status_forcelist=(502, 503, 504),
+                  allowed_methods=frozenset({"GET", "HEAD"}), raise_on_status=False)
+    session.mount("https://", HTTPAdapter(max_retries=retry))
+    session.mount("http://", HTTPAdapter(max_retries=retry))
+    return session
 
 
 def ca_bundle(explicit_only: bool = False) -> str | None:

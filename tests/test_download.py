@@ -42,3 +42,35 @@ def test_a_link_in_the_download_directory_is_not_followed(tmp_path):
 def test_a_plain_name_is_kept_as_it_is():
     assert download.filename_of("https://download.pytorch.org/whl/cu130/pkg-1.2.3%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl") \
         == "pkg-1.2.3+cu130-cp312-cp312-manylinux_2_28_x86_64.whl"
+
+
+def test_a_server_that_drops_the_first_answers_is_asked_again(tmp_path, monkeypatch):
+    """A busy mirror's 503s (and a lookup or connect that fails) are retried with backoff; past the retries the
+    failure reaches the task boundary, which names the URL in one line."""
+    import hashlib
+
+    from loopback import Handler, serving
+
+    body = b"the wheel's bytes"
+    asked = []
+
+    class Busy(Handler):
+        def do_GET(self):
+            asked.append(self.path)
+            if self.path == "/always/x.whl" or len(asked) <= 2:
+                self.reply(503, {"detail": "busy"})
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    monkeypatch.setattr(download, "BACKOFF_S", 0.01)  # the test need not wait the backoff
+    with serving(Busy) as url:
+        got = download.fetch(f"{url}/pkg/x.whl", hashlib.sha256(body).hexdigest(), dest=tmp_path)
+        assert got.read_bytes() == body and asked == ["/pkg/x.whl"] * 3, asked
+        import requests
+
+        with pytest.raises(requests.HTTPError, match="503"):
+            download.fetch(f"{url}/always/x.whl", "0" * 64, dest=tmp_path / "other")
+    assert not list((tmp_path / "other").iterdir()), "nothing half-written"
