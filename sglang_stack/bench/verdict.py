@@ -176,6 +176,8 @@ def png(verdict: dict) -> bytes:
         ax.errorbar(x, y, yerr=[below, above], marker="o", capsize=3, label=name)
     ax.axhline(1.0, color="grey", linewidth=1, linestyle="--")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(verdict["levels"], [str(level) for level in verdict["levels"]])  # the levels run, not powers of 2
+    ax.minorticks_off()
     ax.set_xlabel("concurrent requests")
     ax.set_ylabel(f"output tok/s over {verdict['reference']}")
     ax.set_title("Does speculation pay? (95% intervals)")
