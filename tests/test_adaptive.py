@@ -15,23 +15,11 @@ import pytest
 
 from pins import PIN
 from sglang_stack import ROOT
+from sglang_stack.entrypoints import adaptive as adaptive_mod
+from test_pcie_ipc import site_with_sglang
 
 BASE = ["--model-path", "/models/target", "--tp", "8"]
 EAGLE = [*BASE, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/draft"]
-
-
-def site(tmp_path: Path, version: str, adaptive: bool) -> Path:
-    """A site directory whose ``sglang`` has the shape of a release: its dist-info, and from 0.5.23 the adaptive module."""
-    root = tmp_path / f"site-{version}"
-    spec = root / "sglang" / "srt" / "speculative"
-    spec.mkdir(parents=True, exist_ok=True)
-    (root / "sglang" / "__init__.py").write_text("")
-    if adaptive:
-        (spec / "adaptive_spec_params.py").write_text("")
-    dist = root / f"sglang-{version}.dist-info"
-    dist.mkdir(exist_ok=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
-    return root
 
 
 def serve(tmp_path: Path, argv: list[str], value: str | None, version: str = "0.5.23", adaptive: bool = True):
@@ -41,7 +29,8 @@ def serve(tmp_path: Path, argv: list[str], value: str | None, version: str = "0.
     (server / "fake_server.py").write_text("import json, sys\nprint('ARGV ' + json.dumps(sys.argv[1:]))\n")
     env = {"HOME": str(tmp_path / "home"), "PATH": str(tmp_path / "empty"), "SGLANG_STACK_SERVER": "fake_server",
            "SGLANG_API_KEY_FILE": "", "PCIE_ALLREDUCE": "off",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(server), str(site(tmp_path, version, adaptive))]),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(server), str(site_with_sglang(
+               tmp_path, version, False, *([adaptive_mod.MODULE_FILE] if adaptive else [])))]),
            **({"SPECULATIVE_ADAPTIVE": value} if value is not None else {})}
     proc = subprocess.run([sys.executable, "-m", "sglang_stack.entrypoints.serve", *argv], capture_output=True,
                           text=True, env=env, timeout=120)
@@ -93,11 +82,18 @@ def test_sglang_keeps_it_at_compose_settings_and_drops_it_where_its_own_rules_sa
     run = next(r for r in table["runs"] if r["profile"] == "rtxpro6000x8" and r["source"] == "compose eagle3")
     assert run["resolved"]["settings"]["speculative"]["adaptive"] == "kept"
     python = profile_python("0.5.23")
-    argv = [*run["argv"], "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "6"]
-    proc = subprocess.run([str(python), "-m", "sglang_stack.entrypoints.settings", "--profile", "rtxpro6000x8",
-                           "--model-dir", str(ROOT / "deploy" / "models" / "Kimi-K2.5"),
-                           "--draft-dir", str(ROOT / "deploy" / "models" / "Kimi-K2.5-eagle3"), "--", *argv],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout)["settings"]["speculative"]["adaptive"] == \
+
+    def resolved(*extra: str) -> str:
+        """SGLang's own parsing and resolution of the eagle3 service's arguments plus ``extra``, as the entrypoint
+        hands them over (with the flag it adds)."""
+        proc = subprocess.run([str(python), "-m", "sglang_stack.entrypoints.settings", "--profile", "rtxpro6000x8",
+                               "--model-dir", str(ROOT / "deploy" / "models" / "Kimi-K2.5"),
+                               "--draft-dir", str(ROOT / "deploy" / "models" / "Kimi-K2.5-eagle3"), "--",
+                               *run["argv"], *extra, "--speculative-adaptive"],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout)["settings"]["speculative"]["adaptive"]
+
+    assert resolved() == "kept"
+    assert resolved("--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "6") == \
         "dropped: speculative_eagle_topk=2 (only topk=1 is supported)"

@@ -24,14 +24,15 @@ TOPO = Path(__file__).parent / "fixtures" / "topology"
 ARGV = ["--model-path", "/models/target", "--tp", "8", "--trust-remote-code"]
 
 
-def site_with_sglang(tmp_path: Path, version: str, pcie: bool) -> Path:
-    """A site directory whose ``sglang`` is the shape of a release: its dist-info and, for 0.5.23 on, pcie_ipc_ar.py."""
+def site_with_sglang(tmp_path: Path, version: str, pcie: bool, *more: tuple[str, ...]) -> Path:
+    """A site directory whose ``sglang`` is the shape of a release: its dist-info and, for 0.5.23 on, pcie_ipc_ar.py
+    (and the modules ``more`` names, each a path under ``sglang/``)."""
     site = tmp_path / f"site-{version}"
-    package = site / "sglang" / "srt" / "distributed" / "device_communicators"
-    package.mkdir(parents=True, exist_ok=True)
+    for module in [*([pcie_ipc.MODULE_FILE] if pcie else []), *more]:
+        (site / "sglang").joinpath(*module).parent.mkdir(parents=True, exist_ok=True)
+        (site / "sglang").joinpath(*module).write_text("")
+    (site / "sglang").mkdir(parents=True, exist_ok=True)
     (site / "sglang" / "__init__.py").write_text("")
-    if pcie:
-        (package / "pcie_ipc_ar.py").write_text("")
     dist = site / f"sglang-{version}.dist-info"
     dist.mkdir(exist_ok=True)
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")

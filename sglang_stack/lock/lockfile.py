@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 from sglang_stack import ROOT
 from sglang_stack.download import filename_of
 from sglang_stack.errors import UserError, read_text
-from sglang_stack.lock.pins import read_pins
+from sglang_stack.lock.pins import read_pins, resolver_clock, stated_clock
 from sglang_stack.lock.platforms import for_platform, requirements_name
 from sglang_stack.lock.profiles import PER_RELEASE, Profile, display
 from sglang_stack.lock.schema import check_structure as _check_structure
@@ -524,25 +524,11 @@ def _check_overrides(lock: Lock, sources: dict[str, list[str]], bad) -> None:
 # --- requirements.lock.txt ----------------------------------------------------
 
 
-def resolver_clock(res: dict) -> str:
-    """The resolver's clock as the requirement locks' headers state it: [resolve] exclude_newer, and each package
-    `invoke bump` moved past it."""
-    moved = "".join(f"; {name} as of {instant}" for name, instant in sorted(res.get("exclude_newer_package", {}).items()))
-    return f"Nothing newer than {res['exclude_newer']}{moved}"
-
-
 def _check_clock(lock: Lock, path: Path, problems: list[str]) -> None:
-    """The requirement lock was resolved at versions.lock's clock: its header says the clock it was resolved at, so a
-    clock moved without a resolution (an edit, a bump cut off between its two writes) is named, not called ok."""
-    try:
-        head = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)[:12]
-                       if line.startswith("#"))
-    except (OSError, UnicodeDecodeError):
-        return  # read_pins names an unreadable file
-    flat = " ".join(part.strip("# \n") for part in head.splitlines())
-    want = resolver_clock(lock.data["resolve"])
-    if "Nothing newer than" in flat and want not in flat:
-        said = flat[flat.index("Nothing newer than"):].split(". ")[0]
+    """The requirement lock was resolved at versions.lock's clock: a clock moved without a resolution (an edit, a bump
+    cut off between its two writes) is named, not called ok."""
+    said, want = stated_clock(path), resolver_clock(lock.data["resolve"])
+    if said is not None and said != want:
         problems.append(f"{path.name}: resolved at \"{said}\", but {display(lock.path)} [resolve] says \"{want}\" "
                         "(a clock moved without a resolution): run `invoke lock`")
 

@@ -80,3 +80,26 @@ def _logical_lines(text: str):
         if buf.strip():
             yield start, buf.strip()
         buf = ""
+
+
+# The header's sentence for the resolver's clock: `invoke lock` writes it, `invoke lock --check` reads it back.
+CLOCK = "Nothing newer than"
+
+
+def resolver_clock(res: dict) -> str:
+    """The resolver's clock as a requirement lock's header states it: versions.lock's [resolve] exclude_newer, and each
+    package `invoke bump` moved past it."""
+    moved = "".join(f"; {name} as of {instant}" for name, instant in sorted(res.get("exclude_newer_package", {}).items()))
+    return f"{CLOCK} {res['exclude_newer']}{moved}"
+
+
+def stated_clock(path: Path) -> str | None:
+    """The clock a requirement lock says it was resolved at (its header's sentence); None where it states none or
+    cannot be read (``read_pins`` names an unreadable file)."""
+    try:
+        head = [line for line in path.read_text(encoding="utf-8").splitlines()[:12] if line.startswith("#")]
+    except (OSError, UnicodeDecodeError):
+        return None
+    flat = " ".join(line.strip("# ") for line in head)
+    return flat[flat.index(CLOCK):].split(". ")[0].rstrip(".") if CLOCK in flat else None
+

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.lock.lockfile import LOCK_PATH, REQUIREMENTS_PATH, ROUTER_REQUIREMENTS_PATH, Lock, check, resolver_clock
+from sglang_stack.lock.lockfile import LOCK_PATH, REQUIREMENTS_PATH, ROUTER_REQUIREMENTS_PATH, Lock, check
+from sglang_stack.lock.pins import resolver_clock
 from sglang_stack.lock.platforms import requirements_name
 from sglang_stack.lock.pins import REQUIREMENTS_HEADER
 

@@ -92,25 +92,31 @@ class Runner:
         self.where = f"image {image}" if image else f"python {python}"
 
     def argv(self, run: Run) -> tuple[list[str], dict[str, str]]:
-        module = ["-m", "sglang_stack.entrypoints.settings", "--profile", run.profile]
+        """The settings module for ``run``: its model and drafter mounted (or named) and the container's environment."""
         if self.image:
-            cmd = [self.engine, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3",
-                   "-v", f"{self.model_dir}:{TARGET}:ro", "-v", f"{self.draft_dir}:{DRAFT}:ro"]
-            for key, value in sorted(run.env.items()):
-                cmd += ["-e", f"{key}={value}"]
-            return [*cmd, self.image, *module, "--model-dir", TARGET, "--draft-dir", DRAFT, "--", *run.argv], dict(os.environ)
-        # The container's environment, not this shell's: only PATH and HOME pass through.
-        env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | run.env | {"PYTHONPATH": str(ROOT)}
-        return [self.python, *module, "--model-dir", str(self.model_dir), "--draft-dir", str(self.draft_dir), "--",
-                *run.argv], env
+            where = ["--model-dir", TARGET, "--draft-dir", DRAFT]
+            mounts = {self.model_dir: TARGET, self.draft_dir: DRAFT}
+        else:
+            where = ["--model-dir", str(self.model_dir), "--draft-dir", str(self.draft_dir)]
+            mounts = {}
+        return self.module(["sglang_stack.entrypoints.settings", "--profile", run.profile, *where, "--", *run.argv],
+                           env=run.env, mounts=mounts)
 
-    def module(self, args: list[str]) -> tuple[list[str], dict[str, str]]:
-        """``python3 -m ARGS`` where SGLang is: the image (no network, no model) or the given interpreter."""
+    def module(self, args: list[str], env: dict[str, str] | None = None,
+               mounts: dict[Path, str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """``python3 -m ARGS`` where SGLang is: the image (no network, ``mounts`` read-only, ``env`` set in the
+        container) or the given interpreter with ``env`` as the container's environment (only PATH and HOME of this
+        shell pass through)."""
+        env = env or {}
         if self.image:
-            return [self.engine, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3",
-                    self.image, "-m", *args], dict(os.environ)
-        env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | {"PYTHONPATH": str(ROOT)}
-        return [self.python, "-m", *args], env
+            cmd = [self.engine, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3"]
+            for host, inside in (mounts or {}).items():
+                cmd += ["-v", f"{host}:{inside}:ro"]
+            for key, value in sorted(env.items()):
+                cmd += ["-e", f"{key}={value}"]
+            return [*cmd, self.image, "-m", *args], dict(os.environ)
+        own = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | env | {"PYTHONPATH": str(ROOT)}
+        return [self.python, "-m", *args], own
 
     def resolve(self, run: Run, timeout: float = 300) -> dict:
         argv, env = self.argv(run)
