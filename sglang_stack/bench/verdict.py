@@ -100,16 +100,15 @@ def decide(doc: dict) -> dict:
                                                    "speculative_eagle_topk", "speculative_num_draft_tokens",
                                                    "speculative_draft_model_path", "speculative_adaptive")}
                        for name, s in servers.items()}}
-    rounds = doc["rounds"]
+    # The paired ratios the report already divides (report.ratios: same level, same repeat).
+    paired = {(r["endpoint"], r["level"]): r["paired_aggregate"]["values"] for r in doc["summary"]["ratios"]
+              if r["reference"] == reference}
     for name, server in servers.items():
         if name == reference or not server.get("speculative_algorithm"):
             continue
         levels = []
         for level in meta["levels"]:
-            mine = {r["repeat"]: r for r in rounds if r["endpoint"] == name and r["level"] == level}
-            base = {r["repeat"]: r for r in rounds if r["endpoint"] == reference and r["level"] == level}
-            pairs = [mine[k]["aggregate_tps"] / base[k]["aggregate_tps"] for k in sorted(set(mine) & set(base))
-                     if mine[k].get("aggregate_tps") and base[k].get("aggregate_tps")]
+            pairs = paired.get((name, level), [])
             ratio, low, high = interval(pairs)
             levels.append({"level": level, "pairs": len(pairs), "ratio": ratio, "low": low, "high": high,
                            "verdict": judge(low, high)})
