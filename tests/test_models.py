@@ -221,9 +221,10 @@ def test_a_same_size_edit_of_the_repositorys_code_fails_the_preflight(pinned, tm
     assert inputs._pin_check("drafter", directory, "D").status == "ok", "the weights are hashed by invoke models-verify"
 
 
-def test_the_shipped_models_lock_names_both_repositories():
+def test_the_shipped_models_lock_names_every_repository():
     pins = models.load()
-    assert {p.role: p.repo for p in pins.values()} == {"target": "moonshotai/Kimi-K2.5", "drafter": "lightseekorg/kimi-k2.5-eagle3"}
+    assert {p.role: p.repo for p in pins.values()} == {"target": "moonshotai/Kimi-K2.5", "drafter": "lightseekorg/kimi-k2.5-eagle3",
+                                                      "drafter-mla": "lightseekorg/kimi-k2.5-eagle3-mla"}
     assert models.render(pins) == models.MODELS_LOCK.read_text(), "models.lock is exactly what `invoke models-lock` writes"
 
 

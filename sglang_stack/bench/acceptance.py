@@ -186,7 +186,9 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
                 from None
         if not 0 <= threshold <= 64:
             raise UserError(f"--accept-min {accept_min!r}: between 0 (off) and 64 tokens per verify pass")
-    drafted = True  # whether the server speculates with models.lock's drafter, whose expectation then applies
+    # models.lock's drafter whose expectation applies: with --url, the default one (DRAFTER=mha); for a service, the
+    # one its DRAFTER names, none where it mounts no drafter.
+    role: str | None = "drafter"
     if url is None:
         proj = composefile.project()
         service = service or proj.default
@@ -195,7 +197,7 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
             raise UserError(f"{service!r}: its command in compose.yaml does not speculate (no --speculative-algorithm): "
                             f"acceptance measures speculative decoding; name a service that does "
                             f"({', '.join(n for n in proj.names(composefile.SERVER) if composefile.service(n, proj.env).speculative) or 'none'})")
-        target, key, drafted = svc.url, proj.api_key(), svc.draft_dir is not None
+        target, key, role = svc.url, proj.api_key(), svc.drafter_role if svc.draft_dir is not None else None
     else:
         service = service or "server"
         target = url
@@ -205,7 +207,7 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
             key = None
     if out and not Path(out).resolve().parent.is_dir():
         raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
-    drafter = models.load().get("drafter") if drafted else None
+    drafter = models.load().get(role) if role else None
     expected = Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
     say(f"acceptance: {len(probe_prompts())} greedy requests of {MAX_NEW_TOKENS} tokens to {target}")
     m = measure(target, key, parse_seconds("--timeout", timeout) if timeout else 300.0, service)

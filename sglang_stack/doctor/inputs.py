@@ -59,7 +59,8 @@ def unreadable(directory: Path, uid: int = IMAGE_USER_UID, gid: int = IMAGE_USER
     return bad, total, first
 
 
-def _model_dir_check(name: str, var: str, directory: Path, env: variables.Environment, svc_name: str) -> tuple[Check, str]:
+def _model_dir_check(name: str, var: str, directory: Path, env: variables.Environment, svc_name: str,
+                     svc: composefile.Service | None = None) -> tuple[Check, str]:
     shown = env.where(var) if var in env.values else f"{var} unset, default {directory}"
     what = "the model" if name == "model" else "the EAGLE-3 drafter"
     fix = f"set {var} in .env to the directory that holds {what}'s config.json"
@@ -97,15 +98,48 @@ def _model_dir_check(name: str, var: str, directory: Path, env: variables.Enviro
     if name == "drafter" and not re.search(r"eagle-?3", arch, re.I):  # LlamaForCausalLMEagle3 and the like
         return Check(name, WARN, f"{detail}: does not look like an EAGLE-3 drafter",
                      "point DRAFT_MODEL_DIR at an EAGLE-3 drafter for Kimi-K2.5"), arch
-    return _pin_check(name, directory, detail), arch
+    if name == "drafter" and svc is not None and (refusal := _drafter_refusal(svc, arch)):
+        return Check(name, FAIL, f"{detail}: {refusal[0]}", refusal[1]), arch
+    return _pin_check(name, directory, detail, svc.drafter_role if name == "drafter" and svc else None), arch
 
 
-def _pin_check(name: str, directory: Path, detail: str) -> Check:
-    """The directory against models.lock's commit: every file by name and size, and the code, configs and tokenizer
-    (every file but the weight shards) by hash: the Python `--trust-remote-code` runs is what was pinned."""
+def _drafter_refusal(svc: composefile.Service, arch: str) -> tuple[str, str] | None:
+    """(why, fix) where the service cannot serve this drafter: ``DRAFTER`` names the other one, or the SGLang of the
+    profile compose runs has no model class for its architecture (SGLang's own model registry, recorded in the
+    profile's settings table by `invoke settings`)."""
+    from sglang_stack.entrypoints import drafter
+    from sglang_stack.lock import profiles
+    from sglang_stack.services import derive
+
+    try:
+        value = drafter.choice(svc.environment)
+    except drafter.Refused as err:
+        return f"{svc.env.where(drafter.SETTING)}: {err}", f"set {drafter.SETTING}=mha or mla in .env"
+    if problem := drafter.mismatch(value, arch):
+        return problem, f"set {drafter.SETTING} in .env to the drafter DRAFT_MODEL_DIR holds, or point it at the other"
+    name, _ = composefile.built_profile(svc)
+    try:
+        known = profiles.available()
+        has = {n: derive.load(derive.tables(p)[0]).get("drafter_architectures") for n, p in known.items()}
+    except UserError:
+        return None  # the image and settings checks say what is wrong with the profile or its table
+    if name not in has or has[name] is None or arch in has[name]:
+        return None
+    others = [n for n, archs in has.items() if archs and arch in archs]
+    fix = (f"set SGLANG_PROFILE={others[0]} in .env and `invoke build --profile {others[0]}`" if others else
+           "point DRAFT_MODEL_DIR at a drafter this SGLang loads")
+    if value == "mla":
+        fix += f", or {drafter.SETTING}=mha with the MHA drafter"
+    return f"SGLang {name} has no model class for {arch} (its model registry, as `invoke settings` recorded it)", fix
+
+
+def _pin_check(name: str, directory: Path, detail: str, role: str | None = None) -> Check:
+    """The directory against models.lock's commit for ``role`` (default: the target, or the MHA drafter): every file
+    by name and size, and the code, configs and tokenizer (every file but the weight shards) by hash: the Python
+    `--trust-remote-code` runs is what was pinned."""
     from sglang_stack.services import models
 
-    role = "target" if name == "model" else "drafter"
+    role = role or ("target" if name == "model" else "drafter")
     try:
         pin = models.load().get(role)
     except UserError as err:
@@ -207,14 +241,17 @@ def check_models(svc: composefile.Service) -> list[Check]:
     """The model directory (and the drafter's, where the service mounts one) holds ``config.json`` and every shard
     its index lists; uid 10001, the image's user, can read every file and enter every directory (judged from each
     entry's owner and mode, one stat each, no byte read; dot directories are skipped, ACLs not read); a drafter
-    looks like EAGLE-3; where models.lock pins a commit, every file it lists is there with the size the Hub records.
+    looks like EAGLE-3, is the one ``DRAFTER`` names (``mha``, ``mla``), and has a model class in the SGLang of the
+    profile compose runs (its model registry, recorded by `invoke settings`); where models.lock pins a commit
+    (the role ``DRAFTER`` picks for the drafter), every file it lists is there with the size the Hub records.
 
     Fix: set MODEL_DIR or DRAFT_MODEL_DIR; finish the download (``hf download ... --revision COMMIT`` resumes);
-    ``chmod -R a+rX`` the directory.
+    ``chmod -R a+rX`` the directory; set ``DRAFTER`` to the drafter you downloaded; the MLA drafter needs
+    ``SGLANG_PROFILE=0.5.23``.
     """
     model, _ = _model_dir_check("model", "MODEL_DIR", svc.model_dir, svc.env, svc.name)
     if svc.draft_dir is None:
         drafter = Check("drafter", SKIP, f"{svc.name} uses no drafter")
     else:
-        drafter, _ = _model_dir_check("drafter", "DRAFT_MODEL_DIR", svc.draft_dir, svc.env, svc.name)
+        drafter, _ = _model_dir_check("drafter", "DRAFT_MODEL_DIR", svc.draft_dir, svc.env, svc.name, svc)
     return [model, drafter]

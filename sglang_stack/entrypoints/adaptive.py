@@ -12,7 +12,7 @@ image.
 
 from __future__ import annotations
 
-from sglang_stack.entrypoints import pcie_ipc
+from sglang_stack.entrypoints import installed
 
 SETTING = "SPECULATIVE_ADAPTIVE"
 FLAG = "--speculative-adaptive"
@@ -44,7 +44,7 @@ def at_start(argv: list[str], environ) -> tuple[list[str], list[str]]:
         return [], []
     if not speculates(argv):
         return [], [f"{SETTING}=1: this server does not speculate; nothing to adapt"]
-    has_it, version = pcie_ipc.sglang_has_it(MODULE_FILE)
+    has_it, version = installed.sglang_has(MODULE_FILE)
     if not has_it:
         raise Refused(f"{SETTING}=1: SGLang {version} has no adaptive speculation ({FLAG}); profile {PROFILE} has it "
                       f"(SGLANG_PROFILE={PROFILE}), or set {SETTING}=0")

@@ -82,22 +82,6 @@ def max_numel_problem(environ) -> str:
     return ""
 
 
-def sglang_has_it(module_file: tuple[str, ...] = MODULE_FILE) -> tuple[bool, str]:
-    """Whether the installed SGLang ships ``module_file`` (default: the PCIe-IPC communicator), found on disk with
-    nothing imported, and its version."""
-    import importlib.metadata
-    import importlib.util
-
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        return False, ""
-    try:
-        version = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        version = "?"
-    return any(Path(root, *module_file).is_file() for root in spec.submodule_search_locations), version
-
-
 @dataclass(frozen=True)
 class Service:
     """What the decision needs of the server's command line: its TP size, nodes, and determinism."""
@@ -246,7 +230,7 @@ def decide(value: str, svc: Service, has_it: bool, version: str, topology: dict 
 def at_start(argv: list[str], environ) -> tuple[bool, list[str]]:
     """Everything ``serve`` needs: (set SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, the lines to print). Drops an unusable
     ``SGLANG_PCIE_IPC_MAX_NUMEL`` from ``environ``."""
-    from sglang_stack.entrypoints import peers
+    from sglang_stack.entrypoints import installed, peers
 
     lines = []
     value, warning = setting(environ)
@@ -256,7 +240,7 @@ def at_start(argv: list[str], environ) -> tuple[bool, list[str]]:
         environ.pop(MAX_NUMEL, None)
         lines.append(f"warning: {problem}: dropped, SGLang sizes the workspace itself")
     svc = Service.of(argv)
-    has_it, version = sglang_has_it()
+    has_it, version = installed.sglang_has(MODULE_FILE)
     topology, topology_error, verdict, verdict_why = None, "", None, ""
     if value == "auto" and has_it and svc.tp in SIZES and svc.nnodes == 1:
         try:

@@ -241,9 +241,9 @@ def run(gpus: int, sizes: list[int], deadline: float, backend: str, pcie: bool, 
 
 def plan(gpus: int, mode: str, deterministic: bool) -> tuple[bool, dict | None, str, dict | None]:
     """(measure PCIe-IPC, SGLang's decision or None, why not, the topology read) for ``--pcie-ipc`` ``mode``."""
-    from sglang_stack.entrypoints import allreduce, peers, pcie_ipc
+    from sglang_stack.entrypoints import allreduce, installed, peers, pcie_ipc
 
-    has_it, version = pcie_ipc.sglang_has_it()
+    has_it, version = installed.sglang_has(pcie_ipc.MODULE_FILE)
     if mode == "off":
         return False, None, "--pcie-ipc off", None
     if not has_it:
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def probe(args, sizes: list[int], deadline: float) -> int:
     """The parent: decide what to measure, measure it, say (and record) which backend the service will use."""
-    from sglang_stack.entrypoints import pcie_ipc
+    from sglang_stack.entrypoints import installed, pcie_ipc
 
     deterministic = args.deterministic == "yes"
     mode = args.pcie_ipc
@@ -308,7 +308,7 @@ def probe(args, sizes: list[int], deadline: float) -> int:
     if args.backend == "nccl":
         measure_pcie, decided, why_not, topology = plan(args.gpus, mode, deterministic)
     svc = pcie_ipc.Service(tp=args.gpus, deterministic=deterministic)
-    _, version = pcie_ipc.sglang_has_it()
+    _, version = installed.sglang_has(pcie_ipc.MODULE_FILE)
     if args.if_needed:
         verdict, _ = pcie_ipc.read_verdict()
         if topology is None:

@@ -25,8 +25,9 @@ it the check says so and lets SGLang start.
 
 ``PCIE_ALLREDUCE`` (auto, on, off) becomes ``SGLANG_ENABLE_PCIE_IPC_ALLREDUCE`` here, for SGLang and every
 worker it starts; one line says what was decided and why (``entrypoints/pcie_ipc.py``). ``SPECULATIVE_ADAPTIVE=1``
-adds ``--speculative-adaptive`` where the image's SGLang has it (``entrypoints/adaptive.py``). Stdlib only: it runs
-inside the image.
+adds ``--speculative-adaptive`` where the image's SGLang has it (``entrypoints/adaptive.py``). ``DRAFTER=mla`` is
+refused where the image's SGLang cannot load the MLA drafter, and a drafter whose config.json is the other one is
+refused either way, before the target loads (``entrypoints/drafter.py``). Stdlib only: it runs inside the image.
 """
 
 from __future__ import annotations
@@ -155,11 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     # image shares this module for the API key and has no GPUs to decide for.
     from sglang_stack.entrypoints import pcie_ipc
 
-    from sglang_stack.entrypoints import adaptive
+    from sglang_stack.entrypoints import adaptive, drafter
 
     try:
         more, told = adaptive.at_start(args, os.environ)
-    except adaptive.Refused as err:
+        told = [*told, *drafter.at_start(args, os.environ)]
+    except (adaptive.Refused, drafter.Refused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     args = [*args, *more]

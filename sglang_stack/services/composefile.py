@@ -205,6 +205,17 @@ class Service:
         """The speculative algorithm its command asks SGLang for (``EAGLE3``, ``NGRAM``), or ''."""
         return (self.flag("--speculative-algorithm") or "").upper()
 
+    @property
+    def drafter_role(self) -> str:
+        """models.lock's role for the drafter ``DRAFTER`` names (``drafter``, ``drafter-mla``); a value that is
+        neither is one line naming where it was set."""
+        from sglang_stack.entrypoints import drafter
+
+        try:
+            return drafter.ROLES[drafter.choice(self.environment)]
+        except drafter.Refused as err:
+            raise UserError(f"{self.env.where(drafter.SETTING)}: {err}") from None
+
 
 @dataclass(frozen=True)
 class RouterService:
@@ -394,14 +405,15 @@ def api_key(env: Environment | None = None) -> str | None:
 
 
 def model_dirs(env: Environment | None = None) -> dict[str, Path]:
-    """The host directories the servers mount as the target model and as the drafter (``target``, ``drafter``)."""
+    """The host directories the servers mount as the target model and as the drafter, by models.lock role
+    (``target``, and ``drafter`` or ``drafter-mla`` as ``DRAFTER`` says)."""
     proj = project(env)
     out: dict[str, Path] = {}
     for name in proj.names(SERVER):
         svc = service(name, proj.env)
         out.setdefault("target", svc.model_dir)
         if svc.draft_dir is not None:
-            out.setdefault("drafter", svc.draft_dir)
+            out.setdefault(svc.drafter_role, svc.draft_dir)
     return out
 
 

@@ -118,6 +118,29 @@ class Runner:
         own = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | env | {"PYTHONPATH": str(ROOT)}
         return [self.python, "-m", *args], own
 
+    def json(self, args: list[str], what: str, timeout: float, mounts: dict[Path, str] | None = None,
+             ok: tuple[int, ...] = (0,)) -> dict:
+        """``python3 -m ARGS`` where SGLang is (``mounts`` as in ``module``); the last line of its output, a JSON
+        object. ``what`` names it in the command line shown and in errors; an exit status outside ``ok`` is one."""
+        argv, env = self.module(args, mounts=mounts)
+        print(f"{what}: $ {shlex.join(argv)}", flush=True)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            raise UserError(f"{what}: {argv[0]}: not found") from None
+        except subprocess.TimeoutExpired:
+            raise UserError(f"{what}: no answer within {timeout:.0f} s") from None
+        if proc.returncode not in ok:
+            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise UserError(f"{what} in {self.where}: {last}")
+        try:
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            out = None
+        if not isinstance(out, dict):
+            raise UserError(f"{what}: no JSON: {proc.stdout[-200:]!r}")
+        return out
+
     def resolve(self, run: Run, timeout: float = 300) -> dict:
         argv, env = self.argv(run)
         print(f"settings: {run.key}: $ {shlex.join(argv[:12])} ...", flush=True)
@@ -137,13 +160,16 @@ class Runner:
 
 
 def derive(runner: Runner, lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> dict:
-    """The whole table: every run's arguments and what SGLang resolved."""
+    """The whole table: every run's arguments and what SGLang resolved, and the EAGLE-3 drafter architectures its
+    model registry has (``DRAFTER``, entrypoints/drafter.py)."""
     results = []
     for run in runs(lock, profiles):
         result = runner.resolve(run)
         results.append({"profile": run.profile, "source": run.source, "argv": list(run.argv),
                         "environment": dict(sorted(run.env.items())), "resolved": result})
-    return {"sglang": results[0]["resolved"]["sglang"] if results else "", "runs": results}
+    registry = runner.json(["sglang_stack.entrypoints.drafter", "--registry"], "settings: drafter registry", 300)
+    return {"sglang": results[0]["resolved"]["sglang"] if results else "", "runs": results,
+            "drafter_architectures": registry.get("drafter_architectures", [])}
 
 
 def load(path: Path = TABLE_JSON) -> dict:
@@ -226,6 +252,9 @@ def markdown(data: dict, table: str = "docker/settings.json") -> str:
     lines += ["", "What ServerArgs leaves to the model load: a MoE runner of `auto` is picked when the weights load,",
               "by their quantization method (Kimi-K2.5's INT4 `compressed-tensors` experts: Marlin, repacked at load",
               "by SGLang's `jit_kernel`, docs/image.md)."]
+    if "drafter_architectures" in data:
+        lines += ["", "EAGLE-3 drafters SGLang's model registry loads (`DRAFTER`: `mha` is `LlamaForCausalLMEagle3`, `mla`",
+                  f"`Eagle3DeepseekV2ForCausalLM`): {', '.join(f'`{a}`' for a in data['drafter_architectures']) or 'none'}."]
     stood = sorted({s.split(" (")[0] for r in data["runs"] for s in r["resolved"].get("stood_in", [])})
     if stood:
         lines += ["", f"Derived where these could not load, with stand-ins that nothing calls: {', '.join(stood)}."]
@@ -272,6 +301,9 @@ def differences(old: dict, new: dict) -> list[str]:
         for name, value in r["resolved"]["ports"].items():
             if was["ports"].get(name) != value:
                 out.append(f"{key}: ports.{name}: {was['ports'].get(name)!r} -> {value!r}")
+    was, now = old.get("drafter_architectures"), new.get("drafter_architectures")
+    if was != now:
+        out.append(f"drafter architectures (SGLang's model registry): {was!r} -> {now!r}")
     return out
 
 
@@ -327,19 +359,27 @@ def all_reduce(runner: "Runner", hosts: tuple[str, ...], data: dict, say: Callab
         if args is None:
             say(all_reduce_line(host, None))
             continue
-        argv, env = runner.module(args)
-        print(f"settings: {host} / all-reduce: $ {shlex.join(argv)}", flush=True)
-        try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
-        except subprocess.TimeoutExpired:
-            raise UserError(f"settings: {host} / all-reduce: SGLang's ranks did not answer within 900 s") from None
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise UserError(f"settings: {host} / all-reduce in {runner.where}: {last}")
-        try:
-            say(all_reduce_line(host, json.loads(proc.stdout.strip().splitlines()[-1])))
-        except (ValueError, IndexError):
-            raise UserError(f"settings: {host} / all-reduce: no JSON: {proc.stdout[-200:]!r}") from None
+        say(all_reduce_line(host, runner.json(args, f"settings: {host} / all-reduce", 900)))
+
+
+def runner_for(request: Request, tag: str, profile: str, what: str = "settings") -> Runner:
+    """Where ``request`` runs SGLang: ``--python``, else ``--image`` or the profile's own tag, which must exist in
+    the engine's store (``docker run`` would pull a missing name from Docker Hub and fail with "See 'docker run
+    --help'")."""
+    image = None
+    if not request.python:
+        from sglang_stack import engine as enginemod
+
+        image = request.image or tag  # a reference the task has checked (image.store.reference)
+        if request.engine == "docker":
+            enginemod.reachable()
+        if subprocess.run([request.engine, "image", "inspect", image], capture_output=True).returncode != 0:
+            flag = f" --profile {profile}" if request.profile else ""
+            raise UserError(f"{what}: {image}: no such image in the {request.engine} store: build it first "
+                            f"(`invoke build{flag}`), or name one with --image, or run SGLang with --python")
+    return Runner(image=image, engine=request.engine, python=request.python,
+                  model_dir=Path(request.model_dir) if request.model_dir else MODEL_DIR,
+                  draft_dir=Path(request.draft_dir) if request.draft_dir else DRAFT_DIR)
 
 
 def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
@@ -357,24 +397,10 @@ def settings(request: Request, say: Callable[[str], None] = print) -> list[str]:
         raise UserError("--all-reduce: the table does not keep it (it depends on the host's links); drop --write")
     if request.host and (request.write or request.check):
         raise UserError("--host: the table has every host; --write and --check take them all")
-    image = request.image  # a reference the task has checked (image.store.reference)
     chosen = profiles.get(request.profile)
     paths = tables(chosen)
     lock, _ = lockmod.check_all(chosen.lock, download=False)
-    if not request.python:
-        from sglang_stack import engine as enginemod
-
-        image = image or lock.tag
-        if request.engine == "docker":
-            enginemod.reachable()
-        # `docker run` would pull a missing name from Docker Hub and fail with "See 'docker run --help'".
-        if subprocess.run([request.engine, "image", "inspect", image], capture_output=True).returncode != 0:
-            flag = f" --profile {chosen.name}" if request.profile else ""
-            raise UserError(f"settings: {image}: no such image in the {request.engine} store: build it first "
-                            f"(`invoke build{flag}`), or name one with --image, or run SGLang with --python")
-    runner = Runner(image=image if not request.python else None, engine=request.engine, python=request.python,
-                    model_dir=Path(request.model_dir) if request.model_dir else MODEL_DIR,
-                    draft_dir=Path(request.draft_dir) if request.draft_dir else DRAFT_DIR)
+    runner = runner_for(request, lock.tag, chosen.name)
     data = derive(runner, lock, (request.host,) if request.host else tuple(PROFILES))
     if request.write:
         for path in write(data, paths):

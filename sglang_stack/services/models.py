@@ -28,7 +28,8 @@ from sglang_stack.errors import NETWORK, UserError, read_text
 MODELS_LOCK = ROOT / "models.lock"
 HUB_TIMEOUT_S = 30.0  # per request: a wedged Hub is an error after this, not silence
 SCHEMA = 1
-ROLES = ("target", "drafter")
+ROLES = ("target", "drafter", "drafter-mla")
+DRAFTERS = ("drafter", "drafter-mla")  # DRAFTER=mha and DRAFTER=mla (entrypoints/drafter.py)
 COMMIT = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # A file of a Hub repository, as a relative POSIX path: printable, no backslash, no leading slash.
@@ -37,12 +38,12 @@ HEADER = """\
 # models.lock: each model repository by commit, with every file's size and hash as the Hub records them.
 #
 #   invoke models-lock             resolve each `track` to its commit and record the files (network: the Hub)
-#   invoke models-verify           hash MODEL_DIR (--role drafter: DRAFT_MODEL_DIR) against it, in parallel
+#   invoke models-verify           hash MODEL_DIR (--role drafter or drafter-mla: DRAFT_MODEL_DIR) against it
 #   rev=$(invoke model-revision ROLE) && hf download REPO --revision "$rev" --local-dir DIR
 #
 # Written by `invoke models-lock`: edit `repo` or `track`, then run it again. An empty `revision`
 # is a repository not pinned yet. `sha256` is the Hub's LFS hash; `git_sha1` its git blob id.
-# The drafter's `acceptance` is what `invoke acceptance` expects of it (`invoke models-lock
+# A drafter's `acceptance` is what `invoke acceptance` expects of it (`invoke models-lock
 # --accept-baseline FILE` records a run you accept); it is dropped when the drafter's commit changes.
 """
 
@@ -152,8 +153,8 @@ ACCEPTANCE_KEYS = {"accept_length": (int, float), "tolerance": (int, float), "se
 
 
 def _check_acceptance(value, where: str, role: str) -> None:
-    if role != "drafter":
-        raise UserError(f"{where}: only the drafter has an acceptance expectation")
+    if role not in DRAFTERS:
+        raise UserError(f"{where}: only a drafter has an acceptance expectation")
     if not isinstance(value, dict) or set(value) != set(ACCEPTANCE_KEYS):
         raise UserError(f"{where}: expected {{ {', '.join(ACCEPTANCE_KEYS)} }}")
     for key, kind in ACCEPTANCE_KEYS.items():
@@ -188,20 +189,20 @@ def render(models: dict[str, Model]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def record_acceptance(expectation, path: Path | None = None) -> str:
-    """Write the drafter's acceptance expectation into models.lock (atomically); one line saying what."""
+def record_acceptance(expectation, path: Path | None = None, role: str = "drafter") -> str:
+    """Write a drafter's acceptance expectation into models.lock (atomically); one line saying what."""
     from dataclasses import asdict
 
     from sglang_stack.atomic import write as atomic_write
 
     path = path or MODELS_LOCK
     models = load(path)
-    if "drafter" not in models:
-        raise UserError(f"{path.name}: no [[model]] with role 'drafter' to record an acceptance for")
-    drafter = models["drafter"]
+    if role not in models:
+        raise UserError(f"{path.name}: no [[model]] with role {role!r} to record an acceptance for")
+    drafter = models[role]
     value = asdict(expectation)
-    _check_acceptance(value, f"{path.name}: model[drafter].acceptance", "drafter")
-    models["drafter"] = Model(drafter.role, drafter.repo, drafter.track, drafter.revision, drafter.files, value)
+    _check_acceptance(value, f"{path.name}: model[{role}].acceptance", role)
+    models[role] = Model(drafter.role, drafter.repo, drafter.track, drafter.revision, drafter.files, value)
     atomic_write(path, render(models))
     return (f"drafter {drafter.repo}: expects accept length {expectation.accept_length:.2f} (at least "
             f"{expectation.accept_length - expectation.tolerance:.2f}) at {expectation.settings or 'any settings'}")
@@ -260,6 +261,30 @@ def lock_models(path: Path | None = None, token: str | None = None) -> list[str]
 
 
 # --- checking a directory -------------------------------------------------------------------
+
+
+def sglang_loads(runner, directory: Path, weights: bool) -> tuple[bool, str]:
+    """Whether the SGLang ``runner`` runs (services.derive.Runner: an image, or a Python) has a model class for the
+    drafter in ``directory`` (its own model registry) and, with ``weights``, builds it on the CPU and writes every
+    parameter from the directory's weights (its own loader): ``entrypoints/drafter.py``. (ok, one line)."""
+    from sglang_stack.entrypoints import drafter
+
+    if not (directory / "config.json").is_file():
+        raise UserError(f"{directory}: no config.json (a drafter directory holds its config and weights)")
+    inside = str(drafter.DRAFT_DIR) if runner.image else str(directory.resolve())
+    args = ["sglang_stack.entrypoints.drafter", inside, *(["--load"] if weights else [])]
+    out = runner.json(args, "drafter", 3600, mounts={directory.resolve(): inside} if runner.image else None, ok=(0, 1))
+    if out.get("error"):
+        return False, f"{directory}: {out['error']}"
+    line = f"{directory}: SGLang {out.get('sglang')} has {out.get('architecture')} ({out.get('class')})"
+    if not weights:
+        return True, line + "; --load also loads its weights"
+    unwritten = out.get("unwritten") or []
+    said = f"; SGLang warned: {out['warnings'][0]}" if out.get("warnings") else ""
+    if unwritten:
+        return False, (f"{line}, but {len(unwritten)} of {out.get('parameters')} parameters got no weight from the "
+                       f"checkpoint (first: {unwritten[0]}){said}")
+    return True, f"{line}: its loader wrote all {out.get('parameters')} parameters{said}"
 
 
 # What the preflight hashes on every start: everything but the weight shards. `--trust-remote-code` runs the

@@ -35,9 +35,10 @@ def _pinned(role: str):
     "`invoke acceptance --out` report or an `invoke bench` bench.json you accept (offline; default: none)",
     "accept-tolerance": "with --accept-baseline: how far below it still passes (default: 0.15 for an acceptance "
     "report, 0.3 for a bench.json)",
+    "role": "with --accept-baseline: the drafter it is for, drafter (DRAFTER=mha) or drafter-mla (default: drafter)",
 })
 @user_errors
-def models_lock(c, token_file=None, accept_baseline=None, accept_tolerance=None):
+def models_lock(c, token_file=None, accept_baseline=None, accept_tolerance=None, role=None):
     """Pin each model repository of models.lock by commit, with every file's size and hash (network: the Hub).
 
     Resolves each [[model]]'s `track` (a branch or tag, `main` by default) to the commit
@@ -60,11 +61,14 @@ def models_lock(c, token_file=None, accept_baseline=None, accept_tolerance=None)
                 tolerance = float(str(accept_tolerance).strip())
             except ValueError:
                 raise UserError(f"--accept-tolerance {accept_tolerance!r}: not a number") from None
-        print(models.record_acceptance(acceptance.baseline_from(Path(accept_baseline), tolerance)))
+        if (role or "drafter") not in models.DRAFTERS:
+            raise UserError(f"--role {role!r}: one of {', '.join(models.DRAFTERS)}")
+        print(models.record_acceptance(acceptance.baseline_from(Path(accept_baseline), tolerance),
+                                       role=role or "drafter"))
         print(f"wrote {models.MODELS_LOCK.name}")
         return
-    if accept_tolerance is not None:
-        raise UserError("--accept-tolerance goes with --accept-baseline")
+    if accept_tolerance is not None or role is not None:
+        raise UserError(f"{'--accept-tolerance' if accept_tolerance is not None else '--role'} goes with --accept-baseline")
     token = read_text(Path(token_file)).strip() if token_file else os.environ.get("HF_TOKEN") or None
     for line in models.lock_models(token=token):
         print(line)
@@ -73,8 +77,9 @@ def models_lock(c, token_file=None, accept_baseline=None, accept_tolerance=None)
 
 @task(
     help={
-        "role": "target or drafter (default: target)",
-        "dir": "the downloaded directory (default: MODEL_DIR, or DRAFT_MODEL_DIR for the drafter, from .env)",
+        "role": "target, drafter or drafter-mla (default: target)",
+        "dir": "the downloaded directory (default: MODEL_DIR, or DRAFT_MODEL_DIR for the drafter DRAFTER names, "
+        "from .env)",
         "workers": "files hashed at once (default: the CPU count, at most 8)",
     }
 )
@@ -112,7 +117,52 @@ def models_verify(c, role="target", dir=None, workers=None):
     print(f"ok   {directory}: all {len(model.files)} files ({model.size / 1e9:.2f} GB) match {model.repo}@{model.revision}")
 
 
-@task(help={"role": "target or drafter, also positionally (default: target)"})
+@task(
+    help={
+        "dir": "the drafter's directory (default: DRAFT_MODEL_DIR, as compose mounts it)",
+        "load": "also build it on the CPU and load every weight with SGLang's own loader (memory: about the size of "
+        "the weights) (default: off: the model registry only, seconds)",
+        "image": "run SGLang in this image (default: the one the profile's versions.lock tags)",
+        "python": "run SGLang with this interpreter instead of an image (default: none)",
+        "engine": "docker or podman, for --image (default: stack.engine)",
+        "profile": PROFILE_HELP,
+    }
+)
+@user_errors
+def drafter(c, dir=None, load=False, image=None, python=None, engine=None, profile=None):
+    """Does the image's SGLang load this EAGLE-3 drafter? Its own model registry and loader, on the CPU.
+
+    SGLang's model registry picks the class from the drafter's config.json (0.5.9 has none for the
+    MLA drafter, DRAFTER=mla; 0.5.23 has kimi_k25_eagle3.py); with --load, SGLang's model loader builds
+    it and feeds it every *.safetensors of the directory through the class's own load_weights, and
+    a parameter no weight reached is named. Runs in the image with no network (the directory
+    mounted read-only), or with --python. Exit 1 where SGLang would not serve it.
+    """
+    from sglang_stack.image import store
+    from sglang_stack.lock import lockfile as lockmod, profiles
+    from sglang_stack.services import composefile, derive, models
+
+    if image is not None:
+        store.reference(image, "--image")
+    if dir:
+        directory = Path(dir)
+    else:
+        dirs = composefile.model_dirs()
+        directory = next((dirs[r] for r in models.DRAFTERS if r in dirs), None)
+        if directory is None:
+            raise UserError("no server of compose.yaml mounts a drafter: pass --dir")
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such directory (pass --dir)")
+    chosen = profiles.get(profile)
+    lock, _ = lockmod.check_all(chosen.lock, download=False)
+    request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, profile=profile)
+    ok, line = models.sglang_loads(derive.runner_for(request, lock.tag, chosen.name, "drafter"), directory, load)
+    if not ok:
+        raise Exit(f"error: {line}", code=1)
+    print(line)
+
+
+@task(help={"role": "target, drafter or drafter-mla, also positionally (default: target)"})
 @user_errors
 def model_revision(c, role="target"):
     """Print the commit models.lock pins for ROLE, for `hf download REPO --revision "$(invoke model-revision ROLE)"`.
