@@ -310,7 +310,8 @@ def test_provenance_is_recorded_and_no_secret_is(tmp_path):
     assert "gpus" in doc["metadata"]["provenance"] and "images" in doc["metadata"]["provenance"]
     pins = doc["metadata"]["provenance"]["models"]
     assert {role: (p["repo"], p["revision"]) for role, p in pins.items()} == {
-        "target": ("moonshotai/Kimi-K2.5", None), "drafter": ("lightseekorg/kimi-k2.5-eagle3", None)}, "models.lock, unpinned"
+        "target": ("moonshotai/Kimi-K2.5", None), "drafter": ("lightseekorg/kimi-k2.5-eagle3", None),
+        "drafter-mla": ("lightseekorg/kimi-k2.5-eagle3-mla", None)}, "models.lock, unpinned"
     assert doc["metadata"]["endpoints"][0]["server"] == {"version": "0.5.9", "tp_size": 8}
     for name in (report.JSON_NAME, report.MARKDOWN_NAME):
         assert key not in (out / name).read_text(), f"the API key is in {name}"

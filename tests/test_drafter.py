@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import need
 from pins import PIN
 from sglang_stack import ROOT
 from sglang_stack.doctor import inputs
@@ -74,6 +75,7 @@ def run_module(python: str, *args: str) -> tuple[int, dict]:
 # --- SGLang's own registry and loader ---------------------------------------------------------
 
 
+@pytest.mark.sglang_env
 def test_sglang_0_5_23_loads_the_mla_drafter_with_its_own_registry_and_loader(tmp_path, profile_python):
     python = str(profile_python("0.5.23"))
     code, out = run_module(python, str(tiny_mla(tmp_path / "mla", python)), "--load")
@@ -82,6 +84,7 @@ def test_sglang_0_5_23_loads_the_mla_drafter_with_its_own_registry_and_loader(tm
     assert out["unwritten"] == [] and out["written"] == out["parameters"] >= 10, out
 
 
+@pytest.mark.sglang_env
 def test_a_weight_the_checkpoint_lacks_is_named_and_fails(tmp_path, profile_python):
     python = str(profile_python("0.5.23"))
     directory = tiny_mla(tmp_path / "mla", python, drop="layers.0.mlp.down_proj.weight", extra=True)
@@ -90,13 +93,14 @@ def test_a_weight_the_checkpoint_lacks_is_named_and_fails(tmp_path, profile_pyth
     assert any("layers.0.not_in_the_model.weight" in w for w in out["warnings"]), out
 
 
+@pytest.mark.sglang_env
 def test_sglang_0_5_9_has_no_class_for_it_and_says_so(tmp_path):
     import sglang_cpu_env
 
     try:
         python = str(sglang_cpu_env.python())
     except sglang_cpu_env.Unavailable as err:
-        pytest.skip(f"no Python of the default profile: {err}")
+        need(f"no Python of the default profile: {err}")
     directory = tmp_path / "mla"
     directory.mkdir()
     (directory / "config.json").write_text(MLA_CONFIG.read_text())
@@ -203,18 +207,19 @@ def test_models_lock_pins_both_drafters_by_role():
     assert drafter.ROLES == {"mha": "drafter", "mla": "drafter-mla"} and set(drafter.ROLES.values()) == set(models.DRAFTERS)
 
 
-def test_invoke_drafter_says_in_one_line_that_the_default_profile_cannot_load_it(tmp_path):
+@pytest.mark.sglang_env
+def test_invoke_drafter_check_says_in_one_line_that_the_default_profile_cannot_load_it(tmp_path):
     import engine
     import sglang_cpu_env
 
     try:
         python = str(sglang_cpu_env.python())
     except sglang_cpu_env.Unavailable as err:
-        pytest.skip(f"no Python of the default profile: {err}")
+        need(f"no Python of the default profile: {err}")
     directory = tmp_path / "mla"
     directory.mkdir()
     (directory / "config.json").write_text(MLA_CONFIG.read_text())
-    proc = subprocess.run([*engine.INVOKE, "drafter", "--dir", str(directory), "--python", python], cwd=ROOT,
+    proc = subprocess.run([*engine.INVOKE, "drafter-check", "--dir", str(directory), "--python", python], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip() == (f"error: {directory}: SGLang {PIN['sglang']} has no model class for {MLA} (it would "

@@ -158,4 +158,4 @@ def test_a_missing_revision_stops_the_download_line():
     proc = subprocess.run(["bash", "-c", f"rev=$({sys.executable} -m invoke model-revision bogus) && echo downloading"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "downloading" not in proc.stdout, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == "error: --role 'bogus': choose one of target, drafter", proc.stderr
+    assert proc.stderr.strip() == "error: --role 'bogus': choose one of target, drafter, drafter-mla", proc.stderr

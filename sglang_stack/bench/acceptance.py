@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from sglang_stack.bench import client, stats
+from sglang_stack.bench import client, speedbench, stats
 from sglang_stack.bench.promptset import DEFAULT_PROMPTS, load_prompts
 from sglang_stack.errors import UserError, read_text
 from sglang_stack.services.models import FLOOR, Expectation
@@ -53,6 +53,7 @@ class Measurement:
     settings: str = ""  # "steps/topk/draft tokens" as the server reports them
     server: dict = field(default_factory=dict)
     seconds: float = 0.0
+    dataset: str = "probe"  # what was sent: the fixed probe, or a dataset (speed-bench)
 
     def line(self) -> str:
         where = f" at {self.settings} (steps/top-k/draft tokens)" if self.settings else ""
@@ -76,17 +77,31 @@ def _settings(info: dict) -> str:
     return "/".join(str(n) for n in numbers) if all(n is not None for n in numbers) else ""
 
 
-def measure(url: str, api_key: str | None, timeout: float = 300.0, name: str = "server") -> Measurement:
-    """Send the probe to ``url`` one request at a time; SGLang's own figures, pooled."""
+@dataclass(frozen=True)
+class Prompt:
+    """One greedy request of a measurement."""
+
+    id: str
+    text: str
+    max_new_tokens: int = MAX_NEW_TOKENS
+
+
+def probe() -> list[Prompt]:
+    return [Prompt(p.id, p.prompt) for p in probe_prompts()]
+
+
+def measure(url: str, api_key: str | None, timeout: float = 300.0, name: str = "server",
+            prompts: list[Prompt] | None = None, dataset: str = "probe") -> Measurement:
+    """Send ``prompts`` (default: the probe) to ``url`` one request at a time; SGLang's own figures, pooled."""
     endpoint = client.Endpoint(name, url)
     if why := client.probe(endpoint, api_key, timeout=min(timeout, 30.0)):
         raise UserError(f"{name} at {url} {why}")
     info = client.server_info(endpoint, api_key, timeout=min(timeout, 30.0))
-    m = Measurement(url=url, settings=_settings(info), server=info)
+    m = Measurement(url=url, settings=_settings(info), server=info, dataset=dataset)
     histograms = []
     start = time.monotonic()
-    for prompt in probe_prompts():
-        body = {"text": prompt.prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": MAX_NEW_TOKENS}}
+    for prompt in prompts or probe():
+        body = {"text": prompt.text, "sampling_params": {"temperature": 0.0, "max_new_tokens": prompt.max_new_tokens}}
         try:
             sample = client.generate_once(url, body, api_key, timeout, client.Timing())
         except client.RequestFailed as err:
@@ -128,10 +143,33 @@ def verdict(m: Measurement, expected: Expectation | None, accept_min: float | No
     return True, f"accept length {m.accept_length:.2f} is at or above {threshold:.2f} ({why})"
 
 
-def report(m: Measurement, passed: bool, line: str) -> dict:
-    return {"kind": REPORT_KIND, "passed": passed, "verdict": line, "probe": {
-        "prompts": [p.id for p in probe_prompts()], "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0.0},
-        **asdict(m)}
+def against_published(m: Measurement, published: tuple[dict, ...]) -> list[dict]:
+    """Each accept length the drafter's publishers state, beside the measurement: comparable where it was measured on
+    the same dataset at the same number of draft tokens (or an unstated one), with how far short the measurement
+    falls; the others are listed for reference."""
+    draft = m.server.get("speculative_num_draft_tokens")
+    out = []
+    for figure in published:
+        comparable = figure["dataset"] == m.dataset and figure["draft_tokens"] in (0, draft)
+        short = max(0.0, round(figure["accept_length"] - m.accept_length, 3)) if comparable else None
+        out.append({**figure, "comparable": comparable, "short_by": short})
+    return out
+
+
+def published_line(figure: dict) -> str:
+    at = f" at {figure['draft_tokens']} draft tokens" if figure["draft_tokens"] else ""
+    head = f"published {figure['accept_length']:.2f} on {figure['dataset']}{at} ({figure['source']})"
+    if not figure["comparable"]:
+        return f"{head}: for reference, not measured like this run"
+    if figure["short_by"]:
+        return f"{head}: this run falls short by {figure['short_by']:.2f}"
+    return f"{head}: this run is at or above it"
+
+
+def report(m: Measurement, passed: bool, line: str, prompts: dict | None = None, published: list[dict] | None = None) -> dict:
+    sent = prompts or {"prompts": [p.id for p in probe_prompts()], "max_new_tokens": MAX_NEW_TOKENS}
+    return {"kind": REPORT_KIND, "passed": passed, "verdict": line, "probe": {**sent, "temperature": 0.0},
+            "published": published or [], **asdict(m)}
 
 
 # --- an accepted baseline, for models.lock ---------------------------------------------------------
@@ -145,6 +183,9 @@ def baseline_from(path: Path, tolerance: float | None = None) -> Expectation:
         raise UserError(f"{path}:{err.lineno}: not JSON ({err.msg})") from None
     day = time.strftime("%Y-%m-%d", time.gmtime(path.stat().st_mtime))
     if isinstance(doc, dict) and doc.get("kind") == REPORT_KIND:
+        if doc.get("dataset", "probe") != "probe":
+            raise UserError(f"{path}: measured on {doc.get('dataset')}; the expectation is what the probe gives: "
+                            "accept a run of `invoke acceptance` without --dataset")
         value, settings = doc.get("accept_length"), doc.get("settings") or ""
         source, kind = f"a first run accepted on {day}: {path.name}, the acceptance probe against {doc.get('url')}", "acceptance"
     elif isinstance(doc, dict) and isinstance(doc.get("summary"), dict):
@@ -170,9 +211,12 @@ def baseline_from(path: Path, tolerance: float | None = None) -> Expectation:
 
 
 def check(service: str | None = None, url: str | None = None, accept_min=None, out: str | None = None, timeout=None,
-          say: Callable[[str], None] = lambda line: print(line, flush=True)) -> tuple[bool, str]:
+          say: Callable[[str], None] = lambda line: print(line, flush=True),
+          speed_bench: "speedbench.Request | None" = None) -> tuple[bool, str]:
     """`invoke acceptance`: measure ``service`` (default: compose.yaml's default), judge it, write the report to
-    ``out``; (passed, the verdict). With ``url``, that server is measured and ``service`` only labels it."""
+    ``out``; (passed, the verdict). With ``url``, that server is measured and ``service`` only labels it. With
+    ``speed_bench``, SPEED-Bench's prompts (SGLang's own adapter) are sent instead of the probe, and the drafter's
+    expectation (measured on the probe) gives way to the floor; the published figures are set beside it."""
     from sglang_stack.atomic import write as atomic_write
     from sglang_stack.flags import parse_seconds
     from sglang_stack.services import composefile, models
@@ -198,7 +242,9 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
                             f"acceptance measures speculative decoding; name a service that does "
                             f"({', '.join(n for n in proj.names(composefile.SERVER) if composefile.service(n, proj.env).speculative) or 'none'})")
         target, key, role = svc.url, proj.api_key(), svc.drafter_role if svc.draft_dir is not None else None
+        model_dir = svc.model_dir
     else:
+        model_dir = None
         service = service or "server"
         target = url
         try:
@@ -209,13 +255,21 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
         raise UserError(f"--out {out}: {Path(out).resolve().parent} is not a directory")
     drafter = models.load().get(role) if role else None
     expected = Expectation(**drafter.acceptance) if drafter and drafter.acceptance else None
-    say(f"acceptance: {len(probe_prompts())} greedy requests of {MAX_NEW_TOKENS} tokens to {target}")
-    m = measure(target, key, parse_seconds("--timeout", timeout) if timeout else 300.0, service)
+    prompts, sent, dataset = probe(), None, "probe"
+    if speed_bench is not None:
+        prompts, sent = speed_bench.prompts(model_dir)
+        dataset, expected = speedbench.NAME, None  # the expectation was measured on the probe
+    tokens = sorted({p.max_new_tokens for p in prompts})
+    say(f"acceptance: {len(prompts)} greedy requests ({dataset}) of {'/'.join(map(str, tokens))} tokens to {target}")
+    m = measure(target, key, parse_seconds("--timeout", timeout) if timeout else 300.0, service, prompts, dataset)
     # The hint's command is the one just run: with --url, the same URL (its credentials masked on the way out).
     again = f"invoke acceptance --url {shlex.quote(url)}" if url else f"invoke acceptance {shlex.quote(service)}"
     passed, line = verdict(m, expected, threshold, again)
     say(f"{service}: {m.line()}")
+    published = against_published(m, drafter.published) if drafter else []
+    for figure in published:
+        say(f"{service}: {published_line(figure)}")
     if out:
-        atomic_write(Path(out), json.dumps(report(m, passed, line), indent=1) + "\n")
+        atomic_write(Path(out), json.dumps(report(m, passed, line, sent, published), indent=1) + "\n")
         say(f"wrote {out}")
     return passed, line

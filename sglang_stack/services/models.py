@@ -45,6 +45,8 @@ HEADER = """\
 # is a repository not pinned yet. `sha256` is the Hub's LFS hash; `git_sha1` its git blob id.
 # A drafter's `acceptance` is what `invoke acceptance` expects of it (`invoke models-lock
 # --accept-baseline FILE` records a run you accept); it is dropped when the drafter's commit changes.
+# `published` are the accept lengths its publishers state (dataset, draft tokens, where), which
+# `invoke acceptance` sets a measurement beside; edit them by hand, models-lock keeps them.
 """
 
 
@@ -82,6 +84,7 @@ class Model:
     revision: str = ""
     files: tuple[ModelFile, ...] = field(default_factory=tuple)
     acceptance: dict | None = None  # the drafter's expected EAGLE-3 accept length (bench/acceptance.py)
+    published: tuple[dict, ...] = ()  # accept lengths its publishers state, per dataset (`invoke acceptance` compares)
 
     @property
     def pinned(self) -> bool:
@@ -107,7 +110,7 @@ def load(path: Path | None = None) -> dict[str, Model]:
     out = {}
     for i, entry in enumerate(entries):
         where = f"{path.name}: model[{entry['role'] if isinstance(entry.get('role'), str) else i}]"
-        unknown = set(entry) - {"role", "repo", "track", "revision", "files", "acceptance"}
+        unknown = set(entry) - {"role", "repo", "track", "revision", "files", "acceptance", "published"}
         if unknown:
             raise UserError(f"{where}: unknown key {sorted(unknown)[0]!r}")
         role, repo = entry.get("role"), entry.get("repo")
@@ -145,8 +148,30 @@ def load(path: Path | None = None) -> dict[str, Model]:
         acceptance = entry.get("acceptance")
         if acceptance is not None:
             _check_acceptance(acceptance, f"{where}.acceptance", role)
-        out[role] = Model(role, repo, track, revision, tuple(files), acceptance)
+        published = entry.get("published", [])
+        if not isinstance(published, list):
+            raise UserError(f"{where}.published: a list of {{ {', '.join(PUBLISHED_KEYS)} }} tables")
+        for j, figure in enumerate(published):
+            _check_published(figure, f"{where}.published[{j}]", role)
+        out[role] = Model(role, repo, track, revision, tuple(files), acceptance, tuple(published))
     return out
+
+
+# An accept length a drafter's publishers state: on which dataset, at how many draft tokens (0: not stated), where.
+PUBLISHED_KEYS = {"dataset": str, "accept_length": (int, float), "draft_tokens": int, "source": str}
+
+
+def _check_published(value, where: str, role: str) -> None:
+    if role not in DRAFTERS:
+        raise UserError(f"{where}: only a drafter has published accept lengths")
+    if not isinstance(value, dict) or set(value) != set(PUBLISHED_KEYS):
+        raise UserError(f"{where}: expected {{ {', '.join(PUBLISHED_KEYS)} }}")
+    for key, kind in PUBLISHED_KEYS.items():
+        if not isinstance(value[key], kind) or isinstance(value[key], bool) or kind is str and not value[key].strip():
+            raise UserError(f"{where}.{key}: {value[key]!r} is not a {'non-empty string' if kind is str else 'number'}")
+    if not 1.0 <= value["accept_length"] <= 64 or not 0 <= value["draft_tokens"] <= 64:
+        raise UserError(f"{where}: accept_length {value['accept_length']!r} (tokens per verify pass, at least 1) and "
+                        f"draft_tokens {value['draft_tokens']!r} (0: not stated)")
 
 
 ACCEPTANCE_KEYS = {"accept_length": (int, float), "tolerance": (int, float), "settings": str, "source": str}
@@ -186,6 +211,12 @@ def render(models: dict[str, Model]) -> str:
             a = model.acceptance
             lines.append(f"acceptance = {{ accept_length = {a['accept_length']}, tolerance = {a['tolerance']}, "
                          f"settings = {_toml(a['settings'])}, source = {_toml(a['source'])} }}")
+        if model.published:
+            lines.append("published = [")
+            for p in model.published:
+                lines.append(f"    {{ dataset = {_toml(p['dataset'])}, accept_length = {p['accept_length']}, "
+                             f"draft_tokens = {p['draft_tokens']}, source = {_toml(p['source'])} }},")
+            lines.append("]")
     return "\n".join(lines) + "\n"
 
 
@@ -202,7 +233,8 @@ def record_acceptance(expectation, path: Path | None = None, role: str = "drafte
     drafter = models[role]
     value = asdict(expectation)
     _check_acceptance(value, f"{path.name}: model[{role}].acceptance", role)
-    models[role] = Model(drafter.role, drafter.repo, drafter.track, drafter.revision, drafter.files, value)
+    models[role] = Model(drafter.role, drafter.repo, drafter.track, drafter.revision, drafter.files, value,
+                         drafter.published)
     atomic_write(path, render(models))
     return (f"drafter {drafter.repo}: expects accept length {expectation.accept_length:.2f} (at least "
             f"{expectation.accept_length - expectation.tolerance:.2f}) at {expectation.settings or 'any settings'}")
@@ -253,7 +285,7 @@ def lock_models(path: Path | None = None, token: str | None = None) -> list[str]
         if model.acceptance and kept is None:
             lines.append(f"{role}: the acceptance expectation of {model.revision[:12]} is dropped: measure the new "
                          "commit and accept it (invoke acceptance, then invoke models-lock --accept-baseline FILE)")
-        models[role] = Model(role, model.repo, model.track, commit, files, kept)
+        models[role] = Model(role, model.repo, model.track, commit, files, kept, model.published)
         lines.append(f"{role}: {model.repo}@{model.track} -> {commit} ({was}); {len(files)} files, "
                      f"{sum(f.size for f in files) / 1e9:.2f} GB")
     atomic_write(path, render(models))
@@ -273,7 +305,7 @@ def sglang_loads(runner, directory: Path, weights: bool) -> tuple[bool, str]:
         raise UserError(f"{directory}: no config.json (a drafter directory holds its config and weights)")
     inside = str(drafter.DRAFT_DIR) if runner.image else str(directory.resolve())
     args = ["sglang_stack.entrypoints.drafter", inside, *(["--load"] if weights else [])]
-    out = runner.json(args, "drafter", 3600, mounts={directory.resolve(): inside} if runner.image else None, ok=(0, 1))
+    out = runner.json(args, "drafter-check", 3600, mounts={directory.resolve(): inside} if runner.image else None, ok=(0, 1))
     if out.get("error"):
         return False, f"{directory}: {out['error']}"
     line = f"{directory}: SGLang {out.get('sglang')} has {out.get('architecture')} ({out.get('class')})"

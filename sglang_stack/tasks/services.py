@@ -129,7 +129,7 @@ def models_verify(c, role="target", dir=None, workers=None):
     }
 )
 @user_errors
-def drafter(c, dir=None, load=False, image=None, python=None, engine=None, profile=None):
+def drafter_check(c, dir=None, load=False, image=None, python=None, engine=None, profile=None):
     """Does the image's SGLang load this EAGLE-3 drafter? Its own model registry and loader, on the CPU.
 
     SGLang's model registry picks the class from the drafter's config.json (0.5.9 has none for the
@@ -156,7 +156,7 @@ def drafter(c, dir=None, load=False, image=None, python=None, engine=None, profi
     chosen = profiles.get(profile)
     lock, _ = lockmod.check_all(chosen.lock, download=False)
     request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, profile=profile)
-    ok, line = models.sglang_loads(derive.runner_for(request, lock.tag, chosen.name, "drafter"), directory, load)
+    ok, line = models.sglang_loads(derive.runner_for(request, lock.tag, chosen.name, "drafter-check"), directory, load)
     if not ok:
         raise Exit(f"error: {line}", code=1)
     print(line)
@@ -181,10 +181,22 @@ def model_revision(c, role="target"):
         "models.lock, else 1.2)",
         "out": "also write the measurement as JSON here, for `invoke models-lock --accept-baseline` (default: none)",
         "timeout": "seconds per request (default: 300)",
+        "dataset": "speed-bench: send SPEED-Bench's prompts (SGLang's own adapter, chat-templated) instead of the "
+        "probe, and set the result beside the drafter's published figures (default: none: the probe)",
+        "dataset-path": "with --dataset: the SPEED-Bench JSONL prepared on this host (required with --dataset)",
+        "category": "with --dataset: low_entropy, mixed or high_entropy (default: every row)",
+        "num-prompts": "with --dataset: how many prompts SGLang's adapter samples (default: 32)",
+        "output-len": "with --dataset: tokens generated per prompt (default: 512, SGLang's)",
+        "tokenizer": "with --dataset: the served model's tokenizer directory (default: the service's MODEL_DIR)",
+        "image": "with --dataset: run SGLang's adapter in this image (default: the profile's tag)",
+        "python": "with --dataset: run SGLang's adapter with this interpreter instead of an image (default: none)",
+        "profile": PROFILE_HELP,
     }
 )
 @user_errors
-def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=None):
+def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=None, dataset=None, dataset_path=None,
+               category=None, num_prompts=None, output_len=None, tokenizer=None, image=None, python=None,
+               profile=None):
     """Speculative acceptance on this host: accept length and per-position acceptance from SGLang's own meta_info.
 
     Sends a short fixed probe (six prompts of the shipped set, greedy, 256 tokens each) to
@@ -193,10 +205,33 @@ def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=Non
     drafter's expectation in models.lock (at the same speculative settings), else with a floor
     of 1.2. Every silent EAGLE-3 loss upstream showed only as a lower accept length. Exit 1 with
     one line below the threshold; a server that reports no speculative figures is an error.
-    """
-    from sglang_stack.bench import acceptance as acceptmod
 
-    passed, line = acceptmod.check(service, url=url, accept_min=accept_min, out=out, timeout=timeout)
+    With --dataset speed-bench, SGLang's own SPEED-Bench adapter (the 0.5.23 profile's image, or
+    --python) turns the JSONL prepared on this host into chat-templated prompts, which are sent
+    instead of the probe; the floor is the threshold, and each accept length the drafter's
+    publishers state (models.lock) is set beside the result, saying where it falls short.
+    """
+    from sglang_stack.bench import acceptance as acceptmod, speedbench
+
+    extra = {"--dataset-path": dataset_path, "--category": category, "--num-prompts": num_prompts,
+             "--output-len": output_len, "--tokenizer": tokenizer, "--image": image, "--python": python,
+             "--profile": profile}
+    request = None
+    if dataset is not None:
+        if dataset != speedbench.NAME:
+            raise UserError(f"--dataset {dataset!r}: {speedbench.NAME} is the one dataset (without it: the probe)")
+        if not dataset_path:
+            raise UserError(f"--dataset {speedbench.NAME} needs --dataset-path FILE, the JSONL prepared on this host")
+        if image is not None:
+            from sglang_stack.image import store
+
+            store.reference(image, "--image")
+        request = speedbench.Request(dataset_path, category, num_prompts or 32, output_len or 512, tokenizer, image,
+                                     python, c.stack.engine, profile)
+    elif given := next((flag for flag, value in extra.items() if value is not None), None):
+        raise UserError(f"{given} goes with --dataset {speedbench.NAME}")
+    passed, line = acceptmod.check(service, url=url, accept_min=accept_min, out=out, timeout=timeout,
+                                   speed_bench=request)
     if not passed:
         raise Exit(f"error: {service or 'acceptance'}: {line}", code=1)
     print(f"{service or 'acceptance'}: {line}")

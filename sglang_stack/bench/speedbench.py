@@ -1,0 +1,136 @@
+"""SPEED-Bench prompts for `invoke acceptance --dataset speed-bench`: the user's file checked here, the prompts made by
+SGLang's own adapter in the image.
+
+SPEED-Bench (nvidia/SPEED-Bench) is the set speculative decoding is compared on across engines: SGLang 0.5.23's
+benchmark reads it (``sglang/benchmark/datasets/speed_bench.py``), as vLLM's does (vllm-project/vllm#36029), and
+published accept lengths for Kimi's EAGLE-3 drafters are measured on it. Many of its rows come from sources whose
+licences keep them out of the Hub dataset, so the JSONL is assembled on the user's host by the upstream preparation
+step and never shipped or built into the image; this module checks the file before anything is sent (each line a
+JSON object with a non-empty ``turns`` list of strings; a cut-off last line is named as such), records its sha256,
+and runs ``entrypoints/prompts.py`` where SGLang is to turn it into the chat-templated prompts SGLang's benchmark
+would send.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_stack.errors import UserError
+from sglang_stack.flags import parse_count
+
+NAME = "speed-bench"
+LIMIT = 1 << 30  # bytes: the throughput splits are a few MB to a few hundred; a larger file is not SPEED-Bench
+CATEGORIES = ("low_entropy", "mixed", "high_entropy")
+ROW = 'a SPEED-Bench row is {"turns": ["..."], "category": "..."}'
+DATA = "/data/speed-bench.jsonl"  # where the file is mounted in the image
+TOKENIZER = "/models/tokenizer"  # where the tokenizer directory is mounted in the image
+
+
+@dataclass(frozen=True)
+class File:
+    """A checked SPEED-Bench file: its path, sha256, and rows per category."""
+
+    path: Path
+    sha256: str
+    categories: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.categories.values())
+
+
+def check(path: Path, category: str | None = None) -> File:
+    """Read ``path`` line by line; one line naming the file and line where it is not SPEED-Bench's JSONL."""
+    if category is not None and category not in CATEGORIES:
+        raise UserError(f"--category {category!r}: one of {', '.join(CATEGORIES)}")
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise UserError(f"--dataset-path {path}: not a regular file")
+        if size > LIMIT:
+            raise UserError(f"--dataset-path {path}: {size} bytes, more than SPEED-Bench's JSONL ever is ({LIMIT})")
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"--dataset-path {path}: {err.strerror or err}") from None
+    categories: dict[str, int] = {}
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        last = number == len(lines)  # no newline after it
+        try:
+            row = json.loads(raw)
+        except (ValueError, RecursionError):
+            if last:
+                raise UserError(f"{path}:{number}: truncated: the last line is cut off (no newline, not whole "
+                                "JSON); prepare or download the file again") from None
+            raise UserError(f"{path}:{number}: not JSON Lines: {ROW}") from None
+        turns = row.get("turns") if isinstance(row, dict) else None
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+            raise UserError(f"{path}:{number}: no 'turns' list of strings: {ROW}")
+        name = row.get("category")
+        categories[str(name)] = categories.get(str(name), 0) + 1
+    if not categories:
+        raise UserError(f"{path}: no rows: {ROW}, one per line")
+    if category is not None and category not in categories:
+        raise UserError(f"--category {category}: {path} has no row of it (it has {', '.join(sorted(categories))})")
+    return File(path, hashlib.sha256(data).hexdigest(), categories)
+
+
+def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
+            seed: int = 0) -> list[dict]:
+    """SGLang's adapter on ``checked`` where ``runner`` (services.derive.Runner) runs SGLang, the tokenizer of
+    ``tokenizer`` applying the chat template: ``[{"prompt", "prompt_len", "output_len"}, ...]``."""
+    if not (tokenizer / "tokenizer_config.json").is_file() and not (tokenizer / "tokenizer.json").is_file():
+        raise UserError(f"--tokenizer {tokenizer}: no tokenizer_config.json or tokenizer.json (the served model's "
+                        "directory holds them)")
+    data, tok = (DATA, TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
+    mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): TOKENIZER} if runner.image else None
+    args = ["sglang_stack.entrypoints.prompts", NAME, "--dataset-path", data, "--tokenizer", tok,
+            "--num-prompts", str(num_prompts), "--output-len", str(output_len), "--seed", str(seed),
+            *(["--category", category] if category else [])]
+    out = runner.json(args, f"acceptance: {NAME}", 600, mounts=mounts)
+    rows = out.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"{checked.path}: SGLang's {NAME} adapter made no prompts")
+    return rows
+
+
+@dataclass(frozen=True)
+class Request:
+    """`invoke acceptance --dataset speed-bench` and the flags that go with it, as typed."""
+
+    path: str
+    category: str | None = None
+    num_prompts: str | int = 32
+    output_len: str | int = 512
+    tokenizer: str | None = None  # default: the service's MODEL_DIR
+    image: str | None = None
+    python: str | None = None
+    engine: str = "docker"
+    profile: str | None = None
+
+    def prompts(self, model_dir: Path | None):
+        """(the acceptance prompts, what the report records of them)."""
+        from sglang_stack.bench.acceptance import Prompt
+        from sglang_stack.lock import lockfile, profiles
+        from sglang_stack.services import derive
+
+        num = parse_count("--num-prompts", self.num_prompts, 1)
+        output_len = parse_count("--output-len", self.output_len, 1)
+        checked = check(Path(self.path), self.category)
+        if self.tokenizer is None and model_dir is None:
+            raise UserError("--dataset speed-bench with --url: give --tokenizer DIR, the served model's tokenizer")
+        tokenizer = Path(self.tokenizer) if self.tokenizer else model_dir
+        chosen = profiles.get(self.profile)
+        lock, _ = lockfile.check_all(chosen.lock, download=False)
+        runner = derive.runner_for(derive.Request(image=self.image, python=self.python, engine=self.engine,
+                                                  profile=self.profile), lock.tag, chosen.name, "acceptance")
+        rows = prompts(runner, checked, tokenizer, self.category, num, output_len)
+        sent = {"dataset": NAME, "file": str(checked.path), "sha256": checked.sha256, "category": self.category,
+                "rows": checked.categories, "prompts": len(rows), "max_new_tokens": output_len, "seed": 0,
+                "chat_template": True, "sglang": runner.where}
+        return [Prompt(f"{NAME}-{i}", r["prompt"], int(r["output_len"])) for i, r in enumerate(rows)], sent
