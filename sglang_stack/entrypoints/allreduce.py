@@ -44,15 +44,19 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 import time
 from types import SimpleNamespace
 
 MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
 PCIE_IPC_MODULE = "sglang.srt.distributed.device_communicators.pcie_ipc_ar"
 PCIE_IPC_ENV = "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"
-# Seconds for the ranks to import SGLang and answer, per rank that shares a core: 8 ranks on 2 cores import one
-# after another's share of the CPU, so the deadline follows the work, not a quiet machine.
-TIMEOUT_S = 180
+# The ranks are given up only when none of them has used any CPU for STALL_S seconds (a hang: a rank waiting on a
+# peer that died), not after a fixed time: 8 ranks importing SGLang on 2 busy cores take as long as the machine
+# makes them, and a deadline that assumed a quiet machine failed on a loaded CI runner. CAP_S bounds it all.
+STALL_S = 120
+CAP_S = 3600
 # Kimi-K2.5's hidden size (its text_config.hidden_size): the trailing dimension of every tensor-parallel reduction.
 HIDDEN = 7168
 # A prefill chunk: SGLang's default --chunked-prefill-size on 80 GB-class GPUs, the rows of its widest reduction.
@@ -204,6 +208,35 @@ def rank(index: int, world: int, port: int, nvlink: bool, p2p: bool, determinist
     return outcome
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time ``pid`` has used (user + system, /proc/PID/stat); None where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wait_working(procs: list, stall_s: float = STALL_S, cap_s: float = CAP_S, poll_s: float = 0.5) -> str:
+    """Wait for ``procs`` to exit while they keep working: "" when all have, else why they were given up (none used
+    CPU for ``stall_s``, or ``cap_s`` passed)."""
+    start = last_progress = time.monotonic()
+    used: dict[int, float] = {}
+    while any(proc.poll() is None for proc in procs):
+        now = time.monotonic()
+        for proc in procs:
+            seconds = cpu_seconds(proc.pid)
+            if seconds is not None and seconds != used.get(proc.pid):
+                used[proc.pid] = seconds
+                last_progress = now
+        if now - last_progress > stall_s:
+            return f"used no CPU for {stall_s:.0f} s: a rank hangs"
+        if now - start > cap_s:
+            return f"did not finish within {cap_s:.0f} s"
+        time.sleep(poll_s)
+    return ""
+
+
 def decide(tp: int, nvlink: bool, p2p: bool, deterministic: bool = False, hidden: int = HIDDEN,
            max_rows: int | None = None) -> dict:
     from importlib import metadata
@@ -222,21 +255,25 @@ def decide(tp: int, nvlink: bool, p2p: bool, deterministic: bool = False, hidden
             "--rank", "", "--tp", str(tp), "--port", str(port), "--nvlink", "yes" if nvlink else "no",
             "--p2p", "yes" if p2p else "no", "--deterministic", "yes" if deterministic else "no", "--hidden", str(hidden)]
     argv += ["--max-rows", str(max_rows)] if max_rows else []
-    procs = []
+    procs, outputs = [], []
     for index in range(tp):
         argv[4] = str(index)
-        procs.append(subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # Files, not pipes: nothing reads a rank's output until all are done, and a full pipe would stall it.
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        outputs.append((out, err))
+        procs.append(subprocess.Popen(list(argv), stdout=out, stderr=err, text=True,
                                       env={**os.environ, "PYTHONUNBUFFERED": "1"}))
     answers = []
-    deadline = TIMEOUT_S * max(1.0, tp / (os.cpu_count() or 1))
-    end = time.monotonic() + deadline
-    for proc in procs:
-        try:
-            stdout, stderr = proc.communicate(timeout=max(1.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            raise SystemExit(f"error: allreduce: the {tp} ranks did not finish within {deadline:.0f} s")
+    if why := wait_working(procs):
+        for other in procs:
+            other.kill()
+        raise SystemExit(f"error: allreduce: the {tp} ranks {why}")
+    for proc, (out, err) in zip(procs, outputs):
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+        out.close()
+        err.close()
         if proc.returncode != 0:
             for other in procs:
                 other.kill()
