@@ -30,7 +30,7 @@ from sglang_stack.image import build as buildmod
 from sglang_stack.image import store
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.lock import profiles
-from sglang_stack.smoke import runtime, standins as standinsmod
+from sglang_stack.smoke import substitutes, whole_image
 from sglang_stack.shell import run
 
 SITE = "/opt/venv/lib/python3.12/site-packages"
@@ -44,15 +44,15 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the built image")
     args = parser.parse_args()
     chosen = profiles.get(args.profile)
-    standins = standinsmod.load().for_lock(lockmod.load(chosen.lock))
-    wheels = runtime.standin_wheels(standins)
-    base, devel = standinsmod.make_images("docker", standins, wheels,
-                                         standinsmod.header_text(standins, chosen.requirements))
+    standins = substitutes.load().for_lock(lockmod.load(chosen.lock))
+    wheels = whole_image.standin_wheels(standins)
+    base, devel = substitutes.make_images("docker", standins, wheels,
+                                         substitutes.header_text(standins, chosen.requirements))
     tag = f"localhost/sglang-stack-aot-modules:{chosen.name}-{store.run_id()}"
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sglang-stack-aot-") as tmp:
-        context, _ = runtime.prepare_context(Path(tmp), standins, wheels, chosen.prefix)
-        request = runtime.request(context, tag, base, devel, chosen.prefix)
+        context, _ = whole_image.prepare_context(Path(tmp), standins, wheels, chosen.prefix)
+        request = whole_image.request(context, tag, base, devel, chosen.prefix)
         request = dataclasses.replace(request, target="deps",
                                       build_args={**request.build_args, "FLASHINFER_CUDA_ARCH_LIST": args.arch_list})
         try:

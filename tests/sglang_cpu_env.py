@@ -49,7 +49,7 @@ class Unavailable(Exception):
 def profile_python(name: str) -> Path:
     """The interpreter of a venv holding exactly profile ``name``'s Python distributions, made once per lock."""
     from sglang_stack.lock import profiles
-    from sglang_stack.smoke.standins import host_python
+    from sglang_stack.smoke.substitutes import host_python
     from sglang_stack.errors import UserError
 
     profile = profiles.get(name)

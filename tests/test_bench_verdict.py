@@ -18,7 +18,7 @@ import pytest
 from sglang_server import Behaviour, SGLangServer
 from test_bench import write_prompts
 from sglang_stack import ROOT
-from sglang_stack.bench import measure as bench, verdict
+from sglang_stack.bench import measure as bench, pays
 from sglang_stack.bench.request import Request
 from sglang_stack.errors import UserError
 
@@ -37,41 +37,41 @@ def run_verdict(tmp_path, base: Behaviour, spec: Behaviour, levels: str, repeats
         out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=levels, repeats=repeats,
                                 warmup=0, prompts=prompts, out=tmp_path / "r", verdict=True), environ={},
                         progress=False)
-    return json.loads((out / verdict.NAME).read_text()), out
+    return json.loads((out / pays.NAME).read_text()), out
 
 
 def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path):
     found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16")
     rows = {r["level"]: r for r in found["endpoints"]["eagle3"]["levels"]}
     assert {level: r["verdict"] for level, r in rows.items()} == {
-        1: verdict.PAYS, 2: verdict.PAYS, 8: verdict.LOSES, 16: verdict.LOSES}, rows
+        1: pays.PAYS, 2: pays.PAYS, 8: pays.LOSES, 16: pays.LOSES}, rows
     # Below the model's 1.5x and above its 0.82x: the first token and the TTFT cost both servers the same.
     assert 1.2 < rows[1]["ratio"] < 1.6 and 0.75 < rows[16]["ratio"] < 0.95, rows
     assert found["endpoints"]["eagle3"]["pays_up_to"] == 2 and found["pays"] is True
     assert found["line"].startswith("eagle3 pays up to 2 concurrent requests (1."), found["line"]
     assert found["line"].endswith("at 1); from 8 on, baseline is faster."), found["line"]
     assert found["servers"]["eagle3"]["speculative_algorithm"] == "EAGLE3" and found["reference"] == "baseline"
-    assert (out / verdict.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / pays.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_path):
     """Ratio 1.0 everywhere (accepting nothing, verifying as the baseline does): never "pays"."""
     same = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(1,), spec=True, load_s=LOAD_S, server_info=SPEC_INFO)
     found, _ = run_verdict(tmp_path, BASE, same, "1,4")
-    assert {r["verdict"] for r in found["endpoints"]["eagle3"]["levels"]} == {verdict.UNCLEAR}, found
+    assert {r["verdict"] for r in found["endpoints"]["eagle3"]["levels"]} == {pays.UNCLEAR}, found
     assert found["pays"] is False and found["line"] == (
         "eagle3 pays at no level over baseline (cannot be told apart at 1, 4)."), found["line"]
 
 
 def test_an_interval_needs_two_pairs_and_is_the_t_interval_of_the_logs():
-    assert verdict.interval([1.5]) == (pytest.approx(1.5), None, None)
-    assert verdict.judge(None, None) == verdict.UNCLEAR, "one pair: no claim"
-    ratio, low, high = verdict.interval([1.1, 1.2, 1.3])
+    assert pays.interval([1.5]) == (pytest.approx(1.5), None, None)
+    assert pays.judge(None, None) == pays.UNCLEAR, "one pair: no claim"
+    ratio, low, high = pays.interval([1.1, 1.2, 1.3])
     assert ratio == pytest.approx((1.1 * 1.2 * 1.3) ** (1 / 3))
     assert low == pytest.approx(0.9728, abs=1e-4) and high == pytest.approx(1.4734, abs=1e-4)  # t(2) = 4.303
-    assert verdict.judge(low, high) == verdict.UNCLEAR, "three pairs that far apart do not show it pays"
-    _, low, high = verdict.interval([1.2, 1.21, 1.22])
-    assert verdict.judge(low, high) == verdict.PAYS and verdict.judge(0.8, 0.95) == verdict.LOSES
+    assert pays.judge(low, high) == pays.UNCLEAR, "three pairs that far apart do not show it pays"
+    _, low, high = pays.interval([1.2, 1.21, 1.22])
+    assert pays.judge(low, high) == pays.PAYS and pays.judge(0.8, 0.95) == pays.LOSES
 
 
 def test_the_verdict_refuses_what_it_cannot_judge_before_writing_anything(tmp_path):

@@ -590,7 +590,7 @@ def test_the_host_network_without_a_key_fails_naming_the_network_not_bind_addres
 
 
 def test_the_doctor_table_of_docs_services_is_the_checks_own_docstrings():
-    from sglang_stack.doctor.registry import documented
+    from sglang_stack.doctor.catalog import documented
 
     text = (ROOT / "docs" / "services.md").read_text()
     assert documented(text, doctor.CHECKS) == text, "docs/services.md: run `python -m sglang_stack.doctor.checklist --docs`"
@@ -602,7 +602,7 @@ def test_the_doctor_table_of_docs_services_is_the_checks_own_docstrings():
 
 def test_a_new_check_is_one_function_and_the_loop_writes_its_skip_lines():
     """A check declares what it reads (its parameters) and when it applies; the loop runs it or says why not."""
-    from sglang_stack.doctor.registry import Context, check, evaluate
+    from sglang_stack.doctor.catalog import Context, check, evaluate
 
     seen = []
 

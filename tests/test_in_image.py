@@ -22,11 +22,11 @@ IN_IMAGE_FOLDERS = ("entrypoints", "image/steps", "patching", "audit")
 IN_IMAGE_FILES = ("__init__.py", "errors.py", "redact.py", "atomic.py", "hubfile.py")  # the floor the folders stand on
 # Imports the build supplies itself, each on a PYTHONPATH of its own for one step (docker/macros.j2, with_build_tools),
 # the SGLang and torch of the runtime image, which `invoke settings` runs its module against,
-# and the audit probe's import of its sibling when it runs as a file (`python3 probe.py`).
+# and the audit probe's import of its sibling when it runs as a file (`python3 classprobe.py`).
 BUILD_TOOLS = {
     "sglang_stack/image/steps/binaries.py": {"elftools"},
     "sglang_stack/image/steps/sbom.py": {"packageurl"},
-    "sglang_stack/audit/probe.py": {"standins"},
+    "sglang_stack/audit/classprobe.py": {"standins"},
     "sglang_stack/entrypoints/settings.py": {"sglang", "torch"},  # the image's own: `invoke settings` runs it there
     "sglang_stack/entrypoints/probe.py": {"torch", "flashinfer"},  # the image's own: `invoke probe` runs it there
     "sglang_stack/entrypoints/allreduce.py": {"sglang", "torch", "flashinfer"},  # the image's own: `invoke doctor` runs it there

@@ -15,7 +15,7 @@ import pytest
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image.steps import verdict
-from sglang_stack.release import cosign, predicate as pred, publish as publishmod, registry
+from sglang_stack.release import cosign, predicate as pred, publish as publishmod, references
 
 INVOKE = [sys.executable, "-m", "invoke"]
 
@@ -119,18 +119,18 @@ def test_the_checks_of_a_predicate_can_fail():
     ("localhost/a/b@sha256:" + "0" * 64, ("localhost", "a/b", "", "sha256:" + "0" * 64)),
 ])
 def test_a_registry_reference_splits(value, want):
-    ref = registry.parse(value, "--to")
+    ref = references.parse(value, "--to")
     assert (ref.registry, ref.repository, ref.tag, ref.digest) == want and str(ref) == value
 
 
 @pytest.mark.parametrize("value", ["sglang-stack:0.5.9-cu130", "acme/stack:v1", "--help", "127.0.0.1:5000"])
 def test_a_reference_without_its_registry_is_one_line(value):
     with pytest.raises(UserError, match="--to"):
-        registry.parse(value, "--to")
+        references.parse(value, "--to")
 
 
 def test_only_loopback_goes_over_plain_http():
-    from sglang_stack import registry as client
+    from sglang_stack import oci as client
 
     assert client.loopback("127.0.0.1:5000") and client.loopback("localhost:5000") and client.loopback("localhost")
     assert client.loopback("127.0.0.2") and client.loopback("[::1]:5000") and client.loopback("::1")
@@ -206,7 +206,7 @@ def logged_in(tmp_path, monkeypatch, registry: str) -> None:
 
 
 def test_credentials_never_go_to_a_realm_on_another_host(tmp_path, monkeypatch):
-    from sglang_stack import registry as client
+    from sglang_stack import oci as client
 
     seen: list = []
     with token_server(seen, host="127.0.0.2") as realm, registry_naming(realm + "/token") as url:
@@ -217,7 +217,7 @@ def test_credentials_never_go_to_a_realm_on_another_host(tmp_path, monkeypatch):
 
 
 def test_credentials_go_to_the_registrys_own_realm(tmp_path, monkeypatch):
-    from sglang_stack import registry as client
+    from sglang_stack import oci as client
 
     seen: list = []
     with token_server(seen) as realm, registry_naming(realm + "/token") as url:
@@ -229,7 +229,7 @@ def test_credentials_go_to_the_registrys_own_realm(tmp_path, monkeypatch):
 
 
 def test_an_endless_token_is_cut_at_the_limit(monkeypatch):
-    from sglang_stack import registry as client
+    from sglang_stack import oci as client
 
     def endless(out):
         try:
@@ -246,7 +246,7 @@ def test_an_endless_token_is_cut_at_the_limit(monkeypatch):
 def test_a_registry_that_drips_is_ended_at_the_calls_deadline(monkeypatch):
     import time
 
-    from sglang_stack import registry as client
+    from sglang_stack import oci as client
 
     def drip(out):
         try:

@@ -105,20 +105,20 @@ def test_two_no_cache_builds_of_the_whole_runtime_give_one_image_id(run_id, tmp_
     """The runtime target with every stage under it (base, toolchain, deps, sglang), on the declared stand-ins, as
     `invoke smoke --target runtime` prepares them, built by `invoke build --engine buildah --no-cache --reproducible`'s
     request; FlashInfer's ahead-of-time step is left out, as in the smoke (nvcc's output is not compared here)."""
-    from sglang_stack.smoke import runtime as runtime_smoke
-    from sglang_stack.smoke import standins as standinsmod
+    from sglang_stack.smoke import whole_image
+    from sglang_stack.smoke import substitutes
 
     epoch = buildmod.commit_epoch()
     assert epoch is not None, "this checkout has a commit"
-    standins = standinsmod.load()
-    wheels = runtime_smoke.standin_wheels(standins)
-    base, devel = standinsmod.make_images("buildah", standins, wheels, standinsmod.header_text(standins))
-    context, _ = runtime_smoke.prepare_context(tmp_path, standins, wheels)
+    standins = substitutes.load()
+    wheels = whole_image.standin_wheels(standins)
+    base, devel = substitutes.make_images("buildah", standins, wheels, substitutes.header_text(standins))
+    context, _ = whole_image.prepare_context(tmp_path, standins, wheels)
     tags = [f"localhost/sglang-stack-test-{run_id}:repro-runtime-{i}" for i in (1, 2)]
     try:
         # The smoke's own request, as `invoke build --engine buildah --no-cache --reproducible` turns it.
         ids = [buildmod.build(dataclasses.replace(
-            runtime_smoke.request(context, tag, base, devel), engine="buildah", no_cache=True, isolation="chroot",
+            whole_image.request(context, tag, base, devel), engine="buildah", no_cache=True, isolation="chroot",
             layers=True, oci=True, source_date_epoch=epoch))[1] for tag in tags]
         if ids[0] != ids[1]:
             pytest.fail(f"runtime: two builds of one commit gave {ids[0]} and {ids[1]}: {first_difference(tags, tmp_path)}")

@@ -11,7 +11,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from sglang_stack import ROOT
-from sglang_stack.smoke import standins
+from sglang_stack.smoke import substitutes
 from sglang_stack.errors import UserError
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.lock.pins import read_pins
@@ -37,7 +37,7 @@ def dynamic_symbols(path: Path) -> tuple[str, set[str], set[str]]:
 
 @pytest.fixture(scope="module")
 def declared():
-    return standins.load()
+    return substitutes.load()
 
 
 def stand_in_lock(tmp_path: Path, declared, requires: dict[str, list[str]]) -> Path:
@@ -45,7 +45,7 @@ def stand_in_lock(tmp_path: Path, declared, requires: dict[str, list[str]]) -> P
         shutil.copy(ROOT / name, tmp_path / name)
     pinned = {p.name for p in read_pins(ROOT / "requirements.lock.txt", [])}
     path = tmp_path / "versions.lock"
-    path.write_text(standins.overlay((ROOT / "versions.lock").read_text(), declared, requires, pinned))
+    path.write_text(substitutes.overlay((ROOT / "versions.lock").read_text(), declared, requires, pinned))
     return path
 
 
@@ -66,16 +66,16 @@ def test_the_stand_in_lock_passes_the_lock_check_with_the_stand_in_wheels(tmp_pa
 
 
 def test_a_stand_in_for_a_wheel_the_lock_lacks_is_refused(tmp_path, declared):
-    broken = standins.Standins(**{**declared.__dict__, "wheels": declared.wheels + (standins.Wheel("nosuch", "1", "https://x/y.whl", "0" * 64),)})
+    broken = substitutes.Standins(**{**declared.__dict__, "wheels": declared.wheels + (substitutes.Wheel("nosuch", "1", "https://x/y.whl", "0" * 64),)})
     with pytest.raises(UserError, match="'nosuch' is not a \\[\\[wheel\\]\\] of versions.lock"):
-        standins.overlay((ROOT / "versions.lock").read_text(), broken, {}, set())
+        substitutes.overlay((ROOT / "versions.lock").read_text(), broken, {}, set())
 
 
 def test_a_malformed_declaration_is_one_line_naming_the_key(tmp_path):
     path = tmp_path / "standins.toml"
     path.write_text((ROOT / "docker" / "standins.toml").read_text().replace('suite = "bookworm"', "suite = 12"))
     with pytest.raises(UserError, match=r"standins.toml: base.suite is missing or not a str"):
-        standins.load(path)
+        substitutes.load(path)
 
 
 def test_the_link_stub_exports_every_driver_entry_point_of_cuda_h(tmp_path):
@@ -85,14 +85,14 @@ def test_the_link_stub_exports_every_driver_entry_point_of_cuda_h(tmp_path):
         + "".join(f"CUresult CUDAAPI cuFn{i}(int x);\n" for i in range(120))
         + "CUresult CUDAAPI cuMemAlloc(int *p, unsigned long n);\nCUresult CUDAAPI cuMemcpyAsync(int a);\n"
     )
-    soname, names, _ = dynamic_symbols(standins.libcuda_stub(header, tmp_path))
+    soname, names, _ = dynamic_symbols(substitutes.libcuda_stub(header, tmp_path))
     assert soname == "libcuda.so.1"
     assert {"cuMemAlloc", "cuMemAlloc_v2", "cuMemcpyAsync", "cuMemcpyAsync_ptsz", "cuFn0", "cuFn119"} <= names, sorted(names)[:10]
 
 
 def test_a_header_that_is_not_cuda_h_is_refused(tmp_path):
     with pytest.raises(UserError, match="only 1 cu\\* functions"):
-        standins.libcuda_stub("CUresult CUDAAPI cuInit(unsigned int flags);\n", tmp_path)
+        substitutes.libcuda_stub("CUresult CUDAAPI cuInit(unsigned int flags);\n", tmp_path)
 
 
 def test_a_cuda12_stand_in_library_satisfies_a_binary_linked_against_the_real_versioned_one(tmp_path):
@@ -115,7 +115,7 @@ def test_a_cuda12_stand_in_library_satisfies_a_binary_linked_against_the_real_ve
         zf.write(consumer, "consumer/libconsumer.so")
     out = tmp_path / "standin"
     out.mkdir()
-    (lib,) = standins.cuda12_libraries([wheel], ("libcudart.so.12",), out)
+    (lib,) = substitutes.cuda12_libraries([wheel], ("libcudart.so.12",), out)
     soname, names, versions = dynamic_symbols(lib)
     assert (soname, {"cudaMalloc", "cudaFree"} <= names, "libcudart.so.12" in versions) == ("libcudart.so.12", True, True)
     # The loader itself: the consumer resolves every import against the stand-in, with RTLD_NOW.

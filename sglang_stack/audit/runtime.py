@@ -1,4 +1,4 @@
-"""The provider side decided by running Python: the audit's side of ``probe.py``, which runs in a subprocess.
+"""The provider side decided by running Python: the audit's side of ``classprobe.py``, which runs in a subprocess.
 
 ``Probe(...)`` picks the modules to run for real and starts the probe, which imports them and builds
 the class while the audit reads the call sites; ``Probe.finish`` sends the call sites and takes Python's
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sglang_stack.audit.source import CallSite, Cls, Tree
 
-PROBE = Path(__file__).with_name("probe.py")
+PROBE = Path(__file__).with_name("classprobe.py")
 COMMAND = [sys.executable, "-I", "-S", "-B", str(PROBE)]  # isolated: no site, no user paths, no .pyc in the tree
 TIMEOUT_S = 60
 MODELS = "sglang.srt.models"

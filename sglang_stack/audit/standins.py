@@ -8,7 +8,7 @@ modelled (``Module``): its public methods exist and its ``__getattr__`` raises `
 torch's does for a name that is no parameter, buffer or submodule. ``PLATFORM_*`` and ``PREDICATES`` answer
 what SGLang asks of the machine as the CUDA box the image targets would. Whenever Python takes the truth,
 length, items or integer value of a stand-in, ``guess`` notes where (``State.guesses``): a verdict that
-rests on it is not Python's. Standard library only; ``probe.py`` imports it by path.
+rests on it is not Python's. Standard library only; ``classprobe.py`` imports it by path.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from sglang_stack import ROOT
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.bench import report
-from sglang_stack.bench import provenance, rounds, stats, verdict
+from sglang_stack.bench import pays, provenance, rounds, stats
 from sglang_stack.bench.client import Endpoint, RequestFailed, probe, probe_openai, server_info
 from sglang_stack.bench.rounds import (
     Options,
@@ -281,7 +281,7 @@ def run(
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
     meta = metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1)
     if request.verdict:
-        verdict.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
+        pays.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
     out_dir = results_dir(request.out)  # created and proven writable before the first request
     meta["provenance"] = provenance.collect(chosen, env, request.engine)
     results = Results(out_dir, meta)
@@ -289,9 +289,9 @@ def run(
     bar.line(redact(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}"))
     execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
     if request.verdict:
-        found = verdict.decide(json.loads((out_dir / report.JSON_NAME).read_text()))
-        verdict.write(out_dir, found)
-        tell(f"verdict: {found['line']} ({out_dir / verdict.NAME}, {out_dir / verdict.PLOT})")
+        found = pays.decide(json.loads((out_dir / report.JSON_NAME).read_text()))
+        pays.write(out_dir, found)
+        tell(f"verdict: {found['line']} ({out_dir / pays.NAME}, {out_dir / pays.PLOT})")
     return out_dir
 
 

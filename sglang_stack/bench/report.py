@@ -154,7 +154,7 @@ def ratios(rows: Sequence[dict], rounds: Sequence[dict], reference: str | None, 
                     "itl_ms_p50": _ratio(row["itl_ms_p50"], ref["itl_ms_p50"]),
                     "paired_aggregate": {
                         "pairs": len(pairs),
-                        "values": pairs,  # by repeat: what the verdict's interval is taken over (bench/verdict.py)
+                        "values": pairs,  # by repeat: what the verdict's interval is taken over (bench/pays.py)
                         "median": percentile(pairs, 50),
                         "min": min(pairs) if pairs else None,
                         "max": max(pairs) if pairs else None,

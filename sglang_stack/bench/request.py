@@ -54,5 +54,5 @@ class Request:
     draft_tokens: str = ""
     level: str | int | None = None
     ready_timeout: float | str = 1800.0
-    verdict: bool = False  # --verdict: per level, does speculation pay over the baseline (bench/verdict.py)
+    verdict: bool = False  # --verdict: per level, does speculation pay over the baseline (bench/pays.py)
     engine: str | None = None  # the container CLI that runs the services (provenance; the sweep's restarts)

@@ -12,7 +12,7 @@ first FAIL with that check's line.
 
 The module gathers raw facts (``Facts``) first and judges them in pure
 functions, so the tests feed it recorded ``nvidia-smi`` output. Each check is
-registered (``doctor.registry``): ``CHECKS`` is their order, a check's docstring
+registered (``doctor.catalog``): ``CHECKS`` is their order, a check's docstring
 its row in docs/services.md.
 """
 
@@ -34,7 +34,7 @@ from sglang_stack.doctor.gpus import (
     check_arch, check_driver, check_gpu_runtime, check_gpus, check_kernels,
 )
 from sglang_stack.doctor.topology import check_all_reduce, check_pcie_allreduce, check_topology
-from sglang_stack.doctor.registry import Context, check, evaluate as run_checks
+from sglang_stack.doctor.catalog import Context, check, evaluate as run_checks
 from sglang_stack.doctor.host import (
     CACHE_DIR, DEFAULT_IMAGE, Facts, gather, gather_engine, last_line, model_architecture,
     version_tuple,
@@ -567,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.docs:
         from sglang_stack.atomic import write as atomic_write
-        from sglang_stack.doctor.registry import documented
+        from sglang_stack.doctor.catalog import documented
         from sglang_stack.errors import read_text
 
         path = ROOT / "docs" / "services.md"

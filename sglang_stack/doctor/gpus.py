@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.doctor.host import Facts, Gpu, version_tuple
-from sglang_stack.doctor.registry import check
+from sglang_stack.doctor.catalog import check
 from sglang_stack.entrypoints import serve
 from sglang_stack.services import composefile
 

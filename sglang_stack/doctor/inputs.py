@@ -15,7 +15,7 @@ from sglang_stack.errors import UserError
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, OK, SKIP, WARN, Check
-from sglang_stack.doctor.registry import check
+from sglang_stack.doctor.catalog import check
 
 
 def readable_by(st, uid: int, gid: int, directory: bool = False) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.entrypoints.peers import P2P_OK, linked, pairs as _pairs, parse_matrix
-from sglang_stack.doctor.registry import check
+from sglang_stack.doctor.catalog import check
 from sglang_stack.services import composefile
 
 # nvidia-smi topo -p2p's legend: what a pair's cell means when it is not OK.

@@ -259,21 +259,20 @@ def decide(tp: int, nvlink: bool, p2p: bool, deterministic: bool = False, hidden
     for index in range(tp):
         argv[4] = str(index)
         # Files, not pipes: nothing reads a rank's output until all are done, and a full pipe would stall it.
-        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-        outputs.append((out, err))
-        procs.append(subprocess.Popen(list(argv), stdout=out, stderr=err, text=True,
+        stdout_file, stderr_file = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        outputs.append((stdout_file, stderr_file))
+        procs.append(subprocess.Popen(list(argv), stdout=stdout_file, stderr=stderr_file, text=True,
                                       env={**os.environ, "PYTHONUNBUFFERED": "1"}))
     answers = []
     if why := wait_working(procs):
         for other in procs:
             other.kill()
         raise SystemExit(f"error: allreduce: the {tp} ranks {why}")
-    for proc, (out, err) in zip(procs, outputs):
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-        out.close()
-        err.close()
+    for proc, (stdout_file, stderr_file) in zip(procs, outputs):
+        with stdout_file, stderr_file:
+            stdout_file.seek(0)
+            stderr_file.seek(0)
+            stdout, stderr = stdout_file.read(), stderr_file.read()
         if proc.returncode != 0:
             for other in procs:
                 other.kill()

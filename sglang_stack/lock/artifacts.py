@@ -8,7 +8,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from sglang_stack import registry as client
+from sglang_stack import oci as client
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
 from sglang_stack.lock.lockfile import LOCK_PATH, Lock, LockProblems, _key, check, wheel_requires

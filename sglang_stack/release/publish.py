@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack import ROOT
-from sglang_stack import registry as client
+from sglang_stack import oci as client
 from sglang_stack.errors import UserError
-from sglang_stack.release import cosign, predicate as pred, registry
+from sglang_stack.release import cosign, predicate as pred, references
 
 RECORDS = ROOT / "build" / "published"
 
@@ -116,7 +116,7 @@ def image_facts(engine: str, image: str) -> tuple[dict, dict]:
     return store.labels(engine, image), verify_image.inventory(engine, image, [])
 
 
-def push(engine: str, image: str, target: registry.Ref, insecure: bool) -> str:
+def push(engine: str, image: str, target: references.Ref, insecure: bool) -> str:
     """Push with the engine's own push; return the digest the registry now serves for the tag."""
     from sglang_stack import shell
 
@@ -131,7 +131,7 @@ def push(engine: str, image: str, target: registry.Ref, insecure: bool) -> str:
             if not had:  # the registry-named tag exists for the push alone: a failed one takes it away again
                 store.remove(engine, target.by_tag)
             raise
-        digest = registry.digest_of(target, insecure)
+        digest = references.digest_of(target, insecure)
     else:
         with tempfile.TemporaryDirectory(prefix="sglang-stack-push-") as tmp:
             digestfile = Path(tmp) / "digest"
@@ -180,7 +180,7 @@ def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, 
     """Push ``image`` to ``to``, sign its digest and attest its SBOM and verdicts; return the record written."""
     from sglang_stack.atomic import write as atomic_write
 
-    target = registry.parse(to, "--to")
+    target = references.parse(to, "--to")
     if target.digest:
         raise UserError(f"--to {to}: a digest is what the push gives; name REGISTRY/REPOSITORY[:TAG]")
     labels, found = image_facts(engine, image)
@@ -200,9 +200,9 @@ def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, 
     writable(records)
     if not target.tag:
         local = image.rsplit("/", 1)[-1]
-        target = registry.Ref(target.registry, target.repository, local.split(":", 1)[1] if ":" in local else "latest")
+        target = references.Ref(target.registry, target.repository, local.split(":", 1)[1] if ":" in local else "latest")
     digest = push(engine, image, target, signer.insecure)
-    ref = registry.Ref(target.registry, target.repository, target.tag, digest)
+    ref = references.Ref(target.registry, target.repository, target.tag, digest)
     say(f"pushed {target.by_tag} as {ref.by_digest}")
     cosign.sign(signer, ref.by_digest)
     say(f"signed {ref.by_digest}")
@@ -286,13 +286,13 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
     from sglang_stack import shell
     from sglang_stack.image import verify as verify_image
 
-    ref = registry.parse(value, "IMAGE")
+    ref = references.parse(value, "IMAGE")
     out = Outcome(str(ref), required=(*SIGNED, "predicate labels", "build", "sbom attested", "image *"))
     if ref.tag:
-        now = registry.digest_of(ref, insecure)
+        now = references.digest_of(ref, insecure)
         record = read_record(ref.by_tag, records)
         if not now:
-            out.add("tag", False, registry.missing(ref, insecure))
+            out.add("tag", False, references.missing(ref, insecure))
             return out
         if ref.digest and ref.digest != now:
             out.add("tag", False, f"{ref.by_tag} now serves {now}, not the {ref.digest} named")
@@ -303,13 +303,13 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
             return out
         out.add("tag", True, f"{ref.by_tag} serves {now}" + (", as `invoke publish` recorded" if record else
                                                               " (no publish record here to compare)"))
-        ref = registry.Ref(ref.registry, ref.repository, ref.tag, now)
+        ref = references.Ref(ref.registry, ref.repository, ref.tag, now)
     else:
         out.add("tag", None, "named by digest")
     predicate, sbom = signed(out, key, [ref.by_digest], tlog, insecure)
     if predicate is None:
         return out
-    config, labels = registry.config_of(ref, insecure)
+    config, labels = references.config_of(ref, insecure)
     if not out.add("predicate labels", *pred.check_labels(predicate, labels)):
         return out
     if not out.add("build", *pred.check_build(predicate, config)):
@@ -345,9 +345,9 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
 def bundle(value: str, out_dir: Path, insecure: bool = False, records: Path = RECORDS, say=print) -> Path:
     """``cosign save`` of the digest ``value`` names (a tag is resolved, and must be the one published), plus
     bundle.json; the directory appears whole or not at all."""
-    ref = registry.parse(value, "IMAGE")
+    ref = references.parse(value, "IMAGE")
     if not ref.digest:
-        ref = registry.Ref(ref.registry, ref.repository, ref.tag, registry.digest_of(ref, insecure))
+        ref = references.Ref(ref.registry, ref.repository, ref.tag, references.digest_of(ref, insecure))
         if not ref.digest:
             raise UserError(f"{value}: the registry has no such tag")
         record = read_record(ref.by_tag, records)

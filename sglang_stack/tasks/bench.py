@@ -128,14 +128,14 @@ def bench(
                  random_output_len=random_output_len, random_range_ratio=random_range_ratio, num_requests=num_requests,
                  seed=seed, api=api, stream=not no_stream, model=model, request_rate=request_rate, burstiness=burstiness,
                  max_concurrency=max_concurrency, percentiles=percentiles, slo=slo, level=sweep_level)
-    from sglang_stack.bench import verdict as verdict_mod
+    from sglang_stack.bench import pays
 
     if verdict and sweep:
         raise UserError("--verdict and --sweep: the verdict compares running servers; run the sweep first, then the "
                         "verdict with its best setting")
     request = Request(
         endpoints=tuple(endpoint or ()),
-        levels=levels or (verdict_mod.LEVELS if verdict else cfg.levels),
+        levels=levels or (pays.LEVELS if verdict else cfg.levels),
         repeats=repeats or cfg.repeats,
         warmup=cfg.warmup if warmup is None else warmup,
         out=_results_dir(cfg.results) if out is None else out,
@@ -149,7 +149,7 @@ def bench(
         **{k: v for k, v in given.items() if v is not None},  # a flag not given keeps Request's default
     )
     out = (sweep_mod.run if sweep else measure.run)(request)
-    if verdict and not json.loads((Path(out) / verdict_mod.NAME).read_text())["pays"]:
+    if verdict and not json.loads((Path(out) / pays.NAME).read_text())["pays"]:
         raise Exit(code=3)  # speculation paid at no level: a script can act on it
 
 

@@ -53,9 +53,9 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
     if profile and target != "runtime":
         raise UserError("--profile applies to --target runtime (the sglang stage smoke builds the default profile)")
     if target == "runtime":
-        from sglang_stack.smoke import runtime as runtime_smoke
+        from sglang_stack.smoke import whole_image
 
-        result = runtime_smoke.smoke(keep=keep, profile=profile)
+        result = whole_image.smoke(keep=keep, profile=profile)
     elif gpu:
         result = smokemod.gpu_smoke(engine=c.stack.engine, keep=keep)
     else:

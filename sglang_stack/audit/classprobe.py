@@ -1,6 +1,6 @@
 """The audit's run-time half: import the model the way SGLang's registry does and ask Python what it provides.
 
-    python3 -I -S -B probe.py          (JSON on stdin, two lines; JSON on stdout, one line)
+    python3 -I -S -B classprobe.py          (JSON on stdin, two lines; JSON on stdout, one line)
 
 It runs in a subprocess of ``sglang_stack.audit.runtime``, on the standard library alone (the image's
 ``sglang`` stage has no torch). The first input line names the tree, the in-tree modules to run for real

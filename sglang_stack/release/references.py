@@ -1,5 +1,5 @@
 """References as `invoke publish` and `invoke verify --key` take them, and what their registry serves for them
-(through sglang_stack/registry.py): a tag's current digest, an image's labels."""
+(through sglang_stack/oci.py): a tag's current digest, an image's labels."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from sglang_stack import registry as client
+from sglang_stack import oci as client
 from sglang_stack.errors import UserError
 
 

@@ -1,7 +1,7 @@
 """The whole runtime image, built here with declared stand-ins and checked from inside (``invoke smoke --target runtime``).
 
 What no CI machine can fetch (the CUDA base and devel images, and the default profile's three URL
-wheels) is replaced by what docker/standins.toml declares (``sglang_stack.smoke.standins``); a profile
+wheels) is replaced by what docker/standins.toml declares (``sglang_stack.smoke.substitutes``); a profile
 whose every Python byte is on PyPI (``--profile 0.5.23``) has only the two images stood in. Everything
 else is the real thing: a copy of this checkout whose versions.lock carries the stand-in wheels, rendered
 by ``invoke render``'s own code, built by ``invoke build``'s own code on the Docker Engine
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from sglang_stack.errors import UserError
-from sglang_stack.smoke import standins as standinsmod
+from sglang_stack.smoke import substitutes
 from sglang_stack.image import store
 from sglang_stack.shell import require, run
 from sglang_stack.smoke.container import SmokeResult, copy_context
@@ -33,13 +33,13 @@ SITE = "/opt/venv/lib/python3.12/site-packages"
 IMAGE_NAME = "localhost/sglang-stack-smoke-runtime"
 
 
-def standin_wheels(standins: standinsmod.Standins) -> list[Path]:
+def standin_wheels(standins: substitutes.Standins) -> list[Path]:
     from sglang_stack.download import fetch
 
     return [fetch(w.url, w.sha256) for w in standins.wheels]
 
 
-def prepare_context(workdir: Path, standins: standinsmod.Standins, wheels: list[Path], prefix: str = ""):
+def prepare_context(workdir: Path, standins: substitutes.Standins, wheels: list[Path], prefix: str = ""):
     """A copy of this checkout with the stand-in lock of the profile at ``prefix`` (``""``: the default, or
     ``profiles/NAME/``), checked and rendered by the project's own code."""
     from sglang_stack.lock import lockfile as lockmod
@@ -50,10 +50,10 @@ def prepare_context(workdir: Path, standins: standinsmod.Standins, wheels: list[
     folder = context / prefix
     lock_path = folder / "versions.lock"
     if standins.wheels:
-        requires = {w.name: standinsmod.wheel_requires(path) for w, path in zip(standins.wheels, wheels)}
+        requires = {w.name: substitutes.wheel_requires(path) for w, path in zip(standins.wheels, wheels)}
         problems: list[str] = []
         pinned = {pin.name for pin in read_pins(folder / "requirements.lock.txt", problems)}
-        lock_path.write_text(standinsmod.overlay(lock_path.read_text(), standins, requires, pinned))
+        lock_path.write_text(substitutes.overlay(lock_path.read_text(), standins, requires, pinned))
     lock, _ = lockmod.check_all(lock_path, download=False)
     rendermod.render(lock, output=folder / "docker" / "Dockerfile", patches_dir=rendermod.patches_of(lock))
     return context, lock
@@ -113,12 +113,12 @@ def smoke(*, keep: bool = False, profile: str | None = None) -> SmokeResult:
     chosen = profiles.get(profile)
     result = SmokeResult()
     start = time.monotonic()
-    standins = standinsmod.load().for_lock(lockmod.load(chosen.lock))
+    standins = substitutes.load().for_lock(lockmod.load(chosen.lock))
     wheels = standin_wheels(standins)
-    header = standinsmod.header_text(standins, chosen.requirements)
+    header = substitutes.header_text(standins, chosen.requirements)
     result.timings["stand-in wheels"] = time.monotonic() - start
     t0 = time.monotonic()
-    base, devel = standinsmod.make_images("docker", standins, wheels, header)
+    base, devel = substitutes.make_images("docker", standins, wheels, header)
     result.timings["stand-in images"] = time.monotonic() - t0
     tag = f"{IMAGE_NAME}:{'' if chosen.default else chosen.name + '-'}{store.run_id()}"
     print(f"smoke: this run's image: {tag}" + ("" if keep else " (removed at the end; --keep keeps it)"), flush=True)
@@ -176,7 +176,7 @@ def compose_healthcheck() -> list[str]:
     return test[1:] if test[0] in ("CMD", "CMD-SHELL") else test
 
 
-def check_image(tag: str, context: Path, lock, standins: standinsmod.Standins, result: SmokeResult,
+def check_image(tag: str, context: Path, lock, standins: substitutes.Standins, result: SmokeResult,
                 profile: str | None = None) -> None:
     """Every check from inside the built image, and of it, as a user's host would make them."""
     from sglang_stack.image import size as sizemod
