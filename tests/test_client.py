@@ -10,7 +10,8 @@ import pytest
 
 from sglang_server import Behaviour, ReadingClock, SGLangServer
 from sglang_stack.bench import client
-from sglang_stack.bench.client import Endpoint, RequestFailed
+from sglang_stack.bench.client import Endpoint
+from sglang_stack.serverapi import RequestFailed
 from sglang_stack.errors import UserError
 from test_bench import free_port
 

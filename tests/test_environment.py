@@ -13,7 +13,7 @@ import pytest
 
 import image_layout
 from sglang_stack import ROOT
-from sglang_stack.image import envset
+import envset
 from sglang_stack.image.steps import envaudit
 from sglang_stack.lock import lockfile as lockmod
 

@@ -31,6 +31,7 @@ from typing import Callable
 from sglang_stack.bench import client, speedbench, stats
 from sglang_stack.bench.promptset import DEFAULT_PROMPTS, load_prompts
 from sglang_stack.errors import UserError, read_text
+from sglang_stack.serverapi import RequestFailed
 from sglang_stack.services.models import FLOOR, Expectation
 
 CATEGORIES = ("chat", "code", "math")
@@ -104,7 +105,7 @@ def measure(url: str, api_key: str | None, timeout: float = 300.0, name: str = "
         body = {"text": prompt.text, "sampling_params": {"temperature": 0.0, "max_new_tokens": prompt.max_new_tokens}}
         try:
             sample = client.generate_once(url, body, api_key, timeout, client.Timing())
-        except client.RequestFailed as err:
+        except RequestFailed as err:
             raise UserError(f"{name} at {url}: the probe's request {prompt.id} failed: {err}") from None
         if not sample.spec_verify_ct:
             raise UserError(f"{name} at {url} reports no speculative figures (meta_info.spec_verify_ct) for {prompt.id}: "

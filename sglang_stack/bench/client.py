@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from sglang_stack.errors import UserError
+from sglang_stack.serverapi import RequestFailed, connection, describe, headers
+from sglang_stack.serverapi import get as http_get, post as http_post
 
 # What is recorded from /server_info. It returns every server argument, the API
 # keys included, so only these are kept.
@@ -106,59 +106,6 @@ class Timing:
             last_at, last_tokens = at, tokens
         if first_at is not None and last_at > first_at:
             self.decode_tps = (last_tokens - self.first_chunk_tokens) / (last_at - first_at)
-
-
-class RequestFailed(Exception):
-    """One request did not produce a complete answer; the message says why."""
-
-
-def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
-    parts = urlsplit(url)
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
-
-
-def _headers(api_key: str | None, **extra: str) -> dict[str, str]:
-    headers = dict(extra)
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return headers
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(err, (socket.timeout, TimeoutError)):
-        return "timed out"
-    if isinstance(err, socket.gaierror):
-        return f"host not found ({err.strerror})"
-    if isinstance(err, http.client.RemoteDisconnected):
-        return "server closed the connection"
-    return f"{err.__class__.__name__}: {err}".rstrip(": ")
-
-
-def _request(method: str, url: str, path: str, api_key: str | None, timeout: float, body: dict | None) -> tuple[int, bytes]:
-    """One request: (status, body). Connection problems raise ``RequestFailed``."""
-    conn, base = _connection(url, timeout)
-    headers = _headers(api_key) if body is None else _headers(api_key, **{"Content-Type": "application/json"})
-    try:
-        conn.request(method, base + path, body=None if body is None else json.dumps(body).encode(), headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    except (OSError, http.client.HTTPException) as err:
-        raise RequestFailed(_describe(err)) from err
-    finally:
-        conn.close()
-
-
-def http_get(url: str, path: str, api_key: str | None, timeout: float) -> tuple[int, bytes]:
-    """``GET url+path``: (status, body)."""
-    return _request("GET", url, path, api_key, timeout, None)
-
-
-def http_post(url: str, path: str, api_key: str | None, timeout: float, body: dict | None = None) -> tuple[int, bytes]:
-    """``POST url+path`` with a JSON body: (status, body)."""
-    return _request("POST", url, path, api_key, timeout, body or {})
 
 
 # SGLang serves both; its router (sglang-router 0.3) only the older /get_server_info.
@@ -302,14 +249,14 @@ def stream_generate(
     ITL and decode speed.
     """
     sample = Timing() if sample is None else sample
-    conn, base = _connection(url, timeout)
+    conn, base = connection(url, timeout)
     payload = json.dumps(body).encode()
-    headers = _headers(api_key, **{"Content-Type": "application/json", "Accept": "text/event-stream"})
+    sent = headers(api_key, **{"Content-Type": "application/json", "Accept": "text/event-stream"})
     events: list[tuple[float, int]] = []
     final: dict | None = None
     start = clock()
     try:
-        conn.request("POST", base + "/generate", body=payload, headers=headers)
+        conn.request("POST", base + "/generate", body=payload, headers=sent)
         resp = conn.getresponse()
         if resp.status != 200:
             detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
@@ -331,7 +278,7 @@ def stream_generate(
                 sample.latency_s = now
                 sample.finish_reason = reason
     except (OSError, http.client.HTTPException) as err:
-        raise RequestFailed(_describe(err)) from err
+        raise RequestFailed(describe(err)) from err
     finally:
         conn.close()
         sample.time_events(events)  # what arrived before a failure is measured too

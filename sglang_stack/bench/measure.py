@@ -36,7 +36,8 @@ from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.bench import report
 from sglang_stack.bench import pays, provenance, rounds, stats
-from sglang_stack.bench.client import Endpoint, RequestFailed, probe, probe_openai, server_info
+from sglang_stack.bench.client import Endpoint, probe, probe_openai, server_info
+from sglang_stack.serverapi import RequestFailed
 from sglang_stack.bench.rounds import (
     Options,
     Results,

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from sglang_stack.bench import report, stats
-from sglang_stack.bench.client import Endpoint, RequestFailed, Timing, flush_cache
+from sglang_stack.bench.client import Endpoint, Timing, flush_cache
+from sglang_stack.serverapi import RequestFailed
 from sglang_stack.bench.display import Progress, say
 from sglang_stack.bench.promptset import Prompt, PromptSet
 from sglang_stack.bench.targets import Target

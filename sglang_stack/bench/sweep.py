@@ -32,7 +32,8 @@ from sglang_stack.bench.request import Request
 from sglang_stack.bench.rounds import Options, Results
 from sglang_stack.bench.display import Progress
 from sglang_stack.bench.promptset import PromptSet
-from sglang_stack.bench.client import Endpoint, RequestFailed
+from sglang_stack.bench.client import Endpoint
+from sglang_stack.serverapi import RequestFailed
 from sglang_stack.errors import UserError
 from sglang_stack.flags import INTEGER
 from sglang_stack.services.variables import redact

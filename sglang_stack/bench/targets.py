@@ -21,18 +21,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from sglang_stack.bench.client import (
-    Endpoint,
-    RequestFailed,
-    Timing,
-    _connection,
-    _describe,
-    _headers,
-    generate_once,
-    http_get,
-    sse_events,
-    stream_generate,
-)
+from sglang_stack.bench.client import Endpoint, Timing, generate_once, sse_events, stream_generate
+from sglang_stack.serverapi import RequestFailed, connection, describe, headers
+from sglang_stack.serverapi import get as http_get
 from sglang_stack.errors import UserError
 
 APIS = ("native", "chat", "completions")
@@ -120,13 +111,13 @@ def _finish(event: dict):
 def openai_request(url: str, path: str, api: str, body: dict, api_key: str | None, timeout: float,
                    sample: Timing, clock=time.perf_counter) -> Timing:
     """One OpenAI completion, streamed or not, timed into ``sample``; a failure raises ``RequestFailed``."""
-    conn, base = _connection(url, timeout)
-    headers = _headers(api_key, **{"Content-Type": "application/json"})
+    conn, base = connection(url, timeout)
+    sent = headers(api_key, **{"Content-Type": "application/json"})
     stamps: list[float] = []
     usage: dict | None = None
     start = clock()
     try:
-        conn.request("POST", base + path, body=json.dumps(body).encode(), headers=headers)
+        conn.request("POST", base + path, body=json.dumps(body).encode(), headers=sent)
         resp = conn.getresponse()
         if resp.status != 200:
             detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
@@ -150,7 +141,7 @@ def openai_request(url: str, path: str, api: str, body: dict, api_key: str | Non
                     sample.finish_reason = _finish(event)
                     sample.latency_s = now
     except (OSError, http.client.HTTPException) as err:
-        raise RequestFailed(_describe(err)) from err
+        raise RequestFailed(describe(err)) from err
     except ValueError:
         raise RequestFailed(f"{path} answered something that is not JSON") from None
     finally:

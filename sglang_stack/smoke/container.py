@@ -347,7 +347,7 @@ def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = (), keep: bool
     from sglang_stack.services import composefile
     from sglang_stack.doctor import checklist as doctor
     from sglang_stack.lock import lockfile as lockmod
-    from sglang_stack.bench.client import RequestFailed, http_post
+    from sglang_stack.serverapi import RequestFailed, post as http_post
     from sglang_stack.download import ca_bundle
 
     result = SmokeResult()

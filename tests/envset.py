@@ -1,9 +1,9 @@
 """What this project sets in SGLang's environment, and where: the image's ENV, compose.yaml, the Kubernetes render.
 
-``invoke render`` writes the list into docker/Dockerfile, where ``image/steps/envaudit.py`` checks
-each name against docker/environment.toml and the installed trees during the build (a
-variable a dependency reads must be declared with what it does there). The same list is
-checked here, on the host, by ``undeclared``, so CI names a missing declaration before a build.
+The image build's environment audit (``image/steps/envaudit.py``) checks every name docker/environment.toml
+declares against the installed trees (a variable a dependency reads must be declared with what it does there).
+This list is the other half, checked on the host by tests/test_environment.py: every name we set is declared
+(``undeclared``), so CI names a missing declaration before any build.
 """
 
 from __future__ import annotations
