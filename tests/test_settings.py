@@ -12,7 +12,8 @@ import pytest
 import sglang_cpu_env
 from sglang_stack import ROOT
 from sglang_stack.lock import lockfile as lockmod
-from sglang_stack.services import derive
+from sglang_stack.image import derive
+from sglang_stack.services import decisions
 from sglang_stack.entrypoints import serve
 from sglang_stack.entrypoints.settings import PROFILES
 
@@ -27,7 +28,7 @@ def lock():
 
 @pytest.fixture(scope="module")
 def table():
-    return derive.load()
+    return decisions.load()
 
 
 def run_of(table, profile, source):
@@ -44,7 +45,7 @@ def test_the_table_was_derived_from_the_arguments_compose_and_k8s_pass_today(tab
 
 
 def test_docs_show_the_table(table):
-    assert derive.TABLE_MD.read_text() == derive.markdown(table), "docs/settings.md: run `invoke settings --write`"
+    assert decisions.TABLE_MD.read_text() == derive.markdown(table), "docs/settings.md: run `invoke settings --write`"
 
 
 def test_each_profile_has_its_own_table_in_sync_and_its_image_reads_it():
@@ -53,8 +54,8 @@ def test_each_profile_has_its_own_table_in_sync_and_its_image_reads_it():
     from sglang_stack.lock import profiles
 
     for profile in profiles.available().values():
-        table_json, table_md = derive.tables(profile)
-        data = derive.load(table_json)
+        table_json, table_md = decisions.tables(profile)
+        data = decisions.load(table_json)
         lock = lockmod.load(profile.lock)
         assert data["sglang"] == lock["sglang"]["version"], f"{table_json}: derived with SGLang {data['sglang']}"
         assert table_md.read_text() == derive.markdown(data, table_json.relative_to(ROOT).as_posix()), \
@@ -89,14 +90,14 @@ def test_the_release_with_pcie_ipc_builds_its_module_for_every_gpu_of_the_list()
     from sglang_stack.lock import profiles
 
     profile = profiles.get("0.5.23")
-    data = derive.load(derive.tables(profile)[0])
+    data = decisions.load(decisions.tables(profile)[0])
     arch_list = lockmod.load(profile.lock)["jit"]["arch_list"]
     assert ("pcie_ipc_comm", tuple(arch_list.split())) in aot.modules_of(data), aot.modules_of(data)
     assert "pcie_ipc_comm" in aot.modules_for(data, arch_list)
     eagle3 = run_of(data, "rtxpro6000x8", "compose eagle3")["resolved"]["settings"]["all-reduce"]
     assert eagle3["pcie_ipc_max_numel"] == eagle3["pcie_ipc_decode_rows"] * 7168, \
         "the bound is SGLang's decode width times Kimi-K2.5's hidden size"
-    assert "pcie_ipc_comm" not in [m for m, _ in aot.modules_of(derive.load())], "0.5.9 has none to build"
+    assert "pcie_ipc_comm" not in [m for m, _ in aot.modules_of(decisions.load())], "0.5.9 has none to build"
 
 
 def test_sglang_binds_the_api_port_on_every_profile(table):
@@ -198,7 +199,7 @@ def test_invoke_settings_says_which_all_reduce_each_host_takes():
 
 
 def test_the_json_is_what_markdown_and_render_read(table):
-    assert json.loads(derive.TABLE_JSON.read_text()) == table
+    assert json.loads(decisions.TABLE_JSON.read_text()) == table
 
 
 def test_the_module_invoke_settings_runs_in_the_image_is_one_the_image_has(lock):

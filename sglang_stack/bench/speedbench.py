@@ -82,7 +82,7 @@ def check(path: Path, category: str | None = None) -> File:
 
 def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
             seed: int = 0) -> list[dict]:
-    """SGLang's adapter on ``checked`` where ``runner`` (services.derive.Runner) runs SGLang, the tokenizer of
+    """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
     ``tokenizer`` applying the chat template: ``[{"prompt", "prompt_len", "output_len"}, ...]``."""
     if not (tokenizer / "tokenizer_config.json").is_file() and not (tokenizer / "tokenizer.json").is_file():
         raise UserError(f"--tokenizer {tokenizer}: no tokenizer_config.json or tokenizer.json (the served model's "
@@ -117,7 +117,7 @@ class Request:
         """(the acceptance prompts, what the report records of them)."""
         from sglang_stack.bench.acceptance import Prompt
         from sglang_stack.lock import lockfile, profiles
-        from sglang_stack.services import derive
+        from sglang_stack.image import derive
 
         num = parse_count("--num-prompts", self.num_prompts, 1)
         output_len = parse_count("--output-len", self.output_len, 1)

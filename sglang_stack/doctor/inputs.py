@@ -109,7 +109,7 @@ def _drafter_refusal(svc: composefile.Service, arch: str) -> tuple[str, str] | N
     profile's settings table by `invoke settings`)."""
     from sglang_stack.entrypoints import drafter
     from sglang_stack.lock import profiles
-    from sglang_stack.services import derive
+    from sglang_stack.services import decisions
 
     try:
         value = drafter.choice(svc.environment)
@@ -120,7 +120,7 @@ def _drafter_refusal(svc: composefile.Service, arch: str) -> tuple[str, str] | N
     name, _ = composefile.built_profile(svc)
     try:
         known = profiles.available()
-        has = {n: derive.load(derive.tables(p)[0]).get("drafter_architectures") for n, p in known.items()}
+        has = {n: decisions.load(decisions.tables(p)[0]).get("drafter_architectures") for n, p in known.items()}
     except UserError:
         return None  # the image and settings checks say what is wrong with the profile or its table
     if name not in has or has[name] is None or arch in has[name]:

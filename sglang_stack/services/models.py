@@ -296,7 +296,7 @@ def lock_models(path: Path | None = None, token: str | None = None) -> list[str]
 
 
 def sglang_loads(runner, directory: Path, weights: bool) -> tuple[bool, str]:
-    """Whether the SGLang ``runner`` runs (services.derive.Runner: an image, or a Python) has a model class for the
+    """Whether the SGLang ``runner`` runs (image.derive.Runner: an image, or a Python) has a model class for the
     drafter in ``directory`` (its own model registry) and, with ``weights``, builds it on the CPU and writes every
     parameter from the directory's weights (its own loader): ``entrypoints/drafter.py``. (ok, one line)."""
     from sglang_stack.entrypoints import drafter

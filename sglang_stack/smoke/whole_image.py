@@ -235,7 +235,7 @@ def check_image(tag: str, context: Path, lock, standins: substitutes.Standins, r
 
     # SGLang's own decisions, run in this image at compose's and k8s's settings, against the profile's table: the
     # table the ahead-of-time step read, and docs/settings*.md, say what this image's SGLang does.
-    from sglang_stack.services import derive
+    from sglang_stack.image import derive
 
     said: list[str] = []
     changed = derive.settings(derive.Request(image=tag, engine="docker", profile=profile, check=True), say=said.append)

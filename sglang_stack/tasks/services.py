@@ -140,7 +140,8 @@ def drafter_check(c, dir=None, load=False, image=None, python=None, engine=None,
     """
     from sglang_stack.image import store
     from sglang_stack.lock import lockfile as lockmod, profiles
-    from sglang_stack.services import composefile, derive, models
+    from sglang_stack.image import derive
+    from sglang_stack.services import composefile, models
 
     if image is not None:
         store.reference(image, "--image")
@@ -269,7 +270,7 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
     The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
     """
     from sglang_stack.image import store
-    from sglang_stack.services import derive
+    from sglang_stack.image import derive
 
     if image is not None:
         store.reference(image, "--image")

@@ -4,7 +4,8 @@ For each host profile (8x H200, 8x RTX PRO 6000, one GPU) and each argument list
 ``sglang.launch_server`` (each server of compose.yaml, the Kubernetes render's server),
 ``services/settings.py`` runs SGLang's ``ServerArgs`` and ``PortArgs`` in the image (or in
 any Python where that SGLang imports) with the container's environment, and reports what SGLang
-chose. ``invoke settings --write`` keeps the result in docker/settings.json and docs/settings.md;
+chose. ``invoke settings --write`` keeps the result in docker/settings.json and docs/settings.md (read back by
+``services/decisions.py``);
 the image's ahead-of-time FlashInfer modules follow from it (``image.steps.aot.modules_of``), and the tests
 fail when compose's arguments, a pin or a patch change what SGLang decides without a new table.
 """
@@ -21,20 +22,11 @@ from typing import Callable
 
 from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
-from sglang_stack.errors import UserError, read_text
+from sglang_stack.errors import UserError
 from sglang_stack.entrypoints.settings import DRAFT, PROFILES, TARGET
+from sglang_stack.services.decisions import TABLE_JSON, TABLE_MD, load, tables
 from sglang_stack.image.steps import aot
 
-TABLE_JSON = ROOT / "docker" / "settings.json"
-TABLE_MD = ROOT / "docs" / "settings.md"
-
-
-def tables(profile) -> tuple[Path, Path]:
-    """Where a profile's table lives: docker/settings.json and docs/settings.md for the default; a profile's
-    own docker/settings.json (which its image build copies) and docs/settings-NAME.md for another."""
-    if profile.default:
-        return TABLE_JSON, TABLE_MD
-    return profile.root / "docker" / "settings.json", ROOT / "docs" / f"settings-{profile.name}.md"
 MODELS = ROOT / "deploy" / "models"
 MODEL_DIR, DRAFT_DIR = MODELS / "Kimi-K2.5", MODELS / "Kimi-K2.5-eagle3"
 FUSION_FLAG = "--enable-flashinfer-allreduce-fusion"
@@ -170,18 +162,6 @@ def derive(runner: Runner, lock, profiles: tuple[str, ...] = tuple(PROFILES)) ->
     registry = runner.json(["sglang_stack.entrypoints.drafter", "--registry"], "settings: drafter registry", 300)
     return {"sglang": results[0]["resolved"]["sglang"] if results else "", "runs": results,
             "drafter_architectures": registry.get("drafter_architectures", [])}
-
-
-def load(path: Path = TABLE_JSON) -> dict:
-    try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}:{err.lineno}: not JSON: {err.msg} (regenerate it: invoke settings --write)") from None
-    except RecursionError:
-        raise UserError(f"{path}: nested deeper than the table ever is (regenerate it: invoke settings --write)") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise UserError(f"{path}: expected {{'runs': [...]}} (regenerate it: invoke settings --write)")
-    return data
 
 
 def stale(data: dict, lock) -> list[str]:
