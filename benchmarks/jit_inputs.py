@@ -1,4 +1,4 @@
-"""The four inputs of benchmarks/jit_path.py (and tests/test_gpu_jit.py), made from the pinned, hash-checked wheels.
+"""The four inputs of benchmarks/jit_path.py (and tests/image/test_gpu_jit.py), made from the pinned, hash-checked wheels.
 
     python benchmarks/jit_inputs.py --out DIR [--stub PATH] [--pack]
 
@@ -11,7 +11,7 @@ Writes, under DIR:
   stub/libcuda.so NVIDIA's full link stub, copied from --stub (default: the CUDA toolkit's
                   /usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so); without one, the
                   script says how to take it out of the devel image
-  env.sh          the four SGLANG_STACK_JIT_* variables tests/test_gpu_jit.py reads
+  env.sh          the four SGLANG_STACK_JIT_* variables tests/image/test_gpu_jit.py reads
 Every wheel comes from PyPI through `pip download --require-hashes` with requirements.lock.txt's
 hashes, so these are the image's bytes. --pack also writes DIR/carry/*.tar.xz for a host that
 takes files through a size-limited channel: the toolchain without libnvvm.so (nvcc's cicc does

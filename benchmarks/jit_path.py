@@ -25,7 +25,7 @@ reference (cold), then a second fresh process over the filled cache does the sam
                      the fused all-reduce module trtllm_comm, built ahead of time the same way
                      (SGLang fuses the all-reduce by default on SM90 at TP > 1: docs/settings.md),
                      loaded with JIT disabled and run: its Lamport-buffer initialisation kernel
-                     on this one GPU (the all-reduce itself needs TP > 1: tests/test_patch_fused_capture.py)
+                     on this one GPU (the all-reduce itself needs TP > 1: tests/patching/test_patch_fused_capture.py)
   triton             a kernel compiled through TRITON_PTXAS_PATH (the tree's ptxas)
 Prints one line per kernel and phase, and a JSON summary.
 """

@@ -12,7 +12,7 @@ The logic behind the `invoke` tasks (``sglang_stack.tasks``), in layers, each us
     errors redact atomic shell download engine flags yaml_file templates   the floor
 
 entrypoints/, image/steps/, patching/, audit/ and errors, redact and atomic run inside the image on the
-standard library alone (tests/test_in_image.py), so keep this file free of imports.
+standard library alone (tests/project/test_in_image.py), so keep this file free of imports.
 """
 
 from pathlib import Path

@@ -25,7 +25,7 @@ MASK = "***"
 KEY_FLAGS = ("--api-key", "--admin-api-key")
 # The shortest prefix argparse resolves to each key flag (allow_abbrev is on): derived from SGLang
 # 0.5.9's own parser, where `--a` is ambiguous (--attention-backend, --allow-auto-truncate, ...) but
-# `--ap` and `--ad` are not; tests/test_redact.py asks that parser again.
+# `--ap` and `--ad` are not; tests/floor/test_redact.py asks that parser again.
 SHORTEST = {"--api-key": "--ap", "--admin-api-key": "--ad"}
 SECRET_FILES = ("SGLANG_API_KEY_FILE", "HF_TOKEN_FILE")
 SECRET_VARIABLES = ("SGLANG_API_KEY", "HF_TOKEN")

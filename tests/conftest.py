@@ -275,7 +275,7 @@ def profile_trees(tmp_path_factory) -> ProfileTrees:
     return ProfileTrees(tmp_path_factory)
 
 
-# The profile whose own code the patch and upstream tests run (tests/test_patch_*.py, test_upstream_capture.py).
+# The profile whose own code the patch and upstream tests run (tests/patching/test_patch_*.py, test_upstream_capture.py).
 UPSTREAM = "0.5.23"
 
 

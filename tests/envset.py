@@ -2,7 +2,7 @@
 
 The image build's environment audit (``image/steps/envaudit.py``) checks every name docker/environment.toml
 declares against the installed trees (a variable a dependency reads must be declared with what it does there).
-This list is the other half, checked on the host by tests/test_environment.py: every name we set is declared
+This list is the other half, checked on the host by tests/image/test_environment.py: every name we set is declared
 (``undeclared``), so CI names a missing declaration before any build.
 """
 

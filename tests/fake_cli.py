@@ -1,7 +1,7 @@
 """Stand-ins for the `docker` and `nvidia-smi` commands, for states a real engine here cannot be put in.
 
 The tests run the real Docker Engine wherever it can show the behaviour
-(tests/test_engine.py). These stand-ins remain for what it cannot: a GPU host
+(tests/services/test_engine.py). These stand-ins remain for what it cannot: a GPU host
 (an NVIDIA runtime, nvidia-smi), a docker CLI without the compose or buildx
 plugin, and a host with no engine at all. They are real executables put first on PATH, so
 the code under test runs its real subprocess path. Each call appends its argv to a log, which lets a test

@@ -281,7 +281,7 @@ def check_pcie_allreduce(facts, svc: composefile.Service) -> Check:
 
 def _has_pcie_ipc(release: str) -> bool | None:
     """Whether SGLang ``release`` ships the PCIe-IPC all-reduce: from the first release of this checkout's profiles
-    that does (tests/test_allreduce.py runs both releases' code); None when the version cannot be read."""
+    that does (tests/entrypoints/test_allreduce.py runs both releases' code); None when the version cannot be read."""
     from packaging.version import InvalidVersion, Version
 
     from sglang_stack.entrypoints import pcie_ipc

@@ -13,7 +13,6 @@ from __future__ import annotations
 import email.parser
 import re
 import sys
-import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_stack import ROOT
 from sglang_stack.download import filename_of
-from sglang_stack.errors import UserError, read_text
+from sglang_stack.errors import UserError
+from sglang_stack.lock import parsed
 from sglang_stack.lock.pins import read_pins, resolver_clock, stated_clock
 from sglang_stack.lock.platforms import for_platform, requirements_name
 from sglang_stack.lock.profiles import PER_RELEASE, Profile, display
@@ -59,10 +59,7 @@ class LockProblems(UserError):
 
 
 def _parse(path: Path) -> dict:
-    try:
-        return tomllib.loads(read_text(path))
-    except tomllib.TOMLDecodeError as err:
-        raise UserError(f"{display(path)}: invalid TOML: {err}") from None
+    return parsed.toml(path, display(path))
 
 
 # What a table that names one distribution ([router]) says of it: a profile's own such table writes all of them.

@@ -19,12 +19,11 @@ templates (``docker/*.j2``) are shared too.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_stack import ROOT
-from sglang_stack.errors import UserError, read_text
+from sglang_stack.errors import UserError
 
 PROFILES_DIR = ROOT / "profiles"
 ENV = "SGLANG_PROFILE"
@@ -76,10 +75,9 @@ class Profile:
 
 
 def _version_of(lock: Path) -> str:
-    try:
-        version = tomllib.loads(read_text(lock)).get("sglang", {}).get("version")
-    except tomllib.TOMLDecodeError as err:
-        raise UserError(f"{display(lock)}: invalid TOML: {err}") from None
+    from sglang_stack.lock import parsed
+
+    version = parsed.toml(lock, display(lock)).get("sglang", {}).get("version")
     if not isinstance(version, str) or not version:
         raise UserError(f"{display(lock)}: sglang.version: missing (a profile is named by its SGLang release)")
     return version

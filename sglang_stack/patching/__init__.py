@@ -2,5 +2,5 @@
 edited tree (``refresh``).
 
 In-image code: ``patches`` and ``diff`` run in the image's ``sglang`` stage on the standard library only
-(tests/test_in_image.py). Keep this file free of imports.
+(tests/project/test_in_image.py). Keep this file free of imports.
 """

@@ -10,7 +10,7 @@ and the applier needs to know, before it writes a byte, whether every hunk
 of every patch matches exactly (no fuzz), was already applied, or conflicts.
 Every new file content is computed in memory first; only when the whole
 series matches is anything written, file by file through a temporary file
-and ``os.replace``. tests/test_patches.py checks that the result is
+and ``os.replace``. tests/patching/test_patches.py checks that the result is
 byte-identical to GNU ``patch -p1 --fuzz=0``.
 """
 

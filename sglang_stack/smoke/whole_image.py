@@ -7,7 +7,7 @@ else is the real thing: a copy of this checkout whose versions.lock carries the 
 by ``invoke render``'s own code, built by ``invoke build``'s own code on the Docker Engine
 (BuildKit), with the real requirements.lock.txt, patch series, audits and binary checks. The
 ahead-of-time FlashInfer step is skipped (``FLASHINFER_CUDA_ARCH_LIST=''``): on 2 cores it takes
-six minutes, and tests/test_gpu_jit.py proves it on a GPU host.
+six minutes, and tests/image/test_gpu_jit.py proves it on a GPU host.
 
 Then, as a user's host would use the image: the imports, ``sglang.launch_server --help`` through
 the entrypoint as uid 10001 with compose's read-only root, the health probe compose runs (against

@@ -6,7 +6,7 @@
 The names are every variable the declarations file declares, which the build copies (or, given,
 each ``NAME=WHERE``: a variable this project sets and where, ``image``, ``compose`` or ``k8s``). That
 the file declares every variable the image's ENV, compose.yaml and the Kubernetes render set is checked
-on the host, where those are read (tests/envset.py and tests/test_environment.py). Under each
+on the host, where those are read (tests/envset.py and tests/image/test_environment.py). Under each
 ``--root`` (an installed tree: the patched sglang, the venv's site-packages) the audit finds who reads
 each name:
 

@@ -12,7 +12,7 @@ installed (``--report``: each distribution's RECORD) or for one tree (``--tree``
 Test suites and examples (any ``tests`` or ``examples`` directory) are left as source: nothing the
 server runs imports them, and they were 70 MB of ``.pyc`` and a log full of SyntaxWarnings.
 The Dockerfile runs it under ``PYTHONHASHSEED=0`` as it runs ``compileall``: the interpreter's marshal
-sorts frozenset constants (a ``.pyc`` is the same under every seed, tests/test_pyc.py), and the fixed seed
+sorts frozenset constants (a ``.pyc`` is the same under every seed, tests/image/test_pyc.py), and the fixed seed
 keeps anything else a step computes from string hashes out of the bytes as well.
 """
 

@@ -1,6 +1,6 @@
 """.env, as Compose reads it: its errors named by file and line, the shell over the file, secrets named and never
 shown, and every value the tools use read back from Compose itself through a probe file. compose.yaml's own
-semantics are tests/test_compose.py's."""
+semantics are tests/services/test_compose.py's."""
 
 from __future__ import annotations
 

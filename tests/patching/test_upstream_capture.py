@@ -3,8 +3,8 @@
 Patch 0006 fixed 0.5.9, whose capture read ``hidden_states + residual`` before FlashInfer's fused all-reduce:
 each rank's own partial sum. Upstream moved the capture into the layer boundary (sgl-project/sglang#28343).
 This runs the release's own boundary, in a Python of the profile's pins, and asks the same question as
-tests/test_patch_fused_capture.py: at TP 2 and TP 8, with the fusion on and off, does every rank capture what
-TP 1 captures? ``prove`` is the proof of 0006's retirement (tests/test_upstream.py runs it on the unpatched tree);
+tests/patching/test_patch_fused_capture.py: at TP 2 and TP 8, with the fusion on and off, does every rank capture what
+TP 1 captures? ``prove`` is the proof of 0006's retirement (tests/patching/test_upstream.py runs it on the unpatched tree);
 the test here shows it failing on a boundary that captures before the all-reduce.
 
 What runs is the release's: ``StageBoundary.prepare`` (``_prepare_attention``, ``_prepare``) with its

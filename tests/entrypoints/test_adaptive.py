@@ -1,7 +1,7 @@
 """SPECULATIVE_ADAPTIVE at start: the image's entrypoint adds --speculative-adaptive to a server that speculates where
 the image's SGLang has it, and refuses 1 on a release without it (sglang_stack/entrypoints/adaptive.py). Whether
 SGLang keeps it at the service's settings is SGLang's own `adaptive_unsupported_reason`, run by `invoke settings`
-(tests/test_settings.py holds the table to it)."""
+(tests/image/test_settings.py holds the table to it)."""
 
 from __future__ import annotations
 

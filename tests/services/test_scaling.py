@@ -1,6 +1,6 @@
 """Scale-out settings without an engine: multi-node flags, the router's compose service and
 entrypoint, the router lock entries, RDMA userspace in the image, the doctor's multi-node checks.
-The router and stand-in workers on the real Docker Engine are in tests/test_router_engine.py."""
+The router and stand-in workers on the real Docker Engine are in tests/services/test_router_engine.py."""
 
 from __future__ import annotations
 

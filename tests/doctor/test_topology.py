@@ -14,7 +14,7 @@ from sglang_stack.services import composefile, variables
 
 pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TOPO = FIXTURES / "topology"
 RTX = Gpu(0, "NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "580.159.04", 97887)
 H200 = Gpu(0, "NVIDIA H200", "9.0", "580.159.04", 143771)

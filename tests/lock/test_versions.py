@@ -72,7 +72,7 @@ def readable(rel: str) -> str:
     if rel == "README.md":
         for begin, end in ((contents.BEGIN, contents.END), (contents.PATCHES_BEGIN, contents.PATCHES_END)):
             text = re.sub(re.escape(begin) + r".*?" + re.escape(end), "", text, flags=re.S)
-        # The lock check's example output: tests/test_lock.py checks it is what the code prints, pins included.
+        # The lock check's example output: tests/lock/test_lock.py checks it is what the code prints, pins included.
         text = re.sub(r"^error: requirements\.lock\.txt:.*$", "", text, flags=re.M)
         head, _, rest = text.partition("\n\n")
         _, _, rest = rest.partition("\n\n")  # the title, then the summary paragraph

@@ -1,5 +1,5 @@
 """The host preflight, check by check: parsing recorded nvidia-smi output, each check's verdict and fix.
-The runs as a user makes them (end to end, `invoke up`'s refusals) are tests/test_doctor_cli.py's.
+The runs as a user makes them (end to end, `invoke up`'s refusals) are tests/doctor/test_doctor_cli.py's.
 
 GPU facts come from tests/fixtures/nvidia-smi/ (H200 recorded, 8x RTX PRO 6000
 constructed; see its README). Model directories, sockets and /dev/shm are real.
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: w
 
 GIB = 1 << 30
 
-FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"
 H200_QUERY = (FIXTURES / "h200-query.csv").read_text()
 H200_SMI = (FIXTURES / "h200-nvidia-smi.txt").read_text()
 H200_XML = (FIXTURES / "h200-nvidia-smi-q.xml").read_text()
@@ -449,7 +449,7 @@ def test_a_profile_with_no_dockerfile_is_refused_before_compose_builds_it():
     assert "0.5.23" in named.detail, "it names the profiles there are"
 
 
-ALLREDUCE = Path(__file__).parent / "fixtures" / "allreduce"
+ALLREDUCE = Path(__file__).parents[1] / "fixtures" / "allreduce"
 
 
 def allreduce_note(fixture: str, **values: str) -> Check:
@@ -460,7 +460,7 @@ def allreduce_note(fixture: str, **values: str) -> Check:
 
 
 def test_the_all_reduce_note_names_the_backend_sglang_picks():
-    """Recorded from each release's own code (tests/test_allreduce.py): 8x RTX PRO 6000 on 0.5.23 gives the decode
+    """Recorded from each release's own code (tests/entrypoints/test_allreduce.py): 8x RTX PRO 6000 on 0.5.23 gives the decode
     reductions to PCIe-IPC, once a probe confirms it (auto); 8x H200 keeps custom all-reduce; 0.5.9 has NCCL only."""
     auto = allreduce_note("0.5.23-tp8-pcie-p2p.json")
     assert auto.status == NOTE and "its PCIe-IPC all-reduce takes the decode reductions (workspace 458752 elements" \

@@ -19,7 +19,7 @@ from sglang_stack import ROOT
 
 pytestmark = pytest.mark.sglang_env
 DEFAULT = PIN["sglang"]  # the default profile's release; the fixture below was recorded from it
-FIXTURES = Path(__file__).parent / "fixtures" / "allreduce"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "allreduce"
 PCIE_MANY = "not supported on more than two PCIe-only GPUs"
 
 

@@ -1,6 +1,6 @@
 """The preflight as a user runs it: `python -m sglang_stack.doctor.checklist` end to end on the fixtures, with and
 without Docker, and `invoke up`'s refusals, each a real process (fake `docker` and `nvidia-smi` first on PATH,
-tests/fake_cli.py). The checks themselves, fact by fact, are tests/test_doctor.py's."""
+tests/fake_cli.py). The checks themselves, fact by fact, are tests/doctor/test_doctor.py's."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
         image={"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],
                           "Labels": {gpu_checks.ARCH_LABEL: "9.0a 12.0a"}}, "Size": 3.1e10, "Created": "2026-11-29"},
         audit_output="KimiK25ForConditionalGeneration: ok", audit_exit=0,
-        # What the pinned SGLang's own start-up decided for 8 PCIe GPUs with P2P (tests/test_allreduce.py re-derives it).
+        # What the pinned SGLang's own start-up decided for 8 PCIe GPUs with P2P (tests/entrypoints/test_allreduce.py re-derives it).
         allreduce_output=(FIXTURES.parent / "allreduce" / f"{PIN['sglang']}-tp8-pcie-p2p.json").read_text().strip(),
     )
     proc = run_module("sglang_stack.doctor.checklist", "eagle3", env=clean_env(fake, MODEL_DIR=str(target), DRAFT_MODEL_DIR=str(draft)))

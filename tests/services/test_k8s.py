@@ -28,7 +28,7 @@ from sglang_stack.services import k8s
 
 pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
 
-LWS_CRD = Path(__file__).parent / "fixtures" / "k8s" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+LWS_CRD = Path(__file__).parents[1] / "fixtures" / "k8s" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 LWS_CRD_SHA256 = "ea523e42ff3d4e45a75371c7984bbe8ad5226c26ffa3ade8d28eb67c7cc228b6"
 # The oldest release the render supports (PDB unhealthyPodEvictionPolicy is GA in 1.31, beta and on from
 # 1.27) and the newest kubernetes-validate 1.37.0 bundles schemas for.

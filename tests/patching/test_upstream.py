@@ -13,7 +13,7 @@ The proofs run the release's own code:
   ``init_cuda_graphs``, ``configure_aux_hidden_state_capture``, Kimi-K2.5's delegation and DeepSeek-V2's
   ``set_eagle3_layers_to_capture``), with the graph capture standing in: it records the layers the target model
   would capture while each graph is recorded;
-- ``capture-after-allreduce`` (0006): tests/test_upstream_capture.py.
+- ``capture-after-allreduce`` (0006): tests/patching/test_upstream_capture.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ drafter from a Python attribute (``layers_to_capture``) while the layer loop run
 A CUDA graph records the kernels that loop launched, not the loop, so changing the
 attribute after capture changes nothing at replay: the order of ``set_eagle3_layers_to_capture``
 and graph capture decides what every graph-replayed verify pass hands the drafter.
-tests/test_patch_graph_capture.py drives the real 0.5.9 functions without a GPU;
+tests/patching/test_patch_graph_capture.py drives the real 0.5.9 functions without a GPU;
 this test shows, on real CUDA, why their order matters.
 """
 

@@ -3,7 +3,7 @@ it sees and the probe's recorded verdict (sglang_stack/entrypoints/pcie_ipc.py).
 
 The entrypoint runs as in the image: ``nvidia-smi`` on PATH answers from the topology fixtures (tests/fake_cli.py), the
 verdict lives under ``$HOME/.cache``, and a stand-in server prints the environment SGLang would start with. Which
-backend SGLang's own code picks is tests/test_allreduce.py's."""
+backend SGLang's own code picks is tests/entrypoints/test_allreduce.py's."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sglang_stack.entrypoints import pcie_ipc, peers
 
 import fake_cli
 
-TOPO = Path(__file__).parent / "fixtures" / "topology"
+TOPO = Path(__file__).parents[1] / "fixtures" / "topology"
 ARGV = ["--model-path", "/models/target", "--tp", "8", "--trust-remote-code"]
 
 

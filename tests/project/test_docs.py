@@ -82,9 +82,9 @@ def test_every_documented_command_that_can_run_here_runs_without_a_traceback(doc
     import subprocess
     import sys
 
-    from test_mirror import copy_context
+    import checkout
 
-    work = copy_context(tmp_path / "checkout")
+    work = checkout.context(tmp_path / "checkout")
     words = command.split()
     if "my-values.yaml" in words:  # the docs' own first step: a copy of deploy/k8s/values.yaml
         (work / "my-values.yaml").write_bytes((ROOT / "deploy" / "k8s" / "values.yaml").read_bytes())

@@ -1,6 +1,6 @@
 """The release pieces without a registry: the build's verdict step, the verdict predicate and its checks, references,
 publish records, bundle layouts, k8s by digest, and the one-line refusals of publish / bundle / verify --key.
-(tests/test_publish.py runs them against a real registry with real cosign.)"""
+(tests/release/test_publish.py runs them against a real registry with real cosign.)"""
 
 from __future__ import annotations
 

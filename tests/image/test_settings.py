@@ -173,7 +173,7 @@ def test_invoke_settings_refuses_conflicting_flags():
 def test_invoke_settings_says_which_all_reduce_each_host_takes():
     """`--all-reduce` runs the all-reduce entrypoint per host, sized by the table: 8x H200 over NVLink, 8x RTX PRO 6000
     over PCIe with P2P, both at the widest decode the table's runs capture; one GPU needs none. Its answers (recorded
-    from the real entrypoint; tests/test_allreduce.py holds them to what each release decides) read as one line."""
+    from the real entrypoint; tests/entrypoints/test_allreduce.py holds them to what each release decides) read as one line."""
     table = json.loads((ROOT / "profiles" / "0.5.23" / "docker" / "settings.json").read_text())
     assert derive.all_reduce_argv("h200x8", table) == ["sglang_stack.entrypoints.allreduce", "--tp", "8", "--nvlink",
                                                        "yes", "--p2p", "yes", "--max-rows", "2048"]

@@ -315,7 +315,7 @@ ENVIRONMENT_DEPENDENT = {m for m, _ in CORPUS.values() if m.startswith("try:\n  
 
 
 def oracle(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("audit_oracle.py")), *args],
+    proc = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "audit_oracle.py"), *args],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)

@@ -1,6 +1,6 @@
 """`invoke bench` as a user runs it: the task's process end to end against real HTTP servers on loopback, its
 one-line errors, Ctrl-C, two runs into one --out, and what the terminal shows. The measuring itself is
-tests/test_bench.py's."""
+tests/bench/test_bench.py's."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ stays; this finds the cases nobody listed.
 
 In CI each property runs a bounded number of examples (the ``ci`` profile); more on demand:
 
-    HYPOTHESIS_PROFILE=deep pytest tests/test_fuzz.py
+    HYPOTHESIS_PROFILE=deep pytest tests/project/test_fuzz.py
 
 A failure prints the falsifying example and the ``@reproduce_failure`` blob that replays
 it; the examples found are kept in .hypothesis/ and tried first on the next run.

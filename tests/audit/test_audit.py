@@ -1,6 +1,6 @@
 """The EAGLE-3 audit on real SGLang trees (0.5.9 unpatched and patched, 0.5.10, the latest
 release) and on small synthetic trees that pin down each rule. Realistic edits of the 0.5.9
-tree are in tests/test_audit_edits.py."""
+tree are in tests/audit/test_audit_edits.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 What the Dockerfile's install RUNs do, in this process's Python: a hashed, wheels-only, dependency-free pip
 install from a requirement file, through the mirror when MIRROR=1. The whole chain (slim, .pyc, the SBOM's
-record) runs in every image build (tests/test_engine.py, `invoke smoke --target runtime`).
+record) runs in every image build (tests/services/test_engine.py, `invoke smoke --target runtime`).
 """
 
 from __future__ import annotations

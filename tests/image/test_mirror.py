@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+import checkout
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
@@ -28,18 +27,6 @@ from sglang_stack.image import store
 @pytest.fixture(scope="module")
 def lock():
     return lockmod.check_all(download=False)[0]
-
-
-def copy_context(dest: Path) -> Path:
-    """The checkout's files (what git tracks or would), as the build context a user has."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.split(b"\0")
-    for name in filter(None, files):
-        src = ROOT / os.fsdecode(name)
-        if src.is_file() and not os.fsdecode(name).startswith("mirror/wheels"):
-            (dest / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / os.fsdecode(name))
-    return dest
 
 
 # --- what a target needs ------------------------------------------------------------------
@@ -285,7 +272,7 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
     """The base image too comes from the mirror: the test's own name for it is gone before the build."""
     from sglang_stack.image import verify as verify_image
 
-    context = copy_context(tmp_path / "context")
+    context = checkout.context(tmp_path / "context")
     base = f"localhost/sglang-stack-test-{run_id}/mirror-base:bookworm"
     store.tag("buildah", smoke_base, base)
     made, ids = [], {}
@@ -326,7 +313,7 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
 @pytest.mark.engine
 @pytest.mark.parametrize("target", ["router", "sglang"])
 def test_docker_builds_from_the_mirror_with_the_network_off(docker_base, run_id, lock, tmp_path, capfd, target):
-    context = copy_context(tmp_path / "context")
+    context = checkout.context(tmp_path / "context")
     tag = f"sglang-stack-test-{run_id}:mirror-{target}"
     request = _request("docker", target, tag, docker_base, context)
     mirror.fetch(lock, target, buildmod.base_images(request), "docker", context / "mirror")
