@@ -120,10 +120,24 @@ def _drafter_refusal(svc: composefile.Service, arch: str) -> tuple[str, str] | N
     name, _ = composefile.built_profile(svc)
     try:
         known = profiles.available()
-        has = {n: decisions.load(decisions.tables(p)[0]).get("drafter_architectures") for n, p in known.items()}
     except UserError:
-        return None  # the image and settings checks say what is wrong with the profile or its table
-    if name not in has or has[name] is None or arch in has[name]:
+        return None  # the image check names what is wrong with the profiles
+    if name not in known:
+        return None  # compose builds no profile of this checkout: the image check says which it runs
+    has: dict[str, list | None] = {}
+    for n, profile in known.items():
+        table = decisions.tables(profile)[0]
+        regenerate = f"regenerate it: invoke settings --write{'' if profile.default else f' --profile {n}'}"
+        try:
+            archs = decisions.load(table).get("drafter_architectures")
+        except UserError as err:
+            if n == name:  # fail closed: what this profile's SGLang loads is unknown
+                return str(err), regenerate
+            continue
+        if n == name and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+            return f"{profiles.display(table)} records no drafter architectures (SGLang's model registry)", regenerate
+        has[n] = archs
+    if arch in has[name]:
         return None
     others = [n for n, archs in has.items() if archs and arch in archs]
     fix = (f"set SGLANG_PROFILE={others[0]} in .env and `invoke build --profile {others[0]}`" if others else

@@ -21,6 +21,7 @@ from sglang_stack import ROOT
 from sglang_stack.doctor import inputs
 from sglang_stack.doctor.checks import FAIL, OK
 from sglang_stack.entrypoints import drafter
+from sglang_stack.errors import UserError
 from sglang_stack.services import composefile, models, variables
 from test_pcie_ipc import site_with_sglang
 
@@ -224,3 +225,23 @@ def test_invoke_drafter_check_says_in_one_line_that_the_default_profile_cannot_l
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip() == (f"error: {directory}: SGLang {PIN['sglang']} has no model class for {MLA} (it would "
                                    "fall back to TransformersForCausalLM)"), proc.stderr
+
+
+@pytest.mark.parametrize("table, says", [
+    ({"runs": []}, "docker/settings.json records no drafter architectures (SGLang's model registry)"),
+    ({"runs": [], "drafter_architectures": None}, "docker/settings.json records no drafter architectures"),
+    (UserError("docker/settings.json:3: not JSON: Expecting value (regenerate it: invoke settings --write)"),
+     "docker/settings.json:3: not JSON"),
+])
+def test_the_doctor_fails_closed_where_the_settings_table_cannot_say(tmp_path, monkeypatch, table, says):
+    from sglang_stack.services import decisions
+
+    def load(path):
+        if isinstance(table, Exception):
+            raise table
+        return table
+
+    monkeypatch.setattr(decisions, "load", load)
+    check = inputs.check_models(svc_of(DRAFT_MODEL_DIR=str(drafter_dir(tmp_path / "mha", MHA))))[1]
+    assert check.status == FAIL and says in check.detail, check.line()
+    assert "invoke settings --write" in check.fix, check.fix
