@@ -3,9 +3,13 @@
 Per concurrency level, each speculative endpoint's output throughput over the baseline's, from the rounds that ran
 next to each other (same level, same repeat: the interleaved A/B rounds cancel most of a machine's drift). The ratio
 is the geometric mean of those paired ratios, its 95% interval Student's t on their logarithms (the pairs are few,
-and a ratio's error is multiplicative). A level *pays* where the whole interval is above 1, *does not pay* where it
-is below 1, and *cannot be told apart* otherwise, one pair alone included: no interval, no claim. ``pays_up_to`` is
-the highest level that pays.
+and a ratio's error is multiplicative). A level *pays* where the whole interval is above 1 and the ratio is at
+least 1 + MARGIN, *does not pay* where the interval is below 1 and the ratio at most 1 - MARGIN, and *cannot be told
+apart* otherwise, one pair alone included: no interval, no claim. ``pays_up_to`` is the highest level that pays.
+
+The margin is there because the interval only answers "is there a difference": with enough rounds it shrinks
+around any steady one, and two servers are never exactly alike (their GPUs' clocks, the extra fields a speculative
+server streams). A few tenths of a percent, measured tightly, is "cannot be told apart", not a verdict.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ NAME = "verdict.json"
 PLOT = "verdict.png"
 LEVELS = "1,2,4,8,16,32,64"
 PAYS, LOSES, UNCLEAR = "pays", "does not pay", "cannot be told apart"
+MARGIN = 0.02  # the smallest gain (or loss) a verdict claims: 2% of output throughput
 # Student's t, two-sided 95%, by degrees of freedom (pairs - 1); past 30 the normal's 1.96 is within 4%.
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -44,10 +49,13 @@ def interval(pairs: Sequence[float]) -> tuple[float | None, float | None, float 
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
-def judge(low: float | None, high: float | None) -> str:
-    if low is not None and low > 1:
+def judge(ratio: float | None, low: float | None, high: float | None) -> str:
+    """The call on one level: an interval that excludes 1 and a ratio past the margin, on the same side."""
+    if ratio is None or low is None or high is None:
+        return UNCLEAR
+    if low > 1 and ratio >= 1 + MARGIN:
         return PAYS
-    if high is not None and high < 1:
+    if high < 1 and ratio <= 1 - MARGIN:
         return LOSES
     return UNCLEAR
 
@@ -94,7 +102,8 @@ def decide(doc: dict) -> dict:
     meta = doc["metadata"]
     reference = meta["reference"]
     servers = {e["name"]: e.get("server") or {} for e in meta["endpoints"]}
-    out = {"reference": reference, "levels": meta["levels"], "repeats": meta["repeats"], "endpoints": {},
+    out = {"reference": reference, "levels": meta["levels"], "repeats": meta["repeats"], "margin": MARGIN,
+           "endpoints": {},
            "provenance": meta.get("provenance"),
            "servers": {name: {k: s.get(k) for k in ("version", "speculative_algorithm", "speculative_num_steps",
                                                    "speculative_eagle_topk", "speculative_num_draft_tokens",
@@ -111,7 +120,7 @@ def decide(doc: dict) -> dict:
             pairs = paired.get((name, level), [])
             ratio, low, high = interval(pairs)
             levels.append({"level": level, "pairs": len(pairs), "ratio": ratio, "low": low, "high": high,
-                           "verdict": judge(low, high)})
+                           "verdict": judge(ratio, low, high)})
         paying = [row["level"] for row in levels if row["verdict"] == PAYS]
         out["endpoints"][name] = {"levels": levels, "pays_up_to": max(paying) if paying else None}
     out["line"] = sentence(out)

@@ -70,13 +70,24 @@ def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_p
 
 def test_an_interval_needs_two_pairs_and_is_the_t_interval_of_the_logs():
     assert pays.interval([1.5]) == (pytest.approx(1.5), None, None)
-    assert pays.judge(None, None) == pays.UNCLEAR, "one pair: no claim"
+    assert pays.judge(1.5, None, None) == pays.UNCLEAR, "one pair: no claim"
     ratio, low, high = pays.interval([1.1, 1.2, 1.3])
     assert ratio == pytest.approx((1.1 * 1.2 * 1.3) ** (1 / 3))
     assert low == pytest.approx(0.9728, abs=1e-4) and high == pytest.approx(1.4734, abs=1e-4)  # t(2) = 4.303
-    assert pays.judge(low, high) == pays.UNCLEAR, "three pairs that far apart do not show it pays"
-    _, low, high = pays.interval([1.2, 1.21, 1.22])
-    assert pays.judge(low, high) == pays.PAYS and pays.judge(0.8, 0.95) == pays.LOSES
+    assert pays.judge(ratio, low, high) == pays.UNCLEAR, "three pairs that far apart do not show it pays"
+    ratio, low, high = pays.interval([1.2, 1.21, 1.22])
+    assert pays.judge(ratio, low, high) == pays.PAYS and pays.judge(0.9, 0.8, 0.95) == pays.LOSES
+
+
+def test_a_tight_interval_around_a_trivial_difference_is_no_verdict():
+    """What a CI run measured for the stand-in that speculates and accepts nothing: 0.998x, 0.996-0.999."""
+    ratio, low, high = pays.interval([0.9970, 0.9977, 0.9984])
+    assert high < 1, "the interval alone would call it a loss"
+    assert pays.judge(ratio, low, high) == pays.UNCLEAR
+    ratio, low, high = pays.interval([1.004, 1.005, 1.006])
+    assert low > 1 and pays.judge(ratio, low, high) == pays.UNCLEAR
+    ratio, low, high = pays.interval([1.019, 1.021, 1.023])
+    assert pays.judge(ratio, low, high) == pays.PAYS, "past the margin and above 1: pays"
 
 
 def test_the_verdict_refuses_what_it_cannot_judge_before_writing_anything(tmp_path):
