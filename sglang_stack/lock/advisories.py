@@ -1,25 +1,31 @@
-"""Known vulnerabilities of every pinned distribution, from the package index's own advisory data.
+"""Known vulnerabilities of every pinned distribution, found by pip-audit (PyPA).
 
-PyPI publishes, in each release's JSON document (``/pypi/NAME/VERSION/json``), the
-advisories that affect that release: their ids (PYSEC, GHSA) and aliases (CVE), the
-versions that fix them, and whether they were withdrawn. It is the data pip-audit's PyPI
-service reads; here it is read for the exact pins of the lock: requirements.lock.txt,
-requirements.router.lock.txt and the URL wheels of versions.lock (by their public
-version: torch X+cu130 is torch X to the index).
+pip-audit asks a vulnerability service for each exact pin of the lock (requirements.lock.txt,
+requirements.router.lock.txt and the URL wheels of versions.lock by their public version: torch
+X+cu130 is torch X to the index): PyPI's JSON API by default, or OSV (``--service osv``, at
+``--osv-url`` for a mirror of its API). It runs with ``--no-deps --disable-pip``: the pins are
+the whole set, nothing is resolved or installed. Its cache lives in a temporary directory:
+advisories change, so every run asks again.
 
-Advisories change, so nothing is cached: every run asks the index. For each advisory the
-report says whether the stack can take the fix: not where versions.lock pins the
-distribution itself (a stack change), not where sglang's own requirement excludes every
-fixed version, else yes (re-resolve with `invoke lock`). An advisory the project accepts is
-an ``[[advisory]]`` table of versions.lock (``id``, ``package``, ``reason``); one that no
-longer matches any advisory of the pins is stale and said, as a stale override is.
+What pip-audit does not say is ours: for each advisory, whether the stack can take the fix (not
+where versions.lock pins the distribution itself, a stack change; not where sglang's own
+requirement excludes every fixed version; else yes, re-resolve with `invoke lock`). An advisory
+the project accepts is an ``[[advisory]]`` table of versions.lock (``id``, ``package``,
+``reason``); one that no longer matches any advisory of the pins is stale and said. A pin
+pip-audit skipped (the service has no record of it) fails the run: pip-audit itself reports
+"No known vulnerabilities found" for a set it could not audit.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
+import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -27,7 +33,9 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_stack.errors import UserError
 from sglang_stack.lock.lockfile import Lock
-from sglang_stack.lock.releases import DEFAULT_INDEX, FETCH_THREADS, TIMEOUT_S, Offline, get_json, json_url
+
+SERVICES = ("pypi", "osv")
+TIMEOUT_S = 30  # each request pip-audit makes
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,6 @@ class Advisory:
     aliases: tuple[str, ...]
     fixed_in: tuple[str, ...]
     summary: str
-    link: str = ""
 
 
 @dataclass
@@ -51,8 +58,7 @@ class Report:
     def lines(self) -> list[str]:
         out = []
         for adv, take in self.open:
-            out.append(f"FAIL {adv.package} {adv.version}: {_name(adv)}: {_fixed(adv)}; can the stack take it: {take}"
-                       + (f" ({adv.link})" if adv.link else ""))
+            out.append(f"FAIL {adv.package} {adv.version}: {_name(adv)}: {_fixed(adv)}; can the stack take it: {take}")
         for adv, reason in self.accepted:
             out.append(f"ok   {adv.package} {adv.version}: {_name(adv)} accepted (versions.lock [[advisory]]): {reason}")
         for line in self.stale:
@@ -62,10 +68,6 @@ class Report:
         return out
 
 
-
-def _strings(entry: dict, key: str) -> tuple[str, ...]:
-    """An advisory's list field as strings, whatever the index put in it."""
-    return tuple(str(x) for x in entry.get(key) or [] if isinstance(x, (str, int, float)))
 
 def _name(adv: Advisory) -> str:
     return adv.id + (f" ({', '.join(adv.aliases)})" if adv.aliases else "")
@@ -99,27 +101,28 @@ def exceptions(lock: Lock) -> dict[tuple[str, str], str]:
     return out
 
 
-def _same(a: str, b: str) -> bool:
-    try:
-        return Version(a) == Version(b)
-    except InvalidVersion:
-        return a == b
-
-
-def parse(package: str, version: str, document) -> list[Advisory]:
-    """The advisories a release document lists, withdrawn ones left out; a document of another shape is an error."""
-    if not isinstance(document, dict) or not isinstance(document.get("vulnerabilities", []), list):
-        raise UserError(f"{package} {version}: the index's answer is not a PyPI release document")
-    out = []
-    for entry in document.get("vulnerabilities", []):
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise UserError(f"{package} {version}: an advisory without an id in the index's answer")
-        if entry.get("withdrawn"):
+def parse(document) -> tuple[dict[str, list[Advisory]], list[str]]:
+    """pip-audit's JSON report: (canonical name -> its advisories, the skip reasons of pins it could not audit).
+    A report of another shape is an error, as is a vulnerability without an id."""
+    deps = document.get("dependencies") if isinstance(document, dict) else None
+    if not isinstance(deps, list) or not all(isinstance(d, dict) and isinstance(d.get("name"), str) for d in deps):
+        raise UserError("advisories: pip-audit's report is not its JSON format (a list of dependencies, each named)")
+    found: dict[str, list[Advisory]] = {}
+    skipped = []
+    for dep in deps:
+        name = canonicalize_name(dep["name"])
+        if "skip_reason" in dep:
+            skipped.append(str(dep["skip_reason"]))
             continue
-        out.append(Advisory(package, version, entry["id"], _strings(entry, "aliases"), _strings(entry, "fixed_in"),
-                            " ".join(str(entry.get("summary") or entry.get("details") or "").split())[:160],
-                            str(entry.get("link") or "")))
-    return out
+        found[name] = []
+        for vuln in dep.get("vulns") or []:
+            if not isinstance(vuln, dict) or not isinstance(vuln.get("id"), str):
+                raise UserError(f"advisories: {name}: a vulnerability without an id in pip-audit's report")
+            found[name].append(Advisory(name, str(dep.get("version", "")), vuln["id"],
+                                        tuple(map(str, vuln.get("aliases") or ())),
+                                        tuple(map(str, vuln.get("fix_versions") or ())),
+                                        " ".join(str(vuln.get("description") or "").split())[:160]))
+    return found, skipped
 
 
 def can_take(adv: Advisory, lock: Lock, sglang_requires: list[str]) -> str:
@@ -147,51 +150,60 @@ def can_take(adv: Advisory, lock: Lock, sglang_requires: list[str]) -> str:
     return f"yes: {min(fixed) if fixed else adv.fixed_in[0]} is allowed by sglang's requirements; re-resolve (invoke lock)"
 
 
-def fetch_all(index: str, wanted: dict[str, str]) -> dict[str, list[Advisory]]:
-    """name -> its advisories, asking the index for every release document (in parallel, none cached)."""
-    import requests
-
-    from sglang_stack.download import ca_bundle
-
-    print(f"advisories: asking {json_url(index, 'NAME', 'VERSION')} for {len(wanted)} releases "
-          f"(timeout {TIMEOUT_S[1]} s each)", file=sys.stderr, flush=True)
-
-    def one(item):
-        name, version = item
+def pip_audit(wanted: dict[str, str], service: str = "pypi", osv_url: str | None = None) -> dict[str, list[Advisory]]:
+    """Run pip-audit on the pins; name -> its advisories. Every pin must have been audited."""
+    if service not in SERVICES:
+        raise UserError(f"--service {service!r}: pip-audit's services here are {', '.join(SERVICES)}")
+    if osv_url and service != "osv":
+        raise UserError(f"--osv-url {osv_url}: only with --service osv")
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-advisories-") as tmp:
+        pins = Path(tmp) / "pins.txt"
+        pins.write_text("".join(f"{name}=={version}\n" for name, version in wanted.items()))
+        report = Path(tmp) / "report.json"
+        argv = [sys.executable, "-m", "pip_audit", "--requirement", str(pins), "--no-deps", "--disable-pip",
+                "--vulnerability-service", service, *(["--osv-url", osv_url] if osv_url else []),
+                "--format", "json", "--output", str(report), "--aliases", "on", "--desc", "on",
+                "--progress-spinner", "off", "--timeout", str(TIMEOUT_S), "--cache-dir", str(Path(tmp) / "cache")]
+        print(f"advisories: {len(wanted)} pins, service {service}\n+ {shlex.join(['python', *argv[1:]])}",
+              file=sys.stderr, flush=True)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        # Exit 1 is also "vulnerabilities found": the report file tells a finished audit from a failed one.
+        if proc.returncode not in (0, 1) or not report.exists():
+            raise UserError(f"advisories: pip-audit (service {service}) failed, exit {proc.returncode}: "
+                            f"{failure(proc.stderr)[:300]}")
         try:
-            document = get_json(session, json_url(index, name, version))
-        except Offline as err:
-            raise UserError(f"advisories: the index did not answer: {err}") from None
-        if document is None:
-            # As `lock --check` does: some mirrors serve only the project's document. Its advisories are those of
-            # the project's newest release, so they stand in only where that is the pinned one.
-            try:
-                project = get_json(session, json_url(index, name))
-            except Offline as err:
-                raise UserError(f"advisories: the index did not answer: {err}") from None
-            newest = (project.get("info") or {}).get("version") if isinstance(project, dict) else None
-            if newest is None or not _same(newest, version):
-                raise UserError(f"advisories: {json_url(index, name, version)}: no release document (404), and the "
-                                f"project's document speaks for {newest or 'no release'}, not {version}: the index "
-                                "serves no advisory data for it; point --index at PyPI or a mirror of its JSON API")
-            document = project
-        return name, parse(name, version, document)
-
-    with requests.Session() as session:
-        session.verify = ca_bundle() or True
-        items = list(wanted.items())
-        found = dict([one(items[0])])  # the first alone: an unreachable index fails once
-        with ThreadPoolExecutor(max_workers=FETCH_THREADS) as pool:
-            found.update(pool.map(one, items[1:]))
+            document = json.loads(report.read_text())
+        except ValueError:
+            raise UserError(f"advisories: pip-audit's report is not JSON ({report.name})") from None
+    found, skipped = parse(document)
+    if skipped:
+        raise UserError(f"advisories: pip-audit could not audit {len(skipped)} of {len(wanted)} pins, so this is no "
+                        f"clean report: {skipped[0]}" + (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else "")
+                        + f"; the {service} service has no record of them"
+                        + ("" if service == "osv" else ", try --service osv"))
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise UserError(f"advisories: pip-audit's report leaves out {len(missing)} pins ({', '.join(missing[:3])})")
     return found
 
 
-def audit(lock: Lock, sglang_requires: list[str], index: str = DEFAULT_INDEX) -> Report:
+def failure(stderr: str) -> str:
+    """The line of pip-audit's output that says why it failed. It ends in a traceback whose last exception is often
+    a bare wrapper (``ServiceError``), so the last exception or error line that carries a message is the one."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(said):
+        found = re.match(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (\S.*)$", line) or re.match(r"^ERROR:[\w.]+:(\S.*)$", line)
+        if found:
+            return ": ".join(found.groups())
+    return said[-1] if said else "no message"
+
+
+def audit(lock: Lock, sglang_requires: list[str], service: str = "pypi", osv_url: str | None = None) -> Report:
     wanted = pins(lock)
     accepted = exceptions(lock)
     report = Report(pins=len(wanted))
     used = set()
-    for name, advisories in fetch_all(index, wanted).items():
+    for name, advisories in pip_audit(wanted, service, osv_url).items():
         for adv in advisories:
             keys = {(name, adv.id), *((name, a) for a in adv.aliases)}
             hit = next((k for k in keys if k in accepted), None)

@@ -160,28 +160,30 @@ def _verify_signed(c, image, engine, key, bundle, tlog, insecure, others) -> Non
 
 @task(
     help={
-        "index": "the package index whose advisory data is read: its JSON API beside /simple "
-        "(default: https://pypi.org/simple)",
+        "service": "the vulnerability service pip-audit asks: pypi (PyPI's JSON API, the default) or osv",
+        "osv_url": "with --service osv: the OSV query API to ask, for a mirror (default: pip-audit's, "
+        "https://api.osv.dev/v1/query)",
     }
 )
 @user_errors
-def advisories(c, index=None):
-    """Known vulnerabilities of every pinned distribution, from the package index's own advisory data (network).
+def advisories(c, service="pypi", osv_url=None):
+    """Known vulnerabilities of every pinned distribution, found by pip-audit (network).
 
-    Asks the index for each release the lock installs (requirements.lock.txt, the router's,
-    and versions.lock's wheels) and prints each advisory that affects it: its id and aliases,
-    the versions that fix it, and whether the stack can take the fix (not where versions.lock
-    pins the distribution, nor where sglang's own requirement excludes every fixed version).
-    An advisory the project accepts is a [[advisory]] table of versions.lock with its reason.
-    Exit 1 while any advisory is neither fixed nor accepted.
+    pip-audit asks the service about each release the lock installs (requirements.lock.txt,
+    the router's, and versions.lock's wheels by their public version) without resolving or
+    installing anything. Each advisory is printed with its id and aliases, the versions that
+    fix it, and whether the stack can take the fix (not where versions.lock pins the
+    distribution, nor where sglang's own requirement excludes every fixed version). An
+    advisory the project accepts is a [[advisory]] table of versions.lock with its reason.
+    A pin the service has no record of fails the run. Exit 1 while any advisory is neither
+    fixed nor accepted.
     """
     from sglang_stack.lock import advisories as advisories_mod
     from sglang_stack.lock import lockfile as lockmod
-    from sglang_stack.lock.releases import DEFAULT_INDEX
 
     lock, cross_checked = lockmod.check_all(download=False)
     requires = lockmod.wheel_requires(lockmod.sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=True))
-    report = advisories_mod.audit(lock, requires, index or DEFAULT_INDEX)
+    report = advisories_mod.audit(lock, requires, service, osv_url)
     for line in report.lines():
         print(line)
     if report.open:
