@@ -464,8 +464,10 @@ def apart_s(docs: Sequence[dict]) -> float | None:
     return max(0.0, (max(starts) - min(ends)).total_seconds())
 
 
-def compare(paths: Sequence[str | Path], out: str | Path | None = None, reference: str | None = None) -> Path:
-    """Combine results of separate runs (one service at a time) into one table and plot.
+def compare(paths: Sequence[str | Path], out: str | Path | None = None, reference: str | None = None,
+            verdict: bool = False) -> Path:
+    """Combine results of separate runs (one service at a time) into one table and plot; with ``verdict``, the
+    verdict of bench/pays.py over them (its rounds paired by repeat).
 
     The runs were not interleaved, so their ratio carries the machine's drift
     between them; the combined metadata says so (``interleaved: false``).
@@ -482,9 +484,11 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
             names[endpoint["name"]] = str(path)
     if reference and reference not in names:
         raise UserError(f"--reference {reference!r}: not one of the endpoints ({', '.join(names)})")
-    out_dir = results_dir(out)
     first = docs[0]["metadata"]
     versions = {d["metadata"]["prompt_set"]["sha256"] for d in docs}
+    if len(versions) > 1 and verdict:
+        raise UserError(f"--verdict: {paths[0]} and the others used different prompt files "
+                        f"({', '.join(sorted(v[:12] for v in versions))}): measure each service with the same prompts")
     if len(versions) > 1:
         say("bench-compare: warning: the runs used different prompt files; their figures are not comparable")
     meta = {
@@ -505,7 +509,16 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
         "prompt_template": first.get("prompt_template"),
         "flush_cache": first.get("flush_cache"),
         "host": first.get("host"),
+        "load": first.get("load") or {"mode": "closed"},
+        "provenance": {str(Path(p)): d["metadata"].get("provenance") for p, d in zip(paths, docs)},
     }
+    if verdict:
+        for path, d in zip(paths, docs):
+            if (d["metadata"].get("load") or {}).get("mode", "closed") != "closed":
+                raise UserError(f"--verdict: {path} was an open-loop run (--request-rate); the verdict is per "
+                                "concurrency level: measure each service in the closed loop")
+        pays.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
+    out_dir = results_dir(out)
     doc = {
         "schema": 1,
         "complete": all(d["complete"] for d in docs),
@@ -518,4 +531,8 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
     report.write_results(out_dir, doc, plot=True)
     tell(report.markdown(doc))
     tell(f"bench-compare: results in {out_dir}")
+    if verdict:
+        found = pays.decide(doc)
+        pays.write(out_dir, found)
+        tell(f"verdict: {found['line']} ({out_dir / pays.NAME}, {out_dir / pays.PLOT})")
     return out_dir

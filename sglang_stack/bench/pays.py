@@ -5,7 +5,8 @@ next to each other (same level, same repeat: the interleaved A/B rounds cancel m
 is the geometric mean of those paired ratios, its 95% interval Student's t on their logarithms (the pairs are few,
 and a ratio's error is multiplicative). A level *pays* where the whole interval is above 1 and the ratio is at
 least 1 + MARGIN, *does not pay* where the interval is below 1 and the ratio at most 1 - MARGIN, and *cannot be told
-apart* otherwise, one pair alone included: no interval, no claim. ``pays_up_to`` is the highest level that pays.
+apart* otherwise, one pair alone included: no interval, no claim. ``pays_up_to`` is the highest level that pays. Runs made one service at a time and merged (`invoke bench-compare --verdict`) pair
+their rounds by repeat all the same, and the line says the drift between them was not cancelled.
 
 The margin is there because the interval only answers "is there a difference": with enough rounds it shrinks
 around any steady one, and two servers are never exactly alike (their GPUs' clocks, the extra fields a speculative
@@ -73,9 +74,12 @@ def check(meta: dict) -> None:
     if not speculating:
         names = ", ".join(f"{e['name']} ({e['url']})" for e in endpoints if e["name"] != reference) or "none"
         raise UserError(f"--verdict: no endpoint but the baseline {reference} speculates: the server info of {names} "
-                        "has no speculative algorithm; give the EAGLE-3 server too")
+                        "has no speculative algorithm; give the EAGLE-3 server too, or where both cannot run at once, "
+                        "measure each alone (invoke bench --out A, then --out B) and merge: invoke bench-compare "
+                        "--results A --results B --verdict")
     where = {}
-    for e in endpoints:
+    # Runs made one after the other may reach both servers at one address (one box, one port, one at a time).
+    for e in endpoints if meta.get("interleaved", True) else ():
         key = same_server(e["url"])
         if key in where:
             raise UserError(f"--verdict: {where[key]} and {e['name']} are one server ({e['url']}): the verdict divides "
@@ -103,7 +107,7 @@ def decide(doc: dict) -> dict:
     reference = meta["reference"]
     servers = {e["name"]: e.get("server") or {} for e in meta["endpoints"]}
     out = {"reference": reference, "levels": meta["levels"], "repeats": meta["repeats"], "margin": MARGIN,
-           "endpoints": {},
+           "interleaved": meta.get("interleaved", True), "apart_s": meta.get("apart_s"), "endpoints": {},
            "provenance": meta.get("provenance"),
            "servers": {name: {k: s.get(k) for k in ("version", "speculative_algorithm", "speculative_num_steps",
                                                    "speculative_eagle_topk", "speculative_num_draft_tokens",
@@ -148,7 +152,12 @@ def sentence(verdict: dict) -> str:
                     f"; above it, cannot be told apart from {verdict['reference']}")
         said.append(f"{name} pays up to {up_to} concurrent request{'s' if up_to > 1 else ''} "
                     f"({first['ratio']:.2f}x at {first['level']}){tail}")
-    return "; ".join(said) + "."
+    line = "; ".join(said) + "."
+    if not verdict.get("interleaved", True):
+        apart = verdict.get("apart_s")
+        line += (" Measured one after the other" + (f", {apart:.0f} s apart" if apart is not None else "")
+                 + ", not interleaved: the machine's drift between the runs is in every ratio.")
+    return line
 
 
 def _levels(levels: list[int]) -> str:

@@ -161,18 +161,27 @@ def bench(
         "results": "a results directory from invoke bench; repeat (at least two)",
         "out": "where the combined results go (default: stack.bench.results/<UTC timestamp>)",
         "reference": "endpoint the others are divided by (default: the first whose server does not speculate, else the first)",
+        "verdict": "does speculation pay, as invoke bench --verdict says it, from these runs: their rounds paired by "
+        "repeat (run each with the same --levels, --repeats and prompts); writes verdict.json and verdict.png; exit 3 "
+        "when it pays at no level (default: off)",
     },
 )
 @user_errors
-def bench_compare(c, results=None, out=None, reference=None):
+def bench_compare(c, results=None, out=None, reference=None, verdict=False):
     """Combine runs made one service at a time (one box) into one table, plot and ratio.
 
     Both services want every GPU, so on one box run `invoke bench` with baseline up,
-    then with eagle3 up, and combine the two results directories here.
+    then with eagle3 up, and combine the two results directories here; with --verdict,
+    also say whether speculation pays, level by level (the runs were not interleaved:
+    the line says so, and the machine's drift between them is in every ratio).
     """
     from sglang_stack.bench import measure as bench_mod
+    from sglang_stack.bench import pays
 
-    bench_mod.compare(results or [], out=_results_dir(c.config.stack.bench.results) if out is None else out, reference=reference)
+    out = bench_mod.compare(results or [], out=_results_dir(c.config.stack.bench.results) if out is None else out,
+                            reference=reference, verdict=bool(verdict))
+    if verdict and not json.loads((Path(out) / pays.NAME).read_text())["pays"]:
+        raise Exit(code=3)  # speculation paid at no level: a script can act on it
 
 
 def _results_dir(root):

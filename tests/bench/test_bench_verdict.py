@@ -126,3 +126,45 @@ def test_results_among_the_checkouts_tracked_files_are_refused(out):
         f"error: --out {out}: inside the checkout, where git tracks it; results go under bench-results/ (the default) "
         "or outside the checkout"), proc.stderr
     assert not (ROOT / "docs" / "verdict-run").exists()
+
+
+def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path):
+    """Where both servers cannot run at once (a 1T model wants every GPU): each measured alone, at one address in
+    turn, then `invoke bench-compare --verdict`. The crossover is the stand-ins' own; the line says the runs were not
+    interleaved, and the exit code is the verdict's."""
+    prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=13)
+    runs = []
+    for name, behaviour in (("baseline", BASE), ("eagle3", SPEC)):
+        with SGLangServer(behaviour) as server:
+            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1,16", repeats=3, warmup=0,
+                                          prompts=prompts, out=tmp_path / name), environ={}, progress=False))
+    proc = subprocess.run([sys.executable, "-m", "invoke", "bench-compare", "--verdict", "--results", str(runs[0]),
+                           "--results", str(runs[1]), "--out", str(tmp_path / "merged")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads((tmp_path / "merged" / pays.NAME).read_text())
+    assert {r["level"]: r["verdict"] for r in found["endpoints"]["eagle3"]["levels"]} == {1: pays.PAYS, 16: pays.LOSES}
+    assert found["interleaved"] is False and found["apart_s"] is not None
+    assert found["line"].startswith("eagle3 pays up to 1 concurrent request (") and found["line"].endswith(
+        "not interleaved: the machine's drift between the runs is in every ratio."), found["line"]
+    assert set(found["provenance"]) == {str(runs[0]), str(runs[1])}
+    assert f"verdict: {found['line']}" in proc.stdout
+
+    # Two baselines merged: nothing speculates, one line, and nothing written.
+    proc = subprocess.run([sys.executable, "-m", "invoke", "bench-compare", "--verdict", "--results", str(runs[0]),
+                           "--results", str(runs[0]), "--out", str(tmp_path / "none")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "none").exists()
+
+
+def test_merged_runs_on_other_prompts_are_refused(tmp_path):
+    runs = []
+    for name, behaviour, tokens in (("baseline", BASE, 13), ("eagle3", SPEC, 9)):
+        prompts = write_prompts(tmp_path / f"{name}.jsonl", count=2, tokens=tokens)
+        with SGLangServer(behaviour) as server:
+            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
+                                          prompts=prompts, out=tmp_path / name), environ={}, progress=False))
+    with pytest.raises(UserError, match=rf"--verdict: {runs[0]} and the others used different prompt files"):
+        bench.compare(runs, out=tmp_path / "merged", verdict=True)
+    assert not (tmp_path / "merged").exists()
