@@ -1,13 +1,16 @@
-"""The Docker Engine and its CLI plugins: is it there, and if not, what to install.
+"""The container engine the stack drives (``Engine``: Docker, Podman or Buildah), and for the Docker Engine, its
+CLI plugins: is it there, and if not, what to install.
 
-The Docker SDK for Python pings the engine (it honours ``DOCKER_HOST``, as the CLI
-does); ``docker buildx`` and ``docker compose`` are CLI plugins with no Python API,
-so their presence is asked of the CLI itself.
+An ``Engine`` is made once from ``--engine`` (or ``stack.engine``) and passed on whole: it knows its command lines
+and what its builds can do, so no caller compares names. The Docker SDK for Python pings the Docker Engine (it
+honours ``DOCKER_HOST``, as the CLI does); ``docker buildx`` and ``docker compose`` are CLI plugins with no Python
+API, so their presence is asked of the CLI itself.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from sglang_stack.errors import UserError
 from sglang_stack.shell import run
@@ -18,6 +21,59 @@ PLUGINS = {
     "buildx": ("the BuildKit CLI plugin", "docker-buildx-plugin (Docker's apt/yum repository) or docker-buildx (Debian trixie, Ubuntu 24.04)"),
     "compose": ("Compose v2", "docker-compose-plugin (Docker's apt/yum repository) or docker-compose >= 2 (Debian trixie, Ubuntu 24.04)"),
 }
+
+
+NAMES = ("docker", "podman", "buildah")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One of ``NAMES``. Podman and Buildah share one image store (containers/storage): Buildah builds and tags,
+    Podman runs and inspects what either made."""
+
+    name: str
+
+    def __post_init__(self):
+        if self.name not in NAMES:
+            raise UserError(f"--engine {self.name!r}: unsupported (choose one of {', '.join(NAMES)})")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def daemon(self) -> bool:
+        """The Docker Engine: a daemon the Docker SDK reaches, with the compose and buildx CLI plugins."""
+        return self.name == "docker"
+
+    @property
+    def buildkit(self) -> bool:
+        """Builds through BuildKit (``docker buildx build``): cache and secret mounts, ``rewrite-timestamp``, the
+        Docker image format only, no ``--isolation``. Otherwise buildah's builder: ``--format``, ``--layers``,
+        ``--timestamp``, ``--isolation`` (chroot where the host has no unified cgroup hierarchy)."""
+        return self.name == "docker"
+
+    @property
+    def build(self) -> list[str]:
+        """The build command, before its options."""
+        return {"docker": ["docker", "buildx", "build"], "podman": ["podman", "build"], "buildah": ["buildah", "bud"]}[self.name]
+
+    @property
+    def store(self) -> str:
+        """The CLI that lists, tags and removes images of this engine's store."""
+        return "docker" if self.daemon else "buildah"
+
+    @property
+    def runner(self) -> str:
+        """The CLI that runs containers and inspects images (``image inspect --format``) of this engine's store."""
+        return "docker" if self.daemon else "podman"
+
+
+DOCKER, PODMAN, BUILDAH = Engine("docker"), Engine("podman"), Engine("buildah")
+
+
+def named(name: str | None, default: str = "docker") -> Engine:
+    """The engine ``--engine NAME`` (or ``stack.engine``) names; an unknown name is one line."""
+    return Engine(name or default)
 
 
 def reachable(hint: str = "start Docker (sudo systemctl start docker)"):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.engine import BUILDAH, DOCKER
 from sglang_stack import ROOT
 
 
@@ -110,7 +111,7 @@ def smoke_base(request, run_id, keep_images) -> str:
     if not (shutil.which("buildah") and shutil.which("debootstrap") and shutil.which("podman")):
         need("container tests need buildah, podman and debootstrap (.ci/run installs them)")
     ref = request.config.getoption("--base-image") or smoke.BASE_IMAGE
-    with store.BaseLease("buildah", ref, make=ref == smoke.BASE_IMAGE, keep=keep_images, run=run_id) as leased:
+    with store.BaseLease(BUILDAH, ref, make=ref == smoke.BASE_IMAGE, keep=keep_images, run=run_id) as leased:
         yield leased
 
 
@@ -136,7 +137,7 @@ def docker_base(request, docker_engine, run_id, keep_images) -> str:
     if not shutil.which("debootstrap"):
         need("needs debootstrap to make the Debian base (.ci/run installs it)")
     ref = request.config.getoption("--base-image") or smoke.BASE_IMAGE
-    with store.BaseLease("docker", ref, make=ref == smoke.BASE_IMAGE, keep=keep_images, run=run_id) as leased:
+    with store.BaseLease(DOCKER, ref, make=ref == smoke.BASE_IMAGE, keep=keep_images, run=run_id) as leased:
         yield leased
 
 
@@ -156,7 +157,7 @@ def _invoke_build(target: str, base: str, run_id: str, keep: bool):
     assert proc.returncode == 0, f"invoke build --engine docker --target {target} failed:\n{proc.stdout[-3000:]}{proc.stderr[-5000:]}"
     yield tag, proc, seconds
     if not keep:
-        store.remove("docker", tag)
+        store.remove(DOCKER, tag)
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +175,7 @@ def standin_image(sglang_stage, run_id, keep_images, tmp_path_factory) -> str:
     tag = engine.build_standin(sglang_stage[0], f"sglang-stack-test-{run_id}:standin", tmp_path_factory.mktemp("standin"))
     yield tag
     if not keep_images:
-        store.remove("docker", tag)
+        store.remove(DOCKER, tag)
 
 
 @pytest.fixture(scope="session")

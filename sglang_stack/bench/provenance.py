@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from typing import Sequence
 
+from sglang_stack.engine import Engine
 from sglang_stack import ROOT
 from sglang_stack.bench.client import Endpoint
 from sglang_stack.errors import UserError
@@ -54,13 +55,13 @@ def gpus() -> list[dict] | None:
     return rows
 
 
-def image_of_container(engine: str, container: str) -> dict | None:
+def image_of_container(engine: Engine, container: str) -> dict | None:
     """The image a container runs: id, repository digests, and the stack's labels."""
-    image = _run([engine, "inspect", "--format", "{{.Image}}", container])
+    image = _run([engine.runner, "inspect", "--format", "{{.Image}}", container])
     if not image:
         return None
     image = image.strip()
-    raw = _run([engine, "image", "inspect", "--format", "{{json .}}", image])
+    raw = _run([engine.runner, "image", "inspect", "--format", "{{json .}}", image])
     try:
         info = json.loads(raw) if raw else {}
     except ValueError:
@@ -82,7 +83,7 @@ def verified(image_id: str) -> dict | None:
             "failed": [c["name"] for c in record.get("checks", []) if c.get("ok") is False]}
 
 
-def images(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
+def images(endpoints: Sequence[Endpoint], env, engine: Engine | None) -> dict:
     """For each endpoint that is a compose service of this checkout on this host, its image; else nothing."""
     if not engine:
         return {}
@@ -131,7 +132,7 @@ def models(env) -> dict:
     return out
 
 
-def collect(endpoints: Sequence[Endpoint], env, engine: str | None) -> dict:
+def collect(endpoints: Sequence[Endpoint], env, engine: Engine | None) -> dict:
     from sglang_stack.image.build import checkout
 
     return {"stack": checkout(), "gpus": gpus(), "images": images(endpoints, env, engine), "models": models(env)}

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from sglang_stack.engine import DOCKER, Engine
+
 DEFAULT_LEVELS = (1, 4, 16)
 
 
@@ -55,4 +57,4 @@ class Request:
     level: str | int | None = None
     ready_timeout: float | str = 1800.0
     verdict: bool = False  # --verdict: per level, does speculation pay over the baseline (bench/pays.py)
-    engine: str | None = None  # the container CLI that runs the services (provenance; the sweep's restarts)
+    engine: Engine = DOCKER  # the engine that runs the services (provenance; the sweep's restarts)

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count
 
@@ -110,7 +111,7 @@ class Request:
     tokenizer: str | None = None  # default: the service's MODEL_DIR
     image: str | None = None
     python: str | None = None
-    engine: str = "docker"
+    engine: Engine = Engine("docker")
     profile: str | None = None
 
     def prompts(self, model_dir: Path | None):

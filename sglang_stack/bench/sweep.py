@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from sglang_stack.engine import Engine
 from sglang_stack.bench import client, display, report, rounds
 from sglang_stack.bench import measure as bench
 from sglang_stack.services import compose
@@ -127,7 +128,7 @@ def grid(steps: Sequence[int], topks: Sequence[int], draft_tokens: Sequence[int]
     return points
 
 
-def compose_argv(engine: str, proj: composefile.Project, service: str, wait_timeout: float = 1800) -> list[str]:
+def compose_argv(engine: Engine, proj: composefile.Project, service: str, wait_timeout: float = 1800) -> list[str]:
     """The command that recreates ``service`` and waits until its healthcheck passes; it never builds."""
     return compose.compose_argv(
         engine, proj, "up", "--detach", "--wait", "--wait-timeout", str(int(wait_timeout)), "--force-recreate",
@@ -140,19 +141,19 @@ def compose_env(point: GridPoint, base: Mapping[str, str]) -> dict[str, str]:
     return {**base, **point.env()}
 
 
-def compose_restart(engine: str, proj: composefile.Project, service: str, wait_timeout: float = 1800
+def compose_restart(engine: Engine, proj: composefile.Project, service: str, wait_timeout: float = 1800
                     ) -> Callable[[GridPoint], None]:
     """A restart function that runs ``docker compose up`` for each grid point."""
-    shell.require(engine, f"the sweep restarts {service} with {engine} compose; install it with its compose plugin")
+    shell.require(engine.runner, f"the sweep restarts {service} with {engine.runner} compose; install it with its compose plugin")
 
     def restart(point: GridPoint) -> None:
         shell.run(compose_argv(engine, proj, service, wait_timeout), env=compose_env(point, dict(os.environ)),
-                  what=f"{engine} compose up {service} ({point.label(service)})")
+                  what=f"{engine.runner} compose up {service} ({point.label(service)})")
 
     return restart
 
 
-def compose_log_tail(engine: str, proj: composefile.Project, service: str, lines: int = 15) -> str:
+def compose_log_tail(engine: Engine, proj: composefile.Project, service: str, lines: int = 15) -> str:
     """The service's last log lines (``docker compose logs --tail``), or "" when they cannot be read."""
     argv = compose.compose_argv(engine, proj, "logs", "--no-color", "--no-log-prefix", "--tail", str(lines), service)
     try:
@@ -162,7 +163,7 @@ def compose_log_tail(engine: str, proj: composefile.Project, service: str, lines
     return (proc.stdout or "").strip()
 
 
-def preflight(engine: str, service: str) -> None:
+def preflight(engine: Engine, service: str) -> None:
     """The checks `invoke up` runs, once, before the first grid point; and the image must exist.
 
     A host that cannot serve fails here, in one line, not after one compose run per grid point.
@@ -342,9 +343,9 @@ def run(
         endpoint = Endpoint(service, composefile.endpoint(service, proj.env))
     if restart is None:
         proj = proj or composefile.project(env)
-        preflight(request.engine or "docker", service)
-        restart = compose_restart(request.engine or "docker", proj, service, ready)
-        log_tail = log_tail or (lambda: compose_log_tail(request.engine or "docker", proj, service))
+        preflight(request.engine, service)
+        restart = compose_restart(request.engine, proj, service, ready)
+        log_tail = log_tail or (lambda: compose_log_tail(request.engine, proj, service))
     prompt_set = source.load()
     out_dir = bench.results_dir(request.out)
     api_key = (proj or composefile.project(env)).api_key()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from sglang_stack.doctor.checks import SKIP, Check
+from sglang_stack.engine import Engine
 
 NEEDS = ("service", "gpu", "multinode")
 ROLES = ("server", "router")
@@ -75,7 +76,7 @@ class Context:
 
     facts: object
     svc: object | None
-    engine: str
+    engine: Engine
     env: object | None = None
     error: str = ""
     role: str = "server"

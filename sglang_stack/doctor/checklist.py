@@ -25,6 +25,7 @@ from typing import Callable
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack import ROOT
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.doctor.inputs import (
     check_api_key, check_hub_token, check_models,
@@ -143,13 +144,13 @@ def check_port(svc, rows: list | None) -> Check:
 
 
 @check(roles=("server", "router"))
-def check_docker(facts: Facts, engine: str) -> Check:
+def check_docker(facts: Facts, engine: Engine) -> Check:
     """The engine answers and the compose plugin is there (2.17 or newer, for ``up --wait-timeout``).
 
     Fix: install or start Docker Engine with the compose plugin.
     """
     if not facts.docker_cli:
-        return Check("docker", FAIL, f"{engine} CLI not found on PATH",
+        return Check("docker", FAIL, f"{engine.runner} CLI not found on PATH",
                      "install Docker Engine with the compose plugin: https://docs.docker.com/engine/install/")
     if not facts.docker_info:
         return Check("docker", FAIL, f"engine not reachable: {facts.docker_error}",
@@ -485,7 +486,7 @@ CHECKS = (check_config, check_router, check_models, check_api_key, check_hub_tok
           check_memlock, check_disk, check_image, check_kernels, check_audit)
 
 
-def evaluate(facts: Facts, engine: str, svc: composefile.Service | None, config_error: str = "",
+def evaluate(facts: Facts, engine: Engine, svc: composefile.Service | None, config_error: str = "",
              env: variables.Environment | None = None, role: str = composefile.SERVER) -> list[Check]:
     """Every check of ``CHECKS`` that applies to this role and service, in order."""
     return run_checks(CHECKS, Context(facts, svc, engine, env, config_error, role))
@@ -495,7 +496,7 @@ def _files(svc: composefile.Service) -> str:
     return "compose files: " + ", ".join(str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else str(f) for f in svc.files)
 
 
-def run(engine: str, name: str | None, show: bool = False, env: variables.Environment | None = None,
+def run(engine: Engine, name: str | None, show: bool = False, env: variables.Environment | None = None,
         svc: "composefile.Service | composefile.RouterService | None" = None, notes: bool = True) -> list[Check]:
     """Every check of service ``name`` (default: compose.yaml's); ``svc``, when the caller resolved it already, is
     not resolved again. Files Compose cannot read are the ``config`` check's FAIL, and the host's checks still run;
@@ -526,7 +527,7 @@ def summary(checks: list[Check]) -> str:
     return ", ".join(words)
 
 
-def doctor(engine: str, name: str | None, out: Callable[[str], None] = print, show: bool = True) -> int:
+def doctor(engine: Engine, name: str | None, out: Callable[[str], None] = print, show: bool = True) -> int:
     """Print every check of service ``name`` (default: compose.yaml's); return 1 when any failed."""
     env_file = variables.ENV_FILE if variables.ENV_FILE.exists() else None
     checks = run(engine, name, show=show)
@@ -538,7 +539,7 @@ def doctor(engine: str, name: str | None, out: Callable[[str], None] = print, sh
     return 1 if any(c.status == FAIL for c in checks) else 0
 
 
-def preflight(engine: str, name: str, out: Callable[[str], None] = print, *, env: variables.Environment | None = None,
+def preflight(engine: Engine, name: str, out: Callable[[str], None] = print, *, env: variables.Environment | None = None,
               svc: "composefile.Service | composefile.RouterService | None" = None) -> list[Check]:
     """``invoke up``'s gate: quiet unless something is wrong; the first FAIL is the error.
 
@@ -574,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write(path, documented(read_text(path), CHECKS))
         print(f"wrote {path.relative_to(ROOT)}")
         return 0
-    return doctor(args.engine, args.service)
+    return doctor(Engine(args.engine), args.service)
 
 
 if __name__ == "__main__":

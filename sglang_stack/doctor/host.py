@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack import shell
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.services import compose
 from sglang_stack.services import composefile
@@ -130,13 +131,13 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def gather_engine(engine: str, image: str | None, show: bool = False, proj=None) -> Facts:
+def gather_engine(engine: Engine, image: str | None, show: bool = False, proj=None) -> Facts:
     """The engine's facts: CLI, ``docker info``, Compose, the image (when named), the containers of ``proj``
     (a ``composefile.Project``; none when Compose could not read the files)."""
-    facts = Facts(docker_cli=shutil.which(engine) is not None)
+    facts = Facts(docker_cli=shutil.which(engine.runner) is not None)
     if not facts.docker_cli:
         return facts
-    code, out, err = _capture([engine, "info", "--format", "{{json .}}"], 15, show)
+    code, out, err = _capture([engine.runner, "info", "--format", "{{json .}}"], 15, show)
     try:
         info = json.loads(out) if out.strip() else None
     except json.JSONDecodeError:
@@ -147,10 +148,10 @@ def gather_engine(engine: str, image: str | None, show: bool = False, proj=None)
     else:
         facts.docker_error = (server_errors[0] if server_errors else "") or last_line(err) or f"exit {code}"
         return facts
-    code, out, _ = _capture([engine, "compose", "version", "--short"], 10, show)
+    code, out, _ = _capture([engine.runner, "compose", "version", "--short"], 10, show)
     facts.compose_version = out.strip() if code == 0 else ""
     if image:
-        code, out, _ = _capture([engine, "image", "inspect", image], 10, show)
+        code, out, _ = _capture([engine.runner, "image", "inspect", image], 10, show)
         if code == 0:
             try:
                 facts.image = (json.loads(out) or [None])[0]
@@ -167,7 +168,7 @@ def gather_engine(engine: str, image: str | None, show: bool = False, proj=None)
     return facts
 
 
-def gather(engine: str, svc: composefile.Service | None, show: bool = False, audit: bool = True,
+def gather(engine: Engine, svc: composefile.Service | None, show: bool = False, audit: bool = True,
            notes: bool = True) -> Facts:
     """Ask the host; never raises for a missing tool or an unreachable daemon. ``notes``: also gather what only a
     note reads (SGLang's all-reduce start-up in the image, seconds per rank), which `invoke up`'s gate never shows."""
@@ -211,7 +212,7 @@ def gather(engine: str, svc: composefile.Service | None, show: bool = False, aud
         # rootless engine refuses memlock -1 with "error setting rlimit type 8").
         image = svc.image if svc else DEFAULT_IMAGE
         limits = [f"--ulimit={name}={_ulimit_arg(value)}" for name, value in sorted((svc.ulimits if svc else {}).items())]
-        code, out, err = _capture([engine, "run", "--rm", "--network", "none", *limits, "--entrypoint", "stat", image,
+        code, out, err = _capture([engine.runner, "run", "--rm", "--network", "none", *limits, "--entrypoint", "stat", image,
                                    "-c", "%u:%a", CACHE_DIR], 30, show)
         facts.ulimits_tried = bool(limits)
         said = [line.strip() for line in err.splitlines() if "rlimit" in line]
@@ -257,7 +258,7 @@ def model_architecture(directory: Path | None) -> str:
         return ""
 
 
-def _gather_audit(facts: Facts, engine: str, svc: composefile.Service | None, show: bool) -> None:
+def _gather_audit(facts: Facts, engine: Engine, svc: composefile.Service | None, show: bool) -> None:
     arch = model_architecture(svc.model_dir if svc else None)
     if not facts.docker_info:
         facts.audit_skip = "skipped: no Docker engine to run the image"
@@ -266,7 +267,7 @@ def _gather_audit(facts: Facts, engine: str, svc: composefile.Service | None, sh
     elif not arch:
         facts.audit_skip = "skipped: no architecture (MODEL_DIR has no readable config.json)"
     else:
-        argv = [engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image,
+        argv = [engine.runner, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image,
                 "-m", "sglang_stack.audit.eagle3", "--sglang-src", "/opt/sglang", "--arch", arch]
         code, out, err = _capture(argv, AUDIT_TIMEOUT_S, show)
         facts.audit = (code, (out + err).strip())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
+from sglang_stack.engine import Engine
 from sglang_stack.entrypoints.peers import P2P_OK, linked, pairs as _pairs, parse_matrix
 from sglang_stack.doctor.catalog import check
 from sglang_stack.services import composefile
@@ -114,7 +115,7 @@ def hardware(topo: Topology, gpus: list[int]) -> tuple[bool, bool]:
 ALLREDUCE_TIMEOUT_S = 240
 
 
-def gather_allreduce(facts, engine: str, svc: composefile.Service, run) -> None:
+def gather_allreduce(facts, engine: Engine, svc: composefile.Service, run) -> None:
     """Run SGLang's own all-reduce start-up in the service's image (entrypoints/allreduce.py) with the hardware
     answers nvidia-smi gave; ``facts.allreduce`` = (exit code, output), or ``facts.allreduce_skip`` says why not."""
     gpus = service_gpus(facts, svc)
@@ -130,7 +131,7 @@ def gather_allreduce(facts, engine: str, svc: composefile.Service, run) -> None:
     else:
         nvlink, p2p = hardware(topo, gpus)
         deterministic = "yes" if "--enable-deterministic-inference" in svc.argv else "no"
-        argv = [engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image, "-m",
+        argv = [engine.runner, "run", "--rm", "--network", "none", "--entrypoint", "python3", svc.image, "-m",
                 "sglang_stack.entrypoints.allreduce", "--tp", str(len(gpus)), "--nvlink", "yes" if nvlink else "no",
                 "--p2p", "yes" if p2p else "no", *(["--deterministic", "yes"] if deterministic == "yes" else [])]
         code, out, err = run(argv, ALLREDUCE_TIMEOUT_S)

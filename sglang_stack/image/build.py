@@ -19,10 +19,10 @@ from pathlib import Path
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack import engine as engine_mod
+from sglang_stack.engine import Engine
 from sglang_stack.image import store
 from sglang_stack.shell import CommandFailed, require, stream
 
-ENGINES = ("docker", "podman", "buildah")
 TARGETS = ("base", "deps", "sglang", "runtime", "router")
 # The build argument --base-image replaces: the router stage has its own slim Python base.
 BASE_ARG = {"router": "ROUTER_BASE_IMAGE"}
@@ -42,7 +42,7 @@ def arch_list(text: str) -> str:
 class BuildRequest:
     """Everything one build needs; ``command()`` turns it into the engine's argv."""
 
-    engine: str
+    engine: Engine
     tag: str
     target: str = "runtime"
     base_image: str | None = None
@@ -76,11 +76,9 @@ class BuildRequest:
 
     @property
     def chroot(self) -> bool:
-        return self.engine != "docker" and self.isolation == "chroot"
+        return not self.engine.buildkit and self.isolation == "chroot"
 
     def validate(self) -> None:
-        if self.engine not in ENGINES:
-            raise UserError(f"--engine {self.engine!r}: unsupported (choose one of {', '.join(ENGINES)})")
         if self.target not in TARGETS:
             raise UserError(f"--target {self.target!r}: not a stage of {self.dockerfile.name} (choose one of {', '.join(TARGETS)})")
         store.reference(self.tag, "--tag")
@@ -91,7 +89,7 @@ class BuildRequest:
                 raise UserError(f"{flag} {path}: no such file")
         if self.ca_bundle is not None and b"BEGIN CERTIFICATE" not in Path(self.ca_bundle).read_bytes()[:1 << 20]:
             raise UserError(f"--ca-bundle {self.ca_bundle}: not a PEM certificate bundle")
-        if self.isolation and self.engine == "docker":
+        if self.isolation and self.engine.buildkit:
             raise UserError("--isolation applies to --engine podman|buildah only")
         if not self.dockerfile.is_file():
             raise UserError(f"{self.dockerfile}: missing (run `invoke render`)")
@@ -100,8 +98,8 @@ class BuildRequest:
 
     def command(self) -> list[str]:
         """The exact engine command line, secrets passed as files, never as values."""
-        if self.engine == "docker":
-            argv = ["docker", "buildx", "build"]
+        argv = list(self.engine.build)
+        if self.engine.buildkit:
             # BuildKit 0.13+ stamps every file with SOURCE_DATE_EPOCH when asked; older ones
             # (Docker 20.10's built-in) keep the build's own times in the layers.
             if self.source_date_epoch is not None and self.rewrite_timestamps:
@@ -111,7 +109,6 @@ class BuildRequest:
         else:
             # OCI format drops HEALTHCHECK and SHELL, hence --format docker for podman/buildah, unless
             # the build must be reproducible (``oci``).
-            argv = ["podman", "build"] if self.engine == "podman" else ["buildah", "bud"]
             argv += ["--format", "oci" if self.oci else "docker", "--layers" if self.layers else "--layers=false"]
             # A failed step's working container is removed too (buildah keeps it by default); the steps before it
             # stay as the layer cache, as BuildKit's do.
@@ -124,7 +121,7 @@ class BuildRequest:
         if self.no_cache:
             argv.append("--no-cache")
         if self.source_date_epoch is not None:
-            if self.engine != "docker":
+            if not self.engine.buildkit:
                 argv += ["--timestamp", str(self.source_date_epoch)]  # every file and the image's created date
             argv += ["--build-arg", f"SOURCE_DATE_EPOCH={self.source_date_epoch}"]
         base_arg = BASE_ARG.get(self.target, "BASE_IMAGE")
@@ -186,12 +183,12 @@ QEMU_HINT = ("install QEMU's user-mode emulation for it (Debian/Ubuntu: `sudo ap
              "aarch64 host")
 
 
-def builder_platforms(engine: str) -> list[str] | None:
+def builder_platforms(engine: Engine) -> list[str] | None:
     """The platforms the engine's builder can run RUN steps for, or None where it cannot say."""
     import platform as host
     import subprocess
 
-    if engine == "docker":
+    if engine.buildkit:
         try:
             out = subprocess.run(["docker", "buildx", "inspect"], capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.TimeoutExpired):
@@ -203,7 +200,7 @@ def builder_platforms(engine: str) -> list[str] | None:
     return [native, *[p for p, name in emulated.items() if Path("/proc/sys/fs/binfmt_misc", name).exists()]]
 
 
-def require_platform(engine: str, platform: str) -> None:
+def require_platform(engine: Engine, platform: str) -> None:
     """A build for ``platform`` runs its RUN steps there: refused in one line where this host cannot run them."""
     have = builder_platforms(engine)
     if have is not None and platform not in have:
@@ -278,15 +275,15 @@ def prefetch_refs(value: str, lock: Path | None = None) -> str:
     return " ".join(refs)
 
 
-def preflight(engine: str) -> None:
+def preflight(engine: Engine) -> None:
     """Fail fast, in one line, when the engine cannot build here."""
-    if engine == "docker":
+    if engine.daemon:
         require("docker", "install Docker, or build daemonless with --engine buildah|podman")
         engine_mod.require_plugin("buildx", ", or build daemonless with --engine buildah|podman")
         engine_mod.reachable("start Docker, or build daemonless with --engine buildah|podman")
-    elif engine == "podman":
+    elif engine.name == "podman":
         require("podman", "install podman, or use --engine docker|buildah")
-    elif engine == "buildah":
+    else:
         require("buildah", "install buildah (Debian/Ubuntu: apt-get install buildah), or use --engine docker|podman")
 
 
@@ -340,13 +337,13 @@ def build(request: BuildRequest) -> tuple[str, str]:
     preflight(request.engine)
     if request.reproducible and request.source_date_epoch is None:
         raise UserError("--reproducible: no commit to take the build's clock from (not a git checkout?)")
-    if request.reproducible and request.engine != "docker" and not request.no_cache:
+    if request.reproducible and not request.engine.buildkit and not request.no_cache:
         # buildah and podman stamp a layer with the clock when they make it, and a cached layer keeps the stamp of
         # the commit that first built it; BuildKit's rewrite-timestamp restamps every layer at export instead.
         request.no_cache = True
         print(f"note: --reproducible with {request.engine} builds without the cache: a cached layer keeps the "
               "clock of the commit that made it")
-    if request.engine == "docker" and request.source_date_epoch is not None:
+    if request.engine.buildkit and request.source_date_epoch is not None:
         request.rewrite_timestamps = buildkit_supports_rewrite()
         if not request.rewrite_timestamps and request.reproducible:
             raise UserError("--reproducible: this engine's BuildKit is older than 0.13 (no rewrite-timestamp): "

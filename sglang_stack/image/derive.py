@@ -22,6 +22,8 @@ from typing import Callable
 
 from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
+from sglang_stack import engine as enginemod
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.entrypoints.settings import DRAFT, PROFILES, TARGET
 from sglang_stack.services.decisions import TABLE_JSON, TABLE_MD, load, tables
@@ -72,7 +74,7 @@ def runs(lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> list[Run]:
 class Runner:
     """Where ``python3 -m sglang_stack.entrypoints.settings`` runs: in an image, or with a given interpreter."""
 
-    def __init__(self, *, image: str | None = None, engine: str = "docker", python: str | None = None,
+    def __init__(self, *, image: str | None = None, engine: Engine = Engine("docker"), python: str | None = None,
                  model_dir: Path = MODEL_DIR, draft_dir: Path = DRAFT_DIR):
         if bool(image) == bool(python):
             raise UserError("settings: give an image or a Python to run SGLang in, not both")
@@ -101,7 +103,7 @@ class Runner:
         shell pass through)."""
         env = env or {}
         if self.image:
-            cmd = [self.engine, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3"]
+            cmd = [self.engine.runner, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3"]
             for host, inside in (mounts or {}).items():
                 cmd += ["-v", f"{host}:{inside}:ro"]
             for key, value in sorted(env.items()):
@@ -293,7 +295,7 @@ class Request:
 
     image: str | None = None
     python: str | None = None
-    engine: str = "docker"
+    engine: Engine = Engine("docker")
     model_dir: str | None = None
     draft_dir: str | None = None
     host: str | None = None
@@ -348,12 +350,10 @@ def runner_for(request: Request, tag: str, profile: str, what: str = "settings")
     --help'")."""
     image = None
     if not request.python:
-        from sglang_stack import engine as enginemod
-
         image = request.image or tag  # a reference the task has checked (image.store.reference)
-        if request.engine == "docker":
+        if request.engine.daemon:
             enginemod.reachable()
-        if subprocess.run([request.engine, "image", "inspect", image], capture_output=True).returncode != 0:
+        if subprocess.run([request.engine.runner, "image", "inspect", image], capture_output=True).returncode != 0:
             flag = f" --profile {profile}" if request.profile else ""
             raise UserError(f"{what}: {image}: no such image in the {request.engine} store: build it first "
                             f"(`invoke build{flag}`), or name one with --image, or run SGLang with --python")

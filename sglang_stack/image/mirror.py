@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from sglang_stack import ROOT
 from sglang_stack.atomic import write as atomic_write
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.lock.lockfile import Lock, _key
 from sglang_stack.lock.pins import read_pins
@@ -246,12 +247,12 @@ def local_name(arg: str, ref: str) -> str:
     return f"localhost/sglang-stack-mirror/{arg.lower().replace('_', '-')}:{hashlib.sha256(ref.encode()).hexdigest()[:16]}"
 
 
-def _save_image(engine: str, arg: str, ref: str, dest: Path) -> None:
+def _save_image(engine: Engine, arg: str, ref: str, dest: Path) -> None:
     """Save one base image as a docker-archive named ``local_name``, pulling it first if the store lacks it."""
     from sglang_stack.image import store
     from sglang_stack.shell import CommandFailed, run, stream
 
-    cli = "docker" if engine == "docker" else engine
+    cli = engine.name  # each of the three pulls; buildah alone has no save or load (it pushes and pulls archives)
     if not store.exists(engine, ref):
         try:
             stream([cli, "pull", ref], what=f"{cli} pull {ref}")
@@ -263,7 +264,7 @@ def _save_image(engine: str, arg: str, ref: str, dest: Path) -> None:
     tmp = dest.with_name(f".{dest.name}.part")
     tmp.unlink(missing_ok=True)
     try:
-        if engine == "buildah":
+        if engine.name == "buildah":
             run(["buildah", "push", ref, f"docker-archive:{tmp}:{name}"], what=f"buildah push {ref}")
         else:
             fresh = not store.exists(engine, name)
@@ -282,7 +283,7 @@ def image_file(arg: str) -> str:
     return f"{arg.lower().replace('_', '-')}.tar"
 
 
-def fetch(lock: Lock, target: str, images: dict[str, str], engine: str, mirror: Path = MIRROR,
+def fetch(lock: Lock, target: str, images: dict[str, str], engine: Engine, mirror: Path = MIRROR,
           optional: bool = False) -> list[str]:
     """Fill ``mirror`` for ``target``; returns the report lines. Raises naming every re-uploaded file."""
     want = plan(lock, target, images, optional)
@@ -291,7 +292,7 @@ def fetch(lock: Lock, target: str, images: dict[str, str], engine: str, mirror: 
         return _fetch(lock, target, want, engine, mirror)
 
 
-def _fetch(lock: Lock, target: str, want: Plan, engine: str, mirror: Path) -> list[str]:
+def _fetch(lock: Lock, target: str, want: Plan, engine: Engine, mirror: Path) -> list[str]:
     from sglang_stack.download import fetch as download
     from sglang_stack.download import sha256_of
     from sglang_stack.image import store
@@ -517,7 +518,7 @@ def _check_archive(mirror: Path, entry: dict, target: str) -> None:
                         f"run `invoke fetch --target {target}` again")
 
 
-def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Path = MIRROR,
+def base_images(engine: Engine, manifest: dict, images: dict[str, str], mirror: Path = MIRROR,
                 anchored: dict[str, str] | None = None) -> dict[str, str]:
     """ARG -> what the build starts FROM: the reference itself where the store has it, else the mirror's
     archive, loaded into the store under ``local_name``. ``anchored``: ARG -> the image ID the lock records
@@ -539,10 +540,10 @@ def base_images(engine: str, manifest: dict, images: dict[str, str], mirror: Pat
                             f"remove it ({engine} rmi {name}) and build again")
         if not store.exists(engine, name):
             archive = mirror / entries[arg]["path"]
-            if engine == "buildah":
+            if engine.name == "buildah":
                 run(["buildah", "pull", f"docker-archive:{archive}"], what=f"buildah pull {archive.name}")
             else:
-                run([engine, "load", "--input", str(archive)], what=f"{engine} load {archive.name}")
+                run([engine.name, "load", "--input", str(archive)], what=f"{engine} load {archive.name}")
             if recorded and store.image_id(engine, name) != recorded:
                 raise UserError(f"{archive}: loads as {store.image_id(engine, name)[:19]}, not the image the fetch "
                                 f"saved ({recorded[:19]}): run `invoke fetch` again")

@@ -31,6 +31,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
 
 from sglang_stack.atomic import write as atomic_write
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.download import fetch
 from sglang_stack.lock.lockfile import Lock
@@ -366,11 +367,12 @@ def total_line(layers: list[Layer], target: str) -> str:
 # --- against a built image ----------------------------------------------------------------------------
 
 
-def built_layers(engine: str, image: str) -> list[tuple[str, int]]:
+def built_layers(engine: Engine, image: str) -> list[tuple[str, int]]:
     """(instruction, bytes) per layer of a built image, oldest first, from the engine's history."""
     from sglang_stack.shell import run
 
-    proc = run([engine, "history", "--no-trunc", "--format", "{{json .}}", image], capture=True, what=f"{engine} history")
+    proc = run([engine.runner, "history", "--no-trunc", "--format", "{{json .}}", image], capture=True,
+               what=f"{engine.runner} history")
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     out = []
     for row in reversed(rows):

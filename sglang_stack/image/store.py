@@ -23,10 +23,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.shell import require, run, show
 
-STORES = ("docker", "buildah", "podman")  # podman and buildah share one store
 # [registry[:port]/]name[/name...][:tag][@sha256:digest], as the engines accept it; or an image ID.
 REFERENCE = re.compile(
     r"(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
@@ -62,26 +62,20 @@ def run_id() -> str:
     return f"{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def _cli(engine: str) -> str:
-    if engine not in STORES:
-        raise UserError(f"engine {engine!r}: unsupported (choose one of {', '.join(STORES)})")
-    return "docker" if engine == "docker" else "buildah"
-
-
-def exists(engine: str, ref: str) -> bool:
+def exists(engine: Engine, ref: str) -> bool:
     """Whether the store holds ``ref``; False where the engine's CLI is not installed (it holds nothing here)."""
-    cli = _cli(engine)
-    argv = [cli, "image", "inspect", ref] if cli == "docker" else [cli, "inspect", "--type", "image", ref]
+    cli = engine.store
+    argv = [cli, "image", "inspect", ref] if engine.daemon else [cli, "inspect", "--type", "image", ref]
     try:
         return subprocess.run(argv, capture_output=True, text=True).returncode == 0
     except FileNotFoundError:
         return False
 
 
-def repo_digest(engine: str, ref: str) -> str:
+def repo_digest(engine: Engine, ref: str) -> str:
     """``REPOSITORY@sha256:...`` under which a registry serves the image ``ref`` names, as the store recorded it on a
     push or pull; "" where it records none (a local build, a loaded archive) or has no such image."""
-    cli = "docker" if engine == "docker" else "podman"
+    cli = engine.runner
     if not shutil.which(cli):
         return ""
     proc = subprocess.run([cli, "image", "inspect", "--format", "{{json .RepoDigests}}", ref], capture_output=True, text=True)
@@ -97,40 +91,40 @@ def repo_digest(engine: str, ref: str) -> str:
     return (mine or [d for d in digests if isinstance(d, str)] or [""])[0]
 
 
-def image_id(engine: str, ref: str) -> str:
-    cli = _cli(engine)
-    if cli == "docker":
+def image_id(engine: Engine, ref: str) -> str:
+    cli = engine.store
+    if engine.daemon:
         proc = run([cli, "image", "inspect", "--format", "{{.Id}}", ref], capture=True, quiet=True, what="docker image inspect")
         return proc.stdout.strip()
     proc = run([cli, "images", "--quiet", "--no-trunc", ref], capture=True, quiet=True, what="buildah images")
     return proc.stdout.split()[0]
 
 
-def size(engine: str, ref: str) -> int:
+def size(engine: Engine, ref: str) -> int:
     """Size in bytes (buildah prints only a rounded "271 MB"; podman shares its store and tells the bytes)."""
-    cli = "docker" if engine == "docker" else "podman"
+    cli = engine.runner
     proc = run([cli, "image", "inspect", "--format", "{{.Size}}", ref], capture=True, quiet=True, what=f"{cli} image inspect")
     return int(proc.stdout.strip())
 
 
-def tag(engine: str, ref: str, new: str) -> None:
-    run([_cli(engine), "tag", ref, new], capture=True, what=f"{_cli(engine)} tag")
+def tag(engine: Engine, ref: str, new: str) -> None:
+    run([engine.store, "tag", ref, new], capture=True, what=f"{engine.store} tag")
 
 
-def remove(engine: str, *refs: str) -> None:
+def remove(engine: Engine, *refs: str) -> None:
     """Remove these names or IDs (a name that still shares its image with another tag is only untagged)."""
     present = [ref for ref in refs if ref and exists(engine, ref)]
     if present:
-        run([_cli(engine), "rmi", *present], capture=True, check=False)
+        run([engine.store, "rmi", *present], capture=True, check=False)
 
 
-def labels(engine: str, ref: str) -> dict[str, str]:
+def labels(engine: Engine, ref: str) -> dict[str, str]:
     """The labels of a built image, read back from the engine (the Docker SDK for Docker)."""
-    if engine == "docker":
+    if engine.daemon:
         from sglang_stack.engine import reachable
 
         return reachable().images.get(ref).labels or {}
-    if engine == "podman":
+    if engine.name == "podman":
         proc = run(["podman", "image", "inspect", "--format", "{{json .Labels}}", ref], capture=True, quiet=True, what="podman image inspect")
         return json.loads(proc.stdout or "null") or {}
     proc = run(["buildah", "inspect", "--type", "image", ref], capture=True, quiet=True, what="buildah inspect")
@@ -179,7 +173,7 @@ def debootstrap(suite: str, packages: tuple[str, ...] | list[str], rootfs: Path,
     run(["tar", "-C", str(rootfs), "--numeric-owner", "-xpf", str(archive)], what="tar")
 
 
-def make_debian_base(engine: str, ref: str, mirror: str = DEBIAN_MIRROR) -> None:
+def make_debian_base(engine: Engine, ref: str, mirror: str = DEBIAN_MIRROR) -> None:
     """A minimal Debian with ``BASE_PACKAGES`` (``debootstrap``), imported as ``ref``."""
     with tempfile.TemporaryDirectory(prefix="sglang-stack-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
@@ -190,12 +184,12 @@ def make_debian_base(engine: str, ref: str, mirror: str = DEBIAN_MIRROR) -> None
         import_rootfs(engine, rootfs, ref)
 
 
-def import_rootfs(engine: str, rootfs: Path, ref: str) -> None:
+def import_rootfs(engine: Engine, rootfs: Path, ref: str) -> None:
     """A root filesystem directory into the engine's store as the image ``ref`` (CMD bash)."""
-    importer = ["docker", "import"] if engine == "docker" else ["podman", "import"]
+    importer = [engine.runner, "import"]
     require(importer[0], f"install {importer[0]}; it imports the root filesystem")
     tar = ["tar", "-C", str(rootfs), "-c", "."]
-    imp = importer + ["--change", "CMD /bin/bash" if engine == "docker" else "CMD=/bin/bash", "-", ref]
+    imp = importer + ["--change", "CMD /bin/bash" if engine.daemon else "CMD=/bin/bash", "-", ref]
     show(tar + ["|"] + imp)
     producer = subprocess.Popen(tar, stdout=subprocess.PIPE)
     consumer = subprocess.run(imp, stdin=producer.stdout, capture_output=True, text=True)
@@ -217,7 +211,7 @@ class BaseLease:
     untag the shared name between another's check and its tag, so no copy is left nameless.
     """
 
-    def __init__(self, engine: str, ref: str, *, make: bool = True, keep: bool = False, run: str | None = None):
+    def __init__(self, engine: Engine, ref: str, *, make: bool = True, keep: bool = False, run: str | None = None):
         self.engine, self.ref, self.make, self.keep = engine, ref, make, keep
         name, _, tag_part = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
         self.lease = f"{name}:{tag_part}-lease-{run or run_id()}"
@@ -228,7 +222,7 @@ class BaseLease:
         import hashlib
         from contextlib import contextmanager
 
-        key = hashlib.sha256(f"{_cli(self.engine)}:{self.ref}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{self.engine.store}:{self.ref}".encode()).hexdigest()[:16]
         path = Path(tempfile.gettempdir()) / f"sglang-stack-base-{key}.lock"
 
         @contextmanager

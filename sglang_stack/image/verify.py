@@ -24,6 +24,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sglang_stack import ROOT
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 
 INVENTORY = Path(__file__).parent / "steps" / "inventory.py"  # the build step, run again in the image by verify
@@ -62,13 +63,13 @@ class Report:
         return out
 
 
-def inventory(engine: str, image: str, paths: list[str]) -> dict:
+def inventory(engine: Engine, image: str, paths: list[str]) -> dict:
     """Run inventory.py in a throwaway container of ``image`` (no network) and parse its JSON."""
     from sglang_stack.shell import run
 
     args = ["python3", "-I", MOUNTED, *[x for p in paths for x in ("--hash", p)]]
     mount = f"{INVENTORY}:{MOUNTED}:ro"
-    if engine == "buildah":
+    if engine.name == "buildah":  # podman may be absent beside it; buildah runs a step, not a container
         name = run(["buildah", "from", "--pull-never", image], capture=True, what="buildah from").stdout.strip()
         try:
             proc = run(["buildah", "run", "--isolation", "chroot", "-v", mount, name, "--", *args],
@@ -76,7 +77,7 @@ def inventory(engine: str, image: str, paths: list[str]) -> dict:
         finally:
             run(["buildah", "rm", name], capture=True, check=False, quiet=True)
     else:
-        proc = run([engine, "run", "--rm", "--network", "none", "--user", "0", "-v", mount, "--entrypoint", args[0],
+        proc = run([engine.runner, "run", "--rm", "--network", "none", "--user", "0", "-v", mount, "--entrypoint", args[0],
                     image, *args[1:]], capture=True, what=f"{engine} run inventory.py")
     try:
         return json.loads(proc.stdout)
@@ -210,7 +211,7 @@ def check_patches(image_files: dict[str, str | None], want: dict[str, str | None
     return Check("patches", not bad, "; ".join(bad) if bad else f"{len(want)} patched files match the series applied to the pinned wheel")
 
 
-def check_digest(engine: str, stage: str, image_id: str, base_image: str | None, lock=None, mirror: bool = False) -> Check:
+def check_digest(engine: Engine, stage: str, image_id: str, base_image: str | None, lock=None, mirror: bool = False) -> Check:
     from sglang_stack.download import ca_bundle
     from sglang_stack.image import build as buildmod
     from sglang_stack.image import store
@@ -219,8 +220,8 @@ def check_digest(engine: str, stage: str, image_id: str, base_image: str | None,
     tag = f"localhost/sglang-stack-verify:{stage}-{store.run_id()}"
     request = buildmod.BuildRequest(engine=engine, tag=tag, target=stage, base_image=base_image, no_cache=True,
                                     ca_bundle=Path(ca) if ca else None, source_date_epoch=buildmod.commit_epoch(),
-                                    reproducible=True, oci=engine != "docker",
-                                    isolation="chroot" if engine == "buildah" else None)
+                                    reproducible=True, oci=not engine.buildkit,
+                                    isolation="chroot" if engine.name == "buildah" else None)
     if mirror:
         from sglang_stack.image import mirror as mirrormod
 
@@ -234,7 +235,7 @@ def check_digest(engine: str, stage: str, image_id: str, base_image: str | None,
                  + ("" if same else f", the image is {image_id[:19]}"))
 
 
-def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | None = None,
+def verify(engine: Engine, image: str, *, rebuild: bool = False, base_image: str | None = None,
            mirror: bool = False, root: Path = ROOT, lock_path: Path | None = None) -> Report:
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import store
@@ -278,7 +279,7 @@ def verify(engine: str, image: str, *, rebuild: bool = False, base_image: str | 
 RECORDS = ROOT / "build"
 
 
-def export_sbom(engine: str, image: str, name: str, out_dir: Path | None = None, found: dict | None = None) -> Path | None:
+def export_sbom(engine: Engine, image: str, name: str, out_dir: Path | None = None, found: dict | None = None) -> Path | None:
     """Copy the image's SBOM out beside the build: ``build/sbom/NAME.cdx.json``. None if it has none. ``found``: what
     inventory.py already read in the image."""
     from sglang_stack.atomic import write as atomic_write

@@ -12,6 +12,7 @@ from typing import Callable
 
 from sglang_stack import ROOT
 from sglang_stack import download
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import render as rendermod
@@ -26,7 +27,7 @@ STAGES_WITH_SBOM = ("sglang", "runtime", "router")
 class BuildFlags:
     """`invoke build`'s flags (its --help says what each one means)."""
 
-    engine: str = "docker"
+    engine: Engine = Engine("docker")
     target: str = "runtime"
     tag: str | None = None
     base_image: str | None = None
@@ -56,13 +57,13 @@ def ca_bundle_of(value: str | None) -> Path | None:
 CGROUP_V2 = Path("/sys/fs/cgroup/cgroup.controllers")
 
 
-def default_isolation(engine: str, unified: Path = CGROUP_V2, say: Callable[[str], None] = print) -> str | None:
+def default_isolation(engine: Engine, unified: Path = CGROUP_V2, say: Callable[[str], None] = print) -> str | None:
     """``chroot`` for podman/buildah where the host has no unified cgroup hierarchy, else None (the engine's default).
 
     Their default OCI isolation runs each RUN step under crun or runc, which need cgroup v2 here ("cgroups in hybrid
     mode not supported", and a working container and intermediate images left behind); chroot isolation needs none.
     """
-    if engine == "docker" or unified.is_file():
+    if engine.buildkit or unified.is_file():
         return None
     say(f"build: {engine}: no unified cgroup hierarchy here ({unified} is missing): --isolation chroot")
     return "chroot"
@@ -79,10 +80,10 @@ def request_of(flags: BuildFlags, lock: lockmod.Lock) -> buildmod.BuildRequest:
         ca_bundle=ca_bundle_of(flags.ca_bundle),
         hf_token_file=Path(flags.hf_token_file) if flags.hf_token_file else None,
         build_args=buildmod.parse_build_args(list(flags.build_args)),
-        isolation=flags.isolation or (flags.configured_isolation if flags.engine != "docker" else None)
+        isolation=flags.isolation or (flags.configured_isolation if not flags.engine.buildkit else None)
         or default_isolation(flags.engine),
         source_date_epoch=buildmod.commit_epoch(),
-        oci=flags.reproducible and flags.engine != "docker",
+        oci=flags.reproducible and not flags.engine.buildkit,
         reproducible=flags.reproducible,
     )
     if flags.flashinfer_jit_cache:
@@ -126,7 +127,7 @@ def build(flags: BuildFlags, say: Callable[[str], None] = print) -> tuple[str, s
     return ref, image_id
 
 
-def records(engine: str, ref: str, image_id: str, stage: str) -> list[str]:
+def records(engine: Engine, ref: str, image_id: str, stage: str) -> list[str]:
     """Record the build's output for `invoke publish` (build/built/ID.json) and copy its SBOM out beside the checkout;
     what happened, a line each."""
     from sglang_stack.image import built, store

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sglang_stack import ROOT
 from sglang_stack import oci as client
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.release import cosign, predicate as pred, references
 
@@ -107,7 +108,7 @@ def published_for(local_tag: str, records: Path = RECORDS) -> str:
 # --- publish --------------------------------------------------------------------------------------
 
 
-def image_facts(engine: str, image: str) -> tuple[dict, dict]:
+def image_facts(engine: Engine, image: str) -> tuple[dict, dict]:
     """(labels, inventory) of a local image."""
     from sglang_stack.image import store, verify as verify_image
 
@@ -116,11 +117,11 @@ def image_facts(engine: str, image: str) -> tuple[dict, dict]:
     return store.labels(engine, image), verify_image.inventory(engine, image, [])
 
 
-def push(engine: str, image: str, target: references.Ref, insecure: bool) -> str:
+def push(engine: Engine, image: str, target: references.Ref, insecure: bool) -> str:
     """Push with the engine's own push; return the digest the registry now serves for the tag."""
     from sglang_stack import shell
 
-    if engine == "docker":
+    if engine.daemon:
         from sglang_stack.image import store
 
         had = store.exists(engine, target.by_tag)
@@ -136,7 +137,7 @@ def push(engine: str, image: str, target: references.Ref, insecure: bool) -> str
         with tempfile.TemporaryDirectory(prefix="sglang-stack-push-") as tmp:
             digestfile = Path(tmp) / "digest"
             tls = ["--tls-verify=false"] if insecure or client.loopback(target.registry) else []
-            shell.run([engine, "push", *tls, "--digestfile", str(digestfile), image, f"docker://{target.by_tag}"],
+            shell.run([engine.name, "push", *tls, "--digestfile", str(digestfile), image, f"docker://{target.by_tag}"],
                       capture=True, what=f"{engine} push", timeout=3600)
             digest = digestfile.read_text().strip()
     if not digest.startswith("sha256:"):
@@ -155,7 +156,7 @@ def writable(records: Path) -> None:
             from None
 
 
-def built_by_this_checkout(engine: str, image: str, stage: str, profile: str, foreign: bool,
+def built_by_this_checkout(engine: Engine, image: str, stage: str, profile: str, foreign: bool,
                            built_records: Path | None = None) -> dict:
     """What binds the image's verdicts to a build (the predicate's ``build``): the record `invoke build` wrote for its
     image ID, or with ``foreign`` the statement that there is none. Refuses an image no build here produced."""
@@ -175,7 +176,7 @@ def built_by_this_checkout(engine: str, image: str, stage: str, profile: str, fo
     return {"image_id": image_id, "by": "foreign", "revision": "", "built": ""}
 
 
-def publish(engine: str, image: str, to: str, signer: cosign.Signer, say=print, records: Path = RECORDS,
+def publish(engine: Engine, image: str, to: str, signer: cosign.Signer, say=print, records: Path = RECORDS,
             foreign: bool = False) -> dict:
     """Push ``image`` to ``to``, sign its digest and attest its SBOM and verdicts; return the record written."""
     from sglang_stack.atomic import write as atomic_write
@@ -280,7 +281,7 @@ def signed(out: Outcome, key: str, target: list[str], tlog: bool = False, insecu
     return predicate, sbom
 
 
-def verify_reference(engine: str, value: str, key: str, tlog: bool = False, insecure: bool = False,
+def verify_reference(engine: Engine, value: str, key: str, tlog: bool = False, insecure: bool = False,
                      records: Path = RECORDS) -> Outcome:
     """``invoke verify REF --key PUB``: the published image, from the registry."""
     from sglang_stack import shell
@@ -319,11 +320,11 @@ def verify_reference(engine: str, value: str, key: str, tlog: bool = False, inse
     pulled = ref.by_digest
     had = store.exists(engine, pulled)  # what verify pulls it removes again; an image already here stays
     try:
-        if engine == "docker":
+        if engine.daemon:
             shell.run(["docker", "pull", "--quiet", pulled], capture=True, what="docker pull", timeout=3600)
         else:
             tls = ["--tls-verify=false"] if insecure or client.loopback(ref.registry) else []
-            shell.run([engine, "pull", *tls, f"docker://{pulled}"], capture=True, what=f"{engine} pull", timeout=3600)
+            shell.run([engine.name, "pull", *tls, f"docker://{pulled}"], capture=True, what=f"{engine} pull", timeout=3600)
         found = verify_image.inventory(engine, pulled, [])
         if not out.add("sbom attested", *pred.check_sbom(predicate, sbom, found.get("sbom"))):
             return out

@@ -13,42 +13,43 @@ import time
 from typing import Callable
 
 from sglang_stack import ROOT, shell
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.services import composefile
 from sglang_stack.services.composefile import ROUTER
 from sglang_stack.services.progress import describe, failure_reason, format_elapsed, latest_state, parse_ps, progress_line
 
 
-def compose_argv(engine: str, proj: composefile.Project, *args: str) -> list[str]:
+def compose_argv(engine: Engine, proj: composefile.Project, *args: str) -> list[str]:
     """``docker compose`` for this project from any working directory; Compose picks the files (COMPOSE_FILE).
 
     Every profile of the project is named: a service in an inactive profile is invisible to
     ``down``, ``ps`` and ``logs``.
     """
-    argv = [engine, "compose", "--project-directory", str(ROOT)]
+    argv = [engine.runner, "compose", "--project-directory", str(ROOT)]
     profiles = sorted({p for spec in proj.config["services"].values() for p in spec.get("profiles") or ()})
     for profile in profiles:
         argv += ["--profile", profile]
     return argv + list(args)
 
 
-def require_engine(engine: str) -> None:
+def require_engine(engine: Engine) -> None:
     """One line naming the fix when the engine does not answer or has no compose plugin."""
-    if engine == "docker":
+    if engine.daemon:
         from sglang_stack import engine as engine_mod
 
         engine_mod.require_plugin("compose")
         engine_mod.reachable()
 
 
-def ps(engine: str, proj: composefile.Project, services: tuple[str, ...] | list[str] = (), quiet: bool = False) -> list[dict]:
+def ps(engine: Engine, proj: composefile.Project, services: tuple[str, ...] | list[str] = (), quiet: bool = False) -> list[dict]:
     argv = compose_argv(engine, proj, "ps", "--all", "--format", "json", *(services or proj.names()))
     proc = shell.run(argv, capture=True, quiet=quiet, what="docker compose ps", timeout=30)
     return parse_ps(proc.stdout)
 
 
 
-def last_log_line(engine: str, proj: composefile.Project, name: str) -> str:
+def last_log_line(engine: Engine, proj: composefile.Project, name: str) -> str:
     """The newest line the service logged, as ``latest_state`` reduces it."""
     argv = compose_argv(engine, proj, "logs", "--no-color", "--no-log-prefix", "--tail", "1", name)
     try:
@@ -59,7 +60,7 @@ def last_log_line(engine: str, proj: composefile.Project, name: str) -> str:
 
 
 def up(
-    engine: str,
+    engine: Engine,
     svc: "composefile.Service | composefile.RouterService",
     wait_timeout: int,
     interval: float = 15.0,
@@ -84,7 +85,7 @@ def up(
     try:
         proc = subprocess.Popen(argv)
     except FileNotFoundError:
-        raise UserError(f"{engine}: not found on PATH: install Docker Engine with the compose plugin") from None
+        raise UserError(f"{engine.runner}: not found on PATH: install Docker Engine with the compose plugin") from None
     last_key: tuple | None = None
     last_time = 0.0
     try:
@@ -129,7 +130,7 @@ def up(
 PROBE_START_S = 120  # what the container's start may take beyond the probe's own deadline (pulling nothing: --pull never)
 
 
-def probe(engine: str, svc: composefile.Service, deadline: float = 60, sizes: str = "", *, if_needed: bool = False,
+def probe(engine: Engine, svc: composefile.Service, deadline: float = 60, sizes: str = "", *, if_needed: bool = False,
           record: bool = True) -> int:
     """``sglang_stack.entrypoints.probe`` in SERVICE's image, with its GPUs, /dev/shm, ulimits, NCCL environment and
     cache volume (``docker compose run``): one rank per GPU of the node, all-reducing through NCCL and, where SGLang
@@ -155,12 +156,12 @@ def probe(engine: str, svc: composefile.Service, deadline: float = 60, sizes: st
     except UserError as err:
         if err.code != 124:  # not the timeout: a CLI that is missing, named in the error
             raise
-        shell.run([engine, "rm", "--force", name], capture=True, check=False)
+        shell.run([engine.runner, "rm", "--force", name], capture=True, check=False)
         raise UserError(f"probe: {svc.name}: the container did not end within {allowance:g} s; "
                         f"removed it ({name})") from None
 
 
-def down(engine: str, volumes: bool = False) -> None:
+def down(engine: Engine, volumes: bool = False) -> None:
     """Stop and remove every service's containers (and the cache volume with ``volumes``)."""
     proj = composefile.project()
     require_engine(engine)
@@ -176,7 +177,7 @@ def check_services(proj: composefile.Project) -> None:
             composefile.service(name, proj.env)
 
 
-def logs(engine: str, name: str, follow: bool, tail: str) -> None:
+def logs(engine: Engine, name: str, follow: bool, tail: str) -> None:
     proj = composefile.project()
     proj.check(name)
     tail = str(tail).strip()
@@ -190,7 +191,7 @@ def logs(engine: str, name: str, follow: bool, tail: str) -> None:
     shell.run(compose_argv(engine, proj, *args), what="docker compose logs")
 
 
-def status(engine: str, out: Callable[[str], None] = print, only: str | None = None) -> list[dict]:
+def status(engine: Engine, out: Callable[[str], None] = print, only: str | None = None) -> list[dict]:
     """One line per service container (or for ``only``); a service that is not up says how to start it.
 
     A router that is not running says it is down in so many words: clients of its
@@ -222,10 +223,10 @@ def status(engine: str, out: Callable[[str], None] = print, only: str | None = N
     return rows
 
 
-def autotune_files(engine: str, container: str) -> list[str]:
+def autotune_files(engine: Engine, container: str) -> list[str]:
     """The PCIe-IPC autotune files in a running server's cache volume, as the image's own code lists them; none
     where the container cannot answer (an older image, a stopped one): status goes on without them."""
-    argv = [engine, "exec", container, "python3", "-m", "sglang_stack.entrypoints.pcie_ipc"]
+    argv = [engine.runner, "exec", container, "python3", "-m", "sglang_stack.entrypoints.pcie_ipc"]
     try:
         proc = shell.run(argv, capture=True, check=False, timeout=30)
     except UserError:

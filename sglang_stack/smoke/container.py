@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_stack.engine import BUILDAH, Engine
 from sglang_stack import ROOT
 from sglang_stack.image import store
 from sglang_stack.errors import UserError
@@ -172,7 +173,7 @@ def check_image(ref: str, result: SmokeResult, *, ca_marker: bytes | None, token
         summary = (audit.stdout.strip().splitlines() or [""])[-1]
         result.record("the EAGLE-3 audit passes inside the container", audit.returncode == 0, summary)
 
-    labels = store.labels("buildah", ref)
+    labels = store.labels(BUILDAH, ref)
     wanted = dict(render.labels(lock, ROOT / "patches", "sglang"))
     wrong = sorted(k for k, v in wanted.items() if labels.get(k) != v)
     result.record("labels record the stage's pins and the series", not wrong, ", ".join(wrong[:5]) or f"{len(wanted)} labels")
@@ -217,7 +218,7 @@ def build_sglang_stage(base: str, tag: str, *, ca: Path | None, token: Path | No
     from sglang_stack.image.build import BuildRequest
 
     request = BuildRequest(
-        engine="buildah",
+        engine=BUILDAH,
         tag=tag,
         target="sglang",
         base_image=base,
@@ -301,7 +302,7 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
     print(f"smoke: this run's images: {tag} {broken} {planted}" + ("" if keep else " (removed at the end; --keep keeps them)"),
           flush=True)
     start = time.monotonic()
-    with store.BaseLease("buildah", base, make=base == BASE_IMAGE, keep=keep, run=run_id) as leased:
+    with store.BaseLease(BUILDAH, base, make=base == BASE_IMAGE, keep=keep, run=run_id) as leased:
         result.timings["base image"] = time.monotonic() - start
         try:
             with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-") as tmp:
@@ -310,7 +311,7 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
                 t0 = time.monotonic()
                 build_sglang_stage(leased, tag, ca=ca, token=token)
                 result.timings["build sglang stage"] = time.monotonic() - t0
-                result.size = store.size("buildah", tag)
+                result.size = store.size(BUILDAH, tag)
                 check_image(tag, result, ca_marker=marker, token=token_value)
                 if negative:
                     context, name = broken_patch_copy(workdir)
@@ -325,7 +326,7 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
                                   proc.returncode != 0 and named, "SGLANG_PORT: sglang/srt/utils/common.py")
         finally:
             if not keep:
-                store.remove("buildah", tag, broken, planted)
+                store.remove(BUILDAH, tag, broken, planted)
     result.timings["total"] = time.monotonic() - start
     return result
 
@@ -335,7 +336,7 @@ def smoke(*, base: str = BASE_IMAGE, keep: bool = False, negative: bool = True) 
 PROMPT = "The capital of France is"
 
 
-def gpu_smoke(engine: str = "docker", services: tuple[str, ...] = (), keep: bool = False) -> SmokeResult:
+def gpu_smoke(engine: Engine = Engine("docker"), services: tuple[str, ...] = (), keep: bool = False) -> SmokeResult:
     """Build the full image, then bring up each server of compose.yaml (or ``services``) with --wait, send one
     completion, take it down.
 

@@ -26,6 +26,7 @@ import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sglang_stack.engine import Engine
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import store
@@ -406,7 +407,7 @@ def image_refs(standins: Standins) -> tuple[str, str]:
     return (f"localhost/sglang-stack-standin-base:{standins.key}", f"localhost/sglang-stack-standin-devel:{standins.key}")
 
 
-def make_images(engine: str, standins: Standins, wheels: list[Path], header: str) -> tuple[str, str]:
+def make_images(engine: Engine, standins: Standins, wheels: list[Path], header: str) -> tuple[str, str]:
     """debootstrap the stand-in base, add CPython and the CUDA 12 libraries, import it; then the devel image on top."""
     base, devel = image_refs(standins)
     if store.exists(engine, base) and store.exists(engine, devel):

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sglang_stack.engine import DOCKER
 from sglang_stack.errors import UserError
 from sglang_stack.smoke import substitutes
 from sglang_stack.image import store
@@ -67,7 +68,7 @@ def request(context: Path, tag: str, base: str, devel: str, prefix: str = ""):
 
     ca = ca_bundle()
     return buildmod.BuildRequest(
-        engine="docker",
+        engine=DOCKER,
         tag=tag,
         target="runtime",
         base_image=base,
@@ -118,7 +119,7 @@ def smoke(*, keep: bool = False, profile: str | None = None) -> SmokeResult:
     header = substitutes.header_text(standins, chosen.requirements)
     result.timings["stand-in wheels"] = time.monotonic() - start
     t0 = time.monotonic()
-    base, devel = substitutes.make_images("docker", standins, wheels, header)
+    base, devel = substitutes.make_images(DOCKER, standins, wheels, header)
     result.timings["stand-in images"] = time.monotonic() - t0
     tag = f"{IMAGE_NAME}:{'' if chosen.default else chosen.name + '-'}{store.run_id()}"
     print(f"smoke: this run's image: {tag}" + ("" if keep else " (removed at the end; --keep keeps it)"), flush=True)
@@ -128,13 +129,13 @@ def smoke(*, keep: bool = False, profile: str | None = None) -> SmokeResult:
             t0 = time.monotonic()
             build(context, tag, base, devel, chosen.prefix)
             result.timings["build runtime"] = time.monotonic() - t0
-            result.size = store.size("docker", tag)
+            result.size = store.size(DOCKER, tag)
             t0 = time.monotonic()
             check_image(tag, context, lock, standins, result, chosen.name)
             result.timings["checks"] = time.monotonic() - t0
     finally:
         if not keep:
-            store.remove("docker", tag)
+            store.remove(DOCKER, tag)
     result.timings["total"] = time.monotonic() - start
     return result
 
@@ -222,13 +223,13 @@ def check_image(tag: str, context: Path, lock, standins: substitutes.Standins, r
     result.record("nothing docker/slim.toml removes is in the image", proc.returncode == 0,
                   (proc.stdout.strip() or proc.stderr.strip())[-300:])
 
-    report = verify_image.verify("docker", tag, root=context, lock_path=lock.path)
+    report = verify_image.verify(DOCKER, tag, root=context, lock_path=lock.path)
     for line in report.lines():
         print(f"smoke: verify: {line}", flush=True)
     result.record("invoke verify passes against the stand-in lock", report.ok, f"{len(report.checks) - report.failed}/{len(report.checks)} checks")
 
     layers = sizemod.budget(lock, "runtime", aot=False, apt=False)
-    lines, off = sizemod.compare(layers, sizemod.built_layers("docker", tag), 0.15)
+    lines, off = sizemod.compare(layers, sizemod.built_layers(DOCKER, tag), 0.15)
     for line in lines:
         print(f"smoke: size: {line}", flush=True)
     result.record("every layer within 15% of invoke size's budget", off == 0, sizemod.total_line(layers, "runtime"))
@@ -238,12 +239,12 @@ def check_image(tag: str, context: Path, lock, standins: substitutes.Standins, r
     from sglang_stack.image import derive
 
     said: list[str] = []
-    changed = derive.settings(derive.Request(image=tag, engine="docker", profile=profile, check=True), say=said.append)
+    changed = derive.settings(derive.Request(image=tag, engine=DOCKER, profile=profile, check=True), say=said.append)
     result.record("SGLang's own settings in the image are what the profile's table records", not changed,
                   said[-1] if not changed else "; ".join(changed[:3]))
 
     with tempfile.TemporaryDirectory(prefix="sglang-stack-smoke-sbom-") as tmp:
-        path = verify_image.export_sbom("docker", tag, "smoke", Path(tmp))
+        path = verify_image.export_sbom(DOCKER, tag, "smoke", Path(tmp))
         sbom = json.loads(path.read_text()) if path else {}
     components = sbom.get("components", [])
     names = {(c.get("name"), c.get("version")) for c in components}
@@ -265,7 +266,7 @@ def check_image(tag: str, context: Path, lock, standins: substitutes.Standins, r
     from sglang_stack.release import predicate as pred
 
     try:
-        made = pred.make(tag, store.labels("docker", tag), verify_image.inventory("docker", tag, []))
+        made = pred.make(tag, store.labels(DOCKER, tag), verify_image.inventory(DOCKER, tag, []))
         result.record("every check of the runtime stage recorded its pass, with the provenance `invoke publish` attests",
                       True, f"{', '.join(sorted(made['verdicts']))}; revision {made['revision'] or 'unknown'}")
     except UserError as err:

@@ -9,7 +9,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from sglang_stack.errors import UserError
-from sglang_stack.tasks.boundary import user_errors
+from sglang_stack.tasks.boundary import engine_of, user_errors
 
 DEFAULTS = {
     "stack": {
@@ -144,7 +144,7 @@ def bench(
         topk=sweep_topk or cfg.sweep_topk,
         draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
         ready_timeout=ready_timeout or cfg.ready_timeout,
-        engine=c.config.stack.engine,
+        engine=engine_of(c),
         verdict=bool(verdict),
         **{k: v for k, v in given.items() if v is not None},  # a flag not given keeps Request's default
     )

@@ -273,3 +273,10 @@ def check_project_config(root: Path) -> None:
         except UserError as err:
             print(format_error(err), file=sys.stderr)
             raise SystemExit(err.code) from None
+
+
+def engine_of(c, flag: str | None = None):
+    """The ``Engine`` a task drives: its ``--engine``, else ``stack.engine`` (invoke.yaml, INVOKE_STACK_ENGINE)."""
+    from sglang_stack.engine import named
+
+    return named(flag, c.config.stack.engine)

@@ -8,15 +8,16 @@ from pathlib import Path
 from invoke import Exit, task
 
 from sglang_stack import ROOT
+from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.lock.profiles import HELP as PROFILE_HELP
-from sglang_stack.tasks.boundary import user_errors
+from sglang_stack.tasks.boundary import engine_of, user_errors
 
 DEFAULTS = {"stack": {"engine": "docker", "ca_bundle": "auto", "isolation": ""}}
 """`stack.*` keys these tasks read: override them in invoke.yaml or with INVOKE_STACK_* variables."""
 
 
-def _images(engine: str, target: str, base_image: str | None) -> dict[str, str]:
+def _images(engine: Engine, target: str, base_image: str | None) -> dict[str, str]:
     """ARG -> reference of every base image ``target``'s build starts from."""
     from sglang_stack.image import build as buildmod
 
@@ -60,11 +61,7 @@ def fetch(c, dir="mirror", target="all", engine=None, base_image=None, optional=
 
     from sglang_stack.lock import profiles
 
-    from sglang_stack.image import store
-
-    engine = engine or c.config.stack.engine
-    if engine not in store.STORES:  # before the mirror's directories are made
-        raise UserError(f"--engine {engine!r}: unsupported (choose one of {', '.join(store.STORES)})")
+    engine = engine_of(c, engine)  # before the mirror's directories are made
     lock, _ = lockmod.check_all(profiles.get(profile).lock, download=False)
     path = Path(dir) if Path(dir).is_absolute() else ROOT / dir
     for line in mirrormod.fetch(lock, target, _images(engine, target, base_image), engine, path, optional):
@@ -113,7 +110,7 @@ def verify(c, image=None, engine=None, rebuild=False, base_image=None, mirror=Fa
     store.reference(image, "--image")
     if base_image is not None:
         store.reference(base_image, "--base-image")
-    engine = engine or c.config.stack.engine
+    engine = engine_of(c, engine)
     if mirror and not rebuild:
         raise UserError("--mirror applies to --rebuild only")
     from sglang_stack.lock import profiles
@@ -147,7 +144,7 @@ def _verify_signed(c, image, engine, key, bundle, tlog, insecure, others) -> Non
     else:
         if image is None:
             raise UserError("IMAGE: name the published image (REGISTRY/REPOSITORY:TAG or @sha256:...)")
-        outcome = publish.verify_reference(engine or c.config.stack.engine, image, key, tlog, insecure)
+        outcome = publish.verify_reference(engine_of(c, engine), image, key, tlog, insecure)
     for line in outcome.lines():
         print(line)
     if outcome.failed:
@@ -368,7 +365,7 @@ def build(
     from sglang_stack.image import workflow
 
     cfg = c.config.stack
-    engine = engine or cfg.engine
+    engine = engine_of(c, engine)
     flags = workflow.BuildFlags(
         engine=engine, target=target, tag=tag, base_image=base_image, no_cache=no_cache,
         ca_bundle=ca_bundle or cfg.ca_bundle, hf_token_file=hf_token_file, build_args=tuple(build_arg or ()),
@@ -464,7 +461,7 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
     print("\n".join(sizemod.report(layers, target, top)))
     off = 0
     if image:
-        lines, off = sizemod.compare(layers, sizemod.built_layers(engine or c.config.stack.engine, image), margin)
+        lines, off = sizemod.compare(layers, sizemod.built_layers(engine_of(c, engine), image), margin)
         print("\n".join(lines))
     print(sizemod.total_line(layers, target))
     if off:

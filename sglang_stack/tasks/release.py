@@ -7,7 +7,7 @@ from pathlib import Path
 
 from invoke import task
 
-from sglang_stack.tasks.boundary import user_errors
+from sglang_stack.tasks.boundary import engine_of, user_errors
 
 
 @task(
@@ -46,7 +46,7 @@ def publish(c, image, to, key=None, keyless=False, tlog=False, insecure=False, e
         raise UserError("--key KEY or --keyless: exactly one says how to sign")
     signer = cosign.Signer(key=cosign.key_ref(key, "--key") if key else "", keyless=keyless, tlog=tlog or keyless,
                            insecure=insecure)
-    record = publishmod.publish(engine or c.config.stack.engine, image, to, signer, foreign=foreign)
+    record = publishmod.publish(engine_of(c, engine), image, to, signer, foreign=foreign)
     print(f"published {record['reference']}")
     print(f"  compose: SGLANG_STACK_IMAGE={record['reference']} docker compose up eagle3")
     print(f"  k8s:     invoke k8s --out DIR (takes the recorded digest), or --image {record['reference']}")

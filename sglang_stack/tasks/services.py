@@ -10,7 +10,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from sglang_stack.lock.profiles import HELP as PROFILE_HELP
-from sglang_stack.tasks.boundary import user_errors
+from sglang_stack.tasks.boundary import engine_of, user_errors
 from sglang_stack.errors import UserError
 
 
@@ -156,7 +156,7 @@ def drafter_check(c, dir=None, load=False, image=None, python=None, engine=None,
         raise UserError(f"{directory}: no such directory (pass --dir)")
     chosen = profiles.get(profile)
     lock, _ = lockmod.check_all(chosen.lock, download=False)
-    request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, profile=profile)
+    request = derive.Request(image=image, python=python, engine=engine_of(c, engine), profile=profile)
     ok, line = models.sglang_loads(derive.runner_for(request, lock.tag, chosen.name, "drafter-check"), directory, load)
     if not ok:
         raise Exit(f"error: {line}", code=1)
@@ -228,7 +228,7 @@ def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=Non
 
             store.reference(image, "--image")
         request = speedbench.Request(dataset_path, category, num_prompts or 32, output_len or 512, tokenizer, image,
-                                     python, c.stack.engine, profile)
+                                     python, engine_of(c), profile)
     elif given := next((flag for flag, value in extra.items() if value is not None), None):
         raise UserError(f"{given} goes with --dataset {speedbench.NAME}")
     passed, line = acceptmod.check(service, url=url, accept_min=accept_min, out=out, timeout=timeout,
@@ -274,7 +274,7 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
 
     if image is not None:
         store.reference(image, "--image")
-    request = derive.Request(image=image, python=python, engine=engine or c.stack.engine, model_dir=model_dir,
+    request = derive.Request(image=image, python=python, engine=engine_of(c, engine), model_dir=model_dir,
                              draft_dir=draft_dir, host=host, profile=profile, write=write, check=check,
                              all_reduce=all_reduce)
     changed = derive.settings(request)
@@ -324,15 +324,15 @@ def up(c, service, timeout=None, interval=None, skip_acceptance=False, probe=Fal
         svc = composefile.resolve(service, env)
     except UserError:
         svc = None
-    doctor.preflight(c.stack.engine, service, env=env, svc=svc)
+    doctor.preflight(engine_of(c), service, env=env, svc=svc)
     if isinstance(svc, composefile.Service) and svc.gpus and (probe or svc.environment.get("PCIE_ALLREDUCE", "auto")
                                                                 == "auto"):
         # Minutes before the load, not after it: a PCIe box whose GPUs cannot all-reduce hangs here (docs/services.md).
         # Without --probe it runs only where PCIE_ALLREDUCE=auto needs a verdict and none is recorded (seconds).
-        code = compose.probe(c.stack.engine, svc, if_needed=not probe)
+        code = compose.probe(engine_of(c), svc, if_needed=not probe)
         if code:
             raise Exit(f"error: {service}: the all-reduce probe failed (exit {code}): nothing was started", code=code)
-    compose.up(c.stack.engine, svc, wait_timeout=wait or composefile.wait_timeout(svc), interval=pause)
+    compose.up(engine_of(c), svc, wait_timeout=wait or composefile.wait_timeout(svc), interval=pause)
     if getattr(svc, "speculative", "") and not skip_acceptance:
         # A healthy server can still have lost its acceptance silently (docs/services.md, Acceptance).
         from sglang_stack.tasks.services import acceptance as check_acceptance
@@ -370,7 +370,7 @@ def probe(c, service, deadline=None, sizes=None, record=True):
     env = variables.environment()
     proj = composefile.project(env)
     proj.check(service, composefile.SERVER)
-    code = compose.probe(c.stack.engine, composefile.service(service, env), wait, sizes, record=record)
+    code = compose.probe(engine_of(c), composefile.service(service, env), wait, sizes, record=record)
     if code:
         raise Exit(code=code)
 
@@ -394,7 +394,7 @@ def down(c, volumes=False):
     """Stop and remove the containers of every service of compose.yaml (whichever runs)."""
     from sglang_stack.services import compose
 
-    compose.down(c.stack.engine, volumes=volumes)
+    compose.down(engine_of(c), volumes=volumes)
 
 
 @task(
@@ -409,7 +409,7 @@ def logs(c, service, follow=True, tail="200"):
     """Show SERVICE's SGLang log (docker compose logs)."""
     from sglang_stack.services import compose
 
-    compose.logs(c.stack.engine, service, follow=follow, tail=tail)
+    compose.logs(engine_of(c), service, follow=follow, tail=tail)
 
 
 @task(help={"service": "only this service of compose.yaml, also positionally (default: every one)"})
@@ -418,7 +418,7 @@ def status(c, service=None):
     """One line per service of compose.yaml: state, health, published address, uptime; says when a router is down."""
     from sglang_stack.services import compose
 
-    compose.status(c.stack.engine, only=service)
+    compose.status(engine_of(c), only=service)
 
 
 @task(help={"service": "which service of compose.yaml to check for, also positionally (default: compose.yaml's "
@@ -438,7 +438,7 @@ def doctor(c, service=None):
     """
     from sglang_stack.doctor import checklist as preflight_checks
 
-    code = preflight_checks.doctor(c.stack.engine, service)
+    code = preflight_checks.doctor(engine_of(c), service)
     if code:
         raise Exit(code=code)
 
@@ -494,7 +494,7 @@ def k8s(c, out, values=None, profile=None, image=None, router_image=None):
         if digest := published_for(tag):
             pinned[tag] = digest
             print(f"image {tag}: as `invoke publish` recorded it, {digest}")
-        elif digest := store.repo_digest(c.stack.engine, tag):
+        elif digest := store.repo_digest(engine_of(c), tag):
             pinned[tag] = digest
             print(f"image {tag}: by its registry digest {digest}")
         else:

@@ -6,7 +6,7 @@ from invoke import Exit, task
 
 from sglang_stack.errors import UserError
 from sglang_stack.lock.profiles import HELP as PROFILE_HELP
-from sglang_stack.tasks.boundary import user_errors
+from sglang_stack.tasks.boundary import engine_of, user_errors
 
 
 @task(
@@ -57,7 +57,7 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
 
         result = whole_image.smoke(keep=keep, profile=profile)
     elif gpu:
-        result = smokemod.gpu_smoke(engine=c.stack.engine, keep=keep)
+        result = smokemod.gpu_smoke(engine=engine_of(c), keep=keep)
     else:
         result = smokemod.smoke(base=base_image or smokemod.BASE_IMAGE, keep=keep, negative=negative)
     times = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())

@@ -9,6 +9,7 @@ import stat
 import pytest
 
 from sglang_server import Behaviour, ReadingClock, SGLangServer
+from sglang_stack.engine import DOCKER
 from sglang_stack import ROOT
 from sglang_stack.bench import report, sweep
 from sglang_stack.errors import UserError
@@ -58,7 +59,7 @@ def project():
 
 
 def test_compose_command_and_environment(compose):
-    argv = sweep.compose_argv("docker", project(), "eagle3", 1800)
+    argv = sweep.compose_argv(DOCKER, project(), "eagle3", 1800)
     assert argv == ["docker", "compose", "--project-directory", str(ROOT), "--profile", "baseline", "--profile", "eagle3",
                     "--profile", "router", "up", "--detach", "--wait", "--wait-timeout", "1800", "--force-recreate",
                     "--no-build", "eagle3"], f"the restart must recreate eagle3 and wait for its healthcheck: {argv}"
@@ -90,9 +91,9 @@ def test_compose_restart_runs_docker_with_the_grid_point(tmp_path, monkeypatch, 
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     proj = project()
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    sweep.compose_restart("docker", proj, "eagle3", 600)(GridPoint(2, 1, 3))
+    sweep.compose_restart(DOCKER, proj, "eagle3", 600)(GridPoint(2, 1, 3))
     seen = json.loads(record.read_text())
-    assert seen["argv"] == sweep.compose_argv("docker", proj, "eagle3", 600)[1:], f"argv: {seen['argv']}"
+    assert seen["argv"] == sweep.compose_argv(DOCKER, proj, "eagle3", 600)[1:], f"argv: {seen['argv']}"
     assert seen["env"] == {"SGLANG_SPEC_NUM_STEPS": "2", "SGLANG_SPEC_EAGLE_TOPK": "1",
                            "SGLANG_SPEC_NUM_DRAFT_TOKENS": "3"}, f"variables compose saw: {seen['env']}"
 
@@ -101,7 +102,7 @@ def test_compose_restart_without_docker_is_an_error(tmp_path, monkeypatch, compo
     proj = project()
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match=r"docker not found on PATH"):
-        sweep.compose_restart("docker", proj, "eagle3")
+        sweep.compose_restart(DOCKER, proj, "eagle3")
 
 
 # --- checks and choice -----------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.engine import DOCKER
 from sglang_stack.errors import UserError
 from sglang_stack import ROOT
 from sglang_stack.services import variables
@@ -123,7 +124,7 @@ def test_parse_garbage_is_one_line_error():
 
 
 def test_h200_single_gpu_fails_tp8_with_a_fix():
-    checks = doctor.evaluate(facts_for(H200_QUERY, H200_SMI), "docker", svc_of("baseline"), env=env_of())
+    checks = doctor.evaluate(facts_for(H200_QUERY, H200_SMI), DOCKER, svc_of("baseline"), env=env_of())
     gpus = by_name(checks, "gpus")[0]
     assert gpus.status == FAIL, f"1 GPU for TP 8 must fail: {gpus.line()}"
     assert "1 GPU visible" in gpus.detail and "TP_SIZE=8" in gpus.detail, gpus.line()
@@ -137,7 +138,7 @@ def test_h200_single_gpu_fails_tp8_with_a_fix():
 
 
 def test_rtx_pro_6000_x8_passes_with_sm120_notes():
-    checks = doctor.evaluate(facts_for(RTX_QUERY, RTX_SMI), "docker", svc_of(), env=env_of())
+    checks = doctor.evaluate(facts_for(RTX_QUERY, RTX_SMI), DOCKER, svc_of(), env=env_of())
     assert by_name(checks, "gpus")[0].status == OK, by_name(checks, "gpus")[0].line()
     arch = by_name(checks, "arch")[0]
     assert arch.status == OK and "8x NVIDIA RTX PRO 6000 Blackwell Server Edition" in arch.detail and "SM120" in arch.detail, arch.line()
@@ -149,7 +150,7 @@ def test_rtx_pro_6000_x8_passes_with_sm120_notes():
 
 def test_sm120_fusion_flag_is_a_warning():
     svc = svc_of(SGLANG_EXTRA_ARGS="--enable-flashinfer-allreduce-fusion")
-    notes = by_name(doctor.evaluate(facts_for(RTX_QUERY, RTX_SMI), "docker", svc, env=env_of()), "sm120")
+    notes = by_name(doctor.evaluate(facts_for(RTX_QUERY, RTX_SMI), DOCKER, svc, env=env_of()), "sm120")
     assert notes[0].status == WARN, f"asking for fusion on SM120 should warn: {notes[0].line()}"
     assert "drop --enable-flashinfer-allreduce-fusion" in notes[0].fix, notes[0].fix
 
@@ -200,15 +201,15 @@ def test_mixed_and_old_gpus_warn():
 
 
 def test_docker_checks():
-    assert doctor.check_docker(Facts(docker_cli=False), "docker").status == FAIL, "no CLI must fail"
-    assert "install Docker Engine" in doctor.check_docker(Facts(docker_cli=False), "docker").fix
-    down = doctor.check_docker(Facts(docker_cli=True, docker_error="Cannot connect to the Docker daemon"), "docker")
+    assert doctor.check_docker(Facts(docker_cli=False), DOCKER).status == FAIL, "no CLI must fail"
+    assert "install Docker Engine" in doctor.check_docker(Facts(docker_cli=False), DOCKER).fix
+    down = doctor.check_docker(Facts(docker_cli=True, docker_error="Cannot connect to the Docker daemon"), DOCKER)
     assert down.status == FAIL and "Cannot connect" in down.detail and "systemctl start docker" in down.fix, down.line()
-    no_compose = doctor.check_docker(Facts(docker_cli=True, docker_info=fake_cli.NVIDIA_INFO), "docker")
+    no_compose = doctor.check_docker(Facts(docker_cli=True, docker_info=fake_cli.NVIDIA_INFO), DOCKER)
     assert no_compose.status == FAIL and "compose plugin" in no_compose.detail, no_compose.line()
-    old = doctor.check_docker(Facts(docker_cli=True, docker_info=fake_cli.NVIDIA_INFO, compose_version="2.12.2"), "docker")
+    old = doctor.check_docker(Facts(docker_cli=True, docker_info=fake_cli.NVIDIA_INFO, compose_version="2.12.2"), DOCKER)
     assert old.status == WARN, old.line()
-    good = doctor.check_docker(facts_for(RTX_QUERY, RTX_SMI), "docker")
+    good = doctor.check_docker(facts_for(RTX_QUERY, RTX_SMI), DOCKER)
     assert good.status == OK and "28.2.2" in good.detail and "2.40.3" in good.detail, good.line()
 
 
@@ -506,7 +507,7 @@ def test_audit_verdicts():
 def test_every_fail_has_a_fix_and_one_line():
     facts = Facts(docker_cli=True, docker_error="Cannot connect", smi_error="nvidia-smi: not found on PATH", shm_bytes=None,
                   disk_path="/", disk_free=1 << 30)
-    checks = doctor.evaluate(facts, "docker", svc_of(MODEL_DIR="/nonexistent/k", DRAFT_MODEL_DIR="/nonexistent/d",
+    checks = doctor.evaluate(facts, DOCKER, svc_of(MODEL_DIR="/nonexistent/k", DRAFT_MODEL_DIR="/nonexistent/d",
                                                      SHM_SIZE="1g"), env=env_of())
     failed = [c for c in checks if c.status == FAIL]
     assert {c.name for c in failed} >= {"model", "drafter", "docker", "gpu-runtime", "driver", "shm", "disk"}, [c.line() for c in failed]
@@ -618,12 +619,12 @@ def test_a_new_check_is_one_function_and_the_loop_writes_its_skip_lines():
     facts = Facts(gpus=[])
     assert evaluate([check_vram], Context(facts, None, "docker")) == [Check("vram", SKIP, "skipped: config invalid")]
     cpu = svc_of(**{"COMPOSE_FILE": "compose.yaml:tests/compose.engine.yaml"})
-    skipped = evaluate([check_vram], Context(facts, cpu, "docker"))
+    skipped = evaluate([check_vram], Context(facts, cpu, DOCKER))
     assert [c.status for c in skipped] == [SKIP] and "reserves no GPU" in skipped[0].detail, skipped
     gpu = svc_of()
     assert evaluate([check_vram], Context(facts, gpu, "docker")) == [Check("vram", OK, "enough")]
     assert seen == [(facts, gpu)], "the check got the facts its parameters name"
-    assert evaluate([check_vram], Context(facts, gpu, "docker", role="router")) == [], "a server's check is no router's"
+    assert evaluate([check_vram], Context(facts, gpu, DOCKER, role="router")) == [], "a server's check is no router's"
 
 
 def test_the_hub_token_reaches_a_container_only_where_it_may_go_online(tmp_path):

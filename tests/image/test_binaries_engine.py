@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.engine import DOCKER
 from sglang_stack.image.size import locked_wheel
 from sglang_stack import ROOT
 from pins import PIN
@@ -93,4 +94,4 @@ def test_the_build_step_judges_a_cuda12_library(declared, docker_base, run_id, t
             assert proc.returncode != 0, "a CUDA 12 library the lock does not declare must fail the build"
             assert f"error: torchao {PIN['torchao']}: torchao/_C.abi3.so needs libcudart.so.12 (CUDA 12; this stack is CUDA 13)" in log, log[-4000:]
     finally:
-        store.remove("docker", tag)
+        store.remove(DOCKER, tag)

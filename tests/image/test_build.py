@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import need
 
+from sglang_stack.engine import BUILDAH, DOCKER, Engine, PODMAN
 from sglang_stack import ROOT
 from sglang_stack.image import build as buildmod
 from sglang_stack.errors import UserError
@@ -19,7 +20,7 @@ CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def request(**kwargs) -> buildmod.BuildRequest:
-    base = dict(engine="docker", tag="sglang-stack:0.5.9-cu130")
+    base = dict(engine=DOCKER, tag="sglang-stack:0.5.9-cu130")
     base.update(kwargs)
     return buildmod.BuildRequest(**base)
 
@@ -36,7 +37,7 @@ def test_docker_uses_buildkit_through_buildx():
 
 @pytest.mark.parametrize("engine,head", [("podman", ["podman", "build"]), ("buildah", ["buildah", "bud"])])
 def test_daemonless_engines_keep_docker_format_and_layers(engine, head):
-    argv = request(engine=engine, isolation="chroot").command()
+    argv = request(engine=Engine(engine), isolation="chroot").command()
     assert argv[:2] == head, argv
     pairs = list(zip(argv, argv[1:]))
     # OCI format would silently drop HEALTHCHECK and SHELL.
@@ -46,7 +47,7 @@ def test_daemonless_engines_keep_docker_format_and_layers(engine, head):
 def test_secrets_are_passed_as_files_not_values(tmp_path):
     token = tmp_path / "token"
     token.write_text("hf_secret_value")
-    argv = request(engine="buildah", ca_bundle=CA, hf_token_file=token).command()
+    argv = request(engine=BUILDAH, ca_bundle=CA, hf_token_file=token).command()
     assert f"id=ca,src={CA}" in argv and f"id=hf_token,src={token}" in argv, argv
     assert not any("hf_secret_value" in a for a in argv), "a secret value must never appear on the command line"
 
@@ -58,11 +59,11 @@ def test_podman_and_buildah_take_chroot_isolation_where_there_is_no_unified_cgro
 
     said = []
     missing = tmp_path / "cgroup.controllers"
-    assert workflow.default_isolation("buildah", missing, said.append) == "chroot"
+    assert workflow.default_isolation(BUILDAH, missing, said.append) == "chroot"
     assert said and "--isolation chroot" in said[0], said
-    assert workflow.default_isolation("docker", missing, said.append) is None
+    assert workflow.default_isolation(DOCKER, missing, said.append) is None
     missing.write_text("cpu io memory pids\n")
-    assert workflow.default_isolation("podman", missing, said.append) is None
+    assert workflow.default_isolation(PODMAN, missing, said.append) is None
 
 
 def test_a_foreign_platform_is_asked_of_the_engine():
@@ -74,18 +75,18 @@ def test_a_foreign_platform_is_asked_of_the_engine():
 def test_a_platform_this_builder_cannot_run_is_one_line_naming_what_to_install(monkeypatch):
     monkeypatch.setattr(buildmod, "builder_platforms", lambda engine: ["linux/amd64", "linux/386"])
     with pytest.raises(UserError) as err:
-        buildmod.require_platform("docker", "linux/arm64")
+        buildmod.require_platform(DOCKER, "linux/arm64")
     assert "--platform linux/arm64: this docker builder runs linux/amd64, linux/386 only" in str(err.value)
     assert "qemu-user-static" in str(err.value) and "\n" not in str(err.value)
     monkeypatch.setattr(buildmod, "builder_platforms", lambda engine: ["linux/amd64", "linux/arm64"])
-    buildmod.require_platform("docker", "linux/arm64")
+    buildmod.require_platform(DOCKER, "linux/arm64")
 
 
 @pytest.mark.engine
 def test_invoke_build_for_arm64_on_this_engine_is_built_or_refused_before_anything_is_written(docker_engine, tmp_path):
     """The real builder's answer: where it cannot run aarch64 steps (this machine), one line and no render; the root's
     profile, which has no aarch64 set, says so first."""
-    have = buildmod.builder_platforms("docker") or []
+    have = buildmod.builder_platforms(DOCKER) or []
     if "linux/arm64" in have:
         pytest.skip("this builder runs linux/arm64: the refusal cannot be shown here")
     proc = subprocess.run([sys.executable, "-m", "invoke", "build", "--platform", "linux/arm64", "--profile", "0.5.23",
@@ -114,7 +115,6 @@ def test_build_args_are_sorted_and_validated():
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(engine="kaniko"), "--engine 'kaniko': unsupported"),
         (dict(target="devel"), "--target 'devel': not a stage"),
         (dict(tag="Sglang Stack"), "--tag 'Sglang Stack': not an image reference"),
         (dict(base_image="--help"), "--base-image '--help': not an image reference"),
@@ -127,6 +127,11 @@ def test_bad_build_input_is_one_line(kwargs, message):
     with pytest.raises(UserError) as info:
         request(**kwargs).validate()
     assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_an_unknown_engine_is_refused_where_it_is_named():
+    with pytest.raises(UserError, match=r"^--engine 'kaniko': unsupported \(choose one of docker, podman, buildah\)$"):
+        Engine("kaniko")
 
 
 def test_valid_references_pass():
@@ -202,7 +207,7 @@ def test_buildah_builds_the_base_stage_for_real(smoke_base, run_id, keep_images)
             assert box.run("id", "-u", "sglang").stdout.strip() == "10001"
     finally:
         if not keep_images:
-            store.remove("buildah", tag)
+            store.remove(BUILDAH, tag)
 
 
 @pytest.mark.container
@@ -219,7 +224,7 @@ def test_a_failed_buildah_build_leaves_no_working_container(smoke_base, run_id, 
                                   text=True).stdout.split())
 
     before, cached = containers(), images()
-    request = buildmod.BuildRequest(engine="buildah", tag=f"localhost/sglang-stack-test-{run_id}:fails", target="base",
+    request = buildmod.BuildRequest(engine=BUILDAH, tag=f"localhost/sglang-stack-test-{run_id}:fails", target="base",
                                     isolation="chroot", context=tmp_path, dockerfile=tmp_path / "Dockerfile")
     try:
         with pytest.raises(UserError, match="buildah build failed"):
@@ -252,7 +257,7 @@ AUDIT_FAILURE = ["#21 12.3 error: /opt/venv/lib/python3.12/site-packages/x.so: l
 
 def test_a_failure_that_is_not_about_a_base_gets_no_base_hint():
     """The binary audit failed, and --build-arg DEVEL_IMAGE=... replaced the devel image: no word of any base."""
-    req = request(engine="buildah", build_args={"DEVEL_IMAGE": "localhost/devel-stub:1"})
+    req = request(engine=BUILDAH, build_args={"DEVEL_IMAGE": "localhost/devel-stub:1"})
     assert buildmod.base_images(req)["DEVEL_IMAGE"] == "localhost/devel-stub:1", "a --build-arg replaces the Dockerfile's default"
     assert buildmod.missing_base_hint(req, AUDIT_FAILURE) == ""
 
@@ -260,7 +265,7 @@ def test_a_failure_that_is_not_about_a_base_gets_no_base_hint():
 def test_a_base_the_engine_could_not_get_is_named():
     missing = "localhost/sglang-stack-test-absent:never"
     said = [f"ERROR: failed to solve: {missing}: pull access denied, repository does not exist"]
-    hint = buildmod.missing_base_hint(request(engine="buildah", target="sglang", base_image=missing), said)
+    hint = buildmod.missing_base_hint(request(engine=BUILDAH, target="sglang", base_image=missing), said)
     assert f"{missing} is not in the buildah image store" in hint and "--base-image" in hint, hint
 
 
@@ -313,7 +318,7 @@ def test_a_replaced_base_replaces_the_oci_base_digest_label(kwargs, digest):
 def test_a_missing_devel_image_is_replaced_by_its_build_arg_and_the_mirror_is_named():
     """The runtime build needs two bases, both absent here; --base-image replaces only one of them, and a host
     with no registry has the mirror."""
-    req = request(engine="buildah", target="runtime")
+    req = request(engine=BUILDAH, target="runtime")
     bases = buildmod.base_images(req)
     said = [f"ERROR: failed to solve: {bases['DEVEL_IMAGE']}: failed to resolve source metadata"]
     hint = buildmod.missing_base_hint(req, said)

@@ -10,6 +10,7 @@ from pathlib import Path
 import dockerfile
 import pytest
 
+from sglang_stack.engine import BUILDAH
 from sglang_stack import ROOT
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.shell import require
@@ -367,7 +368,7 @@ def test_the_apt_steps_mounts_build_twice_on_buildah(commands, smoke_base, run_i
     except subprocess.TimeoutExpired:
         pytest.fail(f"buildah hung on the second apt step's cache mounts:\n{steps}")
     finally:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
 
 
 def pipelines(script: str) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import checkout
+from sglang_stack.engine import BUILDAH, DOCKER, Engine
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
@@ -71,7 +72,7 @@ def test_every_hash_of_the_lock_is_allowed_and_nothing_else(lock):
 @pytest.mark.network
 def test_fetch_resumes_prunes_and_names_a_reupload(lock, tmp_path):
     dest = tmp_path / "mirror"
-    first = mirror.fetch(lock, "sglang", {}, "buildah", dest)
+    first = mirror.fetch(lock, "sglang", {}, BUILDAH, dest)
     manifest = json.loads((dest / "manifest.json").read_text())
     assert manifest["lock"] == mirror.lock_hashes(lock) and manifest["targets"] == ["sglang"]
     names = {Path(f["path"]).name for f in manifest["files"]}
@@ -89,7 +90,7 @@ def test_fetch_resumes_prunes_and_names_a_reupload(lock, tmp_path):
     stray.write_bytes(b"not in the lock")
     tool = dest / "wheels" / lock.build_tools[0].filename
     tool.write_bytes(b"tampered")  # a file whose hash is wrong: deleted and fetched again
-    again = mirror.fetch(lock, "sglang", {}, "buildah", dest)
+    again = mirror.fetch(lock, "sglang", {}, BUILDAH, dest)
     assert wheel.stat().st_mtime_ns == stamp, "a good file stays, it is not downloaded again"
     assert not (dest / "wheels" / ".stale.whl.part").exists() and not retired.exists()
     assert any(line.startswith(f"removed {retired.name}: no pin of this lock allows") for line in again)
@@ -103,7 +104,7 @@ def test_fetch_resumes_prunes_and_names_a_reupload(lock, tmp_path):
     moved = dataclasses.replace(lock, sglang=dataclasses.replace(lock.sglang, sha256="0" * 64))
     wheel.unlink()
     with pytest.raises(UserError) as err:
-        mirror.fetch(moved, "sglang", {}, "buildah", dest)
+        mirror.fetch(moved, "sglang", {}, BUILDAH, dest)
     assert f"sglang: {lock.sglang.filename} was re-uploaded upstream (sha256 {lock.sglang.sha256}" in str(err.value)
     assert not wheel.exists() and not list((dest / "wheels").glob(".*.part")), "the wrong bytes are not kept"
 
@@ -173,7 +174,7 @@ def test_a_symlinked_mirror_folder_is_refused_before_anything_is_written(lock, t
     dest.mkdir()
     (dest / "wheels").symlink_to(elsewhere)
     with pytest.raises(UserError, match="wheels: is a symbolic link .*replace the link with a directory"):
-        mirror.fetch(lock, "sglang", {}, "buildah", dest)
+        mirror.fetch(lock, "sglang", {}, BUILDAH, dest)
     assert [p.name for p in elsewhere.iterdir()] == ["someone-else-1.0-py3-none-any.whl"]
 
 
@@ -242,28 +243,28 @@ def test_two_fetches_on_one_mirror_take_turns(tmp_path, capfd):
 
 
 def test_a_mirror_outside_the_build_context_is_refused(lock, tmp_path):
-    request = buildmod.BuildRequest(engine="buildah", tag="t", target="router")
+    request = buildmod.BuildRequest(engine=BUILDAH, tag="t", target="router")
     with pytest.raises(UserError, match="the build reads the mirror from its context"):
         mirror.prepare(request, lock, tmp_path / "elsewhere")
 
 
 def test_a_mirror_build_turns_the_network_off_where_the_engine_can():
-    docker = buildmod.BuildRequest(engine="docker", tag="t", mirror=True).command()
+    docker = buildmod.BuildRequest(engine=DOCKER, tag="t", mirror=True).command()
     assert docker[docker.index("--network") + 1] == "none" and "MIRROR=1" in docker
-    buildah = buildmod.BuildRequest(engine="buildah", tag="t", mirror=True, isolation="oci").command()
+    buildah = buildmod.BuildRequest(engine=BUILDAH, tag="t", mirror=True, isolation="oci").command()
     assert buildah[buildah.index("--network") + 1] == "none"
-    chroot = buildmod.BuildRequest(engine="buildah", tag="t", mirror=True, isolation="chroot").command()
+    chroot = buildmod.BuildRequest(engine=BUILDAH, tag="t", mirror=True, isolation="chroot").command()
     assert "--network" not in chroot and "MIRROR=1" in chroot, "chroot isolation refuses --network none"
-    assert "MIRROR=1" not in buildmod.BuildRequest(engine="docker", tag="t").command()
+    assert "MIRROR=1" not in buildmod.BuildRequest(engine=DOCKER, tag="t").command()
 
 
 # --- builds from the mirror ---------------------------------------------------------------
 
 
-def _request(engine: str, target: str, tag: str, base: str, context: Path) -> buildmod.BuildRequest:
+def _request(engine: Engine, target: str, tag: str, base: str, context: Path) -> buildmod.BuildRequest:
     return buildmod.BuildRequest(engine=engine, tag=tag, target=target, base_image=base, no_cache=True,
-                                 isolation="chroot" if engine == "buildah" else None, layers=False,
-                                 source_date_epoch=buildmod.commit_epoch(), oci=engine == "buildah",
+                                 isolation="chroot" if engine == BUILDAH else None, layers=False,
+                                 source_date_epoch=buildmod.commit_epoch(), oci=engine == BUILDAH,
                                  context=context, dockerfile=context / "docker" / "Dockerfile")
 
 
@@ -274,15 +275,15 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
 
     context = checkout.context(tmp_path / "context")
     base = f"localhost/sglang-stack-test-{run_id}/mirror-base:bookworm"
-    store.tag("buildah", smoke_base, base)
+    store.tag(BUILDAH, smoke_base, base)
     made, ids = [], {}
     try:
         for target in ("router", "sglang"):
-            request = _request("buildah", target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
-            mirror.fetch(lock, target, buildmod.base_images(request), "buildah", context / "mirror")
+            request = _request(BUILDAH, target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
+            mirror.fetch(lock, target, buildmod.base_images(request), BUILDAH, context / "mirror")
         for target in ("router", "sglang"):
-            store.remove("buildah", base)  # loading an archive names the image as it was saved, too
-            request = _request("buildah", target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
+            store.remove(BUILDAH, base)  # loading an archive names the image as it was saved, too
+            request = _request(BUILDAH, target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
             lines = mirror.prepare(request, lock, context / "mirror")
             loaded = mirror.local_name(buildmod.BASE_ARG.get(target, "BASE_IMAGE"), base)
             made.append(loaded)
@@ -293,21 +294,21 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
             out = capfd.readouterr()
             assert "installing from the mirror: no index, no URL" in out.out + out.err
             assert "Looking in indexes" not in out.out + out.err, "pip never looked at an index"
-            report = verify_image.verify("buildah", tag)
+            report = verify_image.verify(BUILDAH, tag)
             assert report.ok, report.lines()
             ids[target] = report.image_id
-        store.remove("buildah", base)  # FROM the same name as the first build: its label records the name
-        again = _request("buildah", "router", f"localhost/sglang-stack-test-{run_id}:mirror-router-2", base, context)
+        store.remove(BUILDAH, base)  # FROM the same name as the first build: its label records the name
+        again = _request(BUILDAH, "router", f"localhost/sglang-stack-test-{run_id}:mirror-router-2", base, context)
         mirror.prepare(again, lock, context / "mirror")
         made.append(again.tag)
         assert buildmod.build(again)[1] == ids["router"], "a mirror build is reproducible too"
         impostor = mirror.local_name(buildmod.BASE_ARG.get("router", "BASE_IMAGE"), base)
-        store.remove("buildah", impostor)
-        store.tag("buildah", again.tag, impostor)  # another image under the mirror's name
+        store.remove(BUILDAH, impostor)
+        store.tag(BUILDAH, again.tag, impostor)  # another image under the mirror's name
         with pytest.raises(UserError, match=f"{impostor} in the buildah store is not the image the mirror's archive"):
-            mirror.prepare(_request("buildah", "router", again.tag, base, context), lock, context / "mirror")
+            mirror.prepare(_request(BUILDAH, "router", again.tag, base, context), lock, context / "mirror")
     finally:
-        store.remove("buildah", base, *made)
+        store.remove(BUILDAH, base, *made)
 
 
 @pytest.mark.engine
@@ -315,8 +316,8 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
 def test_docker_builds_from_the_mirror_with_the_network_off(docker_base, run_id, lock, tmp_path, capfd, target):
     context = checkout.context(tmp_path / "context")
     tag = f"sglang-stack-test-{run_id}:mirror-{target}"
-    request = _request("docker", target, tag, docker_base, context)
-    mirror.fetch(lock, target, buildmod.base_images(request), "docker", context / "mirror")
+    request = _request(DOCKER, target, tag, docker_base, context)
+    mirror.fetch(lock, target, buildmod.base_images(request), DOCKER, context / "mirror")
     arg = buildmod.BASE_ARG.get(target, "BASE_IMAGE")
     assert (context / "mirror" / "images" / mirror.image_file(arg)).is_file()
     mirror.prepare(request, lock, context / "mirror")
@@ -335,7 +336,7 @@ def test_docker_builds_from_the_mirror_with_the_network_off(docker_base, run_id,
         want = lock.router.version if target == "router" else lock.sglang.version
         assert probe.returncode == 0 and probe.stdout.split() == [want, "CycloneDX"], probe.stderr
     finally:
-        store.remove("docker", tag)
+        store.remove(DOCKER, tag)
 
 
 # --- the mirror is anchored to the lock ------------------------------------------------------------
@@ -354,7 +355,7 @@ def _imported(tmp_path: Path, tag: str, files: dict[str, str]) -> str:
         for name in files:
             out.add(root / name, arcname=name)
     subprocess.run(["docker", "import", str(tar), tag], check=True, capture_output=True)
-    return store.image_id("docker", tag)
+    return store.image_id(DOCKER, tag)
 
 
 def _saved(tmp_path: Path, tag: str, name: str) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.engine import BUILDAH, DOCKER, PODMAN
 from sglang_stack.download import ca_bundle
 from sglang_stack.image import build as buildmod
 from sglang_stack.image import store
@@ -35,7 +36,7 @@ def request(target: str, tag: str, base: str, epoch: int | None, oci: bool = Tru
     """What `invoke build --engine buildah --no-cache --reproducible` runs: with layers, as users get them (one
     squashed layer would hide a step whose files a later step rewrites)."""
     ca = ca_bundle()
-    return buildmod.BuildRequest(engine="buildah", tag=tag, target=target, base_image=base, no_cache=True,
+    return buildmod.BuildRequest(engine=BUILDAH, tag=tag, target=target, base_image=base, no_cache=True,
                                  ca_bundle=Path(ca) if ca else None, isolation="chroot", layers=True,
                                  source_date_epoch=epoch, oci=oci, **more)
 
@@ -93,10 +94,10 @@ def test_two_no_cache_builds_give_the_same_image_id(smoke_base, run_id, target, 
         ids = [buildmod.build(request(target, tag, smoke_base, epoch))[1] for tag in tags]
         if ids[0] != ids[1]:
             pytest.fail(f"{target}: two builds of one commit gave {ids[0]} and {ids[1]}: {first_difference(tags, tmp_path)}")
-        assert store.image_id("buildah", tags[0]) == store.image_id("buildah", tags[1])
+        assert store.image_id(BUILDAH, tags[0]) == store.image_id(BUILDAH, tags[1])
         print(f"{target}: both builds {ids[0]}")
     finally:
-        store.remove("buildah", *tags)
+        store.remove(BUILDAH, *tags)
 
 
 @pytest.mark.container
@@ -112,19 +113,19 @@ def test_two_no_cache_builds_of_the_whole_runtime_give_one_image_id(run_id, tmp_
     assert epoch is not None, "this checkout has a commit"
     standins = substitutes.load()
     wheels = whole_image.standin_wheels(standins)
-    base, devel = substitutes.make_images("buildah", standins, wheels, substitutes.header_text(standins))
+    base, devel = substitutes.make_images(BUILDAH, standins, wheels, substitutes.header_text(standins))
     context, _ = whole_image.prepare_context(tmp_path, standins, wheels)
     tags = [f"localhost/sglang-stack-test-{run_id}:repro-runtime-{i}" for i in (1, 2)]
     try:
         # The smoke's own request, as `invoke build --engine buildah --no-cache --reproducible` turns it.
         ids = [buildmod.build(dataclasses.replace(
-            whole_image.request(context, tag, base, devel), engine="buildah", no_cache=True, isolation="chroot",
+            whole_image.request(context, tag, base, devel), engine=BUILDAH, no_cache=True, isolation="chroot",
             layers=True, oci=True, source_date_epoch=epoch))[1] for tag in tags]
         if ids[0] != ids[1]:
             pytest.fail(f"runtime: two builds of one commit gave {ids[0]} and {ids[1]}: {first_difference(tags, tmp_path)}")
         print(f"runtime: both builds {ids[0]}")
     finally:
-        store.remove("buildah", *tags)
+        store.remove(BUILDAH, *tags)
 
 
 @pytest.mark.container
@@ -138,22 +139,22 @@ def test_the_docker_format_keeps_the_same_layers(smoke_base, run_id):
             buildmod.build(request("router", tag, smoke_base, epoch, oci=False))
         assert diff_ids(tags[0]) == diff_ids(tags[1]), "the layers of two builds of one commit differ"
     finally:
-        store.remove("buildah", *tags)
+        store.remove(BUILDAH, *tags)
 
 
 def test_the_clock_reaches_the_engines_command():
     buildah = request("router", "t", "b", 1700000000).command()
     assert buildah[buildah.index("--timestamp") + 1] == "1700000000" and "SOURCE_DATE_EPOCH=1700000000" in buildah
-    docker = buildmod.BuildRequest(engine="docker", tag="t", source_date_epoch=5)
+    docker = buildmod.BuildRequest(engine=DOCKER, tag="t", source_date_epoch=5)
     assert "--load" in docker.command() and "--timestamp" not in docker.command(), "BuildKit before 0.13 only loads"
     docker.rewrite_timestamps = True
     argv = docker.command()
     assert argv[argv.index("--output") + 1] == "type=docker,rewrite-timestamp=true" and "--load" not in argv
     assert "SOURCE_DATE_EPOCH=5" in argv
-    assert "--timestamp" not in buildmod.BuildRequest(engine="buildah", tag="t").command(), "no clock, no stamp"
-    argv = buildmod.BuildRequest(engine="podman", tag="t", oci=True).command()
+    assert "--timestamp" not in buildmod.BuildRequest(engine=BUILDAH, tag="t").command(), "no clock, no stamp"
+    argv = buildmod.BuildRequest(engine=PODMAN, tag="t", oci=True).command()
     assert argv[argv.index("--format") + 1] == "oci"
-    argv = buildmod.BuildRequest(engine="podman", tag="t").command()
+    argv = buildmod.BuildRequest(engine=PODMAN, tag="t").command()
     assert argv[argv.index("--format") + 1] == "docker", "HEALTHCHECK survives by default"
 
 
@@ -193,19 +194,19 @@ def test_a_new_commit_rebuilds_only_from_the_clock(smoke_base, run_id, tmp_path)
                   if "FROM" not in line and not (i + 1 < len(log) and log[i + 1].startswith("--> Using cache"))]
         assert not missed, f"a docs-only commit rebuilt {len(missed)} steps before the clock, first: {missed[0][:200]}"
     finally:
-        store.remove("buildah", *tags)
+        store.remove(BUILDAH, *tags)
 
 
 @pytest.mark.container
 def test_reproducible_on_buildah_builds_without_the_cache(smoke_base, run_id, capfd):
     """A cached buildah layer keeps the clock of the commit that made it: --reproducible must not use one."""
     tag = f"localhost/sglang-stack-test-{run_id}:repro-nocache"
-    req = buildmod.BuildRequest(engine="buildah", tag=tag, target="base", base_image=smoke_base, isolation="chroot",
+    req = buildmod.BuildRequest(engine=BUILDAH, tag=tag, target="base", base_image=smoke_base, isolation="chroot",
                                 source_date_epoch=buildmod.commit_epoch(), oci=True, reproducible=True)
     try:
         buildmod.build(req)
     finally:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
     said = capfd.readouterr()
     shown = next(line for line in said.err.splitlines() if line.startswith("$ buildah bud"))
     assert "--no-cache" in shown.split(), shown

@@ -10,11 +10,12 @@ import threading
 import pytest
 
 from conftest import need, wait_until
+from sglang_stack.engine import BUILDAH, DOCKER, Engine
 from sglang_stack import ROOT
 from sglang_stack.image import store
 
 
-def _lease_survives_the_maker(engine: str, base: str, run_id: str) -> None:
+def _lease_survives_the_maker(engine: Engine, base: str, run_id: str) -> None:
     """Run A made the shared base; run B leased it; A finishes and removes its name: B can still build on it."""
     shared = f"localhost/sglang-stack-test-{run_id}-shared:bookworm"
     store.tag(engine, base, shared)  # what run A's debootstrap would have made under the shared name
@@ -37,19 +38,19 @@ def test_missing_base_without_make_is_one_line(engine, run_id):
     if shutil.which(engine) is None:  # one engine missing skips its own case (fails in CI), never the other's
         need(f"the {engine} CLI is not installed")
     with pytest.raises(UserError) as err:
-        with store.BaseLease(engine, f"localhost/sglang-stack-test-{run_id}-none:x", make=False):
+        with store.BaseLease(Engine(engine), f"localhost/sglang-stack-test-{run_id}-none:x", make=False):
             pass
     assert str(err.value) == f"--base-image localhost/sglang-stack-test-{run_id}-none:x: no such image in the {engine} image store", err.value
 
 
 @pytest.mark.engine
 def test_docker_lease_survives_the_maker(docker_base, run_id):
-    _lease_survives_the_maker("docker", docker_base, run_id)
+    _lease_survives_the_maker(DOCKER, docker_base, run_id)
 
 
 @pytest.mark.container
 def test_buildah_lease_survives_the_maker(smoke_base, run_id):
-    _lease_survives_the_maker("buildah", smoke_base, run_id)
+    _lease_survives_the_maker(BUILDAH, smoke_base, run_id)
 
 
 @pytest.mark.container
@@ -66,20 +67,20 @@ def test_smoke_leaves_images_it_did_not_make(smoke_base, run_id):
     try:
         # Someone else's image, made once the smoke run is building.
         assert wait_until(lambda: any("buildah bud" in line for line in output), timeout=300, interval=0.2), "".join(output)[-2000:]
-        store.tag("buildah", smoke_base, foreign)
+        store.tag(BUILDAH, smoke_base, foreign)
         assert smoke.wait(timeout=900) == 0, "".join(output)[-3000:]
         reader.join(timeout=10)
-        assert store.exists("buildah", foreign), "invoke smoke removed an image it did not make"
+        assert store.exists(BUILDAH, foreign), "invoke smoke removed an image it did not make"
         named = next((line for line in output if line.startswith("smoke: this run's images: ")), "")
         made = named.removeprefix("smoke: this run's images: ").split(" (")[0].split()
         assert len(made) == 3, f"the smoke run names its images (built, broken patch, planted variable): {named!r}"
-        leftover = [ref for ref in made if store.exists("buildah", ref)]
+        leftover = [ref for ref in made if store.exists(BUILDAH, ref)]
         assert not leftover, f"invoke smoke left its own images behind: {leftover}"
-        assert store.exists("buildah", smoke_base), "the leased base stays for the session that holds it"
+        assert store.exists(BUILDAH, smoke_base), "the leased base stays for the session that holds it"
     finally:
         if smoke.poll() is None:
             smoke.kill()
-        store.remove("buildah", foreign)
+        store.remove(BUILDAH, foreign)
 
 
 @pytest.mark.container

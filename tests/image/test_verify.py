@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.engine import BUILDAH
 from sglang_stack import ROOT
 from pins import PIN
 from sglang_stack.download import ca_bundle
@@ -34,13 +35,13 @@ def stages(smoke_base, run_id):
     try:
         for target in ("sglang", "router"):
             tag = f"localhost/sglang-stack-test-{run_id}:verify-{target}"
-            buildmod.build(buildmod.BuildRequest(engine="buildah", tag=tag, target=target, base_image=smoke_base,
+            buildmod.build(buildmod.BuildRequest(engine=BUILDAH, tag=tag, target=target, base_image=smoke_base,
                                                  ca_bundle=Path(ca) if ca else None, isolation="chroot", no_cache=True,
                                                  source_date_epoch=buildmod.commit_epoch(), oci=True))
             tags[target] = tag
         yield tags
     finally:
-        store.remove("buildah", *tags.values())
+        store.remove(BUILDAH, *tags.values())
 
 
 def derive(image: str, tag: str, *, shell: str = "", label: str = "") -> str:
@@ -62,11 +63,11 @@ def failing(report: verify_image.Report) -> dict[str, str]:
 
 
 def test_both_stages_verify_and_the_digest_is_reproduced(stages, smoke_base, tmp_path):
-    sglang = verify_image.verify("buildah", stages["sglang"], rebuild=True, base_image=smoke_base)
+    sglang = verify_image.verify(BUILDAH, stages["sglang"], rebuild=True, base_image=smoke_base)
     assert sglang.ok and sglang.stage == "sglang", sglang.lines()
     assert [c.name for c in sglang.checks] == ["labels", "installed", "sbom", "patches", "digest"]
     assert all(c.ok for c in sglang.checks), "every check ran and passed, the digest too"
-    router = verify_image.verify("buildah", stages["router"])
+    router = verify_image.verify(BUILDAH, stages["router"])
     assert router.ok and router.stage == "router", router.lines()
     assert {c.name: c.ok for c in router.checks}["digest"] is None, "not compared without --rebuild"
     record = json.loads(verify_image.write_record(sglang, tmp_path).read_text())
@@ -78,10 +79,10 @@ def test_a_changed_patched_file_is_named(stages, run_id):
     rel = "sglang/srt/models/kimi_k25.py"
     tag = derive(stages["sglang"], f"localhost/sglang-stack-test-{run_id}:verify-file", shell=f"echo '# edited' >> /opt/sglang/{rel}")
     try:
-        bad = failing(verify_image.verify("buildah", tag))
+        bad = failing(verify_image.verify(BUILDAH, tag))
         assert set(bad) == {"patches"} and bad["patches"] == f"/opt/sglang/{rel}: differs from the patched wheel"
     finally:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
 
 
 def test_a_changed_or_added_package_is_named(stages, run_id):
@@ -92,25 +93,25 @@ def test_a_changed_or_added_package_is_named(stages, run_id):
              f"printf 'Metadata-Version: 2.1\\nName: leftpad\\nVersion: 1.0\\n' > {extra}/METADATA")
     tag = derive(stages["router"], f"localhost/sglang-stack-test-{run_id}:verify-package", shell=shell)
     try:
-        bad = failing(verify_image.verify("buildah", tag))
+        bad = failing(verify_image.verify(BUILDAH, tag))
         assert set(bad) == {"installed", "sbom"}
         assert f"aiohappyeyeballs: installed {version}.1, the lock pins {version}" in bad["installed"]
         assert "leftpad==1.0: installed, but not in the lock" in bad["installed"]
         assert f"aiohappyeyeballs: SBOM says {version}, the image has {version}.1" in bad["sbom"]
     finally:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
 
 
 def test_a_changed_label_and_a_missing_sbom_are_named(stages, run_id):
     tag = derive(stages["sglang"], f"localhost/sglang-stack-test-{run_id}:verify-label",
                  shell="rm /opt/sglang-stack/sbom.cdx.json", label="io.sglang-stack.sglang.version=0.5.8")
     try:
-        bad = failing(verify_image.verify("buildah", tag))
+        bad = failing(verify_image.verify(BUILDAH, tag))
         assert set(bad) == {"labels", "sbom"}
         assert bad["labels"] == "io.sglang-stack.sglang.version: image has '0.5.8', the checkout gives '0.5.9'"
         assert bad["sbom"] == "no CycloneDX SBOM at /opt/sglang-stack/sbom.cdx.json"
     finally:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
 
 
 def test_a_debian_package_changed_after_the_sbom_is_named(stages, run_id):
@@ -118,11 +119,11 @@ def test_a_debian_package_changed_after_the_sbom_is_named(stages, run_id):
     shell = "sed -i '/^Package: patch$/,/^$/ s/^Version: .*/Version: 9.9-drifted/' /var/lib/dpkg/status"
     tag = derive(stages["sglang"], f"localhost/sglang-stack-test-{run_id}:verify-deb", shell=shell)
     try:
-        bad = failing(verify_image.verify("buildah", tag))
+        bad = failing(verify_image.verify(BUILDAH, tag))
         assert set(bad) == {"sbom"}, bad
         assert re.search(r"deb patch: SBOM says \S+, dpkg has 9\.9-drifted", bad["sbom"]), bad["sbom"]
     finally:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
 
 
 def test_invoke_verify_exits_1_with_one_line_per_check(stages, run_id, tmp_path):
@@ -130,12 +131,12 @@ def test_invoke_verify_exits_1_with_one_line_per_check(stages, run_id, tmp_path)
 
     tag = derive(stages["sglang"], f"localhost/sglang-stack-test-{run_id}:verify-cli",
                  shell="echo '# edited' >> /opt/sglang/sglang/srt/server_args.py")
-    image_id = store.image_id("buildah", tag)
+    image_id = store.image_id(BUILDAH, tag)
     try:
         proc = subprocess.run([*engine.INVOKE, "verify", "--engine", "buildah", "--image", tag], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
     finally:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
     record_file = verify_image.record_path(image_id)
     record = verify_image.read_record(image_id)
     record_file.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ import pytest
 
 import engine
 from conftest import need
+from sglang_stack.engine import DOCKER
 from sglang_stack import ROOT
 from sglang_stack.patching.patches import read_series
 from sglang_stack.release import predicate as pred, publish as publishmod
@@ -198,7 +199,7 @@ def test_a_missing_attestation_and_a_verdict_that_disagrees_with_the_lock_fail(p
     proc = verify(bare, "--key", str(keys[0] / "cosign.pub"))
     assert proc.returncode == 1 and last(proc) == f"error: {bare}: sbom attestation: no cyclonedx attestation: none", \
         proc.stderr
-    _, found = publishmod.image_facts("docker", bare)
+    _, found = publishmod.image_facts(DOCKER, bare)
     labels = json.loads(engine.docker("image", "inspect", "--format", "{{json .Config.Labels}}", bare).stdout)
     verdict = pred.make(bare, labels, found)
     first = next(iter(verdict["patches"]))
@@ -225,7 +226,7 @@ def test_a_verdict_predicate_that_is_not_the_object_fails_closed(published, keys
     engine.docker("push", "--quiet", image)
     key = str(keys[0] / "cosign.key")
     assert cosign("sign", "--key", key, "--tlog-upload=false", "--yes", image).returncode == 0
-    _, found = publishmod.image_facts("docker", image)
+    _, found = publishmod.image_facts(DOCKER, image)
     (tmp_path / "sbom.json").write_text(json.dumps(found["sbom"]))
     (tmp_path / "verdict.json").write_text(predicate)
     for kind, path in (("cyclonedx", "sbom.json"), (pred.PREDICATE_TYPE, "verdict.json")):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stack.engine import DOCKER
 from sglang_stack import ROOT
 from sglang_stack.services import compose, variables
 from sglang_stack.services import composefile
@@ -499,7 +500,7 @@ def test_parse_ps_both_formats():
 
 
 def test_compose_argv_names_project_and_profiles():
-    argv = compose.compose_argv("docker", composefile.project(env_of(), (COMPOSE_YAML,)), "ps")
+    argv = compose.compose_argv(DOCKER, composefile.project(env_of(), (COMPOSE_YAML,)), "ps")
     assert argv[:2] == ["docker", "compose"], argv
     assert "--file" not in argv, f"Compose picks the files itself (COMPOSE_FILE, compose.override.yaml): {argv}"
     assert argv[argv.index("--project-directory") + 1] == str(ROOT), argv
@@ -544,7 +545,7 @@ def test_latest_state_of_a_log(log, latest):
 
 def test_logs_refuses_an_unknown_service():
     with pytest.raises(UserError, match="unknown service"):
-        compose.logs("docker", "nope", follow=False, tail="1")
+        compose.logs(DOCKER, "nope", follow=False, tail="1")
 
 
 # --- compose.yaml is the one list of services --------------------------------------------------------

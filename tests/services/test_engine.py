@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 
 from conftest import wait_until
+from sglang_stack.engine import DOCKER
 from sglang_stack import ROOT
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image import store
@@ -48,7 +49,7 @@ def test_invoke_build_with_docker_builds_the_sglang_stage(sglang_stage):
     assert f"built {tag} (sha256:" in proc.stdout, proc.stdout[-2000:]
     for line in ("patch 0001-", "audit passed"):
         assert line in proc.stderr, f"the build log lacks {line!r}: the patches and the audit must run in the build"
-    labels = store.labels("docker", tag)
+    labels = store.labels(DOCKER, tag)
     lock = lockmod.check()
     assert labels.get("io.sglang-stack.sglang.version") == lock.sglang.version, f"labels: {sorted(labels)}"
     version = engine.docker("run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c",
@@ -70,7 +71,7 @@ def test_invoke_verify_checks_the_docker_built_stage(sglang_stage):
     from sglang_stack.image import verify as verify_image
 
     tag = sglang_stage[0]
-    report = verify_image.verify("docker", tag)
+    report = verify_image.verify(DOCKER, tag)
     assert report.ok and report.stage == "sglang", report.lines()
     assert [c.name for c in report.checks if c.ok] == ["labels", "installed", "sbom", "patches"]
 
@@ -86,7 +87,7 @@ def test_missing_base_image_is_one_line(docker_engine, run_id):
     assert f"sglang-stack-test-{run_id}:no-such-base is not in the docker image store" in last, last
     for hint in ("docker pull", "--base-image", "invoke smoke"):
         assert hint in last, f"the error does not say how to get a base ({hint!r}): {last}"
-    assert not store.exists("docker", f"sglang-stack-test-{run_id}:never"), "a failed build must not leave its tag"
+    assert not store.exists(DOCKER, f"sglang-stack-test-{run_id}:never"), "a failed build must not leave its tag"
 
 
 def test_settings_before_a_build_is_one_line_and_pulls_nothing(docker_engine, run_id):
@@ -122,7 +123,7 @@ def test_the_sweep_runs_the_preflight_first_and_never_builds(docker_engine, run_
     assert proc.stderr.strip().startswith("error: preflight ") and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "compose up" not in proc.stdout + proc.stderr, "no compose run may happen before the preflight passes"
     assert not out.exists(), "a refused sweep leaves no results directory"
-    assert not store.exists("docker", f"sglang-stack-test-{run_id}:absent"), "the sweep must never build or pull the image"
+    assert not store.exists(DOCKER, f"sglang-stack-test-{run_id}:absent"), "the sweep must never build or pull the image"
 
 
 # --- docker compose up -d --wait, the mission's literal command --------------------------------
@@ -315,7 +316,7 @@ def test_compose_builds_the_profile_it_tags(docker_base, compose_project, model_
         assert labels["io.sglang-stack.sglang.version"] == "0.5.23", labels
         assert labels["io.sglang-stack.profile"] == "0.5.23", labels
     finally:
-        store.remove("docker", tag)
+        store.remove(DOCKER, tag)
 
 
 def test_doctor_on_a_real_engine_without_gpus(docker_engine, compose_project, model_dirs):

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import wait_until
+from sglang_stack.engine import DOCKER
 from sglang_stack import ROOT
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.image import store
@@ -83,7 +84,7 @@ def test_invoke_build_target_router_builds_the_router_stage(router_image, docker
     assert f"ROUTER_BASE_IMAGE={docker_base}" in proc.stderr, "--base-image must replace the router's base"
     assert f"built {tag} (sha256:" in proc.stdout, proc.stdout[-2000:]
     lock = lockmod.check()
-    labels = store.labels("docker", tag)
+    labels = store.labels(DOCKER, tag)
     assert labels.get("io.sglang-stack.router.version") == lock.router.version, f"labels: {labels}"
     assert labels.get("io.sglang-stack.base.used") == docker_base, f"labels: {labels}"
     # The OCI labels name the base this build used, not the lock's pin that --base-image replaced.

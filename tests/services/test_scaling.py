@@ -11,6 +11,7 @@ import sys
 import dockerfile
 import pytest
 
+from sglang_stack.engine import DOCKER
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
@@ -276,7 +277,7 @@ def test_rendered_dockerfile_has_rdma_userspace_and_a_router_stage():
 
 
 def test_build_target_router_replaces_its_own_base():
-    request = buildmod.BuildRequest(engine="docker", tag="sglang-stack-router:0.5.9", target="router", base_image="localhost/debian:bookworm")
+    request = buildmod.BuildRequest(engine=DOCKER, tag="sglang-stack-router:0.5.9", target="router", base_image="localhost/debian:bookworm")
     argv = request.command()
     assert "ROUTER_BASE_IMAGE=localhost/debian:bookworm" in argv and "BASE_IMAGE=localhost/debian:bookworm" not in argv, argv
     assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "router", "sglang-stack-router:0.5.9") == "sglang-stack-router:0.5.9"

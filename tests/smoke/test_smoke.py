@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_stack.engine import BUILDAH
 from sglang_stack import ROOT
 from sglang_stack.smoke import container as smoke
 from sglang_stack.image import store
@@ -26,7 +27,7 @@ def built(smoke_base, run_id, keep_images, tmp_path_factory):
     smoke.check_image(tag, result, ca_marker=marker, token=token_value)
     yield {name: (ok, detail) for name, ok, detail in result.checks}
     if not keep_images:
-        store.remove("buildah", tag)
+        store.remove(BUILDAH, tag)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +72,7 @@ def test_a_broken_patch_fails_the_build_and_is_named(smoke_base, run_id, tmp_pat
     ca, _, _, _ = smoke.smoke_secrets(tmp_path)
     tag = f"localhost/sglang-stack-test-{run_id}:broken"
     proc = smoke.build_sglang_stage(smoke_base, tag, ca=ca, token=None, context=context, capture=True)
-    store.remove("buildah", tag)
+    store.remove(BUILDAH, tag)
     assert proc.returncode != 0, "a patch that does not apply must fail the build"
     output = proc.stdout + proc.stderr
     assert name in output, f"the failing patch {name} is not named in the build output:\n{output[-2000:]}"
@@ -84,7 +85,7 @@ def test_a_planted_variable_sglang_reads_fails_the_build_and_names_its_reader(sm
     ca, _, _, _ = smoke.smoke_secrets(tmp_path)
     tag = f"localhost/sglang-stack-test-{run_id}:planted"
     proc = smoke.build_sglang_stage(smoke_base, tag, ca=ca, token=None, context=context, capture=True)
-    store.remove("buildah", tag)
+    store.remove(BUILDAH, tag)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"an undeclared variable SGLang reads must fail the build:\n{output[-2000:]}"
     line = next((line_ for line_ in output.splitlines() if "SGLANG_PORT" in line_ and "not declared" in line_), "")
