@@ -112,45 +112,45 @@ class Runner:
         own = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | env | {"PYTHONPATH": str(ROOT)}
         return [self.python, "-m", *args], own
 
+    def call(self, argv: list[str], env: dict[str, str], what: str, timeout: float, late: str = "no answer",
+             ok: tuple[int, ...] = (0,)) -> str:
+        """Run ``argv`` (from ``module``) and return its output; ``what`` names it in errors, ``late`` says what a
+        timeout means, and an exit status outside ``ok`` is one line: the last line it wrote to stderr."""
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError:
+            raise UserError(f"{what}: {argv[0]}: not found") from None
+        except subprocess.TimeoutExpired:
+            raise UserError(f"{what}: {late} within {timeout:.0f} s") from None
+        if proc.returncode not in ok:
+            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise UserError(f"{what} in {self.where}: {last}")
+        return proc.stdout
+
     def json(self, args: list[str], what: str, timeout: float, mounts: dict[Path, str] | None = None,
              ok: tuple[int, ...] = (0,)) -> dict:
         """``python3 -m ARGS`` where SGLang is (``mounts`` as in ``module``); the last line of its output, a JSON
         object. ``what`` names it in the command line shown and in errors; an exit status outside ``ok`` is one."""
         argv, env = self.module(args, mounts=mounts)
         print(f"{what}: $ {shlex.join(argv)}", flush=True)
+        stdout = self.call(argv, env, what, timeout, ok=ok)
         try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-        except FileNotFoundError:
-            raise UserError(f"{what}: {argv[0]}: not found") from None
-        except subprocess.TimeoutExpired:
-            raise UserError(f"{what}: no answer within {timeout:.0f} s") from None
-        if proc.returncode not in ok:
-            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise UserError(f"{what} in {self.where}: {last}")
-        try:
-            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            out = json.loads(stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             out = None
         if not isinstance(out, dict):
-            raise UserError(f"{what}: no JSON: {proc.stdout[-200:]!r}")
+            raise UserError(f"{what}: no JSON: {stdout[-200:]!r}")
         return out
 
     def resolve(self, run: Run, timeout: float = 300) -> dict:
+        """What SGLang resolves for ``run``: the settings module's JSON (indented, its whole output)."""
         argv, env = self.argv(run)
         print(f"settings: {run.key}: $ {shlex.join(argv[:12])} ...", flush=True)
+        stdout = self.call(argv, env, f"settings: {run.key}", timeout, "SGLang did not resolve its settings")
         try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-        except FileNotFoundError:
-            raise UserError(f"settings: {argv[0]}: not found") from None
-        except subprocess.TimeoutExpired:
-            raise UserError(f"settings: {run.key}: SGLang did not resolve its settings within {timeout:.0f} s") from None
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise UserError(f"settings: {run.key} in {self.where}: {last}")
-        try:
-            return json.loads(proc.stdout)
+            return json.loads(stdout)
         except json.JSONDecodeError:
-            raise UserError(f"settings: {run.key}: no JSON from the settings module: {proc.stdout[-200:]!r}") from None
+            raise UserError(f"settings: {run.key}: no JSON from the settings module: {stdout[-200:]!r}") from None
 
 
 def derive(runner: Runner, lock, profiles: tuple[str, ...] = tuple(PROFILES)) -> dict:
