@@ -306,6 +306,17 @@ def profile_python():
     return make
 
 
+@pytest.fixture(scope="session")
+def default_python() -> str:
+    """A CPU Python with exactly the default profile's distributions, where SGLang imports."""
+    import sglang_cpu_env
+
+    try:
+        return str(sglang_cpu_env.python())
+    except sglang_cpu_env.Unavailable as err:
+        need(f"no Python of the default profile: {err}")
+
+
 @pytest.fixture
 def sglang_tree(sglang_pristine, tmp_path) -> Path:
     """A fresh, writable, unpatched copy of the sglang package tree: the directory that holds sglang/."""

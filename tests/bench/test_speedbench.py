@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from conftest import need
 from pins import PIN
 from sglang_server import Behaviour, SGLangServer
 from sglang_stack import ROOT
@@ -145,13 +144,8 @@ def test_sglangs_adapter_makes_chat_templated_prompts_that_acceptance_sends(tmp_
 
 
 @pytest.mark.sglang_env
-def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path):
-    import sglang_cpu_env
-
-    try:
-        python = str(sglang_cpu_env.python())
-    except sglang_cpu_env.Unavailable as err:
-        need(f"no Python of the default profile: {err}")
+def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path, default_python):
+    python = default_python
     proc = subprocess.run([python, "-m", "sglang_stack.entrypoints.prompts", "speed-bench", "--dataset-path",
                            speed_bench(tmp_path / "sb.jsonl"), "--tokenizer", str(tokenizer(tmp_path / "tok"))],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)

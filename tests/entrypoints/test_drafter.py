@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need
 from pins import PIN
 from sglang_stack import ROOT
 from sglang_stack.doctor import inputs
@@ -95,13 +94,8 @@ def test_a_weight_the_checkpoint_lacks_is_named_and_fails(tmp_path, profile_pyth
 
 
 @pytest.mark.sglang_env
-def test_sglang_0_5_9_has_no_class_for_it_and_says_so(tmp_path):
-    import sglang_cpu_env
-
-    try:
-        python = str(sglang_cpu_env.python())
-    except sglang_cpu_env.Unavailable as err:
-        need(f"no Python of the default profile: {err}")
+def test_sglang_0_5_9_has_no_class_for_it_and_says_so(tmp_path, default_python):
+    python = default_python
     directory = tmp_path / "mla"
     directory.mkdir()
     (directory / "config.json").write_text(MLA_CONFIG.read_text())
@@ -209,14 +203,10 @@ def test_models_lock_pins_both_drafters_by_role():
 
 
 @pytest.mark.sglang_env
-def test_invoke_drafter_check_says_in_one_line_that_the_default_profile_cannot_load_it(tmp_path):
+def test_invoke_drafter_check_says_in_one_line_that_the_default_profile_cannot_load_it(tmp_path, default_python):
     import engine
-    import sglang_cpu_env
 
-    try:
-        python = str(sglang_cpu_env.python())
-    except sglang_cpu_env.Unavailable as err:
-        need(f"no Python of the default profile: {err}")
+    python = default_python
     directory = tmp_path / "mla"
     directory.mkdir()
     (directory / "config.json").write_text(MLA_CONFIG.read_text())
