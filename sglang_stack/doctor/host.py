@@ -57,6 +57,7 @@ class Facts:
     compose_version: str = ""
     image: dict | None = None
     ps_rows: list | None = None  # None: could not ask Docker
+    held: dict = field(default_factory=dict)  # running server -> the GPUs its container reserves (held_gpus)
     gpus: list = field(default_factory=list)
     cuda_version: str = ""
     smi_error: str = ""
@@ -165,7 +166,37 @@ def gather_engine(engine: Engine, image: str | None, show: bool = False, proj=No
             facts.ps_rows = progress.parse_ps(out)
         except UserError:
             facts.ps_rows = None
+    servers = proj.names(composefile.SERVER)
+    for row in facts.ps_rows or []:
+        if row.get("Service") in servers and row.get("State") in ("running", "restarting"):
+            code, out, _ = _capture([engine.runner, "inspect", "--format", "{{json .HostConfig.DeviceRequests}}",
+                                     row.get("ID") or row.get("Name") or ""], 10, show)
+            if code == 0:
+                facts.held[row["Service"]] = held_gpus(out)
     return facts
+
+
+def held_gpus(text: str) -> str | None:
+    """The GPUs a container's device requests reserve (``docker inspect``'s HostConfig.DeviceRequests): ``all``,
+    a comma-separated list of indices or UUIDs as compose passes GPU_IDS, "" for none; None where the answer
+    cannot be read. A request by count (``--gpus 2``) takes GPUs the engine picks at start: counted as all."""
+    try:
+        requests = json.loads(text or "null") or []
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(requests, list):
+        return None
+    ids: list[str] = []
+    for request in requests:
+        if not isinstance(request, dict):
+            return None
+        capabilities = [c for group in request.get("Capabilities") or [] for c in group or []]
+        if request.get("Driver") != "nvidia" and "gpu" not in capabilities:
+            continue
+        if not request.get("DeviceIDs"):
+            return "all" if request.get("Count") else ""
+        ids += [i.strip() for entry in request["DeviceIDs"] for i in str(entry).split(",") if i.strip()]
+    return "all" if "all" in ids else ",".join(ids)
 
 
 def gather(engine: Engine, svc: composefile.Service | None, show: bool = False, audit: bool = True,

@@ -224,11 +224,45 @@ def test_gpu_runtime():
 
 def test_exclusive_and_port_with_running_containers():
     baseline_up = [{"Service": "baseline", "State": "running", "Health": "healthy"}]
-    check = doctor.check_exclusive(svc_of(), baseline_up)
-    assert check.status == FAIL and "baseline is running" in check.detail and "invoke down" in check.fix, check.line()
-    assert doctor.check_exclusive(svc_of(), None).status == SKIP, "no Docker: skip, not fail"
+    eight = facts_for(RTX_QUERY, RTX_SMI)
+    check = doctor.check_exclusive(svc_of(), baseline_up, eight)
+    assert check.status == FAIL and "baseline is running (its GPUs unknown)" in check.detail, check.line()
+    assert "invoke down" in check.fix, check.line()
+    assert doctor.check_exclusive(svc_of(), None, eight).status == SKIP, "no Docker: skip, not fail"
     own = [{"Service": "eagle3", "State": "running"}]
-    assert doctor.check_exclusive(svc_of(), own).status == OK, "its own container is not a conflict"
+    assert doctor.check_exclusive(svc_of(), own, eight).status == OK, "its own container is not a conflict"
+
+
+@pytest.mark.parametrize("held, gpu_ids, status, says", [
+    ("all", "all", FAIL, "baseline is running on every GPU and holds GPUs eagle3 reserves (GPU_IDS=all)"),
+    ("0,1,2,3", "all", FAIL, "baseline is running on GPUs 0,1,2,3 and holds GPUs eagle3 reserves"),
+    ("0,1,2,3", "2,3,4,5", FAIL, "baseline is running on GPUs 0,1,2,3 and holds GPUs eagle3 reserves (GPU_IDS=2,3,4,5)"),
+    ("0,1,2,3", "4,5,6,7", OK, "baseline on GPUs 0,1,2,3: disjoint from eagle3's GPU_IDS=4,5,6,7"),
+    ("", "all", OK, "baseline on GPUs none: disjoint"),
+])
+def test_servers_on_disjoint_gpus_run_side_by_side(held, gpu_ids, status, says):
+    """Two servers of a 1T model never fit one box, but smaller ones split it: what counts is the GPUs each holds."""
+    facts = facts_for(RTX_QUERY, RTX_SMI)
+    facts.held = {"baseline": held}
+    check = doctor.check_exclusive(svc_of(GPU_IDS=gpu_ids), [{"Service": "baseline", "State": "running"}], facts)
+    assert check.status == status and says in check.detail, check.line()
+    if held == "0,1,2,3" and status == FAIL:
+        assert "GPU_IDS=4,5,6,7 invoke up eagle3" in check.fix, check.fix
+
+
+@pytest.mark.parametrize("inspected, held", [
+    # compose's reservation: device_ids ["${GPU_IDS}"], one entry with commas
+    ('[{"Driver":"nvidia","Count":0,"DeviceIDs":["0,1,2,3"],"Capabilities":[["gpu"]],"Options":{}}]', "0,1,2,3"),
+    ('[{"Driver":"nvidia","Count":0,"DeviceIDs":["all"],"Capabilities":[["gpu"]],"Options":{}}]', "all"),
+    ('[{"Driver":"","Count":-1,"DeviceIDs":null,"Capabilities":[["gpu"]],"Options":{}}]', "all"),  # --gpus all
+    ('[{"Driver":"","Count":2,"DeviceIDs":null,"Capabilities":[["gpu"]],"Options":{}}]', "all"),  # --gpus 2
+    ("null", ""),
+    ('[{"Driver":"other","Count":1,"DeviceIDs":null,"Capabilities":[["fpga"]]}]', ""),
+    ("not json", None),
+    ('{"Driver":"nvidia"}', None),
+])
+def test_what_a_container_holds_is_read_from_its_device_requests(inspected, held):
+    assert host.held_gpus(inspected) == held
 
 
 def test_port_in_use_and_bad_bind_address():

@@ -280,6 +280,11 @@ def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, c
     project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
     # Both at once: they would each want every GPU, but the stand-ins want none.
     project.compose("up", "-d", "--wait", "baseline", "eagle3", timeout=300)
+    # The doctor reads what each running container reserves from the engine itself: here, no GPU, so the two
+    # servers share none and neither is refused for the other.
+    doctor = project.invoke("doctor", "eagle3", check=False).stdout
+    line = next((row for row in doctor.splitlines() if " exclusive " in f" {row} "), "")
+    assert line.split()[0] == "ok" and "baseline on GPUs none: disjoint from eagle3's GPU_IDS=" in line, doctor
     out = tmp_path / "bench"
     project.invoke("bench", "--levels", "1,2", "--repeats", "1", "--warmup", "1", "--out", str(out), timeout=600)
     results = json.loads((out / "bench.json").read_text())
