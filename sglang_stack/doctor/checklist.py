@@ -184,12 +184,15 @@ def check_exclusive(svc: composefile.Service, rows: list | None, facts: Facts) -
     servers = composefile.project(svc.env).names(composefile.SERVER)
     others = [r.get("Service") for r in rows if r.get("Service") in servers and r.get("Service") != svc.name
               and r.get("State") in ("running", "restarting")]
-    mine = gpu_set(svc.gpu_ids, facts.gpus)
+    mine = gpu_set(svc.gpu_ids, facts.gpus) if svc.gpus else set()  # a CPU stand-in's override reserves none
     beside = []
     for other in others:
         held = facts.held.get(other)
         theirs = gpu_set(held, facts.gpus) if held is not None else None
-        shared = sorted(mine & theirs, key=_gpu_order) if mine is not None and theirs is not None else None
+        if mine == set() or theirs == set():
+            shared = []
+        else:
+            shared = sorted(mine & theirs, key=_gpu_order) if mine is not None and theirs is not None else None
         if shared == []:
             beside.append(f"{other} on GPUs {held or 'none'}")
             continue
@@ -202,7 +205,8 @@ def check_exclusive(svc: composefile.Service, rows: list | None, facts: Facts) -
         return Check("exclusive", FAIL, f"{other} is running {where} and holds GPUs {svc.name} reserves "
                      f"(GPU_IDS={svc.gpu_ids})", hint)
     if beside:
-        return Check("exclusive", OK, f"{'; '.join(beside)}: disjoint from {svc.name}'s GPU_IDS={svc.gpu_ids}")
+        mine_said = f"{svc.name}'s GPU_IDS={svc.gpu_ids}" if svc.gpus else f"{svc.name}, which reserves no GPU"
+        return Check("exclusive", OK, f"{'; '.join(beside)}: disjoint from {mine_said}")
     return Check("exclusive", OK, "no other sglang-stack service is running")
 
 
@@ -215,6 +219,8 @@ def gpu_set(ids: str | None, gpus: list) -> set[str] | None:
     that is unknown. A UUID stays itself: it matches only the same UUID."""
     if ids is None:
         return None
+    if not ids.strip():
+        return set()
     if ids.strip() == "all":
         return {str(g.index) for g in gpus} or None
     return {i.strip() for i in ids.split(",") if i.strip()}

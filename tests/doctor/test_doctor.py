@@ -239,11 +239,13 @@ def test_exclusive_and_port_with_running_containers():
     ("0,1,2,3", "2,3,4,5", FAIL, "baseline is running on GPUs 0,1,2,3 and holds GPUs eagle3 reserves (GPU_IDS=2,3,4,5)"),
     ("0,1,2,3", "4,5,6,7", OK, "baseline on GPUs 0,1,2,3: disjoint from eagle3's GPU_IDS=4,5,6,7"),
     ("", "all", OK, "baseline on GPUs none: disjoint"),
+    ("", "", OK, "baseline on GPUs none: disjoint"),
 ])
 def test_servers_on_disjoint_gpus_run_side_by_side(held, gpu_ids, status, says):
     """Two servers of a 1T model never fit one box, but smaller ones split it: what counts is the GPUs each holds."""
-    facts = facts_for(RTX_QUERY, RTX_SMI)
+    facts = facts_for(RTX_QUERY, RTX_SMI) if gpu_ids else Facts()  # no nvidia-smi: "all" is unknown
     facts.held = {"baseline": held}
+    gpu_ids = gpu_ids or "all"
     check = doctor.check_exclusive(svc_of(GPU_IDS=gpu_ids), [{"Service": "baseline", "State": "running"}], facts)
     assert check.status == status and says in check.detail, check.line()
     if held == "0,1,2,3" and status == FAIL:
