@@ -2,7 +2,8 @@
 CLI plugins: is it there, and if not, what to install.
 
 An ``Engine`` is made once from ``--engine`` (or ``stack.engine``) and passed on whole: it knows its command lines
-and what its builds can do, so no caller compares names. The Docker SDK for Python pings the Docker Engine (it
+and what its builds can do, so callers ask it, not its name (only where one CLI itself differs, as buildah's
+lack of save, load and container run, is the name read). The Docker SDK for Python pings the Docker Engine (it
 honours ``DOCKER_HOST``, as the CLI does); ``docker buildx`` and ``docker compose`` are CLI plugins with no Python
 API, so their presence is asked of the CLI itself.
 """

@@ -5,8 +5,9 @@ next to each other (same level, same repeat: the interleaved A/B rounds cancel m
 is the geometric mean of those paired ratios, its 95% interval Student's t on their logarithms (the pairs are few,
 and a ratio's error is multiplicative). A level *pays* where the whole interval is above 1 and the ratio is at
 least 1 + MARGIN, *does not pay* where the interval is below 1 and the ratio at most 1 - MARGIN, and *cannot be told
-apart* otherwise, one pair alone included: no interval, no claim. ``pays_up_to`` is the highest level that pays. Runs made one service at a time and merged (`invoke bench-compare --verdict`) pair
-their rounds by repeat all the same, and the line says the drift between them was not cancelled.
+apart* otherwise, one pair alone included: no interval, no claim. ``pays_up_to`` is the highest level that pays.
+Runs made one service at a time and merged (`invoke bench-compare --verdict`) pair their rounds by repeat all the
+same, and the line says the drift between them was not cancelled.
 
 The margin is there because the interval only answers "is there a difference": with enough rounds it shrinks
 around any steady one, and two servers are never exactly alike (their GPUs' clocks, the extra fields a speculative

@@ -202,8 +202,9 @@ def check_exclusive(svc: composefile.Service, rows: list | None, facts: Facts) -
         hint = (f"invoke down first, or start {svc.name} on GPUs {other} does not hold "
                 + (f"(GPU_IDS={','.join(free)} invoke up {svc.name}, with a TP_SIZE that fits them)" if free
                    else "(GPU_IDS in .env)"))
-        return Check("exclusive", FAIL, f"{other} is running {where} and holds GPUs {svc.name} reserves "
-                     f"(GPU_IDS={svc.gpu_ids})", hint)
+        holds = (f"GPU{'s' if len(shared) > 1 else ''} {','.join(shared)} of {svc.name}'s GPU_IDS={svc.gpu_ids}"
+                 if shared else f"GPUs {svc.name} reserves (GPU_IDS={svc.gpu_ids})")
+        return Check("exclusive", FAIL, f"{other} is running {where} and holds {holds}", hint)
     if beside:
         mine_said = f"{svc.name}'s GPU_IDS={svc.gpu_ids}" if svc.gpus else f"{svc.name}, which reserves no GPU"
         return Check("exclusive", OK, f"{'; '.join(beside)}: disjoint from {mine_said}")

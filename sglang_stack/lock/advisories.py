@@ -19,6 +19,7 @@ pip-audit skipped (the service has no record of it) fails the run: pip-audit its
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -31,6 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from sglang_stack.download import ca_bundle
 from sglang_stack.errors import UserError
 from sglang_stack.lock.lockfile import Lock
 
@@ -166,7 +168,12 @@ def pip_audit(wanted: dict[str, str], service: str = "pypi", osv_url: str | None
                 "--progress-spinner", "off", "--timeout", str(TIMEOUT_S), "--cache-dir", str(Path(tmp) / "cache")]
         print(f"advisories: {len(wanted)} pins, service {service}\n+ {shlex.join(['python', *argv[1:]])}",
               file=sys.stderr, flush=True)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        # pip-audit's requests trust certifi's roots unless REQUESTS_CA_BUNDLE names others: hand it the bundle the
+        # host names for pip ($PIP_CERT, $SSL_CERT_FILE), as behind a TLS-inspecting proxy.
+        env = dict(os.environ)
+        if (ca := ca_bundle(explicit_only=True)) and "REQUESTS_CA_BUNDLE" not in env:
+            env["REQUESTS_CA_BUNDLE"] = ca
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
         # Exit 1 is also "vulnerabilities found": the report file tells a finished audit from a failed one.
         if proc.returncode not in (0, 1) or not report.exists():
             raise UserError(f"advisories: pip-audit (service {service}) failed, exit {proc.returncode}: "

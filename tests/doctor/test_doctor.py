@@ -226,7 +226,8 @@ def test_exclusive_and_port_with_running_containers():
     baseline_up = [{"Service": "baseline", "State": "running", "Health": "healthy"}]
     eight = facts_for(RTX_QUERY, RTX_SMI)
     check = doctor.check_exclusive(svc_of(), baseline_up, eight)
-    assert check.status == FAIL and "baseline is running (its GPUs unknown)" in check.detail, check.line()
+    assert check.status == FAIL and check.detail == ("baseline is running (its GPUs unknown) and holds GPUs eagle3 "
+                                                      "reserves (GPU_IDS=all)"), check.line()
     assert "invoke down" in check.fix, check.line()
     assert doctor.check_exclusive(svc_of(), None, eight).status == SKIP, "no Docker: skip, not fail"
     own = [{"Service": "eagle3", "State": "running"}]
@@ -234,9 +235,10 @@ def test_exclusive_and_port_with_running_containers():
 
 
 @pytest.mark.parametrize("held, gpu_ids, status, says", [
-    ("all", "all", FAIL, "baseline is running on every GPU and holds GPUs eagle3 reserves (GPU_IDS=all)"),
-    ("0,1,2,3", "all", FAIL, "baseline is running on GPUs 0,1,2,3 and holds GPUs eagle3 reserves"),
-    ("0,1,2,3", "2,3,4,5", FAIL, "baseline is running on GPUs 0,1,2,3 and holds GPUs eagle3 reserves (GPU_IDS=2,3,4,5)"),
+    ("all", "all", FAIL, "baseline is running on every GPU and holds GPUs 0,1,2,3,4,5,6,7 of eagle3's GPU_IDS=all"),
+    ("0,1,2,3", "all", FAIL, "baseline is running on GPUs 0,1,2,3 and holds GPUs 0,1,2,3 of eagle3's GPU_IDS=all"),
+    ("0,1,2,3", "2,3,4,5", FAIL, "baseline is running on GPUs 0,1,2,3 and holds GPUs 2,3 of eagle3's GPU_IDS=2,3,4,5"),
+    ("0,1,2,3", "3,4,5,6", FAIL, "holds GPU 3 of eagle3's GPU_IDS=3,4,5,6"),
     ("0,1,2,3", "4,5,6,7", OK, "baseline on GPUs 0,1,2,3: disjoint from eagle3's GPU_IDS=4,5,6,7"),
     ("", "all", OK, "baseline on GPUs none: disjoint"),
     ("", "", OK, "baseline on GPUs none: disjoint"),
