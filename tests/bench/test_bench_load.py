@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from conftest import load_factor
 from sglang_server import Behaviour, ReadingClock, SGLangServer
 from sglang_stack import ROOT
 from sglang_stack.bench import measure as bench, report, rounds, stats
@@ -113,8 +114,9 @@ def test_arrivals_have_the_rate_and_the_shape_asked_for(burstiness):
 
 
 def test_open_loop_sends_at_the_schedule_and_reports_offered_and_achieved_rates(tmp_path):
-    """Each request leaves at its scheduled time, or later by the dispatch delay only (bounded here by 50 ms on a
-    busy 2-core host); so the rate actually sent is the schedule's within that slack."""
+    """Each request leaves at its scheduled time, never before, and later by the dispatch delay only (50 ms on a
+    quiet 2-core host, stretched with the machine's load as every deadline here is: a busy CI runner is slow, not
+    wrong); so the rate actually sent is the schedule's within that slack."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=10, tokens=8)
     rate = 40.0
     with SGLangServer(FAST) as server:
@@ -123,12 +125,13 @@ def test_open_loop_sends_at_the_schedule_and_reports_offered_and_achieved_rates(
     (record,) = doc["rounds"]
     assert record["mode"] == "open" and record["requests"] == 40 and record["offered_rate"] == rate
     schedule = rounds.arrivals(40, rate, 1.0, seed=3 + record["index"])
+    slack = 0.05 * min(load_factor(), 8.0)
     for s in doc["samples"]:
         assert s["scheduled_s"] in schedule
-        assert 0.0 <= s["round_start_s"] - s["scheduled_s"] <= 0.05, (s["scheduled_s"], s["round_start_s"])
-    # With each start 0 to 50 ms after its time, the first-to-last span is the schedule's within 50 ms either way.
+        assert 0.0 <= s["round_start_s"] - s["scheduled_s"] <= slack, (s["scheduled_s"], s["round_start_s"], slack)
+    # With each start 0 to `slack` after its time, the first-to-last span is the schedule's within it either way.
     span = schedule[-1] - schedule[0]
-    assert 39 / (span + 0.05) <= record["sent_rate"] <= 39 / (span - 0.05), (record["sent_rate"], 39 / span)
+    assert 39 / (span + slack) <= record["sent_rate"] <= 39 / (span - slack), (record["sent_rate"], 39 / span)
     assert record["achieved_rate"] > 0 and record["goodput_rate"] == pytest.approx(record["achieved_rate"]), \
         "every request met a 1 s TTFT and a 5 s latency"
     assert doc["metadata"]["load"]["mode"] == "open"

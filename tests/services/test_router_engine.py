@@ -96,7 +96,7 @@ def test_invoke_build_target_router_builds_the_router_stage(router_image, docker
     empty = engine.docker("run", "--rm", "--network", "none", tag, "--worker-urls", "", check=False)
     assert empty.returncode == 2, f"an empty worker list must stop the entrypoint: {empty.returncode} {empty.stderr}"
     assert empty.stderr.startswith("error: ROUTER_WORKER_URLS is empty") and empty.stderr.count("\n") == 1, empty.stderr
-    print(f"invoke build --engine docker --target router: {seconds:.1f} s, image {store.size('docker', tag) / 1e6:.0f} MB")
+    print(f"invoke build --engine docker --target router: {seconds:.1f} s, image {store.size(DOCKER, tag) / 1e6:.0f} MB")
 
 
 def test_invoke_size_budgets_the_router_stage_within_its_margin(router_image):
