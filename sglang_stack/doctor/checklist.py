@@ -32,7 +32,7 @@ from sglang_stack.doctor.inputs import (
 )
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.doctor.gpus import (
-    check_arch, check_driver, check_gpu_runtime, check_gpus, check_kernels,
+    check_arch, check_driver, check_exclusive, check_gpu_runtime, check_gpus, check_kernels,
 )
 from sglang_stack.doctor.topology import check_all_reduce, check_pcie_allreduce, check_topology
 from sglang_stack.doctor.catalog import Context, check, evaluate as run_checks
@@ -170,61 +170,6 @@ def check_docker(facts: Facts, engine: Engine) -> Check:
                      "the same network segment (moby/moby#45610)",
                      "upgrade Docker Engine to 28 or newer, or set SGLANG_API_KEY_FILE so the API asks for a key")
     return Check("docker", OK, detail)
-
-
-@check(needs=("service",))
-def check_exclusive(svc: composefile.Service, rows: list | None, facts: Facts) -> Check:
-    """No other running server of compose.yaml holds a GPU this one reserves (GPU_IDS): two servers on one GPU
-    run out of memory once the second has loaded. Servers on disjoint GPUs run side by side.
-
-    Fix: ``invoke down`` first, or start it on GPUs the other does not hold (``GPU_IDS=4,5,6,7 TP_SIZE=4``).
-    """
-    if rows is None:
-        return Check("exclusive", SKIP, "skipped: cannot ask Docker which services run")
-    servers = composefile.project(svc.env).names(composefile.SERVER)
-    others = [r.get("Service") for r in rows if r.get("Service") in servers and r.get("Service") != svc.name
-              and r.get("State") in ("running", "restarting")]
-    mine = gpu_set(svc.gpu_ids, facts.gpus) if svc.gpus else set()  # a CPU stand-in's override reserves none
-    beside = []
-    for other in others:
-        held = facts.held.get(other)
-        theirs = gpu_set(held, facts.gpus) if held is not None else None
-        if mine == set() or theirs == set():
-            shared = []
-        else:
-            shared = sorted(mine & theirs, key=_gpu_order) if mine is not None and theirs is not None else None
-        if shared == []:
-            beside.append(f"{other} on GPUs {held or 'none'}")
-            continue
-        where = (f"on GPUs {held}" if held not in (None, "all") else "on every GPU" if held == "all"
-                 else "(its GPUs unknown)")
-        free = [str(g.index) for g in facts.gpus if theirs is not None and str(g.index) not in theirs]
-        hint = (f"invoke down first, or start {svc.name} on GPUs {other} does not hold "
-                + (f"(GPU_IDS={','.join(free)} invoke up {svc.name}, with a TP_SIZE that fits them)" if free
-                   else "(GPU_IDS in .env)"))
-        holds = (f"GPU{'s' if len(shared) > 1 else ''} {','.join(shared)} of {svc.name}'s GPU_IDS={svc.gpu_ids}"
-                 if shared else f"GPUs {svc.name} reserves (GPU_IDS={svc.gpu_ids})")
-        return Check("exclusive", FAIL, f"{other} is running {where} and holds {holds}", hint)
-    if beside:
-        mine_said = f"{svc.name}'s GPU_IDS={svc.gpu_ids}" if svc.gpus else f"{svc.name}, which reserves no GPU"
-        return Check("exclusive", OK, f"{'; '.join(beside)}: disjoint from {mine_said}")
-    return Check("exclusive", OK, "no other sglang-stack service is running")
-
-
-def _gpu_order(ident: str):
-    return (0, int(ident), "") if ident.isdigit() else (1, 0, ident)
-
-
-def gpu_set(ids: str | None, gpus: list) -> set[str] | None:
-    """GPU_IDS (or what a container holds) as a set of indices; ``all`` is every GPU nvidia-smi lists, None where
-    that is unknown. A UUID stays itself: it matches only the same UUID."""
-    if ids is None:
-        return None
-    if not ids.strip():
-        return set()
-    if ids.strip() == "all":
-        return {str(g.index) for g in gpus} or None
-    return {i.strip() for i in ids.split(",") if i.strip()}
 
 
 @check()

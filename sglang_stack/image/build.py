@@ -29,15 +29,6 @@ BASE_ARG = {"router": "ROUTER_BASE_IMAGE"}
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
 
-def arch_list(text: str) -> str:
-    """A FLASHINFER_CUDA_ARCH_LIST value: space-separated CUDA architectures such as 9.0a 12.0a (empty: none)."""
-    archs = text.replace(",", " ").split()
-    bad = [a for a in archs if not re.fullmatch(r"\d+\.\d+[af]?", a)]
-    if bad:
-        raise UserError(f"--cuda-arch-list {text!r}: {bad[0]!r} is not a CUDA architecture (e.g. 9.0a for H200, 12.0a for RTX PRO 6000)")
-    return " ".join(archs)
-
-
 @dataclass
 class BuildRequest:
     """Everything one build needs; ``command()`` turns it into the engine's argv."""
@@ -227,52 +218,6 @@ def buildkit_supports_rewrite() -> bool:
     proc = shell.run(["docker", "buildx", "inspect"], capture=True, check=False, quiet=True, timeout=30)
     m = re.search(r"BuildKit version:\s*v(\d+)\.(\d+)", proc.stdout or "")
     return bool(m) and (int(m.group(1)), int(m.group(2))) >= (0, 13)
-
-
-def default_tag(lock_tag: str, target: str, router_tag: str = "") -> str:
-    """``sglang-stack:0.5.9-cu130`` for the runtime, ``sglang-stack-router:0.5.9`` for the router;
-    other stages get a suffix."""
-    if target == "router" and router_tag:
-        return router_tag
-    return lock_tag if target == "runtime" else f"{lock_tag}-{target}"
-
-
-def parse_build_args(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not key.replace("_", "").isalnum():
-            raise UserError(f"--build-arg {item!r}: expected KEY=VALUE")
-        if key in ("BASE_IMAGE", "ROUTER_BASE_IMAGE"):
-            raise UserError(f"--build-arg {key}=...: use --base-image instead")
-        if key in PROVENANCE:
-            # What the image's labels attest of its source: the build derives them, `invoke publish` signs them.
-            raise UserError(f"--build-arg {key}=...: the build sets it from the checkout itself (provenance); it cannot "
-                            "be given")
-        out[key] = prefetch_refs(value) if key == "PREFETCH_MODELS" else value
-    return out
-
-
-def prefetch_refs(value: str, lock: Path | None = None) -> str:
-    """PREFETCH_MODELS names roles of models.lock (``drafter``, ``target``); the build gets each as REPO@COMMIT, which
-    its prefetch step downloads and checks file by file against models.lock. A role not pinned yet is refused."""
-    from sglang_stack.services import models
-
-    roles = value.split()
-    if not roles:
-        return ""
-    pinned = models.load(lock)
-    refs = []
-    for role in roles:
-        model = pinned.get(role)
-        if model is None:
-            raise UserError(f"--build-arg PREFETCH_MODELS={value}: {role!r} is not a role of models.lock "
-                            f"({', '.join(pinned) or 'none'}); a repository is baked in by its role, once models.lock pins it")
-        if not (model.pinned and model.files):
-            raise UserError(f"--build-arg PREFETCH_MODELS={value}: models.lock pins no commit of {role} ({model.repo}) "
-                            "yet: run `invoke models-lock` first")
-        refs.append(f"{model.repo}@{model.revision}")
-    return " ".join(refs)
 
 
 def preflight(engine: Engine) -> None:

@@ -505,15 +505,15 @@ def _check_anchor(archive: Path, arg: str, key: str, config: str | None, lock: L
 
 def _check_archive(mirror: Path, entry: dict, target: str) -> None:
     """A base image's archive is the bytes the fetch saved: its size, and its sha256 read again now."""
-    from sglang_stack.download import sha256_of
-
     archive = mirror / entry["path"]
     if not archive.is_file() or archive.stat().st_size != entry["size"]:
         raise UserError(f"{archive}: missing or truncated: run `invoke fetch --target {target}`")
     if not entry.get("sha256"):
         raise UserError(f"{archive}: the manifest records no sha256 for it (an older fetch): run `invoke fetch "
                         f"--target {target}` again")
-    if sha256_of(archive) != entry["sha256"]:
+    with archive.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    if digest != entry["sha256"]:
         raise UserError(f"{archive}: its sha256 is not the one the fetch recorded: the archive was changed; "
                         f"run `invoke fetch --target {target}` again")
 
@@ -524,42 +524,40 @@ def base_images(engine: Engine, manifest: dict, images: dict[str, str], mirror: 
     archive, loaded into the store under ``local_name``. ``anchored``: ARG -> the image ID the lock records
     (its config digest), which the loaded image must have; the manifest's own record counts for the others."""
     from sglang_stack.image import store
-    from sglang_stack.shell import run
 
     out = {}
     entries = {e["arg"]: e for e in manifest["images"]}
     for arg, ref in images.items():
-        if store.exists(engine, ref):
+        name = local_name(arg, ref)
+        held = store.image_ids(engine, ref, name)
+        if held[ref]:
             out[arg] = ref
             continue
-        name = local_name(arg, ref)
         recorded = (anchored or {}).get(arg) or entries[arg].get("id") or ""
-        if store.exists(engine, name) and recorded and store.image_id(engine, name) != recorded:
+        if held[name] and recorded and held[name] != recorded:
             raise UserError(f"{name} in the {engine} store is not the image the mirror's archive recorded "
-                            f"({store.image_id(engine, name)[:19]}, recorded {recorded[:19]}): a name is not trusted; "
+                            f"({held[name][:19]}, recorded {recorded[:19]}): a name is not trusted; "
                             f"remove it ({engine} rmi {name}) and build again")
-        if not store.exists(engine, name):
+        if not held[name]:
             archive = mirror / entries[arg]["path"]
-            if engine.name == "buildah":
-                run(["buildah", "pull", f"docker-archive:{archive}"], what=f"buildah pull {archive.name}")
-            else:
-                run([engine.name, "load", "--input", str(archive)], what=f"{engine} load {archive.name}")
-            if recorded and store.image_id(engine, name) != recorded:
-                raise UserError(f"{archive}: loads as {store.image_id(engine, name)[:19]}, not the image the fetch "
+            store.load(engine, archive)
+            loaded = store.image_ids(engine, name)[name]
+            if recorded and loaded != recorded:
+                raise UserError(f"{archive}: loads as {loaded[:19] or 'nothing'}, not the image the fetch "
                                 f"saved ({recorded[:19]}): run `invoke fetch` again")
         out[arg] = name
     return out
 
 
-def prepare(request, lock: Lock, mirror: Path = MIRROR) -> list[str]:
-    """Make ``request`` (a build.BuildRequest) a mirror build: check the mirror, load its base images,
-    and point the build at them. Returns what it did, one line each."""
+def prepare(request, lock: Lock, images: dict[str, str], mirror: Path = MIRROR) -> list[str]:
+    """Make ``request`` (a build.BuildRequest) a mirror build: check the mirror, load the base images it starts
+    from (``images``, ARG -> reference: build.base_images), and point the build at them. Returns what it did, one
+    line each."""
     from sglang_stack.image import build as buildmod
 
     if mirror.resolve() != (request.context / "mirror").resolve():
         raise UserError(f"--mirror: the build reads the mirror from its context, {request.context / 'mirror'}; "
                         f"run `invoke fetch` there, or move {mirror} there")
-    images = buildmod.base_images(request)
     manifest = check(lock, request.target, images, mirror, optional="FLASHINFER_JIT_CACHE" in request.build_args)
     network = ("pip reads the mirror only; --isolation chroot keeps the host's network (use another isolation, "
                "or docker, to turn it off)" if request.chroot else "the build's network is off")

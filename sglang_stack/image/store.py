@@ -100,6 +100,26 @@ def image_id(engine: Engine, ref: str) -> str:
     return proc.stdout.split()[0]
 
 
+def image_ids(engine: Engine, *refs: str) -> dict[str, str]:
+    """Each of ``refs`` -> the ID of the image it names in the store, "" where the store holds none."""
+    out = {}
+    for ref in refs:
+        argv = ([engine.store, "image", "inspect", "--format", "{{.Id}}", ref] if engine.daemon
+                else [engine.store, "images", "--quiet", "--no-trunc", ref])
+        proc = run(argv, capture=True, check=False, quiet=True)
+        found = proc.stdout.split() if proc.returncode == 0 else []
+        out[ref] = found[0] if found else ""
+    return out
+
+
+def load(engine: Engine, archive: Path) -> None:
+    """Load a ``docker save`` archive into the store (buildah, the CLI of podman's store too, pulls it instead)."""
+    if engine.daemon:
+        run([engine.store, "load", "--input", str(archive)], what=f"{engine.store} load {archive.name}")
+    else:
+        run([engine.store, "pull", f"docker-archive:{archive}"], what=f"{engine.store} pull {archive.name}")
+
+
 def size(engine: Engine, ref: str) -> int:
     """Size in bytes (buildah prints only a rounded "271 MB"; podman shares its store and tells the bytes)."""
     cli = engine.runner

@@ -6,6 +6,7 @@ decision between the flags and the engine's command is made here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -45,6 +46,61 @@ class BuildFlags:
     platform: str | None = None  # --platform: linux/amd64 (default) or linux/arm64 where the profile's lock has it
 
 
+def arch_list(text: str) -> str:
+    """A FLASHINFER_CUDA_ARCH_LIST value: space-separated CUDA architectures such as 9.0a 12.0a (empty: none)."""
+    archs = text.replace(",", " ").split()
+    bad = [a for a in archs if not re.fullmatch(r"\d+\.\d+[af]?", a)]
+    if bad:
+        raise UserError(f"--cuda-arch-list {text!r}: {bad[0]!r} is not a CUDA architecture (e.g. 9.0a for H200, 12.0a for RTX PRO 6000)")
+    return " ".join(archs)
+
+
+def default_tag(lock_tag: str, target: str, router_tag: str = "") -> str:
+    """``sglang-stack:0.5.9-cu130`` for the runtime, ``sglang-stack-router:0.5.9`` for the router;
+    other stages get a suffix."""
+    if target == "router" and router_tag:
+        return router_tag
+    return lock_tag if target == "runtime" else f"{lock_tag}-{target}"
+
+
+def parse_build_args(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "").isalnum():
+            raise UserError(f"--build-arg {item!r}: expected KEY=VALUE")
+        if key in ("BASE_IMAGE", "ROUTER_BASE_IMAGE"):
+            raise UserError(f"--build-arg {key}=...: use --base-image instead")
+        if key in buildmod.PROVENANCE:
+            # What the image's labels attest of its source: the build derives them, `invoke publish` signs them.
+            raise UserError(f"--build-arg {key}=...: the build sets it from the checkout itself (provenance); it cannot "
+                            "be given")
+        out[key] = prefetch_refs(value) if key == "PREFETCH_MODELS" else value
+    return out
+
+
+def prefetch_refs(value: str, lock: Path | None = None) -> str:
+    """PREFETCH_MODELS names roles of models.lock (``drafter``, ``target``); the build gets each as REPO@COMMIT, which
+    its prefetch step downloads and checks file by file against models.lock. A role not pinned yet is refused."""
+    from sglang_stack.services import models
+
+    roles = value.split()
+    if not roles:
+        return ""
+    pinned = models.load(lock)
+    refs = []
+    for role in roles:
+        model = pinned.get(role)
+        if model is None:
+            raise UserError(f"--build-arg PREFETCH_MODELS={value}: {role!r} is not a role of models.lock "
+                            f"({', '.join(pinned) or 'none'}); a repository is baked in by its role, once models.lock pins it")
+        if not (model.pinned and model.files):
+            raise UserError(f"--build-arg PREFETCH_MODELS={value}: models.lock pins no commit of {role} ({model.repo}) "
+                            "yet: run `invoke models-lock` first")
+        refs.append(f"{model.repo}@{model.revision}")
+    return " ".join(refs)
+
+
 def ca_bundle_of(value: str | None) -> Path | None:
     """The CA bundle the build mounts as the secret 'ca': a path as given, 'auto' from the environment, 'none'."""
     if value == "auto":
@@ -73,13 +129,13 @@ def request_of(flags: BuildFlags, lock: lockmod.Lock) -> buildmod.BuildRequest:
     """The engine's build request for ``flags``: the tag from the lock, the commit's clock, the build arguments."""
     request = buildmod.BuildRequest(
         engine=flags.engine,
-        tag=flags.tag or buildmod.default_tag(lock.tag, flags.target, lock.router_tag),
+        tag=flags.tag or default_tag(lock.tag, flags.target, lock.router_tag),
         target=flags.target,
         base_image=flags.base_image,
         no_cache=flags.no_cache,
         ca_bundle=ca_bundle_of(flags.ca_bundle),
         hf_token_file=Path(flags.hf_token_file) if flags.hf_token_file else None,
-        build_args=buildmod.parse_build_args(list(flags.build_args)),
+        build_args=parse_build_args(list(flags.build_args)),
         isolation=flags.isolation or (flags.configured_isolation if not flags.engine.buildkit else None)
         or default_isolation(flags.engine),
         source_date_epoch=buildmod.commit_epoch(),
@@ -89,7 +145,7 @@ def request_of(flags: BuildFlags, lock: lockmod.Lock) -> buildmod.BuildRequest:
     if flags.flashinfer_jit_cache:
         request.build_args["FLASHINFER_JIT_CACHE"] = "1"
     if flags.cuda_arch_list is not None:
-        request.build_args["FLASHINFER_CUDA_ARCH_LIST"] = buildmod.arch_list(flags.cuda_arch_list)
+        request.build_args["FLASHINFER_CUDA_ARCH_LIST"] = arch_list(flags.cuda_arch_list)
     return request
 
 
@@ -118,7 +174,7 @@ def build(flags: BuildFlags, say: Callable[[str], None] = print) -> tuple[str, s
     if flags.mirror:
         from sglang_stack.image import mirror
 
-        for line in mirror.prepare(request, lock):
+        for line in mirror.prepare(request, lock, buildmod.base_images(request)):
             say(line)
     ref, image_id = buildmod.build(request)
     if flags.target in STAGES_WITH_SBOM:

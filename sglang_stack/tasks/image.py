@@ -454,7 +454,7 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
     lock_ = lockmod.check(profiles.get(profile).lock, platform=platforms.platform_of(platform))
     archs = None
     if cuda_arch_list is not None:
-        from sglang_stack.image.build import arch_list
+        from sglang_stack.image.workflow import arch_list
 
         archs = arch_list(cuda_arch_list).split()
     layers = sizemod.budget(lock_, target, jit_cache=flashinfer_jit_cache, archs=archs)

@@ -225,13 +225,13 @@ def test_gpu_runtime():
 def test_exclusive_and_port_with_running_containers():
     baseline_up = [{"Service": "baseline", "State": "running", "Health": "healthy"}]
     eight = facts_for(RTX_QUERY, RTX_SMI)
-    check = doctor.check_exclusive(svc_of(), baseline_up, eight)
+    check = gpu_checks.check_exclusive(svc_of(), baseline_up, eight)
     assert check.status == FAIL and check.detail == ("baseline is running (its GPUs unknown) and holds GPUs eagle3 "
                                                       "reserves (GPU_IDS=all)"), check.line()
     assert "invoke down" in check.fix, check.line()
-    assert doctor.check_exclusive(svc_of(), None, eight).status == SKIP, "no Docker: skip, not fail"
+    assert gpu_checks.check_exclusive(svc_of(), None, eight).status == SKIP, "no Docker: skip, not fail"
     own = [{"Service": "eagle3", "State": "running"}]
-    assert doctor.check_exclusive(svc_of(), own, eight).status == OK, "its own container is not a conflict"
+    assert gpu_checks.check_exclusive(svc_of(), own, eight).status == OK, "its own container is not a conflict"
 
 
 @pytest.mark.parametrize("held, gpu_ids, status, says", [
@@ -248,7 +248,7 @@ def test_servers_on_disjoint_gpus_run_side_by_side(held, gpu_ids, status, says):
     facts = facts_for(RTX_QUERY, RTX_SMI) if gpu_ids else Facts()  # no nvidia-smi: "all" is unknown
     facts.held = {"baseline": held}
     gpu_ids = gpu_ids or "all"
-    check = doctor.check_exclusive(svc_of(GPU_IDS=gpu_ids), [{"Service": "baseline", "State": "running"}], facts)
+    check = gpu_checks.check_exclusive(svc_of(GPU_IDS=gpu_ids), [{"Service": "baseline", "State": "running"}], facts)
     assert check.status == status and says in check.detail, check.line()
     if held == "0,1,2,3" and status == FAIL:
         assert "GPU_IDS=4,5,6,7 invoke up eagle3" in check.fix, check.fix

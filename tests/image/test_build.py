@@ -14,6 +14,7 @@ from conftest import need
 from sglang_stack.engine import BUILDAH, DOCKER, Engine, PODMAN
 from sglang_stack import ROOT
 from sglang_stack.image import build as buildmod
+from sglang_stack.image import workflow
 from sglang_stack.errors import UserError
 
 CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -55,7 +56,6 @@ def test_secrets_are_passed_as_files_not_values(tmp_path):
 def test_podman_and_buildah_take_chroot_isolation_where_there_is_no_unified_cgroup_tree(tmp_path):
     """crun and runc under buildah's default isolation need cgroup v2 ("cgroups in hybrid mode not supported"); chroot
     isolation needs none. docker is never given an isolation; a host with cgroup v2 keeps the engine's default."""
-    from sglang_stack.image import workflow
 
     said = []
     missing = tmp_path / "cgroup.controllers"
@@ -101,15 +101,15 @@ def test_invoke_build_for_arm64_on_this_engine_is_built_or_refused_before_anythi
 
 
 def test_build_args_are_sorted_and_validated():
-    argv = request(build_args=buildmod.parse_build_args(["SOME_ARG=a/b", "A=1"])).command()
+    argv = request(build_args=workflow.parse_build_args(["SOME_ARG=a/b", "A=1"])).command()
     assert argv.index("A=1") < argv.index("SOME_ARG=a/b"), argv
     with pytest.raises(UserError, match="--build-arg 'NOVALUE'"):
-        buildmod.parse_build_args(["NOVALUE"])
+        workflow.parse_build_args(["NOVALUE"])
     with pytest.raises(UserError, match="use --base-image"):
-        buildmod.parse_build_args(["BASE_IMAGE=x"])
+        workflow.parse_build_args(["BASE_IMAGE=x"])
     for key in ("SOURCE_REVISION", "DOCKERFILE_SHA256", "SOURCE_DATE_EPOCH"):
         with pytest.raises(UserError, match=f"--build-arg {key}=...: the build sets it from the checkout itself"):
-            buildmod.parse_build_args([f"{key}=forged"])
+            workflow.parse_build_args([f"{key}=forged"])
 
 
 @pytest.mark.parametrize(
@@ -143,8 +143,8 @@ def test_valid_references_pass():
 
 
 def test_default_tag_follows_the_target():
-    assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "runtime") == "sglang-stack:0.5.9-cu130"
-    assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "sglang") == "sglang-stack:0.5.9-cu130-sglang"
+    assert workflow.default_tag("sglang-stack:0.5.9-cu130", "runtime") == "sglang-stack:0.5.9-cu130"
+    assert workflow.default_tag("sglang-stack:0.5.9-cu130", "sglang") == "sglang-stack:0.5.9-cu130-sglang"
 
 
 def test_no_docker_engine_fails_fast_with_a_hint(tmp_path):

@@ -245,7 +245,7 @@ def test_two_fetches_on_one_mirror_take_turns(tmp_path, capfd):
 def test_a_mirror_outside_the_build_context_is_refused(lock, tmp_path):
     request = buildmod.BuildRequest(engine=BUILDAH, tag="t", target="router")
     with pytest.raises(UserError, match="the build reads the mirror from its context"):
-        mirror.prepare(request, lock, tmp_path / "elsewhere")
+        mirror.prepare(request, lock, {}, tmp_path / "elsewhere")
 
 
 def test_a_mirror_build_turns_the_network_off_where_the_engine_can():
@@ -284,7 +284,7 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
         for target in ("router", "sglang"):
             store.remove(BUILDAH, base)  # loading an archive names the image as it was saved, too
             request = _request(BUILDAH, target, f"localhost/sglang-stack-test-{run_id}:mirror-{target}", base, context)
-            lines = mirror.prepare(request, lock, context / "mirror")
+            lines = mirror.prepare(request, lock, buildmod.base_images(request), context / "mirror")
             loaded = mirror.local_name(buildmod.BASE_ARG.get(target, "BASE_IMAGE"), base)
             made.append(loaded)
             assert request.base_image == loaded and any(f"from the mirror, as {loaded}" in line for line in lines)
@@ -299,14 +299,15 @@ def test_buildah_builds_router_and_sglang_from_the_mirror_and_they_verify(smoke_
             ids[target] = report.image_id
         store.remove(BUILDAH, base)  # FROM the same name as the first build: its label records the name
         again = _request(BUILDAH, "router", f"localhost/sglang-stack-test-{run_id}:mirror-router-2", base, context)
-        mirror.prepare(again, lock, context / "mirror")
+        mirror.prepare(again, lock, buildmod.base_images(again), context / "mirror")
         made.append(again.tag)
         assert buildmod.build(again)[1] == ids["router"], "a mirror build is reproducible too"
         impostor = mirror.local_name(buildmod.BASE_ARG.get("router", "BASE_IMAGE"), base)
         store.remove(BUILDAH, impostor)
         store.tag(BUILDAH, again.tag, impostor)  # another image under the mirror's name
         with pytest.raises(UserError, match=f"{impostor} in the buildah store is not the image the mirror's archive"):
-            mirror.prepare(_request(BUILDAH, "router", again.tag, base, context), lock, context / "mirror")
+            impostor_request = _request(BUILDAH, "router", again.tag, base, context)
+            mirror.prepare(impostor_request, lock, buildmod.base_images(impostor_request), context / "mirror")
     finally:
         store.remove(BUILDAH, base, *made)
 
@@ -320,7 +321,7 @@ def test_docker_builds_from_the_mirror_with_the_network_off(docker_base, run_id,
     mirror.fetch(lock, target, buildmod.base_images(request), DOCKER, context / "mirror")
     arg = buildmod.BASE_ARG.get(target, "BASE_IMAGE")
     assert (context / "mirror" / "images" / mirror.image_file(arg)).is_file()
-    mirror.prepare(request, lock, context / "mirror")
+    mirror.prepare(request, lock, buildmod.base_images(request), context / "mirror")
     argv = request.command()
     assert argv[argv.index("--network") + 1] == "none"
     try:

@@ -305,16 +305,16 @@ def test_prefetch_bakes_the_locked_commit_and_refuses_other_bytes(pinned, tmp_pa
 
 
 def test_prefetch_models_names_roles_of_models_lock(pinned, tmp_path):
-    from sglang_stack.image import build as buildmod
+    from sglang_stack.image import workflow
 
     lock = tmp_path / "models.lock"
-    assert buildmod.prefetch_refs("drafter", lock) == f"{pinned.repo}@{pinned.revision}"
+    assert workflow.prefetch_refs("drafter", lock) == f"{pinned.repo}@{pinned.revision}"
     with pytest.raises(UserError, match=r"'org/model' is not a role of models.lock \(drafter\)"):
-        buildmod.prefetch_refs("org/model", lock)
+        workflow.prefetch_refs("org/model", lock)
     (tmp_path / "unpinned").mkdir()
     unpinned = lock_file(tmp_path / "unpinned")
     with pytest.raises(UserError, match="models.lock pins no commit of drafter .* run `invoke models-lock` first"):
-        buildmod.prefetch_refs("drafter", unpinned)
+        workflow.prefetch_refs("drafter", unpinned)
 
 
 @pytest.mark.parametrize("repo", ["../..", "org/..", "./model"])

@@ -15,6 +15,7 @@ from sglang_stack.engine import DOCKER
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.image import build as buildmod
+from sglang_stack.image import workflow
 from sglang_stack.lock import lockfile as lockmod
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
@@ -280,6 +281,6 @@ def test_build_target_router_replaces_its_own_base():
     request = buildmod.BuildRequest(engine=DOCKER, tag="sglang-stack-router:0.5.9", target="router", base_image="localhost/debian:bookworm")
     argv = request.command()
     assert "ROUTER_BASE_IMAGE=localhost/debian:bookworm" in argv and "BASE_IMAGE=localhost/debian:bookworm" not in argv, argv
-    assert buildmod.default_tag("sglang-stack:0.5.9-cu130", "router", "sglang-stack-router:0.5.9") == "sglang-stack-router:0.5.9"
+    assert workflow.default_tag("sglang-stack:0.5.9-cu130", "router", "sglang-stack-router:0.5.9") == "sglang-stack-router:0.5.9"
     with pytest.raises(UserError, match="use --base-image instead"):
-        buildmod.parse_build_args(["ROUTER_BASE_IMAGE=x"])
+        workflow.parse_build_args(["ROUTER_BASE_IMAGE=x"])
