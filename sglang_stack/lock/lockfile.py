@@ -27,7 +27,7 @@ from sglang_stack import ROOT
 from sglang_stack.download import filename_of
 from sglang_stack.errors import UserError
 from sglang_stack.lock import parsed
-from sglang_stack.lock.pins import read_pins, resolver_clock, stated_clock
+from sglang_stack.lock.pins import Pin, read_pins, resolver_clock, stated_clock
 from sglang_stack.lock.platforms import for_platform, requirements_name
 from sglang_stack.lock.profiles import PER_RELEASE, Profile, display
 from sglang_stack.lock.schema import check_structure as _check_structure
@@ -160,6 +160,7 @@ class Lock:
     router_requirements: dict[str, str] = field(default_factory=dict)  # requirements.router.lock.txt
     build_tools: tuple[Artifact, ...] = ()
     platform: str = "linux/amd64"
+    requirement_pins: tuple[Pin, ...] = ()  # requirements.lock.txt's entries as read, with the hashes each allows
 
     def marker_env(self) -> dict[str, str]:
         """The environment markers of the image's interpreter on this lock's platform."""
@@ -313,12 +314,13 @@ def check(
         )
         for o in data.get("override", [])
     )
-    pinned = _read_requirements(requirements, problems) if with_requirements else {}
+    entries = tuple(read_pins(requirements, problems)) if with_requirements else ()
+    pinned = {pin.name: pin.version for pin in entries}
     router = _artifact(data["router"], data["router"]["name"])
     router_file = path.with_name(ROUTER_REQUIREMENTS_PATH.name)
     router_pinned = _read_requirements(router_file, problems) if with_requirements else {}
     tools = tuple(_artifact(t, t["name"]) for t in data.get("build_tool", []))
-    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned, tools, platform)
+    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned, tools, platform, entries)
 
     _check_artifacts(lock, bad)
     if with_requirements and router_file.is_file():
@@ -332,14 +334,20 @@ def check(
                 _check_clock(lock, each, problems)
     if with_requirements and requirements.is_file():  # a missing file is already one problem
         _check_requirements_file(lock, requirements.name, problems)
-        sources = {canonicalize_name(w.name): list(w.requires) for w in wheels}
-        if sglang_requires is not None:
-            sources["sglang"] = sglang_requires
-        _check_overrides(lock, sources, bad)
+        _check_overrides(lock, _sources(lock, sglang_requires), bad)
         _check_references(lock, bad)
     if problems:
         raise LockProblems(problems)
     return lock
+
+
+def _sources(lock: Lock, sglang_requires: list[str] | None = None) -> dict[str, list[str]]:
+    """Package -> the requirements it declares, for the override check: each URL wheel's, and sglang's own
+    (its wheel's Requires-Dist) where the wheel is at hand."""
+    sources = {canonicalize_name(w.name): list(w.requires) for w in lock.wheels}
+    if sglang_requires is not None:
+        sources["sglang"] = sglang_requires
+    return sources
 
 
 def _artifact(table: dict, name: str) -> Artifact:
@@ -590,13 +598,16 @@ def check_all(path: Path = LOCK_PATH, *, download: bool, platform: str = "linux/
     Returns the lock and whether the sglang cross-check ran.
     """
     # The whole lock is valid before anything is downloaded: a URL it names is fetched only once it passed.
-    check(path, platform=platform)
-    table = for_platform(load(path), platform, display(path)).get("sglang")
-    wheel = None
-    if isinstance(table, dict) and SHA256.fullmatch(str(table.get("sha256", ""))) and isinstance(table.get("url"), str):
-        wheel = sglang_wheel(table["url"], table["sha256"], download=download)
-    requires = wheel_requires(wheel) if wheel else None
-    return check(path, sglang_requires=requires, platform=platform), wheel is not None
+    lock = check(path, platform=platform)
+    wheel = sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=download)
+    if wheel is None:
+        return lock, False
+    problems: list[str] = []
+    _check_overrides(lock, _sources(lock, wheel_requires(wheel)),
+                     lambda key, message: problems.append(f"{display(path)}: {key}: {message}"))
+    if problems:
+        raise LockProblems(problems)
+    return lock, True
 
 
 def summary(lock: Lock, cross_checked: bool) -> str:

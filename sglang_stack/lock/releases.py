@@ -182,18 +182,20 @@ def _owner(directory: Path, pin: Pin, sha256: str) -> str:
     return ""
 
 
-def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, directory: Path | None = None) -> Report:
+def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, directory: Path | None = None,
+          pins: tuple[Pin, ...] = ()) -> Report:
     """Every hash of every pin in ``requirements`` belongs to a file of that very release.
 
-    Cached records first; the missing ones are fetched from ``index``'s JSON API.
-    Raises ``LockProblems`` naming each offending line, or a one-line ``UserError``
-    when records are missing and the index cannot be reached.
+    ``pins``: the file's entries where a validated lock read them already. Cached records first; the missing ones
+    are fetched from ``index``'s JSON API. Raises ``LockProblems`` naming each offending line, or a one-line
+    ``UserError`` when records are missing and the index cannot be reached.
     """
     directory = directory or records_dir()
     problems: list[str] = []
-    pins = read_pins(requirements, problems)
-    if problems:
-        raise LockProblems(problems)
+    if not pins:
+        pins = tuple(read_pins(requirements, problems))
+        if problems:
+            raise LockProblems(problems)
     records = {pin: load_record(record_path(directory, pin.name, pin.version)) for pin in pins}
     missing = [pin for pin, files in records.items() if files is None]
     if missing:
@@ -229,7 +231,7 @@ def check(requirements: Path = REQUIREMENTS_PATH, index: str = DEFAULT_INDEX, di
 
 def check_lock(lock, directory: Path | None = None) -> Report:
     """``check`` for the requirements.lock.txt beside a validated versions.lock, against its [resolve] index."""
-    return check(lock.requirements_path, lock.data["resolve"]["index"], directory)
+    return check(lock.requirements_path, lock.data["resolve"]["index"], directory, lock.requirement_pins)
 
 
 def check_line(lock, directory: Path | None = None) -> str:

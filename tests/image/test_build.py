@@ -324,3 +324,30 @@ def test_a_missing_devel_image_is_replaced_by_its_build_arg_and_the_mirror_is_na
     hint = buildmod.missing_base_hint(req, said)
     assert "--build-arg DEVEL_IMAGE=YOURS" in hint and "--base-image YOURS" in hint, hint
     assert "invoke fetch" in hint and "invoke build --mirror" in hint, hint
+
+
+def test_invoke_build_reads_each_lock_file_once_on_its_way_to_the_engine(monkeypatch):
+    """versions.lock and each requirement lock are parsed once per build, and the parsed lock is passed on: the
+    release-hash check and the render read what the lock check read."""
+    from collections import Counter
+
+    from sglang_stack.lock import lockfile as lockmod, pins, releases
+
+    reads: Counter = Counter()
+    parse, read_text = lockmod._parse, pins.read_text
+    monkeypatch.setattr(lockmod, "_parse", lambda path: reads.update([Path(path).name]) or parse(path))
+    monkeypatch.setattr(pins, "read_text", lambda path: reads.update([Path(path).name]) or read_text(path))
+    # Every release record answers for its own hashes: this test counts reads, the records have tests of their own.
+    monkeypatch.setattr(releases, "fetch_all", lambda index, missing, directory: {
+        pin: {f"{pin.name}-{n}.whl": digest for n, digest in enumerate(pin.hashes)} for pin in missing})
+
+    class Reached(Exception):
+        pass
+
+    def engine(request):
+        raise Reached(request.command()[:3])
+
+    monkeypatch.setattr(workflow.buildmod, "build", engine)
+    with pytest.raises(Reached, match="docker.*buildx.*build"):
+        workflow.build(workflow.BuildFlags(target="sglang"), say=lambda line: None)
+    assert reads == {"versions.lock": 1, "requirements.lock.txt": 1, "requirements.router.lock.txt": 1}, reads

@@ -237,6 +237,20 @@ def test_undeclared_conflict_with_sglang_is_an_error(tmp_path, sglang_requires):
     ), f"an undeclared override of cuda-python must be reported: {problems}"
 
 
+def test_the_builds_check_cross_checks_sglangs_requirements_on_the_lock_it_parsed(tmp_path, sglang_wheel):
+    """check_all (what `invoke build` runs) parses the lock once, then adds the cached wheel's Requires-Dist to the
+    override check: the undeclared conflict is invisible to the check without the wheel, and found with it."""
+    block = LOCK[LOCK.index('[[override]]\npackage = "cuda-python"') :]
+    block = block[: block.index("\n\n") + 2]
+    path = write(tmp_path, LOCK.replace(block, ""))
+    lockmod.check(path)  # without sglang's own requirements the lock is consistent
+    with pytest.raises(lockmod.LockProblems) as info:
+        lockmod.check_all(path, download=False)
+    assert any(p.startswith("versions.lock: cuda-python:") and "==12.9" in p for p in info.value.problems), info.value
+    lock, cross_checked = lockmod.check_all(write(tmp_path), download=False)
+    assert cross_checked and lock.path == tmp_path / "versions.lock"
+
+
 def test_override_whose_declared_pin_is_stale_is_an_error(tmp_path, sglang_requires):
     path = write(tmp_path, LOCK.replace('declared = "==12.9"', 'declared = "==12.8"'))
     problems = problems_of(path, sglang_requires=sglang_requires)
