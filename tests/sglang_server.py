@@ -211,20 +211,16 @@ def _handler(server: SGLangServer):
         def _event(self, payload) -> None:
             self._chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
 
-        def _openai(self, body: dict, index: int, chat: bool) -> None:
-            """SGLang's OpenAI-compatible answer: one chunk per step (its new text), usage at the end when asked."""
+        def _open_stream(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        def _steps(self, start: float, counts: list[int]):
+            """Each step's (index, tokens so far), when continuous batching would emit it: the first after the
+            time to first token, each next one later the more requests share the batch and the more each verifies."""
             b = server.behaviour
-            start = time.perf_counter()
-            n = body["max_tokens"]
-            counts = server.schedule(n)
-            stream = body.get("stream", False)
-            sent: list[float] = []
-            if stream:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-            last_tokens = 0
             due = start + b.ttft_s
             for k, tokens in enumerate(counts):
                 if k:
@@ -234,6 +230,20 @@ def _handler(server: SGLangServer):
                 pause = due - time.perf_counter()
                 if pause > 0:
                     time.sleep(pause)
+                yield k, tokens
+
+        def _openai(self, body: dict, index: int, chat: bool) -> None:
+            """SGLang's OpenAI-compatible answer: one chunk per step (its new text), usage at the end when asked."""
+            b = server.behaviour
+            start = time.perf_counter()
+            n = body["max_tokens"]
+            counts = server.schedule(n)
+            stream = body.get("stream", False)
+            sent: list[float] = []
+            if stream:
+                self._open_stream()
+            last_tokens = 0
+            for k, tokens in self._steps(start, counts):
                 text = " tok" * (tokens - last_tokens)
                 last_tokens = tokens
                 finish = "length" if k == len(counts) - 1 else None
@@ -276,19 +286,8 @@ def _handler(server: SGLangServer):
             sent: list[float] = []
             stream = body.get("stream", False)
             if stream:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-            due = start + b.ttft_s
-            for k, tokens in enumerate(counts):
-                if k:
-                    with server.lock:
-                        batch = server.in_flight
-                    due += b.step_s + b.load_s * batch * b.verify
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
+                self._open_stream()
+            for k, tokens in self._steps(start, counts):
                 if failing and k == 2:
                     if b.failure == "stream-error":
                         self._event({"error": {"message": "CUDA error: an illegal memory access was encountered"}})
