@@ -19,7 +19,7 @@ from sglang_stack.doctor.checks import FAIL, OK, WARN
 
 import fake_cli
 from pins import PIN
-from test_doctor import DRAFT_ARCH, FIXTURES, TARGET_ARCH, make_model, svc_of
+from doctor_facts import DRAFT_ARCH, FIXTURES, TARGET_ARCH, make_model, svc_of
 
 pytestmark = pytest.mark.usefixtures("compose")  # Compose reads compose.yaml: without it, skip
 
