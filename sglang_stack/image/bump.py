@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_stack.atomic import write_all
 from sglang_stack.errors import UserError, read_text
+from sglang_stack.lock import wheels
 from sglang_stack.lock.profiles import Profile, display
 
 TIMEOUT_S = (5, 30)
@@ -216,7 +217,7 @@ def bump(profile: Profile, name: str, version: str, override: str | None = None)
             raise UserError(f"{name}: {display(profile.requirements)} already pins {current}")
         files = release_files(lock.data["resolve"]["index"], key, version)
         clock = clock_after(files)
-        requires = lockmod.wheel_requires(lockmod.sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=True))
+        requires = wheels.sglang_requires(lock, download=True)
         declarations = declared(lock, key, requires)
         conflicts = [(source, spec) for source, spec in declarations
                      if not Requirement(f"x{spec}").specifier.contains(Version(version), prereleases=True)]
@@ -287,13 +288,12 @@ def toolchain_of(index: str, pins: dict[str, str], names: list[str], python: str
     (humming-kernels asks for any nvcc: 13.4 beside CUDA 13.0's runtime for 0.5.23), which CCCL refuses beside the
     runtime's headers. Without cuda-toolkit in the set, what the resolution installs."""
     from sglang_stack import download
-    from sglang_stack.lock import lockfile as lockmod
 
     toolkit = pins.get("cuda-toolkit")
     paired: dict[str, str] = {}
     if toolkit:
         wheel = best_wheel(release_files(index, "cuda-toolkit", toolkit), python, platform)
-        for line in lockmod.wheel_requires(download.fetch(wheel["url"], wheel["sha256"])):
+        for line in wheels.wheel_requires(download.fetch(wheel["url"], wheel["sha256"])):
             req = Requirement(line)
             exact = [s.version.removesuffix(".*") for s in req.specifier if s.operator == "=="]
             if req.marker is not None and "extra" in str(req.marker) and exact:

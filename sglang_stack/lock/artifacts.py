@@ -11,7 +11,8 @@ from packaging.utils import canonicalize_name
 from sglang_stack import oci as client
 from sglang_stack.atomic import write as atomic_write
 from sglang_stack.errors import UserError
-from sglang_stack.lock.lockfile import LOCK_PATH, Lock, LockProblems, _key, check, wheel_requires
+from sglang_stack.lock.lockfile import LOCK_PATH, Lock, LockProblems, _key, check
+from sglang_stack.lock.wheels import wheel_requires
 from sglang_stack.lock.schema import DIGEST
 
 

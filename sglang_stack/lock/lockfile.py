@@ -1,20 +1,14 @@
-"""versions.lock: load it, validate it, re-resolve the Python set from it.
-
-* ``load`` parses the file (pure, offline).
-* ``check`` validates it and returns a ``Lock``; every problem is one line naming
-  the key and the value, and all of them are reported together.
-
-Updating the pins is elsewhere: ``image/resolve.py`` re-resolves the requirements files
-(network) and ``image/verify.py`` hashes what was only published (network).
+"""versions.lock: ``load`` parses it (offline); ``check`` validates it, with the requirement locks beside it, and
+returns a ``Lock``, every problem one line naming the key and the value, all of them reported together;
+``check_all`` adds sglang's own requirements where its wheel is cached. Re-resolving is ``lock/resolve.py``,
+hashing what was only published ``lock/artifacts.py``.
 """
 
 from __future__ import annotations
 
-import email.parser
 import re
-import sys
-import zipfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -31,6 +25,7 @@ from sglang_stack.lock.pins import Pin, read_pins, resolver_clock, stated_clock
 from sglang_stack.lock.platforms import for_platform, requirements_name
 from sglang_stack.lock.profiles import PER_RELEASE, Profile, display
 from sglang_stack.lock.schema import check_structure as _check_structure
+from sglang_stack.lock.wheels import sglang_requires
 
 LOCK_PATH = ROOT / "versions.lock"
 REQUIREMENTS_PATH = ROOT / "requirements.lock.txt"
@@ -155,12 +150,16 @@ class Lock:
     sglang: Artifact
     wheels: tuple[Artifact, ...]
     overrides: tuple[Override, ...]
-    requirements: dict[str, str] = field(default_factory=dict)  # canonical name -> version
     router: Artifact | None = None
     router_requirements: dict[str, str] = field(default_factory=dict)  # requirements.router.lock.txt
     build_tools: tuple[Artifact, ...] = ()
     platform: str = "linux/amd64"
     requirement_pins: tuple[Pin, ...] = ()  # requirements.lock.txt's entries as read, with the hashes each allows
+
+    @cached_property
+    def requirements(self) -> dict[str, str]:
+        """What requirements.lock.txt pins: canonical name -> version."""
+        return {pin.name: pin.version for pin in self.requirement_pins}
 
     def marker_env(self) -> dict[str, str]:
         """The environment markers of the image's interpreter on this lock's platform."""
@@ -315,12 +314,12 @@ def check(
         for o in data.get("override", [])
     )
     entries = tuple(read_pins(requirements, problems)) if with_requirements else ()
-    pinned = {pin.name: pin.version for pin in entries}
     router = _artifact(data["router"], data["router"]["name"])
     router_file = path.with_name(ROUTER_REQUIREMENTS_PATH.name)
-    router_pinned = _read_requirements(router_file, problems) if with_requirements else {}
+    router_pinned = {pin.name: pin.version for pin in read_pins(router_file, problems)} if with_requirements else {}
     tools = tuple(_artifact(t, t["name"]) for t in data.get("build_tool", []))
-    lock = Lock(path, data, sglang, wheels, overrides, pinned, router, router_pinned, tools, platform, entries)
+    lock = Lock(path, data, sglang, wheels, overrides, router=router, router_requirements=router_pinned,
+                build_tools=tools, platform=platform, requirement_pins=entries)
 
     _check_artifacts(lock, bad)
     if with_requirements and router_file.is_file():
@@ -538,10 +537,6 @@ def _check_clock(lock: Lock, path: Path, problems: list[str]) -> None:
                         "(a clock moved without a resolution): run `invoke lock`")
 
 
-def _read_requirements(path: Path, problems: list[str]) -> dict[str, str]:
-    return {pin.name: pin.version for pin in read_pins(path, problems)}
-
-
 def _check_requirements_file(lock: Lock, name: str, problems: list[str]) -> None:
     for wheel in lock.wheels:
         if canonicalize_name(wheel.name) in lock.requirements:
@@ -567,31 +562,6 @@ def _check_router_requirements(lock: Lock, name: str, bad) -> None:
             bad("router.requires", f"{lock.router.name} requires {req} but {name} pins {pin} (run `invoke lock`)")
 
 
-# --- sglang's declared requirements -----------------------------------------------
-
-
-def sglang_wheel(url: str, sha256: str, *, download: bool) -> Path | None:
-    """The pinned sglang wheel from the cache; fetched (hash-verified) if ``download``."""
-    from sglang_stack.download import cache_dir, fetch, filename_of, sha256_of
-
-    if download:
-        return fetch(url, sha256)
-    cached = cache_dir() / "downloads" / filename_of(url)
-    if cached.is_file() and sha256_of(cached) == sha256:
-        return cached
-    return None
-
-
-def wheel_requires(wheel: Path) -> list[str]:
-    """The Requires-Dist lines of a wheel's METADATA."""
-    with zipfile.ZipFile(wheel) as zf:
-        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
-        if meta is None:
-            raise UserError(f"{wheel}: no .dist-info/METADATA inside")
-        message = email.parser.Parser().parsestr(zf.read(meta).decode())
-    return message.get_all("Requires-Dist") or []
-
-
 def check_all(path: Path = LOCK_PATH, *, download: bool, platform: str = "linux/amd64") -> tuple[Lock, bool]:
     """Validate the lock, including sglang's declared requirements when the wheel is at hand.
 
@@ -599,11 +569,11 @@ def check_all(path: Path = LOCK_PATH, *, download: bool, platform: str = "linux/
     """
     # The whole lock is valid before anything is downloaded: a URL it names is fetched only once it passed.
     lock = check(path, platform=platform)
-    wheel = sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=download)
-    if wheel is None:
+    requires = sglang_requires(lock, download=download)
+    if requires is None:
         return lock, False
     problems: list[str] = []
-    _check_overrides(lock, _sources(lock, wheel_requires(wheel)),
+    _check_overrides(lock, _sources(lock, requires),
                      lambda key, message: problems.append(f"{display(path)}: {key}: {message}"))
     if problems:
         raise LockProblems(problems)
@@ -626,8 +596,3 @@ def summary(lock: Lock, cross_checked: bool) -> str:
     if not cross_checked:
         parts.append("sglang's declared requirements not cross-checked: wheel not cached (run `invoke lock --check`)")
     return f"{display(lock.path)}: ok: " + "; ".join(parts)
-
-
-def print_lines(lines: list[str]) -> None:
-    for line in lines:
-        print(line, file=sys.stderr)

@@ -202,16 +202,6 @@ def overlay(lock_text: str, standins: Standins, requires: dict[str, list[str]], 
     return text
 
 
-def wheel_requires(wheel: Path) -> list[str]:
-    """The unconditional-on-Linux Requires-Dist lines of a wheel's METADATA, as written."""
-    from email.parser import Parser
-
-    with zipfile.ZipFile(wheel) as zf:
-        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        message = Parser().parsestr(zf.read(meta).decode())
-    return [r for r in message.get_all("Requires-Dist") or [] if "extra ==" not in r]
-
-
 # --- the interpreter ------------------------------------------------------------------------
 
 

@@ -46,12 +46,15 @@ def prepare_context(workdir: Path, standins: substitutes.Standins, wheels: list[
     from sglang_stack.lock import lockfile as lockmod
     from sglang_stack.image import render as rendermod
     from sglang_stack.lock.pins import read_pins
+    from sglang_stack.lock.wheels import wheel_requires
 
     context = copy_context(workdir / "context")
     folder = context / prefix
     lock_path = folder / "versions.lock"
     if standins.wheels:
-        requires = {w.name: substitutes.wheel_requires(path) for w, path in zip(standins.wheels, wheels)}
+        # What each stand-in declares unconditionally on Linux: extras are not installed.
+        requires = {w.name: [r for r in wheel_requires(path) if "extra ==" not in r]
+                    for w, path in zip(standins.wheels, wheels)}
         problems: list[str] = []
         pinned = {pin.name for pin in read_pins(folder / "requirements.lock.txt", problems)}
         lock_path.write_text(substitutes.overlay(lock_path.read_text(), standins, requires, pinned))

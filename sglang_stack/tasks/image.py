@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from invoke import Exit, task
@@ -177,9 +178,10 @@ def advisories(c, service="pypi", osv_url=None):
     """
     from sglang_stack.lock import advisories as advisories_mod
     from sglang_stack.lock import lockfile as lockmod
+    from sglang_stack.lock import wheels
 
     lock, cross_checked = lockmod.check_all(download=False)
-    requires = lockmod.wheel_requires(lockmod.sglang_wheel(lock.sglang.url, lock.sglang.sha256, download=True))
+    requires = wheels.sglang_requires(lock, download=True)
     report = advisories_mod.audit(lock, requires, service, osv_url)
     for line in report.lines():
         print(line)
@@ -216,7 +218,7 @@ def lock(c, check=False, verify=False, profile=None):
         raise UserError("--check and --verify: choose one")
     path = profiles.get(profile).lock
     if verify:
-        lockmod.print_lines(verifymod.verify(path))
+        print("\n".join(verifymod.verify(path)), file=sys.stderr)
     elif not check:
         for written in resolve.resolve(path):
             print(f"wrote {profiles.display(written)}")

@@ -20,6 +20,7 @@ from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack.lock import advisories
 from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.lock import wheels
 
 from loopback import Handler, impersonating, serving
 
@@ -31,7 +32,7 @@ def lock():
 
 @pytest.fixture(scope="module")
 def requires(sglang_wheel):
-    return lockmod.wheel_requires(sglang_wheel)
+    return wheels.wheel_requires(sglang_wheel)
 
 
 def exact_requirement(lock, requires) -> Requirement:

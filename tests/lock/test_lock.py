@@ -15,6 +15,7 @@ from sglang_stack import ROOT
 from pins import PIN
 from sglang_stack.errors import UserError
 from sglang_stack.lock import lockfile as lockmod
+from sglang_stack.lock import wheels
 from sglang_stack.lock import resolve as resolvemod
 
 LOCK = (ROOT / "versions.lock").read_text()
@@ -25,7 +26,7 @@ ROUTER_REQUIREMENTS = (ROOT / "requirements.router.lock.txt").read_text()
 @pytest.fixture(scope="module")
 def sglang_requires(sglang_wheel) -> list[str]:
     """Requires-Dist of the real, hash-verified sglang wheel."""
-    return lockmod.wheel_requires(sglang_wheel)
+    return wheels.wheel_requires(sglang_wheel)
 
 
 def write(tmp_path: Path, lock_text: str = LOCK, requirements: str = REQUIREMENTS, router: str = ROUTER_REQUIREMENTS) -> Path:
