@@ -311,7 +311,7 @@ def _fetch(lock: Lock, target: str, want: Plan, engine: Engine, mirror: Path) ->
     locked = anchors(lock, want.images)
     for arg, ref in sorted(want.images.items()):
         dest = archives / image_file(arg)
-        image_id = store.image_id(engine, ref) if store.exists(engine, ref) else ""
+        image_id = store.image_ids(engine, ref)[ref]
         key, config = locked.get(arg, (None, None))
         if config and image_id and image_id != config:
             raise UserError(f"{ref} in the {engine} store is {image_id[:19]}, not {key}.config {config[:19]}: a name is "
@@ -438,7 +438,11 @@ def archive_chain(archive: Path) -> tuple[str, list[str], list[str]]:
     import tarfile
 
     def hashed(tar, member) -> tuple[str, bytes | None]:
-        handle = tar.extractfile(member)
+        try:
+            handle = tar.extractfile(member)  # a link stands for the member it names, as the loader reads it
+        except KeyError:  # `docker save` links a layer that appears twice; this link's target is not in the archive
+            raise UserError(f"{archive}: {member.name} links to {member.linkname!r}, which the archive does not "
+                            "hold") from None
         if handle is None:
             raise UserError(f"{archive}: {member.name} is not a file")
         digest, head = hashlib.sha256(), b""

@@ -62,16 +62,6 @@ def run_id() -> str:
     return f"{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def exists(engine: Engine, ref: str) -> bool:
-    """Whether the store holds ``ref``; False where the engine's CLI is not installed (it holds nothing here)."""
-    cli = engine.store
-    argv = [cli, "image", "inspect", ref] if engine.daemon else [cli, "inspect", "--type", "image", ref]
-    try:
-        return subprocess.run(argv, capture_output=True, text=True).returncode == 0
-    except FileNotFoundError:
-        return False
-
-
 def repo_digest(engine: Engine, ref: str) -> str:
     """``REPOSITORY@sha256:...`` under which a registry serves the image ``ref`` names, as the store recorded it on a
     push or pull; "" where it records none (a local build, a loaded archive) or has no such image."""
@@ -91,15 +81,6 @@ def repo_digest(engine: Engine, ref: str) -> str:
     return (mine or [d for d in digests if isinstance(d, str)] or [""])[0]
 
 
-def image_id(engine: Engine, ref: str) -> str:
-    cli = engine.store
-    if engine.daemon:
-        proc = run([cli, "image", "inspect", "--format", "{{.Id}}", ref], capture=True, quiet=True, what="docker image inspect")
-        return proc.stdout.strip()
-    proc = run([cli, "images", "--quiet", "--no-trunc", ref], capture=True, quiet=True, what="buildah images")
-    return proc.stdout.split()[0]
-
-
 def image_ids(engine: Engine, *refs: str) -> dict[str, str]:
     """Each of ``refs`` -> the ID of the image it names in the store, "" where the store holds none."""
     out = {}
@@ -110,6 +91,19 @@ def image_ids(engine: Engine, *refs: str) -> dict[str, str]:
         found = proc.stdout.split() if proc.returncode == 0 else []
         out[ref] = found[0] if found else ""
     return out
+
+
+def exists(engine: Engine, ref: str) -> bool:
+    """Whether the store holds ``ref``; False where the engine's CLI is not installed (it holds nothing here)."""
+    return bool(shutil.which(engine.store)) and bool(image_ids(engine, ref)[ref])
+
+
+def image_id(engine: Engine, ref: str) -> str:
+    """The ID of the image ``ref`` names; a one-line error where the store holds none."""
+    found = image_ids(engine, ref)[ref]
+    if not found:
+        raise UserError(f"{ref}: no such image in the {engine} image store")
+    return found
 
 
 def load(engine: Engine, archive: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from pins import PIN
 from sglang_server import Behaviour, SGLangServer
+from word_tokenizer import word_tokenizer
 from sglang_stack import ROOT
 from sglang_stack.bench import acceptance, speedbench
 from sglang_stack.errors import UserError
@@ -36,15 +37,8 @@ def speed_bench(path, rows=ROWS, tail: bytes = b"") -> str:
 
 
 def tokenizer(directory):
-    """A word-level tokenizer with a chat template: loads with transformers' AutoTokenizer, no download."""
-    directory.mkdir()
-    (directory / "tokenizer.json").write_text(json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(WORDS)}, "unk_token": "[UNK]"}}))
-    (directory / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "chat_template": TEMPLATE}))
-    return directory
+    """Our words, and a chat template SGLang's adapter applies."""
+    return word_tokenizer(directory, WORDS, TEMPLATE)
 
 
 # --- the file -----------------------------------------------------------------------------------

@@ -18,26 +18,14 @@ from sglang_server import Behaviour, SGLangServer
 from sglang_stack.bench import measure as bench, report
 from sglang_stack.bench.request import Request
 from test_bench import write_prompts
+from word_tokenizer import word_tokenizer
 
 LEVEL, REQUESTS, TOKENS = 8, 64, 32
 
 
-def word_tokenizer(directory):
-    """A word-level tokenizer of a few hundred ids that transformers' AutoTokenizer loads with no download."""
-    directory.mkdir()
-    vocab = {"[UNK]": 0, **{f"w{i}": i + 1 for i in range(500)}}
-    (directory / "tokenizer.json").write_text(json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}))
-    (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-                                                                 "unk_token": "[UNK]"}))
-    return directory
-
-
 @pytest.mark.sglang_env
 def test_sglangs_own_benchmark_and_invoke_bench_agree_on_one_stand_in(tmp_path, default_python):
-    tokenizer = word_tokenizer(tmp_path / "tok")
+    tokenizer = word_tokenizer(tmp_path / "tok", ["[UNK]", *(f"w{i}" for i in range(500))])
     theirs_file = tmp_path / "bench_serving.jsonl"
     behaviour = Behaviour(step_s=0.004, ttft_s=0.01, accept=(2, 3, 2), spec=True)
     with SGLangServer(behaviour) as server:

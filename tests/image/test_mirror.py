@@ -224,6 +224,36 @@ def test_a_base_archive_with_two_members_of_one_path_is_refused(tmp_path):
     assert layers == diff_ids and digest == "sha256:" + hashlib.sha256(config).hexdigest()
 
 
+def test_a_layer_docker_save_links_to_is_hashed_as_the_member_it_names(tmp_path):
+    """`docker save` writes a layer that appears twice once, and a symlink for the second (moby's tarexport): the
+    chain follows the link as the loader does, and a link to a member the archive lacks is named, not a KeyError."""
+    import hashlib
+    import io
+    import tarfile
+
+    layer = b"one layer, twice in the image"
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    config = json.dumps({"rootfs": {"diff_ids": [diff_id, diff_id]}}).encode()
+
+    def write(link_to: str) -> Path:
+        archive = tmp_path / "base.tar"
+        with tarfile.open(archive, "w") as tar:
+            for name, data in [("a/layer.tar", layer), ("config.json", config), ("manifest.json", json.dumps(
+                    [{"Config": "config.json", "Layers": ["a/layer.tar", "b/layer.tar"]}]).encode())]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            info = tarfile.TarInfo("b/layer.tar")
+            info.type, info.linkname = tarfile.SYMTYPE, link_to
+            tar.addfile(info)
+        return archive
+
+    assert mirror.archive_chain(write("../a/layer.tar"))[2] == [diff_id, diff_id]
+    with pytest.raises(UserError, match=r"base.tar: b/layer.tar links to '../c/layer.tar', which the archive does "
+                                        r"not hold"):
+        mirror.archive_chain(write("../c/layer.tar"))
+
+
 def test_two_fetches_on_one_mirror_take_turns(tmp_path, capfd):
     """A second fetch waits for the first (a real flock held by another process) and says so."""
     import sys
