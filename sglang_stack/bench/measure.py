@@ -113,7 +113,8 @@ def parse_endpoints(specs: Iterable[str]) -> list[Endpoint]:
 
 
 def parse_levels(text: str | int | Sequence[int]) -> list[int]:
-    """``"1,4,16"`` -> ``[1, 4, 16]``: distinct positive integers up to ``MAX_CONCURRENCY``, kept in order.
+    """``"1,4,16"`` -> ``[1, 4, 16]``: distinct positive integers up to ``MAX_CONCURRENCY``, kept in order; a level
+    given twice is refused (a typo for another level, most often: measuring it twice would not say which).
 
     Also a bare number or a list, as invoke.yaml's ``stack.bench.levels`` may hold."""
     if isinstance(text, str):
@@ -128,8 +129,9 @@ def parse_levels(text: str | int | Sequence[int]) -> list[int]:
     for item in items:
         if not INTEGER.fullmatch(item) or not 1 <= int(item) <= MAX_CONCURRENCY:
             raise UserError(f"--levels {text!r}: {item!r} is not an integer from 1 to {MAX_CONCURRENCY} (e.g. --levels 1,4,16)")
-        if int(item) not in levels:
-            levels.append(int(item))
+        if int(item) in levels:
+            raise UserError(f"--levels {text!r}: {int(item)} is given twice (each level once, e.g. --levels 1,4,16)")
+        levels.append(int(item))
     if not levels:
         raise UserError("--levels is empty (e.g. --levels 1,4,16)")
     return levels

@@ -135,15 +135,16 @@ def bench(
                         "verdict with its best setting")
     request = Request(
         endpoints=tuple(endpoint or ()),
-        levels=levels or (pays.LEVELS if verdict else cfg.levels),
-        repeats=repeats or cfg.repeats,
+        # `is None`, not `or`: a flag given empty (`--levels ''`) is named as empty, never replaced by the default
+        levels=(pays.LEVELS if verdict else cfg.levels) if levels is None else levels,
+        repeats=cfg.repeats if repeats is None else repeats,
         warmup=cfg.warmup if warmup is None else warmup,
         out=_results_dir(cfg.results) if out is None else out,
-        timeout=timeout or cfg.timeout,
-        steps=sweep_steps or cfg.sweep_steps,
-        topk=sweep_topk or cfg.sweep_topk,
-        draft_tokens=sweep_draft_tokens or cfg.sweep_draft_tokens,
-        ready_timeout=ready_timeout or cfg.ready_timeout,
+        timeout=cfg.timeout if timeout is None else timeout,
+        steps=cfg.sweep_steps if sweep_steps is None else sweep_steps,
+        topk=cfg.sweep_topk if sweep_topk is None else sweep_topk,
+        draft_tokens=cfg.sweep_draft_tokens if sweep_draft_tokens is None else sweep_draft_tokens,
+        ready_timeout=cfg.ready_timeout if ready_timeout is None else ready_timeout,
         engine=engine_of(c),
         verdict=bool(verdict),
         **{k: v for k, v in given.items() if v is not None},  # a flag not given keeps Request's default

@@ -441,10 +441,12 @@ def test_missing_prompt_file_is_an_error(tmp_path):
 
 
 def test_levels_parse_and_reject_bad_values():
-    assert bench.parse_levels("1, 4,16,4") == [1, 4, 16], "levels: trimmed, de-duplicated, in order"
+    assert bench.parse_levels("1, 4,16") == [1, 4, 16], "levels: trimmed, in order"
     for bad in ("1,x", "0", "", "-2"):
         with pytest.raises(UserError, match=r"--levels"):
             bench.parse_levels(bad)
+    with pytest.raises(UserError, match=r"--levels '1, 4,16,4': 4 is given twice"):
+        bench.parse_levels("1, 4,16,4")
 
 
 def test_counts_and_seconds_reject_bad_values():

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from sglang_stack import ROOT
 from sglang_stack.bench import report
 from sglang_server import Behaviour, SGLangServer
@@ -32,6 +34,25 @@ def test_task_unreachable_endpoint_is_one_line(tmp_path):
     want = f"error: endpoint gone at http://127.0.0.1:{port} is not reachable: connection refused"
     assert proc.stderr.strip() == want, f"stderr: {proc.stderr!r}"
     assert not (tmp_path / "r").exists(), "results directory created for a run that never started"
+
+
+@pytest.mark.parametrize("flag, says", [
+    ("--levels", "--levels '': '' is not an integer"),
+    ("--repeats", "--repeats '': not an integer"),
+    ("--timeout", "--timeout '': not a number of seconds"),
+])
+def test_a_flag_given_empty_is_named_not_replaced_by_its_default(tmp_path, flag, says):
+    """`--levels ''` (an unset shell variable, most often) is an error; the default in its place would measure levels
+    the user did not ask for, and say nothing."""
+    port = free_port()
+    proc = invoke("bench", flag, "", "--endpoint", f"gone=http://127.0.0.1:{port}", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and proc.stderr.strip().startswith(f"error: {says}"), proc.stderr
+
+
+def test_a_level_given_twice_is_named(tmp_path):
+    proc = invoke("bench", "--verdict", "--levels", "1,8,8", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "error: --levels '1,8,8': 8 is given twice (each level once, e.g. --levels 1,4,16)"
 
 
 def test_task_empty_prompt_file_is_one_line(tmp_path):
