@@ -49,12 +49,6 @@ def test_a_flag_given_empty_is_named_not_replaced_by_its_default(tmp_path, flag,
     assert proc.returncode == 2 and proc.stderr.strip().startswith(f"error: {says}"), proc.stderr
 
 
-def test_a_level_given_twice_is_named(tmp_path):
-    proc = invoke("bench", "--verdict", "--levels", "1,8,8", "--out", str(tmp_path / "r"))
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == "error: --levels '1,8,8': 8 is given twice (each level once, e.g. --levels 1,4,16)"
-
-
 def test_task_empty_prompt_file_is_one_line(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

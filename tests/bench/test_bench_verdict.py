@@ -110,7 +110,7 @@ def test_the_verdict_refuses_what_it_cannot_judge_before_writing_anything(tmp_pa
     assert not out.exists(), "a refused verdict leaves no results directory"
 
 
-@pytest.mark.parametrize("levels", ["0,1", "1,-2", "1,,4"])
+@pytest.mark.parametrize("levels", ["0,1", "1,-2", "1,,4", "1,4,4"])
 def test_a_bad_level_list_is_one_line(levels):
     proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--verdict", "--levels", levels,
                            "--endpoint", "b=http://127.0.0.1:9"], cwd=ROOT, capture_output=True, text=True, timeout=120)
