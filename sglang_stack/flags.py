@@ -1,4 +1,4 @@
-"""Typed task flags: a number from the command line, or a one-line ``UserError`` naming the flag.
+"""Typed task flags: a number or a server's URL from the command line, or a one-line ``UserError`` naming the flag.
 
 Invoke casts a flag whose default is an int, and a value that is not one ends in a
 ``ValueError`` traceback before the task runs (pyinvoke/invoke#912 asks for a hook;
@@ -9,6 +9,7 @@ and read them here.
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from sglang_stack.errors import UserError
 
@@ -53,3 +54,18 @@ def parse_positive(flag: str, value, low: float = 0.0, high: float = float("inf"
     if not low <= number <= high:
         raise UserError(f"{flag} {value!r}: must be between {low:g} and {high:g}")
     return number
+
+
+def parse_url(flag: str, value: str, shown: str | None = None) -> str:
+    """``value``, an http:// or https:// URL with a host and a valid port, without a trailing slash; ``shown`` is how
+    the error quotes the flag's whole value (``--endpoint NAME=URL``), ``value`` by default."""
+    given = str(value).strip()
+    parts = urlsplit(given)
+    quoted = repr(shown if shown is not None else value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{flag} {quoted}: {given!r} is not an http:// or https:// URL with a host")
+    try:
+        parts.port
+    except ValueError:
+        raise UserError(f"{flag} {quoted}: bad port in {given!r}") from None
+    return given.rstrip("/")

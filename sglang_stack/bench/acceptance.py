@@ -219,7 +219,7 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
     ``speed_bench``, SPEED-Bench's prompts (SGLang's own adapter) are sent instead of the probe, and the drafter's
     expectation (measured on the probe) gives way to the floor; the published figures are set beside it."""
     from sglang_stack.atomic import write as atomic_write
-    from sglang_stack.flags import parse_seconds
+    from sglang_stack.flags import parse_seconds, parse_url
     from sglang_stack.services import composefile, models
 
     threshold = None
@@ -247,7 +247,7 @@ def check(service: str | None = None, url: str | None = None, accept_min=None, o
     else:
         model_dir = None
         service = service or "server"
-        target = url
+        target = parse_url("--url", url)
         try:
             key = composefile.api_key()
         except UserError:  # no compose here: a server on another box, with no key known on this one

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
-from urllib.parse import urlsplit
 
 from sglang_stack import ROOT
 from sglang_stack.services import variables
@@ -53,7 +52,7 @@ from sglang_stack.bench.promptset import (
 )
 from sglang_stack.errors import UserError
 from sglang_stack.services.variables import redact
-from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds
+from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds, parse_url
 
 # Bounds a run is checked against before anything starts: past them a run would hang the client or
 # outlive any timeout (each cap is named in its refusal).
@@ -92,14 +91,7 @@ def parse_endpoint(spec: str) -> Endpoint:
         raise UserError(f"--endpoint {spec!r}: expected NAME=URL, e.g. eagle3=http://127.0.0.1:30001")
     if not _NAME.match(name):
         raise UserError(f"--endpoint {spec!r}: name {name!r} may hold only letters, digits, '.', '_' and '-'")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"--endpoint {spec!r}: {url!r} is not an http:// or https:// URL with a host")
-    try:
-        parts.port
-    except ValueError:
-        raise UserError(f"--endpoint {spec!r}: bad port in {url!r}") from None
-    return Endpoint(name, url)
+    return Endpoint(name, parse_url("--endpoint", url, shown=spec))
 
 
 def parse_endpoints(specs: Iterable[str]) -> list[Endpoint]:

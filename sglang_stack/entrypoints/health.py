@@ -33,6 +33,7 @@ import os
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -128,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     timeout = args.timeout if args.timeout is not None else default_timeout()
-    if timeout <= 0:
-        parser.error(f"--timeout must be positive, got {timeout:g}")
+    if not 0 < timeout < float("inf"):
+        parser.error(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if args.url is not None:
+        parts = urllib.parse.urlsplit(args.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            parser.error(f"--url {args.url!r}: not an http:// or https:// URL with a host")
     try:
         key = serve.api_key()
     except serve.KeyError_:

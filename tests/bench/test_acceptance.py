@@ -129,7 +129,10 @@ def test_invoke_acceptance_exits_1_below_and_0_above(tmp_path):
 
 def test_invoke_acceptance_refuses_bad_flags():
     for args, words in ((["baseline"], "does not speculate"), (["eagle3", "--accept-min", "lots"], "--accept-min"),
-                        (["eagle3", "--out", "/nonexistent/dir/a.json"], "is not a directory")):
+                        (["eagle3", "--out", "/nonexistent/dir/a.json"], "is not a directory"),
+                        (["--url", "notaurl"], "--url 'notaurl': 'notaurl' is not an http:// or https:// URL with a host"),
+                        (["--url", "http://"], "--url 'http://': 'http://' is not an http:// or https:// URL"),
+                        (["--url", "http://h:99999"], "--url 'http://h:99999': bad port")):
         proc = invoke("acceptance", *args)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
 

@@ -179,11 +179,17 @@ def test_proxy_variables_are_ignored(server):
     assert result.returncode == 0, f"the probe went through the proxy instead of loopback: {result.stdout}"
 
 
-def test_bad_timeout_is_one_line_error():
-    result = run_probe("--timeout", "0")
-    assert result.returncode == 2, f"--timeout 0 should be a usage error (exit 2), got {result.returncode}"
+@pytest.mark.parametrize("args, says", [
+    (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+    (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
+    (["--url", "notaurl"], "--url 'notaurl': not an http:// or https:// URL with a host"),
+    (["--url", "http://"], "--url 'http://': not an http:// or https:// URL with a host"),
+])
+def test_a_bad_flag_is_one_line_error(args, says):
+    result = run_probe(*args)
+    assert result.returncode == 2, f"{args} should be a usage error (exit 2), got {result.returncode}"
     assert "Traceback" not in result.stderr, f"no traceback for bad input: {result.stderr}"
-    assert "--timeout must be positive" in result.stderr, f"the error should name the flag: {result.stderr}"
+    assert result.stderr.strip().splitlines()[-1].endswith(f"error: {says}"), f"the error names the flag: {result.stderr}"
 
 
 def test_probe_runs_from_a_bare_copy(tmp_path: Path, server):
