@@ -28,7 +28,7 @@ from sglang_stack import ROOT
 from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.doctor.inputs import (
-    check_api_key, check_hub_token, check_models,
+    check_api_key, check_hub_token, check_models, check_speculation,
 )
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.doctor.gpus import (
@@ -463,7 +463,7 @@ def check_router(svc: composefile.RouterService | None, error: str) -> Check:
 
 
 # The order they print in: what you asked for, then the host, then the image.
-CHECKS = (check_config, check_router, check_models, check_api_key, check_hub_token, check_port, check_docker, check_gpu_runtime,
+CHECKS = (check_config, check_router, check_models, check_speculation, check_api_key, check_hub_token, check_port, check_docker, check_gpu_runtime,
           check_exclusive, check_driver, check_gpus, check_arch, check_topology, check_all_reduce, check_pcie_allreduce, check_multinode, check_privilege, check_shm, check_limits,
           check_memlock, check_disk, check_image, check_kernels, check_audit)
 

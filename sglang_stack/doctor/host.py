@@ -302,3 +302,23 @@ def _gather_audit(facts: Facts, engine: Engine, svc: composefile.Service | None,
                 "-m", "sglang_stack.audit.eagle3", "--sglang-src", "/opt/sglang", "--arch", arch]
         code, out, err = _capture(argv, AUDIT_TIMEOUT_S, show)
         facts.audit = (code, (out + err).strip())
+
+
+def release(facts: Facts, svc: composefile.Service) -> str:
+    """The SGLang release ``svc`` runs: its built image's label, else the profile compose would build it from, else
+    the root's."""
+    labels = ((facts.image or {}).get("Config") or {}).get("Labels") or {}
+    return labels.get("io.sglang-stack.sglang.version") or composefile.built_profile(svc)[0] or \
+        composefile.default_profile()
+
+
+def release_has(release: str, first: str) -> bool | None:
+    """Whether SGLang ``release`` has what SGLang ``first`` brought, the first release of this checkout's profiles
+    that has it (the tests run both releases' code); None when the version cannot be read."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(release) >= Version(first)
+    except InvalidVersion:
+        return None
+

@@ -250,6 +250,40 @@ def check_hub_token(svc: composefile.Service) -> Check:
                  "download from the Hub")
 
 
+@check("speculation", needs=("service",))
+def check_speculation(facts, svc: composefile.Service) -> Check:
+    """``DRAFTER`` is mha or mla and ``SPECULATIVE_ADAPTIVE`` is 0 or 1; on a server that speculates, ``mla`` and
+    ``1`` name an image whose SGLang has them (the MLA drafter and adaptive speculation: the 0.5.23 profile). The
+    container's entrypoint refuses the same before SGLang starts; this says it before a start.
+
+    Fix: the value to set in .env: ``DRAFTER=mha``, ``SPECULATIVE_ADAPTIVE=0``, or ``SGLANG_PROFILE=0.5.23`` and
+    its build for a release that has them.
+    """
+    from sglang_stack.doctor import host
+    from sglang_stack.entrypoints import adaptive, drafter
+
+    chosen = {}
+    for module, choose, allowed in ((drafter, drafter.choice, "mha or mla"), (adaptive, adaptive.setting, "0 or 1")):
+        try:
+            chosen[module.SETTING] = choose(svc.environment)
+        except (drafter.Refused, adaptive.Refused):
+            return Check("speculation", FAIL, f"{svc.env.where(module.SETTING)}: not {allowed}",
+                         f"set {module.SETTING} to {allowed} in .env")
+    said = f"{drafter.SETTING}={chosen[drafter.SETTING]}, {adaptive.SETTING}={chosen[adaptive.SETTING]}"
+    if not svc.speculative:
+        return Check("speculation", OK, f"{said}: {svc.name} does not speculate, so neither applies")
+    release = host.release(facts, svc)
+    wanted = [(drafter.SETTING, "mla", drafter.PROFILE, "cannot load the MLA drafter", "can", f"{drafter.SETTING}=mha"),
+              (adaptive.SETTING, "1", adaptive.PROFILE, "has no adaptive speculation (--speculative-adaptive)",
+               "has it", f"{adaptive.SETTING}=0")]
+    for setting, value, first, lacks, has, instead in wanted:
+        if chosen[setting] == value and host.release_has(release, first) is False:
+            return Check("speculation", FAIL, f"{svc.env.where(setting) if setting in svc.env.values else said}: "
+                         f"SGLang {release} {lacks}; profile {first} {has}",
+                         f"set SGLANG_PROFILE={first} and build it (invoke build --profile {first}), or {instead}")
+    return Check("speculation", OK, f"{said} ({svc.speculative}, SGLang {release})")
+
+
 @check("model", "drafter", needs=("service",))
 def check_models(svc: composefile.Service) -> list[Check]:
     """The model directory (and the drafter's, where the service mounts one) holds ``config.json`` and every shard

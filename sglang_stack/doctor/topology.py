@@ -16,6 +16,7 @@ from pathlib import Path
 from sglang_stack.doctor.checks import FAIL, NOTE, OK, SKIP, WARN, Check
 from sglang_stack.engine import Engine
 from sglang_stack.entrypoints.peers import P2P_OK, linked, pairs as _pairs, parse_matrix
+from sglang_stack.doctor import host
 from sglang_stack.doctor.catalog import check
 from sglang_stack.services import composefile
 
@@ -263,10 +264,8 @@ def check_pcie_allreduce(facts, svc: composefile.Service) -> Check:
                      "set PCIE_ALLREDUCE to auto, on or off in .env")
     if problem := pcie_ipc.max_numel_problem(svc.environment):
         return Check("pcie-allreduce", FAIL, problem, "unset SGLANG_PCIE_IPC_MAX_NUMEL, or give a multiple of 8")
-    labels = ((facts.image or {}).get("Config") or {}).get("Labels") or {}
-    release = labels.get("io.sglang-stack.sglang.version") or composefile.built_profile(svc)[0] or \
-        composefile.default_profile()
-    has_it = _has_pcie_ipc(release)
+    release = host.release(facts, svc)
+    has_it = host.release_has(release, pcie_ipc.PROFILE)
     if value == "on" and has_it is False:
         return Check("pcie-allreduce", FAIL, f"{where}: SGLang {release} has no PCIe-IPC all-reduce; profile "
                      f"{pcie_ipc.PROFILE} has it", f"set SGLANG_PROFILE={pcie_ipc.PROFILE} and build it "
@@ -279,15 +278,3 @@ def check_pcie_allreduce(facts, svc: composefile.Service) -> Check:
                      f"{pcie_ipc.PROFILE} has it): NCCL and custom all-reduce as SGLang picks them")
     return Check("pcie-allreduce", OK, f"{where}: the `all-reduce` line says what SGLang picks on these GPUs")
 
-
-def _has_pcie_ipc(release: str) -> bool | None:
-    """Whether SGLang ``release`` ships the PCIe-IPC all-reduce: from the first release of this checkout's profiles
-    that does (tests/entrypoints/test_allreduce.py runs both releases' code); None when the version cannot be read."""
-    from packaging.version import InvalidVersion, Version
-
-    from sglang_stack.entrypoints import pcie_ipc
-
-    try:
-        return Version(release) >= Version(pcie_ipc.PROFILE)
-    except InvalidVersion:
-        return None

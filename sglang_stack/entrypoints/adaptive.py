@@ -35,12 +35,17 @@ def speculates(argv: list[str]) -> bool:
     return bool(algorithm) and algorithm.lower() != "none"
 
 
-def at_start(argv: list[str], environ) -> tuple[list[str], list[str]]:
-    """(arguments to add, lines to print); raises ``Refused`` where the setting cannot be honoured."""
+def setting(environ) -> str:
+    """``SPECULATIVE_ADAPTIVE``'s value, ``0`` when unset; a value that is neither 0 nor 1 is refused."""
     value = str(environ.get(SETTING) or "0").strip()
     if value not in ("0", "1"):
         raise Refused(f"{SETTING}={value!r}: not 0 or 1")
-    if value == "0":
+    return value
+
+
+def at_start(argv: list[str], environ) -> tuple[list[str], list[str]]:
+    """(arguments to add, lines to print); raises ``Refused`` where the setting cannot be honoured."""
+    if setting(environ) == "0":
         return [], []
     if not speculates(argv):
         return [], [f"{SETTING}=1: this server does not speculate; nothing to adapt"]

@@ -307,6 +307,29 @@ def test_the_pcie_allreduce_setting_is_checked_before_the_start(values, image_re
         assert check.fix, check.line()
 
 
+@pytest.mark.parametrize("name, values, image_release, status, words", [
+    ("eagle3", {"DRAFTER": "foo"}, "0.5.23", FAIL, "DRAFTER=foo (shell): not mha or mla"),
+    ("eagle3", {"SPECULATIVE_ADAPTIVE": "maybe"}, "0.5.23", FAIL, "SPECULATIVE_ADAPTIVE=maybe (shell): not 0 or 1"),
+    ("baseline", {"SPECULATIVE_ADAPTIVE": "yes"}, "0.5.23", FAIL, "SPECULATIVE_ADAPTIVE=yes (shell): not 0 or 1"),
+    ("eagle3", {"SPECULATIVE_ADAPTIVE": "1"}, PIN["sglang"], FAIL,
+     f"SPECULATIVE_ADAPTIVE=1 (shell): SGLang {PIN['sglang']} has no adaptive speculation (--speculative-adaptive); "
+     "profile 0.5.23 has it"),
+    ("eagle3", {"DRAFTER": "mla"}, PIN["sglang"], FAIL,
+     f"DRAFTER=mla (shell): SGLang {PIN['sglang']} cannot load the MLA drafter; profile 0.5.23 can"),
+    ("eagle3", {"DRAFTER": "mla", "SPECULATIVE_ADAPTIVE": "1"}, "0.5.23", OK,
+     "DRAFTER=mla, SPECULATIVE_ADAPTIVE=1 (EAGLE3, SGLang 0.5.23)"),
+    ("baseline", {"SPECULATIVE_ADAPTIVE": "1"}, PIN["sglang"], OK, "baseline does not speculate, so neither applies"),
+])
+def test_the_speculation_settings_are_checked_before_the_start(name, values, image_release, status, words):
+    """What the container's entrypoint would refuse before SGLang starts (entrypoints/adaptive.py, drafter.py), the
+    preflight of `invoke up` names first: a 1T model is not loaded to learn that a value was mistyped."""
+    image = {"Config": {"Labels": {"io.sglang-stack.sglang.version": image_release}}}
+    check = doctor.check_speculation(facts_for("", "", image=image), svc_of(name, **values))
+    assert check.status == status and words in check.detail, check.line()
+    if status == FAIL:
+        assert check.fix, check.line()
+
+
 def test_audit_verdicts():
     ok = doctor.check_audit(facts_for("", ""), svc_of(MODEL_DIR="/x"))
     assert ok.status == OK, ok.line()

@@ -62,7 +62,7 @@ def test_doctor_end_to_end_on_rtx_fixture(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stdout.splitlines()
     names = [line.split()[1] for line in lines[1:-1]]
-    expected = ["config", "model", "drafter", "api-key", "hub-token", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
+    expected = ["config", "model", "drafter", "speculation", "api-key", "hub-token", "port", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch",
                 "sm120", "sm120", "topology", "all-reduce", "pcie-allreduce", "privilege", "shm", "limits", "memlock", "disk", "image", "kernels", "audit"]
     assert names == expected, f"checks printed: {names}\n{proc.stdout}"
     for name in ("model", "drafter", "docker", "gpu-runtime", "exclusive", "driver", "gpus", "arch", "topology", "image",
