@@ -174,9 +174,12 @@ def explain(said: str, code: int, env: Environment, files: Sequence[Path] = ()) 
         return f"{env.where('COMPOSE_FILE')}: {m.group(1)}: no such file"
     if m := re.match(r"validating (\S+): (.*)", lines[-1]):
         return f"{m.group(1)}: {m.group(2)}"
-    if m := next((re.match(r"error decoding '(.+?)': (.*)", line) for line in lines
-                  if line.startswith("error decoding ")), None):
-        return f"{_variables_at(m.group(1), env, files) or 'compose.yaml'}: {m.group(1)}: {m.group(2)}"
+    # "error decoding 'services[baseline].shm_size': ..." and "error while interpolating services.baseline.pids_limit:
+    # failed to cast to expected type: ...": a value of the wrong kind, named by the variable that put it there.
+    if m := next((re.match(r"(?:error decoding '(.+?)'|error while interpolating (\S+?)): (.*)", line) for line in lines
+                  if line.startswith(("error decoding ", "error while interpolating "))), None):
+        where = m.group(1) or m.group(2)
+        return f"{_variables_at(where, env, files) or 'compose.yaml'}: {where}: {m.group(3)}"
     if lines[-1].startswith("yaml:"):
         return _yaml_error(lines[-1], env, files)
     last = lines[-1]

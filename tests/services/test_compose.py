@@ -438,6 +438,9 @@ def test_service_resolution():
         # Compose names the first service it fails on, in its own (map) order: either server that reads the variable.
         ({"SGLANG_EXTRA_ARGS": '--x "open'}, re.compile(r'SGLANG_EXTRA_ARGS=--x "open \(shell\): services\[(baseline|eagle3)\]\.command: invalid')),
         ({"SHM_SIZE": "lots"}, "SHM_SIZE=lots (shell): services["),
+        # Compose's "error while interpolating" names the field only; the variable that put the value there is named.
+        ({"PIDS_LIMIT": "many"}, re.compile(r"PIDS_LIMIT=many \(shell\): services\.(baseline|eagle3)\.pids_limit: "
+                                            r"failed to cast to expected type")),
     ],
 )
 def test_bad_values_are_one_line_errors(values, message):
