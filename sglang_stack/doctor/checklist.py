@@ -37,7 +37,7 @@ from sglang_stack.doctor.gpus import (
 from sglang_stack.doctor.topology import check_all_reduce, check_pcie_allreduce, check_topology
 from sglang_stack.doctor.catalog import Context, check, evaluate as run_checks
 from sglang_stack.doctor.host import (
-    CACHE_DIR, DEFAULT_IMAGE, Facts, gather, gather_engine, last_line, model_architecture,
+    CACHE_DIR, DEFAULT_IMAGE, Facts, gather, gather_engine, is_reference, last_line, model_architecture,
     version_tuple,
 )
 
@@ -339,6 +339,11 @@ def check_image(facts: Facts, svc: composefile.Service | None) -> Check:
     Fix: ``invoke build`` (with ``--profile NAME`` for the profile ``SGLANG_PROFILE`` names).
     """
     name = svc.image if svc else DEFAULT_IMAGE
+    if svc and not is_reference(name):
+        where = svc.env.where("SGLANG_STACK_IMAGE") if "SGLANG_STACK_IMAGE" in svc.env.values else \
+            f"compose.yaml: services.{svc.name}.image"
+        return Check("image", FAIL, f"{where}: {name!r} is not an image reference ([registry/]name[:tag][@sha256:"
+                     "digest], lowercase)", "set SGLANG_STACK_IMAGE in .env to an image reference, or unset it")
     wanted, refusal = composefile.built_profile(svc)
     if refusal:
         return Check("image", FAIL, refusal, "unset SGLANG_PROFILE in .env, or set it to a folder of profiles/")

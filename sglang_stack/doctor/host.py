@@ -151,7 +151,7 @@ def gather_engine(engine: Engine, image: str | None, show: bool = False, proj=No
         return facts
     code, out, _ = _capture([engine.runner, "compose", "version", "--short"], 10, show)
     facts.compose_version = out.strip() if code == 0 else ""
-    if image:
+    if image and is_reference(image):  # never `docker image inspect --help`: check_image names a bad one
         code, out, _ = _capture([engine.runner, "image", "inspect", image], 10, show)
         if code == 0:
             try:
@@ -321,4 +321,15 @@ def release_has(release: str, first: str) -> bool | None:
         return Version(release) >= Version(first)
     except InvalidVersion:
         return None
+
+
+def is_reference(image: str) -> bool:
+    """Whether ``image`` reads as an image reference or ID (image/store.py's grammar), as an engine would take it."""
+    from sglang_stack.image import store
+
+    try:
+        store.reference(image, "image")
+    except UserError:
+        return False
+    return True
 

@@ -308,6 +308,9 @@ def service(name: str, env: Environment | None = None, files: tuple[Path, ...] =
     gpu_ids = ",".join(devices[0].get("device_ids") or ["all"])
     if not re.fullmatch(r"all|[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*", gpu_ids):
         raise UserError(f"{env.where('GPU_IDS')}: use 'all' or comma-separated GPU indices or UUIDs, e.g. 0,1,2,3")
+    if twice := next((g for i, g in enumerate(gpu_ids.split(",")) if g in gpu_ids.split(",")[:i]), None):
+        # Counted twice, one GPU would pass for two (TP_SIZE=2 on GPU_IDS=0,0), and two shards would share it.
+        raise UserError(f"{env.where('GPU_IDS')}: names GPU {twice} twice; each GPU once, e.g. 0,1,2,3")
     volumes = spec.get("volumes") or []
     build = spec.get("build") if isinstance(spec.get("build"), dict) else {}
     return Service(

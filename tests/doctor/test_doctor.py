@@ -236,6 +236,22 @@ def test_image_cache_directory_ownership():
     assert doctor.check_image(facts_for("", "", image=None), svc_of()).status == WARN, "a missing image should warn (compose can build it)"
 
 
+@pytest.mark.parametrize("image", ["--help", "Bad Ref", "sglang-stack:0.5.9 --privileged"])
+def test_an_image_that_is_not_a_reference_is_named_and_never_handed_to_the_engine(image, tmp_path, monkeypatch):
+    check = doctor.check_image(facts_for("", ""), svc_of(SGLANG_STACK_IMAGE=image))
+    assert check.status == FAIL and check.detail.startswith(f"SGLANG_STACK_IMAGE={image} (shell): {image!r} is not an "
+                                                            "image reference"), check.line()
+    from sglang_stack.doctor import host
+
+    fake = fake_cli.install(tmp_path / "bin", info=fake_cli.NVIDIA_INFO, compose_version="2.40.3")
+    for key, value in fake.items():
+        monkeypatch.setenv(key, value)
+    host.gather_engine(DOCKER, image)
+    ran = fake_cli.calls(fake)
+    assert ["docker", "compose", "version", "--short"] in ran, ran  # the engine was asked up to that point
+    assert not [c for c in ran if c[:3] == ["docker", "image", "inspect"]], f"asked to inspect {image!r}: {ran}"
+
+
 def test_the_image_must_hold_the_release_of_the_profile_compose_builds():
     def labelled(version):
         return {"Config": {"Entrypoint": ["python3", "-m", "sglang.launch_server"],

@@ -434,6 +434,7 @@ def test_service_resolution():
         ({"EAGLE3_PORT": "70000"}, "EAGLE3_PORT=70000 (shell): Invalid hostPort: 70000"),
         ({"SGLANG_SPEC_NUM_STEPS": "x"}, "SGLANG_SPEC_NUM_STEPS=x (shell): must be a positive integer"),
         ({"GPU_IDS": "0, 1"}, "GPU_IDS=0, 1 (shell)"),
+        ({"GPU_IDS": "0,1,0"}, "GPU_IDS=0,1,0 (shell): names GPU 0 twice; each GPU once"),
         ({"BIND_ADDRESS": "localhost"}, "BIND_ADDRESS=localhost (shell): Invalid ip address: localhost"),
         # Compose names the first service it fails on, in its own (map) order: either server that reads the variable.
         ({"SGLANG_EXTRA_ARGS": '--x "open'}, re.compile(r'SGLANG_EXTRA_ARGS=--x "open \(shell\): services\[(baseline|eagle3)\]\.command: invalid')),
