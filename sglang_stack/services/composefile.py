@@ -302,7 +302,7 @@ def service(name: str, env: Environment | None = None, files: tuple[Path, ...] =
     if host_network:  # compose.multinode.yaml: nothing is published, SGLang listens on the host itself
         bind, port = _flag(argv, "--host") or "0.0.0.0", CONTAINER_PORT
     else:
-        bind, port = _published(spec, name, CONTAINER_PORT)
+        bind, port = _published(proj, spec, name, CONTAINER_PORT)
     reserved = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
     devices = reserved or [{}]
     gpu_ids = ",".join(devices[0].get("device_ids") or ["all"])
@@ -381,7 +381,7 @@ def router_service(env: Environment | None = None, files: tuple[Path, ...] = (),
     policy = _flag(argv, "--policy") or ""
     if policy not in routermod.POLICIES:
         raise UserError(f"{env.where(proj.variable(name, '--policy', 'ROUTER_POLICY'))}: choose one of {', '.join(routermod.POLICIES)}")
-    bind, port = _published(spec, name, routermod.CONTAINER_PORT)
+    bind, port = _published(proj, spec, name, routermod.CONTAINER_PORT)
     return RouterService(name, str(spec.get("image") or ""), argv, workers, policy, bind, port,
                          dict(spec.get("healthcheck") or {}), env, proj.port_variable(name, routermod.CONTAINER_PORT))
 
@@ -469,14 +469,21 @@ def _positive_int(raw: str, var: str, env: Environment) -> int:
     return int(raw)
 
 
-def _published(spec: dict, name: str, container_port: int) -> tuple[str, int]:
+def _published(proj: Project, spec: dict, name: str, container_port: int) -> tuple[str, int]:
     """The host address and port that publish the container's port (30000, a router's 30080).
 
-    Compose has checked both already (``Invalid hostPort``); here only which entry it is.
+    Compose has checked both already (``Invalid hostPort``); here only which entry it is, and that it is one port:
+    with 0 or a range Docker picks the port, and the service's URL would be a guess.
     """
     for entry in spec.get("ports") or []:
         if isinstance(entry, dict) and str(entry.get("target")) == str(container_port) and entry.get("published"):
-            return str(entry.get("host_ip") or "0.0.0.0"), int(str(entry["published"]).split("-")[0])
+            published = str(entry["published"])
+            if not published.isdigit() or int(published) == 0:
+                var = proj.port_variable(name, container_port)
+                shown = proj.env.where(var) if var in proj.env.values else var
+                raise UserError(f"{shown}: publishes {published}, and Docker would pick the port: give one port "
+                                "from 1 to 65535")
+            return str(entry.get("host_ip") or "0.0.0.0"), int(published)
     raise UserError(f"compose.yaml: services.{name} publishes no port for the container's {container_port}")
 
 

@@ -432,6 +432,9 @@ def test_service_resolution():
         ({"TP_SIZE": "eight"}, "TP_SIZE=eight (shell): must be a positive integer"),
         ({"TP_SIZE": "0"}, "TP_SIZE=0 (shell): must be a positive integer"),
         ({"EAGLE3_PORT": "70000"}, "EAGLE3_PORT=70000 (shell): Invalid hostPort: 70000"),
+        # Docker picks the port for 0 or a range: the service's URL would be a guess.
+        ({"EAGLE3_PORT": "0"}, "EAGLE3_PORT=0 (shell): publishes 0, and Docker would pick the port"),
+        ({"EAGLE3_PORT": "31001-31005"}, "EAGLE3_PORT=31001-31005 (shell): publishes 31001-31005, and Docker would"),
         ({"SGLANG_SPEC_NUM_STEPS": "x"}, "SGLANG_SPEC_NUM_STEPS=x (shell): must be a positive integer"),
         ({"GPU_IDS": "0, 1"}, "GPU_IDS=0, 1 (shell)"),
         ({"GPU_IDS": "0,1,0"}, "GPU_IDS=0,1,0 (shell): names GPU 0 twice; each GPU once"),
