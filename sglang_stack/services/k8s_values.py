@@ -185,6 +185,10 @@ def read(values: dict, where: str) -> dict:
             raise top.fail(key, f"{out[key]!r} is not a relative path inside the claim")
     out["model_claim"] = top.name("model_claim")
     out["served_model_name"] = top.get("served_model_name", str, "kimi-k2.5")
+    if not out["served_model_name"].strip() or out["served_model_name"] != out["served_model_name"].strip():
+        # The name clients put in "model": SGLang answers an empty one with the model's path, and a request's
+        # "model" never matches one with spaces around it.
+        raise top.fail("served_model_name", f"{out['served_model_name']!r} is empty or has spaces around it")
     for key, default in (("spec_num_steps", 3), ("spec_eagle_topk", 1), ("spec_num_draft_tokens", 4)):
         out[key] = top.integer(key, default)
     out["extra_args"] = top.strings("extra_args")

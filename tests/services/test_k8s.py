@@ -265,6 +265,8 @@ def test_eagle3_alerts_on_sglangs_own_accept_length(lock, tmp_path, monkeypatch)
         ({"placement": {"exclusive_topology": "kubernetes.io/hostname\nkind: Secret"}}, "is not a node label key"),
         ({"placement": {"exclusive_topology": "kubernetes.io/hostname\n"}}, "is not a node label key"),
         ({"namespace": "sglang\n"}, "namespace: 'sglang\\n' is not a Kubernetes name"),
+        ({"served_model_name": ""}, "served_model_name: '' is empty or has spaces around it"),
+        ({"served_model_name": "kimi-k2.5 "}, "served_model_name: 'kimi-k2.5 ' is empty or has spaces around it"),
         ({"replicas": 2**31}, "replicas: 2147483648 is more than the 2147483647 the Kubernetes API field"),
         ({"lifecycle": {"startup_minutes": 2**31}}, "lifecycle.startup_minutes: 2147483648 is more than the 536870911"),
         ({"lifecycle": {"drain_seconds": 2**63}}, "lifecycle.drain_seconds: 9223372036854775808 is more than"),
