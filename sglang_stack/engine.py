@@ -11,6 +11,7 @@ API, so their presence is asked of the CLI itself.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from sglang_stack.errors import UserError
@@ -22,6 +23,28 @@ PLUGINS = {
     "buildx": ("the BuildKit CLI plugin", "docker-buildx-plugin (Docker's apt/yum repository) or docker-buildx (Debian trixie, Ubuntu 24.04)"),
     "compose": ("Compose v2", "docker-compose-plugin (Docker's apt/yum repository) or docker-compose >= 2 (Debian trixie, Ubuntu 24.04)"),
 }
+
+
+# [registry[:port]/]name[/name...][:tag][@sha256:digest], as the engines accept it; or an image ID.
+REFERENCE = re.compile(
+    r"(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::\w[\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
+IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{12,64}")
+
+
+def image_reference(value: str, flag: str) -> str:
+    """``value`` as an image reference or ID, or a one-line refusal naming ``flag``.
+
+    Checked whole before it reaches an engine's command line, where ``--help`` or
+    ``--format=...`` would be read as an option of the engine's own."""
+    if not isinstance(value, str) or not (REFERENCE.fullmatch(value) or IMAGE_ID.fullmatch(value)):
+        # user:password@host/... is the commonest way a secret is pasted into a reference: never echo what precedes @
+        shown = re.sub(r"^[^/@]*:[^/@]*@", "***@", value) if isinstance(value, str) else value
+        raise UserError(f"{flag} {shown!r}: not an image reference ([registry/]name[:tag][@sha256:digest], "
+                        "lowercase) or image ID" + (" (credentials go to `docker login`, never into a reference)"
+                                                    if shown != value else ""))
+    return value
 
 
 NAMES = ("docker", "podman", "buildah")

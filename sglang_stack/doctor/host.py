@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack import shell
-from sglang_stack.engine import Engine
+from sglang_stack.engine import Engine, image_reference
 from sglang_stack.errors import UserError
 from sglang_stack.services import compose
 from sglang_stack.services import composefile
@@ -324,12 +324,9 @@ def release_has(release: str, first: str) -> bool | None:
 
 
 def is_reference(image: str) -> bool:
-    """Whether ``image`` reads as an image reference or ID (image/store.py's grammar), as an engine would take it."""
-    from sglang_stack.image import store
-
+    """Whether ``image`` reads as an image reference or ID (``engine.image_reference``), as an engine would take it."""
     try:
-        store.reference(image, "image")
+        image_reference(image, "image")
     except UserError:
         return False
     return True
-

@@ -15,6 +15,7 @@ from sglang_stack.errors import UserError
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.doctor.checks import FAIL, IMAGE_USER_UID, OK, SKIP, WARN, Check
+from sglang_stack.doctor import host
 from sglang_stack.doctor.catalog import check
 
 
@@ -259,7 +260,6 @@ def check_speculation(facts, svc: composefile.Service) -> Check:
     Fix: the value to set in .env: ``DRAFTER=mha``, ``SPECULATIVE_ADAPTIVE=0``, or ``SGLANG_PROFILE=0.5.23`` and
     its build for a release that has them.
     """
-    from sglang_stack.doctor import host
     from sglang_stack.entrypoints import adaptive, drafter
 
     chosen = {}

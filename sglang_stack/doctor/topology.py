@@ -277,4 +277,3 @@ def check_pcie_allreduce(facts, svc: composefile.Service) -> Check:
         return Check("pcie-allreduce", OK, f"{where}: SGLang {release} has no PCIe-IPC all-reduce (profile "
                      f"{pcie_ipc.PROFILE} has it): NCCL and custom all-reduce as SGLang picks them")
     return Check("pcie-allreduce", OK, f"{where}: the `all-reduce` line says what SGLang picks on these GPUs")
-

@@ -19,7 +19,7 @@ from pathlib import Path
 from sglang_stack import ROOT
 from sglang_stack.errors import UserError
 from sglang_stack import engine as engine_mod
-from sglang_stack.engine import Engine
+from sglang_stack.engine import Engine, image_reference
 from sglang_stack.image import store
 from sglang_stack.shell import CommandFailed, require, stream
 
@@ -72,9 +72,9 @@ class BuildRequest:
     def validate(self) -> None:
         if self.target not in TARGETS:
             raise UserError(f"--target {self.target!r}: not a stage of {self.dockerfile.name} (choose one of {', '.join(TARGETS)})")
-        store.reference(self.tag, "--tag")
+        image_reference(self.tag, "--tag")
         if self.base_image:
-            store.reference(self.base_image, "--base-image")
+            image_reference(self.base_image, "--base-image")
         for flag, path in (("--ca-bundle", self.ca_bundle), ("--hf-token-file", self.hf_token_file)):
             if path is not None and not Path(path).is_file():
                 raise UserError(f"{flag} {path}: no such file")

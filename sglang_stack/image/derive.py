@@ -350,7 +350,7 @@ def runner_for(request: Request, tag: str, profile: str, what: str = "settings")
     --help'")."""
     image = None
     if not request.python:
-        image = request.image or tag  # a reference the task has checked (image.store.reference)
+        image = request.image or tag  # a reference the task has checked (engine.image_reference)
         if request.engine.daemon:
             enginemod.reachable()
         if subprocess.run([request.engine.runner, "image", "inspect", image], capture_output=True).returncode != 0:

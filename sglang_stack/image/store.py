@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -26,28 +25,6 @@ from pathlib import Path
 from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.shell import require, run, show
-
-# [registry[:port]/]name[/name...][:tag][@sha256:digest], as the engines accept it; or an image ID.
-REFERENCE = re.compile(
-    r"(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-    r"(?::\w[\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
-)
-IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{12,64}")
-
-
-def reference(value: str, flag: str) -> str:
-    """``value`` as an image reference or ID, or a one-line refusal naming ``flag``.
-
-    Checked whole before it reaches an engine's command line, where ``--help`` or
-    ``--format=...`` would be read as an option of the engine's own."""
-    if not isinstance(value, str) or not (REFERENCE.fullmatch(value) or IMAGE_ID.fullmatch(value)):
-        # user:password@host/... is the commonest way a secret is pasted into a reference: never echo what precedes @
-        shown = re.sub(r"^[^/@]*:[^/@]*@", "***@", value) if isinstance(value, str) else value
-        raise UserError(f"{flag} {shown!r}: not an image reference ([registry/]name[:tag][@sha256:digest], "
-                        "lowercase) or image ID" + (" (credentials go to `docker login`, never into a reference)"
-                                                    if shown != value else ""))
-    return value
-
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_SUITE = "bookworm"

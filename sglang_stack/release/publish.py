@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sglang_stack import ROOT
 from sglang_stack import oci as client
-from sglang_stack.engine import Engine
+from sglang_stack.engine import Engine, image_reference
 from sglang_stack.errors import UserError
 from sglang_stack.release import cosign, predicate as pred, references
 
@@ -83,7 +83,6 @@ def published_for(local_tag: str, records: Path = RECORDS) -> str:
     timestamp that parses, never by the text it holds."""
     from datetime import datetime
 
-    from sglang_stack.image import store
 
     found = []
     for path in sorted(records.glob("*.json")) if records.is_dir() else ():
@@ -96,7 +95,7 @@ def published_for(local_tag: str, records: Path = RECORDS) -> str:
         if data.get("image") != local_tag or not isinstance(reference, str):
             continue
         try:
-            if "@sha256:" not in store.reference(reference, "record") or not re.fullmatch(r"[^\s@]+@sha256:[0-9a-f]{64}",
+            if "@sha256:" not in image_reference(reference, "record") or not re.fullmatch(r"[^\s@]+@sha256:[0-9a-f]{64}",
                                                                                              reference):
                 continue
         except UserError:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from sglang_stack import oci as client
 from sglang_stack.errors import UserError
+from sglang_stack.engine import image_reference
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,8 @@ class Ref:
 
 def parse(value: str, flag: str) -> Ref:
     """A reference that names its registry (a host with a dot or a port, or localhost); one line otherwise."""
-    from sglang_stack.image import store
 
-    store.reference(value, flag)
+    image_reference(value, flag)
     name, _, digest = value.partition("@")
     tag = ""
     if ":" in name.rsplit("/", 1)[-1]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from sglang_stack import ROOT
-from sglang_stack.engine import Engine
+from sglang_stack.engine import Engine, image_reference
 from sglang_stack.errors import UserError
 from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import engine_of, user_errors
@@ -22,11 +22,10 @@ def _images(engine: Engine, target: str, base_image: str | None) -> dict[str, st
     """ARG -> reference of every base image ``target``'s build starts from."""
     from sglang_stack.image import build as buildmod
 
-    from sglang_stack.image import store
 
     stages = {"all": ("runtime", "router")}.get(target, (target,))
     if base_image is not None:
-        store.reference(base_image, "--base-image")
+        image_reference(base_image, "--base-image")
     if base_image and len(stages) > 1:
         raise UserError("--base-image: name the stage it is the base of with --target (runtime, sglang, router, ...)")
     out = {}
@@ -104,13 +103,12 @@ def verify(c, image=None, engine=None, rebuild=False, base_image=None, mirror=Fa
         return _verify_signed(c, image, engine, key, bundle, tlog, insecure, (rebuild, base_image, mirror, profile))
     from sglang_stack.image import verify as verify_image
 
-    from sglang_stack.image import store
 
     if image is None:
         raise UserError("IMAGE: name the image to check (a local reference or ID)")
-    store.reference(image, "--image")
+    image_reference(image, "--image")
     if base_image is not None:
-        store.reference(base_image, "--base-image")
+        image_reference(base_image, "--base-image")
     engine = engine_of(c, engine)
     if mirror and not rebuild:
         raise UserError("--mirror applies to --rebuild only")
@@ -438,12 +436,11 @@ def size(c, target="runtime", image=None, engine=None, margin=None, flashinfer_j
 
     from sglang_stack.flags import parse_count
 
-    from sglang_stack.image import store
 
     if target not in ("runtime", "sglang", "router"):
         raise UserError(f"--target {target!r}: choose runtime, sglang or router")
     if image is not None:
-        store.reference(image, "--image")
+        image_reference(image, "--image")
     top = parse_count("--top", top, 0) if top is not None else 12
     try:
         margin = 0.15 if margin is None else float(str(margin).strip())

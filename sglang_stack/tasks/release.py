@@ -8,6 +8,7 @@ from pathlib import Path
 from invoke import task
 
 from sglang_stack.tasks.boundary import engine_of, user_errors
+from sglang_stack.engine import image_reference
 
 
 @task(
@@ -38,10 +39,9 @@ def publish(c, image, to, key=None, keyless=False, tlog=False, insecure=False, e
     build/published/ for `invoke verify` and `invoke k8s`, and prints the by-digest reference.
     """
     from sglang_stack.errors import UserError
-    from sglang_stack.image import store
     from sglang_stack.release import cosign, publish as publishmod
 
-    store.reference(image, "IMAGE")
+    image_reference(image, "IMAGE")
     if keyless == (key is not None):
         raise UserError("--key KEY or --keyless: exactly one says how to sign")
     signer = cosign.Signer(key=cosign.key_ref(key, "--key") if key else "", keyless=keyless, tlog=tlog or keyless,

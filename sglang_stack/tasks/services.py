@@ -12,6 +12,7 @@ from invoke import Exit, task
 from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import engine_of, user_errors
 from sglang_stack.errors import UserError
+from sglang_stack.engine import image_reference
 
 
 def _pinned(role: str):
@@ -138,13 +139,12 @@ def drafter_check(c, dir=None, load=False, image=None, python=None, engine=None,
     a parameter no weight reached is named. Runs in the image with no network (the directory
     mounted read-only), or with --python. Exit 1 where SGLang would not serve it.
     """
-    from sglang_stack.image import store
     from sglang_stack.lock import lockfile as lockmod, profiles
     from sglang_stack.image import derive
     from sglang_stack.services import composefile, models
 
     if image is not None:
-        store.reference(image, "--image")
+        image_reference(image, "--image")
     if dir:
         directory = Path(dir)
     else:
@@ -224,9 +224,8 @@ def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=Non
         if not dataset_path:
             raise UserError(f"--dataset {speedbench.NAME} needs --dataset-path FILE, the JSONL prepared on this host")
         if image is not None:
-            from sglang_stack.image import store
 
-            store.reference(image, "--image")
+            image_reference(image, "--image")
         request = speedbench.Request(dataset_path, category, num_prompts or 32, output_len or 512, tokenizer, image,
                                      python, engine_of(c), profile)
     elif given := next((flag for flag, value in extra.items() if value is not None), None):
@@ -269,11 +268,10 @@ def settings(c, image=None, python=None, engine=None, model_dir=None, draft_dir=
     with --all-reduce, the backend each host's all-reduces take (docs/allreduce.md).
     The image's ahead-of-time FlashInfer modules follow from the table that --write keeps.
     """
-    from sglang_stack.image import store
     from sglang_stack.image import derive
 
     if image is not None:
-        store.reference(image, "--image")
+        image_reference(image, "--image")
     request = derive.Request(image=image, python=python, engine=engine_of(c, engine), model_dir=model_dir,
                              draft_dir=draft_dir, host=host, profile=profile, write=write, check=check,
                              all_reduce=all_reduce)
@@ -482,7 +480,7 @@ def k8s(c, out, values=None, profile=None, image=None, router_image=None):
     images = {}
     for flag, key, value in (("--image", "image", image), ("--router-image", "router_image", router_image)):
         if value is not None:
-            if "@sha256:" not in store.reference(value, flag):
+            if "@sha256:" not in image_reference(value, flag):
                 raise UserError(f"{flag} {value}: name the image by digest (REPOSITORY@sha256:...): a tag can be pushed again")
             images[key] = value
     result, _ = lockmod.check_all(profiles.get(profile).lock, download=False)

@@ -7,6 +7,7 @@ from invoke import Exit, task
 from sglang_stack.errors import UserError
 from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import engine_of, user_errors
+from sglang_stack.engine import image_reference
 
 
 @task(
@@ -42,12 +43,11 @@ def smoke(c, keep=False, base_image=None, negative=True, gpu=False, target="sgla
     instead.
     """
     from sglang_stack.smoke import container as smokemod
-    from sglang_stack.image import store
 
     if target not in ("sglang", "runtime"):
         raise UserError(f"--target {target!r}: choose sglang or runtime")
     if base_image is not None:
-        store.reference(base_image, "--base-image")
+        image_reference(base_image, "--base-image")
     if target == "runtime" and (base_image is not None or gpu):
         raise UserError("--target runtime makes its own stand-in base: it takes neither --base-image nor --gpu")
     if profile and target != "runtime":
