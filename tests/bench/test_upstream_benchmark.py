@@ -30,7 +30,8 @@ BEHAVIOUR = Behaviour(step_s=0.004, ttft_s=0.01, accept=(2, 3, 2), spec=True)
 
 def sglang_benchmark(python, module: str, url: str, tokenizer, out, *extra: str) -> dict:
     """SGLang's benchmark ``module`` at ``LEVEL`` in flight, ``REQUESTS`` random-id prompts of ``TOKENS`` in and out,
-    offline (the tokenizer is a folder); the last JSON line it wrote to ``out``."""
+    offline (the tokenizer is a folder), ``extra`` after (the last of a flag wins); the last JSON line it wrote to
+    ``out``."""
     argv = [str(python), "-m", module, "--backend", "sglang", "--base-url", url, "--tokenizer", str(tokenizer),
             "--model", str(tokenizer), "--dataset-name", "random-ids", "--random-input-len", str(TOKENS),
             "--random-output-len", str(TOKENS), "--random-range-ratio", "1", "--num-prompts", str(REQUESTS),
@@ -80,12 +81,16 @@ def test_sglangs_own_benchmark_and_invoke_bench_agree_on_one_stand_in(tmp_path, 
 def test_sglangs_steady_state_window_and_ours_agree_on_one_stand_in(tmp_path, python):
     """0.5.23's steady-state window is the longest span with at least ``ratio`` x the peak in flight. In a closed loop a
     worker sends its next request only after the last one ended, so at ratio 1 every finish breaks the span: the
-    window shrinks to a few steps. At (LEVEL - 1) / LEVEL it spans the load, and its rate is ours."""
+    window shrinks to a few steps. At (LEVEL - 1) / LEVEL it spans the load while requests finish one at a time, so
+    their output lengths vary here (a quarter of TOKENS to all of it): of equal length, all LEVEL finish in one step
+    and each such step ends the span. Its rate is then ours (the stand-in's rate at full load does not depend on the
+    lengths)."""
     tokenizer = word_tokenizer(tmp_path / "tok", ["[UNK]", *(f"w{i}" for i in range(500))])
     steady = tmp_path / "steady.jsonl"
     with SGLangServer(BEHAVIOUR) as server:
         sglang_benchmark(python, "sglang.benchmark.steady_state_serving", server.url, tokenizer,
-                         tmp_path / "serving.jsonl", "--steady-state-concurrency-ratio", str((LEVEL - 1) / LEVEL),
+                         tmp_path / "serving.jsonl", "--random-range-ratio", "0.25", "--num-prompts", str(3 * REQUESTS),
+                         "--steady-state-concurrency-ratio", str((LEVEL - 1) / LEVEL),
                          "--steady-state-output-file", str(steady))
         ours = invoke_bench(server.url, tmp_path)
     theirs = json.loads(steady.read_text().splitlines()[-1])
