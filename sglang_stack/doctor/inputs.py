@@ -277,9 +277,10 @@ def check_speculation(facts, svc: composefile.Service) -> Check:
               (adaptive.SETTING, "1", adaptive.PROFILE, "has no adaptive speculation (--speculative-adaptive)",
                "has it", f"{adaptive.SETTING}=0")]
     for setting, value, first, lacks, has, instead in wanted:
-        if chosen[setting] == value and host.release_has(release, first) is False:
+        # Fail closed: a release that cannot be read (no label, an unreadable lock) is not taken to have it.
+        if chosen[setting] == value and not host.release_has(release, first):
             return Check("speculation", FAIL, f"{svc.env.where(setting) if setting in svc.env.values else said}: "
-                         f"SGLang {release} {lacks}; profile {first} {has}",
+                         f"SGLang {release or '(release unknown)'} {lacks}; profile {first} {has}",
                          f"set SGLANG_PROFILE={first} and build it (invoke build --profile {first}), or {instead}")
     return Check("speculation", OK, f"{said} ({svc.speculative}, SGLang {release})")
 

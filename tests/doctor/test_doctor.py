@@ -335,6 +335,8 @@ def test_the_pcie_allreduce_setting_is_checked_before_the_start(values, image_re
     ("eagle3", {"DRAFTER": "mla", "SPECULATIVE_ADAPTIVE": "1"}, "0.5.23", OK,
      "DRAFTER=mla, SPECULATIVE_ADAPTIVE=1 (EAGLE3, SGLang 0.5.23)"),
     ("baseline", {"SPECULATIVE_ADAPTIVE": "1"}, PIN["sglang"], OK, "baseline does not speculate, so neither applies"),
+    # fail closed: an image whose release label cannot be read is not taken to have it
+    ("eagle3", {"SPECULATIVE_ADAPTIVE": "1"}, "not-a-version", FAIL, "SGLang not-a-version has no adaptive speculation"),
 ])
 def test_the_speculation_settings_are_checked_before_the_start(name, values, image_release, status, words):
     """What the container's entrypoint would refuse before SGLang starts (entrypoints/adaptive.py, drafter.py), the

@@ -555,45 +555,6 @@ def test_logs_refuses_an_unknown_service():
         compose.logs(DOCKER, "nope", follow=False, tail="1")
 
 
-# --- compose.yaml is the one list of services --------------------------------------------------------
-
-
-def _constants(tree):
-    import ast
-
-    return [(node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
-
-
-def test_no_module_lists_the_services_or_their_ports():
-    """The names, roles and port variables are compose.yaml's: no module writes a service's name or a port map."""
-    import ast
-
-    proj = composefile.project(env_of(), (COMPOSE_YAML,))
-    names = set(proj.names())
-    ports = {proj.port_variable(n, 30080 if proj.role(n) == composefile.ROUTER else 30000) for n in names}
-    found = []
-    for path in sorted((ROOT / "sglang_stack").rglob("*.py")):
-        for lineno, value in _constants(ast.parse(path.read_text())):
-            if value in (names - {composefile.ROUTER}) or value in ports:
-                found.append(f"{path.relative_to(ROOT)}:{lineno}: {value!r}")
-    assert not found, f"service names or port variables written in code (compose.yaml holds them): {found}"
-
-
-def test_no_module_reads_compose_files_or_interpolates_as_compose_does():
-    """Compose is the one reader: no module parses `${VAR:-x}` or loads compose.yaml with a YAML parser."""
-    import ast
-
-    found = []
-    for path in sorted((ROOT / "sglang_stack").rglob("*.py")):
-        text = path.read_text()
-        for lineno, value in _constants(ast.parse(text)):
-            if value in (":-", ":?", ":+"):
-                found.append(f"{path.relative_to(ROOT)}:{lineno}: {value!r}")
-        if "yaml_file.load(COMPOSE" in text or "load_raw(" in text:
-            found.append(f"{path.relative_to(ROOT)}: loads a compose file itself")
-    assert not found, f"a copy of Compose's interpolation or reading: {found}"
-
-
 def test_a_compose_that_outlives_its_time_leaves_no_process(tmp_path, monkeypatch):
     """The docker CLI runs Compose as a child of its own: at the timeout the whole group ends, not the CLI alone.
     A stand-in CLI that starts such a child and waits stands in for a Compose that never finishes."""
