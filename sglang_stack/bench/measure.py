@@ -47,9 +47,11 @@ from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
 from sglang_stack.bench.display import Progress, say, tell
 from sglang_stack.bench.request import Request
+from sglang_stack.bench import speedbench
 from sglang_stack.bench.promptset import (
-    DEFAULT_PROMPTS, PromptSet, check_size, load_prompts, random_prompts,
+    DEFAULT_PROMPTS, Prompt, PromptSet, check_size, load_prompts, random_prompts,
 )
+from sglang_stack.engine import image_reference
 from sglang_stack.errors import UserError
 from sglang_stack.services.variables import redact
 from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds, parse_url
@@ -262,7 +264,7 @@ def run(
         slo=stats.parse_slo(request.slo),
         clock=clock,
     )
-    source = parse_dataset(request.prompts, request.dataset, options, request.random_input_len, request.random_output_len, request.random_range_ratio)
+    source = parse_dataset(request, options)
     if request.out:
         atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
         check_untracked(Path(request.out))
@@ -270,7 +272,8 @@ def run(
     chosen = resolve_endpoints(request.endpoints, env, api_key, min(options.timeout, 30.0), target)
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
-    prompt_set = source.load()  # once an endpoint answered; a bad file then leaves no results directory behind
+    # once an endpoint answered; a bad file then leaves no results directory behind
+    prompt_set = source.load(served_model_dir(request.endpoints, env))
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -327,33 +330,83 @@ class Dataset:
     output_len: int = 0
     range_ratio: float = 0.0
     seed: int = 0
+    speed_bench: speedbench.Request | None = None  # --dataset speed-bench: SGLang's adapter makes the prompts
 
-    def load(self) -> PromptSet:
+    def load(self, model_dir: Path | None = None) -> PromptSet:
+        """The prompts; ``model_dir`` is the served model's directory, whose tokenizer SPEED-Bench's chat template
+        comes from where --tokenizer is not given."""
+        if self.speed_bench is not None:
+            prompts, made = self.speed_bench.prompts(model_dir)
+            checked = Path(self.speed_bench.path)
+            return PromptSet(checked, 0, tuple(Prompt(p.id, speedbench.NAME, speedbench.NAME, p.max_new_tokens, p.text)
+                                               for p in prompts), made["sha256"], kind=speedbench.NAME, made=made)
         if self.path is None:
             return random_prompts(self.num_prompts, self.input_len, self.output_len, self.range_ratio, self.seed)
         return load_prompts(self.path)
 
 
-def parse_dataset(prompts, dataset, options: Options, input_len, output_len, range_ratio) -> Dataset:
-    """--prompts (our JSONL or a ShareGPT file), or --dataset random with its lengths, within the caps."""
-    kind = (dataset or "prompts").strip()
+SPEED_BENCH_FLAGS = ("dataset_path", "category", "num_prompts", "output_len", "tokenizer", "image", "python",
+                     "profile")
+
+
+def parse_dataset(request: Request, options: Options) -> Dataset:
+    """--prompts (our JSONL or a ShareGPT file), --dataset random with its lengths, within the caps, or --dataset
+    speed-bench with its file (checked here, before any endpoint is probed)."""
+    kind = (request.dataset or "prompts").strip()
+    if kind != speedbench.NAME:
+        given = next((f for f in SPEED_BENCH_FLAGS if getattr(request, f) is not None), None)
+        if given is not None:
+            raise UserError(f"--{given.replace('_', '-')} goes with --dataset {speedbench.NAME}")
+    if kind == speedbench.NAME:
+        if request.prompts:
+            raise UserError(f"--prompts and --dataset {speedbench.NAME}: choose one")
+        if not request.dataset_path:
+            raise UserError(f"--dataset {speedbench.NAME} needs --dataset-path FILE, the JSONL prepared on this host")
+        if options.target.api == "chat":
+            raise UserError(f"--dataset {speedbench.NAME} with --api chat: SGLang's adapter sends chat-templated text "
+                            "already, and the chat API would template it again; use --api native or completions")
+        if options.prompt_template:
+            raise UserError(f"--prompt-template with --dataset {speedbench.NAME}: SGLang's adapter applies the "
+                            "model's chat template already")
+        if request.image is not None:
+            image_reference(request.image, "--image")
+        if request.endpoints and request.tokenizer is None:
+            raise UserError(f"--dataset {speedbench.NAME} with --endpoint: give --tokenizer DIR, the served model's "
+                            "tokenizer (its chat template makes the prompts)")
+        speedbench.check(Path(request.dataset_path), request.category)
+        sizes = {"num_prompts": request.num_prompts, "output_len": request.output_len}
+        sizes = {k: parse_count(f"--{k.replace('_', '-')}", v, 1, MAX_TOKENS) for k, v in sizes.items() if v is not None}
+        return Dataset(speed_bench=speedbench.Request(
+            request.dataset_path, request.category, tokenizer=request.tokenizer, image=request.image,
+            python=request.python, engine=request.engine, profile=request.profile, seed=options.seed,
+            **sizes))  # a flag not given keeps the adapter's default
     if kind == "random":
-        if prompts:
+        if request.prompts:
             raise UserError("--prompts and --dataset random: choose one")
         n = options.num_requests or 64
-        ratio = parse_fraction(range_ratio)
-        out = Dataset(None, n, parse_count("--random-input-len", input_len, 1, MAX_TOKENS),
-                      parse_count("--random-output-len", output_len, 1, MAX_TOKENS), ratio, options.seed)
+        ratio = parse_fraction(request.random_range_ratio)
+        out = Dataset(None, n, parse_count("--random-input-len", request.random_input_len, 1, MAX_TOKENS),
+                      parse_count("--random-output-len", request.random_output_len, 1, MAX_TOKENS), ratio, options.seed)
         if n * out.input_len * (1 + ratio) > MAX_RANDOM_TOKENS:
             raise UserError(f"--dataset random: {n} prompts of up to {round(out.input_len * (1 + ratio))} tokens is more than "
                             f"{MAX_RANDOM_TOKENS} tokens in all (they are held in memory): lower --num-requests or "
                             "--random-input-len")
         return out
     if kind != "prompts":
-        raise UserError(f"--dataset {dataset!r}: choose prompts (--prompts, the default set or a ShareGPT file) or random")
-    path = Path(prompts) if prompts else DEFAULT_PROMPTS
+        raise UserError(f"--dataset {request.dataset!r}: choose prompts (--prompts, the default set or a ShareGPT "
+                        f"file), random or {speedbench.NAME}")
+    path = Path(request.prompts) if request.prompts else DEFAULT_PROMPTS
     check_size(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)")
     return Dataset(path)
+
+
+def served_model_dir(endpoints: Sequence[str], env: variables.Environment) -> Path | None:
+    """The compose services' model directory (their tokenizer is the served model's), where the run measures them;
+    None for --endpoint, whose model may not be on this host."""
+    if endpoints:
+        return None
+    proj = composefile.project(env)
+    return composefile.service(proj.names(composefile.SERVER)[0], proj.env).model_dir
 
 
 def parse_fraction(value) -> float:
@@ -390,6 +443,7 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
             "version": prompt_set.version,
             "sha256": prompt_set.sha256,
             "prompts": len(prompt_set.prompts),
+            **({"made": prompt_set.made} if prompt_set.made else {}),
         },
         "target": {"api": options.target.api, "stream": options.target.stream, "model": options.target.model},
         "load": {

@@ -109,7 +109,7 @@ def decide(doc: dict) -> dict:
     servers = {e["name"]: e.get("server") or {} for e in meta["endpoints"]}
     out = {"reference": reference, "levels": meta["levels"], "repeats": meta["repeats"], "margin": MARGIN,
            "interleaved": meta.get("interleaved", True), "apart_s": meta.get("apart_s"), "endpoints": {},
-           "provenance": meta.get("provenance"),
+           "provenance": meta.get("provenance"), "prompts": meta.get("prompt_set"),
            "servers": {name: {k: s.get(k) for k in ("version", "speculative_algorithm", "speculative_num_steps",
                                                    "speculative_eagle_topk", "speculative_num_draft_tokens",
                                                    "speculative_draft_model_path", "speculative_adaptive")}

@@ -23,6 +23,8 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure
 
+from sglang_stack.bench.report import prompt_set_label
+
 SERIES_KEY = "sglang-stack:series"
 
 # (row key, axis title): one panel each, by concurrency.
@@ -116,7 +118,7 @@ def figure(doc: dict) -> Figure:
         ax.text(0.5, 0.5, "no speculative decoding", ha="center", va="center", transform=ax.transAxes)
     ps = doc["metadata"]["prompt_set"]
     state = "" if doc["complete"] else "  [INCOMPLETE]"
-    fig.suptitle(f"sglang-stack bench: prompt set v{ps['version']}, {doc['metadata']['repeats']} repeats{state}")
+    fig.suptitle(f"sglang-stack bench: {prompt_set_label(ps)}, {doc['metadata']['repeats']} repeats{state}")
     return fig
 
 

@@ -47,7 +47,9 @@ class PromptSet:
     prompts: tuple[Prompt, ...]
     sha256: str
     kind: str = "jsonl"
-    """jsonl, sharegpt or random: how the set was made (the report says so)."""
+    """jsonl, sharegpt, random or speed-bench: how the set was made (the report says so)."""
+    made: dict | None = None
+    """speed-bench: what SGLang's adapter was given and where it ran (the report keeps it)."""
 
 
 PROMPTS_LIMIT = 1 << 30  # ShareGPT's V3 file, the largest in common use, is 0.64 GB

@@ -230,6 +230,17 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def prompt_set_label(ps: dict) -> str:
+    """What the prompts were, in a few words: the report's line and the plot's title say it."""
+    kind = ps.get("kind", "jsonl")
+    if kind == "jsonl":
+        return f"prompt set v{ps['version']}"
+    if kind == "speed-bench":
+        category = (ps.get("made") or {}).get("category")
+        return f"SPEED-Bench{' ' + category if category else ''} prompts, chat-templated by SGLang's adapter"
+    return f"{kind} prompts"
+
+
 def markdown(doc: dict) -> str:
     meta, summary = doc["metadata"], doc["summary"]
     lines = ["# sglang-stack bench", ""]
@@ -240,7 +251,7 @@ def markdown(doc: dict) -> str:
     ps = meta["prompt_set"]
     sampling = meta.get("sampling") or {}
     lines += [
-        f"- prompt set v{ps['version']} ({ps['prompts']} prompts, sha256 {ps['sha256'][:12]}), greedy, "
+        f"- {prompt_set_label(ps)} ({ps['prompts']} prompts, sha256 {ps['sha256'][:12]}), greedy, "
         f"ignore_eos {'on' if sampling.get('ignore_eos') else 'off'}",
         f"- concurrency {', '.join(map(str, meta['levels']))}; {meta['repeats']} measured repeats"
         f" after {meta.get('warmup', 0)} warm-up requests per endpoint; rounds "

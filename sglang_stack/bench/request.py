@@ -47,6 +47,15 @@ class Request:
     random_input_len: int | str = 512
     random_output_len: int | str = 256
     random_range_ratio: float | str = 0.0
+    # --dataset speed-bench: SGLang's own adapter makes the prompts (bench/speedbench.py)
+    dataset_path: str | None = None
+    category: str | None = None
+    num_prompts: int | str | None = None  # default: speedbench.Request's, 32
+    output_len: int | str | None = None  # default: 512, SGLang's
+    tokenizer: str | None = None  # default: the compose services' MODEL_DIR
+    image: str | None = None  # where SGLang's adapter runs (default: the profile's tag)
+    python: str | None = None
+    profile: str | None = None
     # the report
     percentiles: str | Sequence[float] | None = None
     slo: str | None = None

@@ -1,5 +1,5 @@
-"""SPEED-Bench prompts for `invoke acceptance --dataset speed-bench`: the user's file checked here, the prompts made by
-SGLang's own adapter in the image.
+"""SPEED-Bench prompts for `invoke acceptance --dataset speed-bench` and `invoke bench --dataset speed-bench` (the
+verdict's prompts, when asked): the user's file checked here, the prompts made by SGLang's own adapter in the image.
 
 SPEED-Bench (nvidia/SPEED-Bench) is the set speculative decoding is compared on across engines: SGLang 0.5.23's
 benchmark reads it (``sglang/benchmark/datasets/speed_bench.py``), as vLLM's does (vllm-project/vllm#36029), and
@@ -102,7 +102,7 @@ def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_pr
 
 @dataclass(frozen=True)
 class Request:
-    """`invoke acceptance --dataset speed-bench` and the flags that go with it, as typed."""
+    """`--dataset speed-bench` and the flags that go with it, as typed (acceptance and bench share them)."""
 
     path: str
     category: str | None = None
@@ -113,6 +113,7 @@ class Request:
     python: str | None = None
     engine: Engine = Engine("docker")
     profile: str | None = None
+    seed: int = 0  # the adapter samples the rows with it
 
     def prompts(self, model_dir: Path | None):
         """(the acceptance prompts, what the report records of them)."""
@@ -124,14 +125,15 @@ class Request:
         output_len = parse_count("--output-len", self.output_len, 1)
         checked = check(Path(self.path), self.category)
         if self.tokenizer is None and model_dir is None:
-            raise UserError("--dataset speed-bench with --url: give --tokenizer DIR, the served model's tokenizer")
+            raise UserError("--dataset speed-bench for a server given by URL (--url, --endpoint): give --tokenizer DIR, "
+                            "the served model's tokenizer")
         tokenizer = Path(self.tokenizer) if self.tokenizer else model_dir
         chosen = profiles.get(self.profile)
         lock, _ = lockfile.check_all(chosen.lock, download=False)
         runner = derive.runner_for(derive.Request(image=self.image, python=self.python, engine=self.engine,
                                                   profile=self.profile), lock.tag, chosen.name, "acceptance")
-        rows = prompts(runner, checked, tokenizer, self.category, num, output_len)
+        rows = prompts(runner, checked, tokenizer, self.category, num, output_len, self.seed)
         sent = {"dataset": NAME, "file": str(checked.path), "sha256": checked.sha256, "category": self.category,
-                "rows": checked.categories, "prompts": len(rows), "max_new_tokens": output_len, "seed": 0,
+                "rows": checked.categories, "prompts": len(rows), "max_new_tokens": output_len, "seed": self.seed,
                 "chat_template": True, "sglang": runner.where}
         return [Prompt(f"{NAME}-{i}", r["prompt"], int(r["output_len"])) for i, r in enumerate(rows)], sent

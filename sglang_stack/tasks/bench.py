@@ -9,6 +9,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from sglang_stack.errors import UserError
+from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import engine_of, user_errors
 
 DEFAULTS = {
@@ -38,7 +39,19 @@ DEFAULTS = {
         "warmup": "unmeasured requests per endpoint first (default: stack.bench.warmup, 2)",
         "prompts": "prompt set: our JSON Lines, or a local ShareGPT-format JSON file (default: the packaged set, "
         "sglang_stack/bench/prompts/v2.jsonl)",
-        "dataset": "prompts (--prompts, the default) or random (--random-input-len, --random-output-len, --num-requests)",
+        "dataset": "prompts (--prompts, the default), random (--random-input-len, --random-output-len, --num-requests) "
+        "or speed-bench: SPEED-Bench's chat-templated prompts, made by SGLang's own adapter (the 0.5.23 profile's "
+        "image, or --python) from the JSONL prepared on this host (--dataset-path)",
+        "dataset_path": "with --dataset speed-bench: the SPEED-Bench JSONL prepared on this host (required with it)",
+        "category": "with --dataset speed-bench: low_entropy, mixed or high_entropy (default: every row)",
+        "num_prompts": "with --dataset speed-bench: how many prompts SGLang's adapter samples (default: 32)",
+        "output_len": "with --dataset speed-bench: tokens generated per prompt (default: 512, SGLang's)",
+        "tokenizer": "with --dataset speed-bench: the served model's tokenizer directory (default: the services' "
+        "MODEL_DIR; required with --endpoint)",
+        "image": "with --dataset speed-bench: run SGLang's adapter in this image (default: the profile's tag)",
+        "python": "with --dataset speed-bench: run SGLang's adapter with this interpreter instead of an image "
+        "(default: none)",
+        "profile": PROFILE_HELP,
         "random_input_len": "random dataset: input tokens per prompt (default 512)",
         "random_output_len": "random dataset: output tokens per prompt (default 256)",
         "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",
@@ -108,6 +121,14 @@ def bench(
     percentiles=None,
     slo=None,
     verdict=False,
+    dataset_path=None,
+    category=None,
+    num_prompts=None,
+    output_len=None,
+    tokenizer=None,
+    image=None,
+    python=None,
+    profile=None,
 ):
     """Measure decode tok/s, TTFT, TPOT, ITL, latency and acceptance of running SGLang servers.
 
@@ -117,7 +138,8 @@ def bench(
     --api chat/completions of any OpenAI-compatible server. Interleaves the endpoints'
     rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
     the EAGLE service per speculative setting. With --verdict, says per level whether
-    speculation pays over the baseline (exit 3 where it pays nowhere). See docs/bench.md.
+    speculation pays over the baseline (exit 3 where it pays nowhere). --dataset speed-bench
+    sends SPEED-Bench's prompts, made by SGLang's own adapter. See docs/bench.md.
     """
     from sglang_stack.bench import measure, sweep as sweep_mod
     from sglang_stack.bench.request import Request
@@ -127,7 +149,9 @@ def bench(
                  reference=reference, dataset=dataset, random_input_len=random_input_len,
                  random_output_len=random_output_len, random_range_ratio=random_range_ratio, num_requests=num_requests,
                  seed=seed, api=api, stream=not no_stream, model=model, request_rate=request_rate, burstiness=burstiness,
-                 max_concurrency=max_concurrency, percentiles=percentiles, slo=slo, level=sweep_level)
+                 max_concurrency=max_concurrency, percentiles=percentiles, slo=slo, level=sweep_level,
+                 dataset_path=dataset_path, category=category, num_prompts=num_prompts, output_len=output_len,
+                 tokenizer=tokenizer, image=image, python=python, profile=profile)
     from sglang_stack.bench import pays
 
     if verdict and sweep:

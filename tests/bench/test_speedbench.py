@@ -146,3 +146,67 @@ def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path, de
     assert proc.returncode == 1 and proc.stderr.strip() == (
         f"error: SGLang {PIN['sglang']}'s benchmark has no speed-bench dataset "
         "(sglang.benchmark.datasets.speed_bench); profile 0.5.23 has it"), proc.stderr
+
+
+# --- the verdict's prompts ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--category", "mixed"], "error: --category goes with --dataset speed-bench"),
+    (["--tokenizer", "t"], "error: --tokenizer goes with --dataset speed-bench"),
+    (["--dataset", "mt-bench"], "error: --dataset 'mt-bench': choose prompts (--prompts, the default set or a "
+     "ShareGPT file), random or speed-bench"),
+    (["--dataset", "speed-bench"], "error: --dataset speed-bench needs --dataset-path FILE, the JSONL prepared on "
+     "this host"),
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--api", "chat"], "error: --dataset speed-bench with "
+     "--api chat: SGLang's adapter sends chat-templated text already, and the chat API would template it again; use "
+     "--api native or completions"),
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--prompt-template", "<s>{{prompt}}"],
+     "error: --prompt-template with --dataset speed-bench: SGLang's adapter applies the model's chat template already"),
+    (["--dataset", "speed-bench", "--dataset-path", "{good}"], "error: --dataset speed-bench with --endpoint: give "
+     "--tokenizer DIR, the served model's tokenizer (its chat template makes the prompts)"),
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "t", "--num-prompts", "0"],
+     "error: --num-prompts '0': must be at least 1"),
+    (["--dataset", "speed-bench", "--dataset-path", "{bad}", "--tokenizer", "t"],
+     "error: {bad}:5: truncated: the last line is cut off (no newline, not whole JSON); prepare or download the file "
+     "again"),
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "t", "--category", "code"],
+     "error: --category 'code': one of low_entropy, mixed, high_entropy"),
+])
+def test_invoke_bench_refuses_bad_speed_bench_flags_before_any_request(tmp_path, args, says):
+    good, bad = speed_bench(tmp_path / "good.jsonl"), speed_bench(tmp_path / "bad.jsonl", tail=b'{"turns": ["cu')
+    proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--endpoint", "gone=http://127.0.0.1:9", "--out",
+                           str(tmp_path / "r"), *[a.format(good=good, bad=bad) for a in args]], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == says.format(bad=bad), proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.sglang_env
+def test_the_verdict_measures_the_prompts_sglangs_speed_bench_adapter_makes(tmp_path, profile_python):
+    """`invoke bench --verdict --dataset speed-bench`: both servers get SGLang's chat-templated SPEED-Bench prompts,
+    and verdict.json says what they were (the file's sha256, the category, where SGLang's adapter ran)."""
+    from sglang_stack.bench import measure, pays, report
+    from sglang_stack.bench.request import Request
+
+    python = str(profile_python("0.5.23"))
+    path = speed_bench(tmp_path / "sb.jsonl")
+    base = Behaviour(step_s=0.001, ttft_s=0.002, accept=(1,), server_info={"speculative_algorithm": None})
+    spec = Behaviour(step_s=0.001, ttft_s=0.002, accept=(3,), spec=True, server_info=SPEC_INFO)
+    with SGLangServer(base) as b, SGLangServer(spec) as s:
+        out = measure.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels="1", repeats=2, warmup=0,
+                                  out=tmp_path / "r", verdict=True, dataset="speed-bench", dataset_path=path,
+                                  category="mixed", num_prompts=2, output_len=8, tokenizer=str(tokenizer(tmp_path / "tok")),
+                                  python=python), environ={}, progress=False)
+        sent = {server: [body["text"] for body in server.bodies] for server in (b, s)}
+    templated = {"<|user|> write a poem <|assistant|>", "<|user|> explain the sky <|assistant|>"}
+    assert all(texts and set(texts) == templated for texts in sent.values()), sent
+    assert all(body["sampling_params"]["max_new_tokens"] == 8 for body in b.bodies + s.bodies)
+    found = json.loads((out / pays.NAME).read_text())
+    assert found["prompts"]["kind"] == "speed-bench" and found["prompts"]["prompts"] == 2, found["prompts"]
+    made = found["prompts"]["made"]
+    assert made["sha256"] == speedbench.check(tmp_path / "sb.jsonl").sha256 and made["category"] == "mixed"
+    assert made["chat_template"] is True and made["sglang"] == f"python {python}", made
+    assert "SPEED-Bench mixed prompts, chat-templated by SGLang's adapter (2 prompts" in (
+        out / report.MARKDOWN_NAME).read_text()
