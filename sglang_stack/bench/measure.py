@@ -198,15 +198,18 @@ def host_metadata() -> dict:
 
 def resolve_endpoints(
     specs: Sequence[str], env: variables.Environment, api_key: str | None, probe_timeout: float = 30.0,
-    target: Target | None = None,
+    target: Target | None = None, only: str | None = None, verdict: bool = False,
 ) -> list[Endpoint]:
     """The endpoints to measure, each checked with ``/health``.
 
-    Named with ``--endpoint``: every one must answer. The compose defaults: those
-    that answer are measured (on one box only one service can run), and none
-    answering is an error.
+    Named with ``--endpoint``, or the one compose service ``only`` names: every one must answer. The compose
+    defaults: those that answer are measured (on one box only one service can run), and none answering is an
+    error; so is one left out of a ``verdict``, which says how to measure each alone and merge them.
     """
     if specs:
+        if only is not None:
+            raise UserError(f"--only {only} and --endpoint: --only picks a service of compose.yaml, --endpoint names "
+                            "servers by URL; choose one")
         endpoints = parse_endpoints(specs)
         for endpoint in endpoints:
             why = (probe if target is None or target.api == "native" else probe_openai)(endpoint, api_key, probe_timeout)
@@ -214,6 +217,15 @@ def resolve_endpoints(
                 raise UserError(f"endpoint {endpoint.name} at {endpoint.url} {why}")
         return endpoints
     candidates = default_endpoints(env)
+    if only is not None:
+        candidates = [e for e in candidates if e.name == only]
+        if not candidates:
+            names = ", ".join(e.name for e in default_endpoints(env))
+            raise UserError(f"--only {only!r}: not a server of compose.yaml (its servers: {names})")
+        why = probe(candidates[0], api_key, probe_timeout)
+        if why:
+            raise UserError(redact(f"--only {only}: {only} at {candidates[0].url} {why}: start it (invoke up {only})"))
+        return candidates
     up, down = [], []
     for endpoint in candidates:
         why = probe(endpoint, api_key, probe_timeout)
@@ -223,6 +235,13 @@ def resolve_endpoints(
         raise UserError(
             f"no endpoint answers ({detail}): start a service (invoke up baseline) or pass --endpoint NAME=URL"
         )
+    if verdict and down:
+        (alone, _), (gone, why) = up[0], down[0]
+        raise UserError(redact(
+            f"--verdict: {gone.name} at {gone.url} {why}, and the verdict measures both at once (each on its own "
+            f"GPUs: GPU_IDS); where they cannot run together, measure each alone and merge: invoke bench --verdict "
+            f"--only {alone.name} --out A; then, with {gone.name} up, invoke bench --verdict --only {gone.name} --out B; "
+            "then invoke bench-compare --results A --results B --verdict"))
     for endpoint, why in down:
         say(redact(f"bench: skipping {endpoint.name} at {endpoint.url}, which {why}; "
                    "to compare services that cannot run together, see `invoke bench-compare`"))
@@ -269,7 +288,8 @@ def run(
         atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
         check_untracked(Path(request.out))
     api_key = composefile.api_key(env)
-    chosen = resolve_endpoints(request.endpoints, env, api_key, min(options.timeout, 30.0), target)
+    chosen = resolve_endpoints(request.endpoints, env, api_key, min(options.timeout, 30.0), target, request.only,
+                               request.verdict)
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     # once an endpoint answered; a bad file then leaves no results directory behind
@@ -279,14 +299,18 @@ def run(
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
     meta = metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1)
     if request.verdict:
-        pays.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
+        # before the results directory: a verdict that cannot be given writes nothing
+        pays.check(meta, half=request.only is not None)
     out_dir = results_dir(request.out)  # created and proven writable before the first request
     meta["provenance"] = provenance.collect(chosen, env, request.engine)
     results = Results(out_dir, meta)
     bar = Progress(planned_rounds(options, len(chosen)), enabled=progress)
     bar.line(redact(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}"))
     execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
-    if request.verdict:
+    if request.verdict and request.only is not None:
+        tell(f"verdict: {request.only} measured alone ({out_dir}); with the other service up, run invoke bench "
+             f"--verdict --only NAME --out B, then merge: invoke bench-compare --results {out_dir} --results B --verdict")
+    elif request.verdict:
         found = pays.decide(json.loads((out_dir / report.JSON_NAME).read_text()))
         pays.write(out_dir, found)
         tell(f"verdict: {found['line']} ({out_dir / pays.NAME}, {out_dir / pays.PLOT})")

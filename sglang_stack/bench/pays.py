@@ -62,9 +62,14 @@ def judge(ratio: float | None, low: float | None, high: float | None) -> str:
     return UNCLEAR
 
 
-def check(meta: dict) -> None:
+def check(meta: dict, half: bool = False) -> None:
     """Before anything is measured: a baseline to divide by and at least one server that speculates, two different
-    servers, and the closed loop whose levels the verdict is about."""
+    servers, and the closed loop whose levels the verdict is about. ``half``: one service measured alone (``--only``),
+    whose other half comes from another run; only the closed loop is checked."""
+    if meta["load"]["mode"] != "closed":
+        raise UserError("--verdict: the verdict is per concurrency level (the closed loop): drop --request-rate")
+    if half:
+        return
     endpoints = meta["endpoints"]
     reference = meta["reference"]
     speculating = [e["name"] for e in endpoints if (e.get("server") or {}).get("speculative_algorithm")]
@@ -76,8 +81,8 @@ def check(meta: dict) -> None:
         names = ", ".join(f"{e['name']} ({e['url']})" for e in endpoints if e["name"] != reference) or "none"
         raise UserError(f"--verdict: no endpoint but the baseline {reference} speculates: the server info of {names} "
                         "has no speculative algorithm; give the EAGLE-3 server too, or where both cannot run at once, "
-                        "measure each alone (invoke bench --out A, then --out B) and merge: invoke bench-compare "
-                        "--results A --results B --verdict")
+                        "measure each alone (invoke bench --verdict --only NAME --out A, then the other with --out B) "
+                        "and merge: invoke bench-compare --results A --results B --verdict")
     where = {}
     # Runs made one after the other may reach both servers at one address (one box, one port, one at a time).
     for e in endpoints if meta.get("interleaved", True) else ():
@@ -86,8 +91,6 @@ def check(meta: dict) -> None:
             raise UserError(f"--verdict: {where[key]} and {e['name']} are one server ({e['url']}): the verdict divides "
                             "two servers; give the baseline and the EAGLE-3 server")
         where[key] = e["name"]
-    if meta["load"]["mode"] != "closed":
-        raise UserError("--verdict: the verdict is per concurrency level (the closed loop): drop --request-rate")
 
 
 def same_server(url: str) -> tuple[str, int, str]:

@@ -22,6 +22,7 @@ class Request:
     """`invoke bench`'s flags; the defaults here are the flags' defaults."""
 
     endpoints: Sequence[str] = ()  # NAME=URL; none: the compose services that answer
+    only: str | None = None  # one compose service, measured alone (one half of a verdict on a box that runs one)
     levels: str | Sequence[int] = DEFAULT_LEVELS
     repeats: int | str = 3
     warmup: int | str = 2

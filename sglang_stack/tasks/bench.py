@@ -34,6 +34,9 @@ DEFAULTS = {
     help={
         "endpoint": "NAME=URL of a running SGLang server; repeat for several "
         "(default: the servers of compose.yaml, those that answer)",
+        "only": "measure only this service of compose.yaml, which must answer; with --verdict, one half of a verdict "
+        "on a box that runs one service at a time: then the other, and `invoke bench-compare --verdict` merges them "
+        "(default: every service that answers)",
         "levels": "comma-separated concurrency levels (default: stack.bench.levels, 1,4,16)",
         "repeats": "measured rounds per endpoint and level (default: stack.bench.repeats, 3)",
         "warmup": "unmeasured requests per endpoint first (default: stack.bench.warmup, 2)",
@@ -129,6 +132,7 @@ def bench(
     image=None,
     python=None,
     profile=None,
+    only=None,
 ):
     """Measure decode tok/s, TTFT, TPOT, ITL, latency and acceptance of running SGLang servers.
 
@@ -157,8 +161,11 @@ def bench(
     if verdict and sweep:
         raise UserError("--verdict and --sweep: the verdict compares running servers; run the sweep first, then the "
                         "verdict with its best setting")
+    if only is not None and sweep:
+        raise UserError("--only and --sweep: the sweep measures the EAGLE service alone already")
     request = Request(
         endpoints=tuple(endpoint or ()),
+        only=only,
         # `is None`, not `or`: a flag given empty (`--levels ''`) is named as empty, never replaced by the default
         levels=(pays.LEVELS if verdict else cfg.levels) if levels is None else levels,
         repeats=cfg.repeats if repeats is None else repeats,
@@ -174,7 +181,7 @@ def bench(
         **{k: v for k, v in given.items() if v is not None},  # a flag not given keeps Request's default
     )
     out = (sweep_mod.run if sweep else measure.run)(request)
-    if verdict and not json.loads((Path(out) / pays.NAME).read_text())["pays"]:
+    if verdict and only is None and not json.loads((Path(out) / pays.NAME).read_text())["pays"]:
         raise Exit(code=3)  # speculation paid at no level: a script can act on it
 
 

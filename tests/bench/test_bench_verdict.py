@@ -17,9 +17,9 @@ import pytest
 
 from conftest import load_factor
 from sglang_server import Behaviour, SGLangServer
-from test_bench import write_prompts
+from test_bench import free_port, write_prompts
 from sglang_stack import ROOT
-from sglang_stack.bench import measure as bench, pays
+from sglang_stack.bench import measure as bench, pays, report
 from sglang_stack.bench.request import Request
 from sglang_stack.errors import UserError
 
@@ -128,16 +128,25 @@ def test_results_among_the_checkouts_tracked_files_are_refused(out):
     assert not (ROOT / "docs" / "verdict-run").exists()
 
 
-def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path):
-    """Where both servers cannot run at once (a 1T model wants every GPU): each measured alone, at one address in
-    turn, then `invoke bench-compare --verdict`. The crossover is the stand-ins' own; the line says the runs were not
-    interleaved, and the exit code is the verdict's."""
+def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path, capsys):
+    """Where both servers cannot run at once (a 1T model wants every GPU): each compose service measured alone
+    (`--verdict --only NAME`), then `invoke bench-compare --verdict`. The crossover is the stand-ins' own; the line
+    says the runs were not interleaved, and the exit code is the verdict's."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=13)
     runs = []
     for name, behaviour in (("baseline", BASE), ("eagle3", SPEC)):
         with SGLangServer(behaviour) as server:
-            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1,16", repeats=3, warmup=0,
-                                          prompts=prompts, out=tmp_path / name), environ={}, progress=False))
+            port = server.url.rsplit(":", 1)[1]
+            env = {"BASELINE_PORT": port, "EAGLE3_PORT": str(free_port())} if name == "baseline" else {
+                "BASELINE_PORT": str(free_port()), "EAGLE3_PORT": port}
+            runs.append(bench.run(Request(only=name, verdict=True, levels="1,16", repeats=3, warmup=0,
+                                          prompts=prompts, out=tmp_path / name), environ=env,
+                                  env_file=tmp_path / "none", progress=False))
+        assert not (runs[-1] / pays.NAME).exists(), "one half gives no verdict"
+        told = capsys.readouterr().out
+        assert f"verdict: {name} measured alone ({runs[-1]}); with the other service up, run invoke bench --verdict " \
+               f"--only NAME --out B, then merge: invoke bench-compare --results {runs[-1]} --results B --verdict" in told
+    assert [report.load_results(r)["metadata"]["levels"] for r in runs] == [[1, 16], [1, 16]]
     proc = subprocess.run([sys.executable, "-m", "invoke", "bench-compare", "--verdict", "--results", str(runs[0]),
                            "--results", str(runs[1]), "--out", str(tmp_path / "merged")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -158,6 +167,35 @@ def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+def test_a_verdict_where_one_service_is_down_says_how_to_measure_each_alone(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
+    gone = str(free_port())
+    with SGLangServer(BASE) as base:
+        env = {"BASELINE_PORT": base.url.rsplit(":", 1)[1], "EAGLE3_PORT": gone}
+        run = lambda **given: bench.run(Request(prompts=prompts, out=tmp_path / "r", warmup=0, **given),  # noqa: E731
+                                        environ=env, env_file=tmp_path / "none", progress=False)
+        with pytest.raises(UserError) as err:
+            run(verdict=True)
+        assert str(err.value) == (
+            f"--verdict: eagle3 at http://127.0.0.1:{gone} is not reachable: connection refused, and the verdict "
+            "measures both at once (each on its own GPUs: GPU_IDS); where they cannot run together, measure each alone "
+            "and merge: invoke bench --verdict --only baseline --out A; then, with eagle3 up, invoke bench --verdict "
+            "--only eagle3 --out B; then invoke bench-compare --results A --results B --verdict")
+        for given, says in [
+            (dict(only="eagle3"), f"--only eagle3: eagle3 at http://127.0.0.1:{gone} is not reachable: connection "
+             "refused: start it (invoke up eagle3)"),
+            (dict(only="router"), "--only 'router': not a server of compose.yaml (its servers: baseline, eagle3)"),
+            (dict(only="baseline", endpoints=[f"b={base.url}"]), "--only baseline and --endpoint: --only picks a "
+             "service of compose.yaml, --endpoint names servers by URL; choose one"),
+            (dict(only="baseline", verdict=True, request_rate="5"), "--verdict: the verdict is per concurrency level "
+             "(the closed loop): drop --request-rate"),
+        ]:
+            with pytest.raises(UserError) as err:
+                run(**given)
+            assert str(err.value) == says
+    assert not (tmp_path / "r").exists(), "a refused run leaves no results directory"
+
+
 def test_merged_runs_on_other_prompts_are_refused(tmp_path):
     runs = []
     for name, behaviour, tokens in (("baseline", BASE, 13), ("eagle3", SPEC, 9)):
@@ -168,3 +206,10 @@ def test_merged_runs_on_other_prompts_are_refused(tmp_path):
     with pytest.raises(UserError, match=rf"--verdict: {runs[0]} and the others used different prompt files"):
         bench.compare(runs, out=tmp_path / "merged", verdict=True)
     assert not (tmp_path / "merged").exists()
+
+
+def test_only_with_the_sweep_is_one_line():
+    proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--only", "eagle3", "--sweep"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: --only and --sweep: the sweep measures the EAGLE service alone already"), proc.stderr
