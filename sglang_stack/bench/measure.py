@@ -397,12 +397,14 @@ def parse_dataset(request: Request, options: Options) -> Dataset:
         if request.endpoints and request.tokenizer is None:
             raise UserError(f"--dataset {speedbench.NAME} with --endpoint: give --tokenizer DIR, the served model's "
                             "tokenizer (its chat template makes the prompts)")
+        if request.tokenizer is not None:
+            speedbench.check_tokenizer(Path(request.tokenizer))
         speedbench.check(Path(request.dataset_path), request.category)
         sizes = {"num_prompts": request.num_prompts, "output_len": request.output_len}
         sizes = {k: parse_count(f"--{k.replace('_', '-')}", v, 1, MAX_TOKENS) for k, v in sizes.items() if v is not None}
         return Dataset(speed_bench=speedbench.Request(
             request.dataset_path, request.category, tokenizer=request.tokenizer, image=request.image,
-            python=request.python, engine=request.engine, profile=request.profile, seed=options.seed,
+            python=request.python, engine=request.engine, profile=request.profile, seed=options.seed, caller="bench",
             **sizes))  # a flag not given keeps the adapter's default
     if kind == "random":
         if request.prompts:

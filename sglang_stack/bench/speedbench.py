@@ -81,19 +81,25 @@ def check(path: Path, category: str | None = None) -> File:
     return File(path, hashlib.sha256(data).hexdigest(), categories)
 
 
-def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
-            seed: int = 0) -> list[dict]:
-    """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
-    ``tokenizer`` applying the chat template: ``[{"prompt", "prompt_len", "output_len"}, ...]``."""
+def check_tokenizer(tokenizer: Path) -> Path:
+    """``tokenizer``, where it holds a tokenizer: checked here, before an image or a Python is started for it."""
     if not (tokenizer / "tokenizer_config.json").is_file() and not (tokenizer / "tokenizer.json").is_file():
         raise UserError(f"--tokenizer {tokenizer}: no tokenizer_config.json or tokenizer.json (the served model's "
                         "directory holds them)")
+    return tokenizer
+
+
+def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
+            seed: int = 0, caller: str = "acceptance") -> list[dict]:
+    """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
+    ``tokenizer`` applying the chat template: ``[{"prompt", "prompt_len", "output_len"}, ...]``."""
+    check_tokenizer(tokenizer)
     data, tok = (DATA, TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
     mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): TOKENIZER} if runner.image else None
     args = ["sglang_stack.entrypoints.prompts", NAME, "--dataset-path", data, "--tokenizer", tok,
             "--num-prompts", str(num_prompts), "--output-len", str(output_len), "--seed", str(seed),
             *(["--category", category] if category else [])]
-    out = runner.json(args, f"acceptance: {NAME}", 600, mounts=mounts)
+    out = runner.json(args, f"{caller}: {NAME}", 600, mounts=mounts)
     rows = out.get("rows")
     if not isinstance(rows, list) or not rows:
         raise UserError(f"{checked.path}: SGLang's {NAME} adapter made no prompts")
@@ -114,6 +120,12 @@ class Request:
     engine: Engine = Engine("docker")
     profile: str | None = None
     seed: int = 0  # the adapter samples the rows with it
+    caller: str = "acceptance"  # the task, as its messages name it
+
+    def __post_init__(self):
+        if self.image is not None and self.python is not None:
+            raise UserError(f"--image {self.image} and --python {self.python}: SGLang's adapter runs in one of them; "
+                            "choose one")
 
     def prompts(self, model_dir: Path | None):
         """(the acceptance prompts, what the report records of them)."""
@@ -127,12 +139,12 @@ class Request:
         if self.tokenizer is None and model_dir is None:
             raise UserError("--dataset speed-bench for a server given by URL (--url, --endpoint): give --tokenizer DIR, "
                             "the served model's tokenizer")
-        tokenizer = Path(self.tokenizer) if self.tokenizer else model_dir
+        tokenizer = check_tokenizer(Path(self.tokenizer) if self.tokenizer else model_dir)
         chosen = profiles.get(self.profile)
         lock, _ = lockfile.check_all(chosen.lock, download=False)
         runner = derive.runner_for(derive.Request(image=self.image, python=self.python, engine=self.engine,
-                                                  profile=self.profile), lock.tag, chosen.name, "acceptance")
-        rows = prompts(runner, checked, tokenizer, self.category, num, output_len, self.seed)
+                                                  profile=self.profile), lock.tag, chosen.name, self.caller)
+        rows = prompts(runner, checked, tokenizer, self.category, num, output_len, self.seed, self.caller)
         sent = {"dataset": NAME, "file": str(checked.path), "sha256": checked.sha256, "category": self.category,
                 "rows": checked.categories, "prompts": len(rows), "max_new_tokens": output_len, "seed": self.seed,
                 "chat_template": True, "sglang": runner.where}

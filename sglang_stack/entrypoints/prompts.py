@@ -43,11 +43,17 @@ def rows(dataset: str, path: Path, tokenizer: str, category: str | None, num_pro
     from sglang.benchmark.datasets import get_dataset
     from sglang.benchmark.utils import get_tokenizer
 
+    try:
+        loaded = get_tokenizer(tokenizer)
+    except Exception as err:  # transformers' loader raises whatever the broken file provokes (KeyError, TypeError...)
+        # no path: in the image it is the mount point, which the user never typed
+        raise ValueError(f"the tokenizer (--tokenizer) does not load in transformers: {type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else '-'}") from None
     args = argparse.Namespace(dataset_name=dataset, dataset_path=str(path), num_prompts=num_prompts,
                               speed_bench_category=category, speed_bench_output_len=output_len)
     random.seed(seed)  # the adapter samples with Python's random
     return [{"prompt": r.prompt, "prompt_len": r.prompt_len, "output_len": r.output_len}
-            for r in get_dataset(args, get_tokenizer(tokenizer))]
+            for r in get_dataset(args, loaded)]
 
 
 def main(argv: list[str] | None = None) -> int:

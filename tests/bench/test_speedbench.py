@@ -165,21 +165,26 @@ def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path, de
      "error: --prompt-template with --dataset speed-bench: SGLang's adapter applies the model's chat template already"),
     (["--dataset", "speed-bench", "--dataset-path", "{good}"], "error: --dataset speed-bench with --endpoint: give "
      "--tokenizer DIR, the served model's tokenizer (its chat template makes the prompts)"),
-    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "t", "--num-prompts", "0"],
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{tok}", "--num-prompts", "0"],
      "error: --num-prompts '0': must be at least 1"),
-    (["--dataset", "speed-bench", "--dataset-path", "{bad}", "--tokenizer", "t"],
+    (["--dataset", "speed-bench", "--dataset-path", "{bad}", "--tokenizer", "{tok}"],
      "error: {bad}:5: truncated: the last line is cut off (no newline, not whole JSON); prepare or download the file "
      "again"),
-    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "t", "--category", "code"],
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{tok}", "--category", "code"],
      "error: --category 'code': one of low_entropy, mixed, high_entropy"),
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{good}"],
+     "error: --tokenizer {good}: no tokenizer_config.json or tokenizer.json (the served model's directory holds them)"),
+    (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{tok}", "--image", "x", "--python", "y"],
+     "error: --image x and --python y: SGLang's adapter runs in one of them; choose one"),
 ])
 def test_invoke_bench_refuses_bad_speed_bench_flags_before_any_request(tmp_path, args, says):
     good, bad = speed_bench(tmp_path / "good.jsonl"), speed_bench(tmp_path / "bad.jsonl", tail=b'{"turns": ["cu')
+    tok = tokenizer(tmp_path / "tok")
+    given = [a.format(good=good, bad=bad, tok=tok) for a in args]
     proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--endpoint", "gone=http://127.0.0.1:9", "--out",
-                           str(tmp_path / "r"), *[a.format(good=good, bad=bad) for a in args]], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                           str(tmp_path / "r"), *given], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.strip() == says.format(bad=bad), proc.stderr
+    assert proc.stderr.strip() == says.format(bad=bad, good=good), proc.stderr
     assert not (tmp_path / "r").exists()
 
 
@@ -210,3 +215,15 @@ def test_the_verdict_measures_the_prompts_sglangs_speed_bench_adapter_makes(tmp_
     assert made["chat_template"] is True and made["sglang"] == f"python {python}", made
     assert "SPEED-Bench mixed prompts, chat-templated by SGLang's adapter (2 prompts" in (
         out / report.MARKDOWN_NAME).read_text()
+
+
+@pytest.mark.sglang_env
+def test_a_tokenizer_transformers_cannot_load_is_one_line(tmp_path, profile_python):
+    broken = tmp_path / "tok"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{}")
+    proc = subprocess.run([str(profile_python("0.5.23")), "-m", "sglang_stack.entrypoints.prompts", "speed-bench",
+                           "--dataset-path", speed_bench(tmp_path / "sb.jsonl"), "--tokenizer", str(broken)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        "error: the tokenizer (--tokenizer) does not load in transformers: KeyError: 'added_tokens'"), proc.stderr
