@@ -1,0 +1,76 @@
+"""How long a default `invoke bench --verdict` takes, and what it finds, against stand-ins whose crossover is known.
+
+    python benchmarks/verdict_time.py [--step-ms 4] [--load-ms 0.25] [--accept 3] [--verify 4] [--levels ...]
+        [--repeats 3] [--prompts FILE]
+
+Two loopback servers (tests/sglang_server.py) that batch the way continuous batching does: a step costs --step-ms
+plus --load-ms for every token verified across the batch. The baseline verifies and emits one token per request and
+step; the speculative one verifies --verify and emits --accept. Its output over the baseline's is then
+``accept * (a + n) / (a + verify * n)`` at n in flight, with ``a = step / load``: the crossover is known before the
+run. Runs the verdict as a user does (the default levels 1 to 64, three repeats, the packaged prompt set, two warm-up
+requests each), and prints its wall time, the rounds and requests it sent, and per level the ratio it measured beside
+the model's, its interval and its call, then the verdict's line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from sglang_server import Behaviour, SGLangServer  # noqa: E402
+from sglang_stack.bench import measure as bench, pays, report  # noqa: E402
+from sglang_stack.bench.request import Request  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--step-ms", type=float, default=4.0, help="fixed cost of a step (default 4)")
+    parser.add_argument("--load-ms", type=float, default=0.25, help="cost per token verified in a step (default 0.25)")
+    parser.add_argument("--accept", type=int, default=3, help="tokens a speculative step emits (default 3)")
+    parser.add_argument("--verify", type=int, default=4, help="tokens a speculative step verifies (default 4)")
+    parser.add_argument("--levels", default=pays.LEVELS, help="the verdict's levels (default: its own)")
+    parser.add_argument("--repeats", default="3")
+    parser.add_argument("--prompts", default=None, help="prompt file (default: the packaged set)")
+    args = parser.parse_args()
+
+    step, load = args.step_ms / 1000, args.load_ms / 1000
+    base = Behaviour(step_s=step, ttft_s=0.01, accept=(1,), load_s=load,
+                     server_info={"version": "0.5.23", "speculative_algorithm": None})
+    spec = Behaviour(step_s=step, ttft_s=0.01, accept=(args.accept,), spec=True, load_s=load, verify=args.verify,
+                     server_info={"version": "0.5.23", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+                                  "speculative_eagle_topk": 1, "speculative_num_draft_tokens": args.verify})
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        with SGLangServer(base) as b, SGLangServer(spec) as s:
+            out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=args.levels,
+                                    repeats=args.repeats, prompts=args.prompts, out=Path(tmp) / "r", verdict=True),
+                            environ={}, progress=False)
+        wall = time.perf_counter() - started
+        found = json.loads((out / pays.NAME).read_text())
+        doc = report.load_results(out)
+
+    a = step / load
+    print(f"stand-ins: step {args.step_ms:g} ms + {args.load_ms:g} ms per verified token; speculative: {args.accept} "
+          f"tokens emitted, {args.verify} verified a step")
+    print(f"{'level':>5} {'model':>6} {'measured':>8} {'95% interval':>15}  call")
+    for row in found["endpoints"]["eagle3"]["levels"]:
+        n = row["level"]
+        model = args.accept * (a + n) / (a + args.verify * n)
+        interval = f"{row['low']:.3f}-{row['high']:.3f}" if row["low"] is not None else "-"
+        print(f"{n:>5} {model:>6.3f} {row['ratio']:>8.3f} {interval:>15}  {row['verdict']}")
+    print(f"{len(doc['rounds'])} rounds, {len(doc['samples'])} requests, "
+          f"{sum(s['output_tokens'] or 0 for s in doc['samples'])} output tokens")
+    print(f"verdict: {found['line']}")
+    print(f"wall time {wall:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
