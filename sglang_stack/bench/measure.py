@@ -293,7 +293,7 @@ def run(
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     # once an endpoint answered; a bad file then leaves no results directory behind
-    prompt_set = source.load(served_model_dir(request.endpoints, env))
+    prompt_set = source.load(served_model_dir(request.endpoints, env) if source.speed_bench else None)
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -308,8 +308,9 @@ def run(
     bar.line(redact(f"bench: {', '.join(f'{e.name} ({e.url})' for e in chosen)}; results in {out_dir}"))
     execute(results, lambda: run_rounds(chosen, prompt_set, options, api_key, results, bar))
     if request.verdict and request.only is not None:
-        tell(f"verdict: {request.only} measured alone ({out_dir}); with the other service up, run invoke bench "
-             f"--verdict --only NAME --out B, then merge: invoke bench-compare --results {out_dir} --results B --verdict")
+        other = " or ".join(e.name for e in default_endpoints(env) if e.name != request.only) or "NAME"
+        tell(f"verdict: {request.only} measured alone ({out_dir}); with {other} up, run invoke bench --verdict "
+             f"--only {other} --out B, then merge: invoke bench-compare --results {out_dir} --results B --verdict")
     elif request.verdict:
         found = pays.decide(json.loads((out_dir / report.JSON_NAME).read_text()))
         pays.write(out_dir, found)

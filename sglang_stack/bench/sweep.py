@@ -345,7 +345,7 @@ def run(
         preflight(request.engine, service)
         restart = compose_restart(request.engine, proj, service, ready)
         log_tail = log_tail or (lambda: compose_log_tail(request.engine, proj, service))
-    prompt_set = source.load(bench.served_model_dir(request.endpoints, env))
+    prompt_set = source.load(bench.served_model_dir(request.endpoints, env) if source.speed_bench else None)
     out_dir = bench.results_dir(request.out)
     api_key = (proj or composefile.project(env)).api_key()
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)

@@ -144,8 +144,9 @@ def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path, 
                                   env_file=tmp_path / "none", progress=False))
         assert not (runs[-1] / pays.NAME).exists(), "one half gives no verdict"
         told = capsys.readouterr().out
-        assert f"verdict: {name} measured alone ({runs[-1]}); with the other service up, run invoke bench --verdict " \
-               f"--only NAME --out B, then merge: invoke bench-compare --results {runs[-1]} --results B --verdict" in told
+        other = "eagle3" if name == "baseline" else "baseline"
+        assert f"verdict: {name} measured alone ({runs[-1]}); with {other} up, run invoke bench --verdict --only " \
+               f"{other} --out B, then merge: invoke bench-compare --results {runs[-1]} --results B --verdict" in told
     assert [report.load_results(r)["metadata"]["levels"] for r in runs] == [[1, 16], [1, 16]]
     proc = subprocess.run([sys.executable, "-m", "invoke", "bench-compare", "--verdict", "--results", str(runs[0]),
                            "--results", str(runs[1]), "--out", str(tmp_path / "merged")],

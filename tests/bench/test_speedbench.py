@@ -227,3 +227,23 @@ def test_a_tokenizer_transformers_cannot_load_is_one_line(tmp_path, profile_pyth
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert proc.returncode == 1 and proc.stderr.strip() == (
         "error: the tokenizer (--tokenizer) does not load in transformers: KeyError: 'added_tokens'"), proc.stderr
+
+
+@pytest.mark.sglang_env
+def test_a_compose_service_is_measured_with_the_tokenizer_of_its_model_dir(tmp_path, profile_python):
+    """Without --tokenizer, the chat template is the one of the model the services serve (MODEL_DIR)."""
+    from test_bench import free_port
+    from sglang_stack.bench import measure
+    from sglang_stack.bench.request import Request
+
+    base = Behaviour(step_s=0.001, ttft_s=0.002, accept=(1,), server_info={"speculative_algorithm": None})
+    with SGLangServer(base) as server:
+        env = {"BASELINE_PORT": server.url.rsplit(":", 1)[1], "EAGLE3_PORT": str(free_port()),
+               "MODEL_DIR": str(tokenizer(tmp_path / "model"))}
+        out = measure.run(Request(only="baseline", levels="1", repeats=1, warmup=0, out=tmp_path / "r",
+                                  dataset="speed-bench", dataset_path=speed_bench(tmp_path / "sb.jsonl"),
+                                  category="low_entropy", num_prompts=1, output_len=4,
+                                  python=str(profile_python("0.5.23"))),
+                          environ=env, env_file=tmp_path / "none", progress=False)
+        assert [body["text"] for body in server.bodies] == ["<|user|> sort the list <|assistant|>"]
+    assert json.loads((out / "bench.json").read_text())["metadata"]["prompt_set"]["made"]["category"] == "low_entropy"
