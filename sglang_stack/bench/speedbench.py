@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.engine import Engine
+from sglang_stack.entrypoints.prompts import PROFILE as ADAPTER_PROFILE
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count
 
@@ -118,7 +119,7 @@ class Request:
     image: str | None = None
     python: str | None = None
     engine: Engine = Engine("docker")
-    profile: str | None = None
+    profile: str | None = None  # default: ADAPTER_PROFILE, the first whose SGLang has the adapter
     seed: int = 0  # the adapter samples the rows with it
     caller: str = "acceptance"  # the task, as its messages name it
 
@@ -140,10 +141,13 @@ class Request:
             raise UserError("--dataset speed-bench for a server given by URL (--url, --endpoint): give --tokenizer DIR, "
                             "the served model's tokenizer")
         tokenizer = check_tokenizer(Path(self.tokenizer) if self.tokenizer else model_dir)
-        chosen = profiles.get(self.profile)
+        # The adapter only makes the prompts, for a server of any release: without --profile, the first profile
+        # whose SGLang has it, whichever one the services run.
+        profile = self.profile or ADAPTER_PROFILE
+        chosen = profiles.get(profile)
         lock, _ = lockfile.check_all(chosen.lock, download=False)
         runner = derive.runner_for(derive.Request(image=self.image, python=self.python, engine=self.engine,
-                                                  profile=self.profile), lock.tag, chosen.name, self.caller)
+                                                  profile=profile), lock.tag, chosen.name, self.caller)
         rows = prompts(runner, checked, tokenizer, self.category, num, output_len, self.seed, self.caller)
         sent = {"dataset": NAME, "file": str(checked.path), "sha256": checked.sha256, "category": self.category,
                 "rows": checked.categories, "prompts": len(rows), "max_new_tokens": output_len, "seed": self.seed,

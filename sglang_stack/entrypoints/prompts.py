@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 DATASETS = {"speed-bench": "sglang.benchmark.datasets.speed_bench"}
+PROFILE = "0.5.23"  # the first release of this checkout's profiles whose benchmark has them
 CATEGORIES = ("low_entropy", "mixed", "high_entropy")
 
 
@@ -39,7 +40,7 @@ def rows(dataset: str, path: Path, tokenizer: str, category: str | None, num_pro
         found = False
     if not found:
         raise LookupError(f"SGLang {version}'s benchmark has no {dataset} dataset ({DATASETS[dataset]}); profile "
-                          "0.5.23 has it")
+                          f"{PROFILE} has it")
     from sglang.benchmark.datasets import get_dataset
     from sglang.benchmark.utils import get_tokenizer
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from sglang_stack.errors import UserError
-from sglang_stack.lock.profiles import HELP as PROFILE_HELP
+from sglang_stack.entrypoints.prompts import PROFILE as ADAPTER_PROFILE
 from sglang_stack.tasks.boundary import engine_of, user_errors
 
 DEFAULTS = {
@@ -43,7 +43,7 @@ DEFAULTS = {
         "prompts": "prompt set: our JSON Lines, or a local ShareGPT-format JSON file (default: the packaged set, "
         "sglang_stack/bench/prompts/v2.jsonl)",
         "dataset": "prompts (--prompts, the default), random (--random-input-len, --random-output-len, --num-requests) "
-        "or speed-bench: SPEED-Bench's chat-templated prompts, made by SGLang's own adapter (the 0.5.23 profile's "
+        f"or speed-bench: SPEED-Bench's chat-templated prompts, made by SGLang's own adapter (the {ADAPTER_PROFILE} profile's "
         "image, or --python) from the JSONL prepared on this host (--dataset-path)",
         "dataset_path": "with --dataset speed-bench: the SPEED-Bench JSONL prepared on this host (required with it)",
         "category": "with --dataset speed-bench: low_entropy, mixed or high_entropy (default: every row)",
@@ -51,10 +51,11 @@ DEFAULTS = {
         "output_len": "with --dataset speed-bench: tokens generated per prompt (default: 512, SGLang's)",
         "tokenizer": "with --dataset speed-bench: the served model's tokenizer directory (default: the services' "
         "MODEL_DIR; required with --endpoint)",
-        "image": "with --dataset speed-bench: run SGLang's adapter in this image (default: the profile's tag)",
+        "image": "with --dataset speed-bench: run SGLang's adapter in this image (default: the --profile's tag)",
         "python": "with --dataset speed-bench: run SGLang's adapter with this interpreter instead of an image "
         "(default: none)",
-        "profile": PROFILE_HELP,
+        "profile": "with --dataset speed-bench: the profile whose image runs SGLang's adapter (default: "
+        f"{ADAPTER_PROFILE}, the first whose SGLang has it, whichever profile the services run)",
         "random_input_len": "random dataset: input tokens per prompt (default 512)",
         "random_output_len": "random dataset: output tokens per prompt (default 256)",
         "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",

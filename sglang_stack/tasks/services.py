@@ -9,6 +9,7 @@ from pathlib import Path
 
 from invoke import Exit, task
 
+from sglang_stack.entrypoints.prompts import PROFILE as ADAPTER_PROFILE
 from sglang_stack.lock.profiles import HELP as PROFILE_HELP
 from sglang_stack.tasks.boundary import engine_of, user_errors
 from sglang_stack.errors import UserError
@@ -189,9 +190,10 @@ def model_revision(c, role="target"):
         "num-prompts": "with --dataset: how many prompts SGLang's adapter samples (default: 32)",
         "output-len": "with --dataset: tokens generated per prompt (default: 512, SGLang's)",
         "tokenizer": "with --dataset: the served model's tokenizer directory (default: the service's MODEL_DIR)",
-        "image": "with --dataset: run SGLang's adapter in this image (default: the profile's tag)",
+        "image": "with --dataset: run SGLang's adapter in this image (default: the --profile's tag)",
         "python": "with --dataset: run SGLang's adapter with this interpreter instead of an image (default: none)",
-        "profile": PROFILE_HELP,
+        "profile": "with --dataset: the profile whose image runs SGLang's adapter (default: "
+        f"{ADAPTER_PROFILE}, the first whose SGLang has it, whichever profile the service runs)",
     }
 )
 @user_errors

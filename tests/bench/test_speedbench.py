@@ -247,3 +247,26 @@ def test_a_compose_service_is_measured_with_the_tokenizer_of_its_model_dir(tmp_p
                           environ=env, env_file=tmp_path / "none", progress=False)
         assert [body["text"] for body in server.bodies] == ["<|user|> sort the list <|assistant|>"]
     assert json.loads((out / "bench.json").read_text())["metadata"]["prompt_set"]["made"]["category"] == "low_entropy"
+
+
+def test_without_profile_the_adapter_runs_in_the_first_profile_that_has_it(tmp_path, docker_engine):
+    """The services may run 0.5.9, whose benchmark has no SPEED-Bench adapter: the prompts are still made by the
+    0.5.23 profile's image, and where it is not built the one line says to build that profile."""
+    from sglang_stack.engine import DOCKER
+    from sglang_stack.entrypoints.prompts import PROFILE
+    from sglang_stack.image import store
+    from sglang_stack.lock import lockfile, profiles
+
+    tag = lockfile.check_all(profiles.get(PROFILE).lock, download=False)[0].tag
+    if store.exists(DOCKER, tag):
+        pytest.skip(f"{tag} is built here: the adapter would run in it")
+    with SGLangServer(Behaviour(server_info={"speculative_algorithm": None})) as server:
+        proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--dataset",
+                               "speed-bench", "--dataset-path", speed_bench(tmp_path / "sb.jsonl"), "--tokenizer",
+                               str(tokenizer(tmp_path / "tok")), "--out", str(tmp_path / "r")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "SGLANG_PROFILE": profiles.default().name})
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: bench: {tag}: no such image in the docker store: build it first (`invoke build --profile {PROFILE}`), "
+        "or name one with --image, or run SGLang with --python"), proc.stderr
+    assert not (tmp_path / "r").exists()
