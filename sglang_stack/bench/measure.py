@@ -25,7 +25,6 @@ import re
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -47,11 +46,8 @@ from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
 from sglang_stack.bench.display import Progress, say, tell
 from sglang_stack.bench.request import Request
-from sglang_stack.bench import speedbench
-from sglang_stack.bench.promptset import (
-    DEFAULT_PROMPTS, Prompt, PromptSet, check_size, load_prompts, random_prompts,
-)
-from sglang_stack.engine import image_reference
+from sglang_stack.bench import promptset
+from sglang_stack.bench.promptset import PromptSet
 from sglang_stack.errors import UserError
 from sglang_stack.services.variables import redact
 from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds, parse_url
@@ -63,8 +59,6 @@ MAX_LEVELS = 64
 RATE_RANGE = (1e-3, 1e6)  # requests/s: one per 17 minutes up to far past any one server
 BURSTINESS_RANGE = (1e-2, 1e2)  # the gamma shape of the arrivals
 MAX_REQUESTS = 1_000_000
-MAX_TOKENS = 1 << 20  # one prompt's input or output length: past every served context
-MAX_RANDOM_TOKENS = 1 << 26  # the whole random set, held in memory as ids and words
 DEFAULT_RESULTS = ROOT / "bench-results"
 
 
@@ -283,7 +277,7 @@ def run(
         slo=stats.parse_slo(request.slo),
         clock=clock,
     )
-    source = parse_dataset(request, options)
+    source = promptset.parse_dataset(request, options)
     if request.out:
         atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
         check_untracked(Path(request.out))
@@ -293,7 +287,7 @@ def run(
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     # once an endpoint answered; a bad file then leaves no results directory behind
-    prompt_set = source.load(served_model_dir(request.endpoints, env) if source.speed_bench else None)
+    prompt_set = source.load(promptset.served_model_dir(request.endpoints, env) if source.speed_bench else None)
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -342,108 +336,6 @@ def parse_percentiles(value) -> tuple[float, ...]:
             raise UserError(f"--percentiles {value!r}: {item!r} is not between 0 and 100")
         out.append(q)
     return tuple(sorted(set(out)))
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """Where a run's prompts come from, checked whole before any request; ``load`` reads or makes them
-    (after the endpoints answered: a large file is not read for a run that cannot start)."""
-
-    path: Path | None = None  # a JSONL or ShareGPT file; None for random
-    num_prompts: int = 0
-    input_len: int = 0
-    output_len: int = 0
-    range_ratio: float = 0.0
-    seed: int = 0
-    speed_bench: speedbench.Request | None = None  # --dataset speed-bench: SGLang's adapter makes the prompts
-
-    def load(self, model_dir: Path | None = None) -> PromptSet:
-        """The prompts; ``model_dir`` is the served model's directory, whose tokenizer SPEED-Bench's chat template
-        comes from where --tokenizer is not given."""
-        if self.speed_bench is not None:
-            prompts, made = self.speed_bench.prompts(model_dir)
-            checked = Path(self.speed_bench.path)
-            return PromptSet(checked, 0, tuple(Prompt(p.id, speedbench.NAME, speedbench.NAME, p.max_new_tokens, p.text)
-                                               for p in prompts), made["sha256"], kind=speedbench.NAME, made=made)
-        if self.path is None:
-            return random_prompts(self.num_prompts, self.input_len, self.output_len, self.range_ratio, self.seed)
-        return load_prompts(self.path)
-
-
-SPEED_BENCH_FLAGS = ("dataset_path", "category", "num_prompts", "output_len", "tokenizer", "image", "python",
-                     "profile")
-
-
-def parse_dataset(request: Request, options: Options) -> Dataset:
-    """--prompts (our JSONL or a ShareGPT file), --dataset random with its lengths, within the caps, or --dataset
-    speed-bench with its file (checked here, before any endpoint is probed)."""
-    kind = (request.dataset or "prompts").strip()
-    if kind != speedbench.NAME:
-        given = next((f for f in SPEED_BENCH_FLAGS if getattr(request, f) is not None), None)
-        if given is not None:
-            raise UserError(f"--{given.replace('_', '-')} goes with --dataset {speedbench.NAME}")
-    if kind == speedbench.NAME:
-        if request.prompts:
-            raise UserError(f"--prompts and --dataset {speedbench.NAME}: choose one")
-        if not request.dataset_path:
-            raise UserError(f"--dataset {speedbench.NAME} needs --dataset-path FILE, the JSONL prepared on this host")
-        if options.target.api == "chat":
-            raise UserError(f"--dataset {speedbench.NAME} with --api chat: SGLang's adapter sends chat-templated text "
-                            "already, and the chat API would template it again; use --api native or completions")
-        if options.prompt_template:
-            raise UserError(f"--prompt-template with --dataset {speedbench.NAME}: SGLang's adapter applies the "
-                            "model's chat template already")
-        if request.image is not None:
-            image_reference(request.image, "--image")
-        if request.endpoints and request.tokenizer is None:
-            raise UserError(f"--dataset {speedbench.NAME} with --endpoint: give --tokenizer DIR, the served model's "
-                            "tokenizer (its chat template makes the prompts)")
-        if request.tokenizer is not None:
-            speedbench.check_tokenizer(Path(request.tokenizer))
-        speedbench.check(Path(request.dataset_path), request.category)
-        sizes = {"num_prompts": request.num_prompts, "output_len": request.output_len}
-        sizes = {k: parse_count(f"--{k.replace('_', '-')}", v, 1, MAX_TOKENS) for k, v in sizes.items() if v is not None}
-        return Dataset(speed_bench=speedbench.Request(
-            request.dataset_path, request.category, tokenizer=request.tokenizer, image=request.image,
-            python=request.python, engine=request.engine, profile=request.profile, seed=options.seed, caller="bench",
-            **sizes))  # a flag not given keeps the adapter's default
-    if kind == "random":
-        if request.prompts:
-            raise UserError("--prompts and --dataset random: choose one")
-        n = options.num_requests or 64
-        ratio = parse_fraction(request.random_range_ratio)
-        out = Dataset(None, n, parse_count("--random-input-len", request.random_input_len, 1, MAX_TOKENS),
-                      parse_count("--random-output-len", request.random_output_len, 1, MAX_TOKENS), ratio, options.seed)
-        if n * out.input_len * (1 + ratio) > MAX_RANDOM_TOKENS:
-            raise UserError(f"--dataset random: {n} prompts of up to {round(out.input_len * (1 + ratio))} tokens is more than "
-                            f"{MAX_RANDOM_TOKENS} tokens in all (they are held in memory): lower --num-requests or "
-                            "--random-input-len")
-        return out
-    if kind != "prompts":
-        raise UserError(f"--dataset {request.dataset!r}: choose prompts (--prompts, the default set or a ShareGPT "
-                        f"file), random or {speedbench.NAME}")
-    path = Path(request.prompts) if request.prompts else DEFAULT_PROMPTS
-    check_size(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)")
-    return Dataset(path)
-
-
-def served_model_dir(endpoints: Sequence[str], env: variables.Environment) -> Path | None:
-    """The compose services' model directory (their tokenizer is the served model's), where the run measures them;
-    None for --endpoint, whose model may not be on this host."""
-    if endpoints:
-        return None
-    proj = composefile.project(env)
-    return composefile.service(proj.names(composefile.SERVER)[0], proj.env).model_dir
-
-
-def parse_fraction(value) -> float:
-    try:
-        ratio = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"--random-range-ratio {value!r}: not a number") from None
-    if not 0.0 <= ratio < 1.0:  # also refuses nan
-        raise UserError(f"--random-range-ratio {value!r}: must be at least 0 and below 1")
-    return ratio
 
 
 def check_template(template: str | None) -> str | None:

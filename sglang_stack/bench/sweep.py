@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from sglang_stack.engine import Engine
-from sglang_stack.bench import client, display, report, rounds
+from sglang_stack.bench import client, display, promptset, report, rounds
 from sglang_stack.bench import measure as bench
 from sglang_stack.services import compose
 from sglang_stack.services import composefile
@@ -324,7 +324,7 @@ def run(
     if rank_level not in options.levels:
         raise UserError(f"--sweep-level {rank_level}: not one of --levels {','.join(map(str, options.levels))}")
     ready = bench.parse_seconds("--ready-timeout", request.ready_timeout)
-    source = bench.parse_dataset(request, options)
+    source = promptset.parse_dataset(request, options)
     proj = None
     if service is None or not request.endpoints:
         proj = composefile.project(env)
@@ -345,7 +345,7 @@ def run(
         preflight(request.engine, service)
         restart = compose_restart(request.engine, proj, service, ready)
         log_tail = log_tail or (lambda: compose_log_tail(request.engine, proj, service))
-    prompt_set = source.load(bench.served_model_dir(request.endpoints, env) if source.speed_bench else None)
+    prompt_set = source.load(promptset.served_model_dir(request.endpoints, env) if source.speed_bench else None)
     out_dir = bench.results_dir(request.out)
     api_key = (proj or composefile.project(env)).api_key()
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)

@@ -255,7 +255,7 @@ def test_generated_compose_variables_resolve_or_are_refused_in_one_line(env):
        grid=st.tuples(TEXT, TEXT, TEXT))
 def test_generated_bench_flags_are_read_or_refused_in_one_line(levels, rate, percentiles, counts, ratio, grid):
     from sglang_stack.bench import measure, sweep
-    from sglang_stack.bench import rounds
+    from sglang_stack.bench import promptset, rounds
     from sglang_stack.bench.request import Request
 
     expect_clean(measure.parse_levels, levels)
@@ -263,9 +263,9 @@ def test_generated_bench_flags_are_read_or_refused_in_one_line(levels, rate, per
     expect_clean(measure.parse_percentiles, percentiles)
     options = rounds.Options(levels=[1], repeats=1, warmup=0, timeout=1.0, ignore_eos=False, prompt_template=None,
                               flush_cache=False)
-    expect_clean(measure.parse_dataset, Request(dataset="random", random_input_len=counts[0],
+    expect_clean(promptset.parse_dataset, Request(dataset="random", random_input_len=counts[0],
                                                 random_output_len=counts[1], random_range_ratio=ratio), options)
-    expect_clean(measure.parse_dataset, Request(dataset=counts[2]), options)
+    expect_clean(promptset.parse_dataset, Request(dataset=counts[2]), options)
     expect_clean(lambda: sweep.grid(sweep.parse_ints("--sweep-steps", grid[0], maximum=sweep.MAX_STEPS),
                                     sweep.parse_ints("--sweep-topk", grid[1], maximum=sweep.MAX_TOPK),
                                     sweep.parse_ints("--sweep-draft-tokens", grid[2], minimum=2)))
