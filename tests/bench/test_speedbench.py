@@ -249,6 +249,7 @@ def test_a_compose_service_is_measured_with_the_tokenizer_of_its_model_dir(tmp_p
     assert json.loads((out / "bench.json").read_text())["metadata"]["prompt_set"]["made"]["category"] == "low_entropy"
 
 
+@pytest.mark.engine
 def test_without_profile_the_adapter_runs_in_the_first_profile_that_has_it(tmp_path, docker_engine):
     """The services may run 0.5.9, whose benchmark has no SPEED-Bench adapter: the prompts are still made by the
     0.5.23 profile's image, and where it is not built the one line says to build that profile."""
