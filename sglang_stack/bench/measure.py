@@ -484,6 +484,12 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
             if (d["metadata"].get("load") or {}).get("mode", "closed") != "closed":
                 raise UserError(f"--verdict: {path} was an open-loop run (--request-rate); the verdict is per "
                                 "concurrency level: measure each service in the closed loop")
+            if sorted(d["metadata"]["levels"]) != sorted(first["levels"]):
+                # a level one side lacks has no pairs, and would read as "cannot be told apart"
+                shown = lambda levels: ",".join(map(str, sorted(levels)))  # noqa: E731
+                raise UserError(f"--verdict: {paths[0]} measured levels {shown(first['levels'])} and {path} "
+                                f"{shown(d['metadata']['levels'])}: the verdict pairs each level's rounds; measure "
+                                "every service at the same --levels (--verdict's default is the same for each)")
         pays.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
     out_dir = results_dir(out)
     doc = {

@@ -209,6 +209,23 @@ def test_merged_runs_on_other_prompts_are_refused(tmp_path):
     assert not (tmp_path / "merged").exists()
 
 
+def test_merged_runs_at_other_levels_are_refused(tmp_path):
+    """A level one run lacks has no pairs: it would read "cannot be told apart" where nothing was compared."""
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
+    runs = []
+    for name, behaviour, levels in (("baseline", BASE, "1,2"), ("eagle3", SPEC, "1,4")):
+        with SGLangServer(behaviour) as server:
+            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels=levels, repeats=2, warmup=0,
+                                          prompts=prompts, out=tmp_path / name), environ={}, progress=False))
+    with pytest.raises(UserError) as err:
+        bench.compare(runs, out=tmp_path / "merged", verdict=True)
+    assert str(err.value) == (f"--verdict: {runs[0]} measured levels 1,2 and {runs[1]} 1,4: the verdict pairs each "
+                              "level's rounds; measure every service at the same --levels (--verdict's default is the "
+                              "same for each)")
+    assert not (tmp_path / "merged").exists()
+    bench.compare(runs, out=tmp_path / "table")  # without the verdict the table shows what each measured
+
+
 def test_only_with_the_sweep_is_one_line():
     proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--only", "eagle3", "--sweep"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
