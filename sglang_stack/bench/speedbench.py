@@ -93,8 +93,8 @@ def check_tokenizer(tokenizer: Path) -> Path:
 def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
             seed: int = 0, caller: str = "acceptance") -> list[dict]:
     """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
-    ``tokenizer`` applying the chat template: ``[{"prompt", "prompt_len", "output_len"}, ...]``."""
-    check_tokenizer(tokenizer)
+    ``tokenizer`` (``check_tokenizer``'s) applying the chat template: ``[{"prompt", "prompt_len", "output_len"},
+    ...]``."""
     data, tok = (DATA, TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
     mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): TOKENIZER} if runner.image else None
     args = ["sglang_stack.entrypoints.prompts", NAME, "--dataset-path", data, "--tokenizer", tok,

@@ -226,7 +226,6 @@ def acceptance(c, service=None, url=None, accept_min=None, out=None, timeout=Non
         if not dataset_path:
             raise UserError(f"--dataset {speedbench.NAME} needs --dataset-path FILE, the JSONL prepared on this host")
         if image is not None:
-
             image_reference(image, "--image")
         request = speedbench.Request(dataset_path, category, num_prompts or 32, output_len or 512, tokenizer, image,
                                      python, engine_of(c), profile)
