@@ -33,7 +33,7 @@ from sglang_stack import ROOT
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.bench import report
-from sglang_stack.bench import pays, provenance, rounds, stats
+from sglang_stack.bench import pays, provenance, rounds, speedbench, stats, upstream
 from sglang_stack.bench.client import Endpoint, probe, probe_openai, server_info
 from sglang_stack.serverapi import RequestFailed
 from sglang_stack.bench.rounds import (
@@ -277,7 +277,10 @@ def run(
         slo=stats.parse_slo(request.slo),
         clock=clock,
     )
+    generator = upstream.parse_generator(request.generator)
     source = promptset.parse_dataset(request, options)
+    if generator == "sglang":
+        check_sglang_generator(request, options)
     if request.out:
         atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
         check_untracked(Path(request.out))
@@ -287,7 +290,12 @@ def run(
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
     # once an endpoint answered; a bad file then leaves no results directory behind
-    prompt_set = source.load(promptset.served_model_dir(request.endpoints, env) if source.speed_bench else None)
+    model_dir = promptset.served_model_dir(request.endpoints, env)
+    prompt_set = source.load(model_dir if source.speed_bench else None)
+    if generator == "sglang":
+        tokenizer = speedbench.check_tokenizer(Path(request.tokenizer) if request.tokenizer else model_dir)
+        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench")
+        options.benchmark = upstream.start(runner, tokenizer, api_key)
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -310,6 +318,21 @@ def run(
         pays.write(out_dir, found)
         tell(f"verdict: {found['line']} ({out_dir / pays.NAME}, {out_dir / pays.PLOT})")
     return out_dir
+
+
+def check_sglang_generator(request: Request, options: Options) -> None:
+    """What SGLang's benchmark cannot do, refused before any endpoint is probed."""
+    if options.burstiness != 1.0:
+        raise UserError(f"--burstiness {request.burstiness} with --generator sglang: SGLang's benchmark sends Poisson "
+                        "arrivals only (burstiness 1)")
+    if request.endpoints and request.tokenizer is None:
+        raise UserError("--generator sglang with --endpoint: give --tokenizer DIR, the served model's tokenizer "
+                        "(SGLang's benchmark counts the prompts' tokens with it)")
+    if request.tokenizer is not None:
+        speedbench.check_tokenizer(Path(request.tokenizer))
+    if request.image is not None and request.python is not None:
+        raise UserError(f"--image {request.image} and --python {request.python}: SGLang's benchmark runs in one of "
+                        "them; choose one")
 
 
 def parse_rate(value) -> float | None:
@@ -366,6 +389,9 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         },
         "target": {"api": options.target.api, "stream": options.target.stream, "model": options.target.model},
         "load": {
+            "generator": {"name": "builtin"} if options.benchmark is None else {
+                "name": "sglang", "module": "sglang.benchmark.serving", "sglang": options.benchmark.version,
+                "where": options.benchmark.where},
             "mode": "closed" if options.request_rate is None else "open",
             "request_rate": rounds.rate_json(options.request_rate),
             "burstiness": options.burstiness if options.request_rate is not None else None,

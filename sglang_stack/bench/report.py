@@ -44,8 +44,12 @@ def summarize_group(samples: Sequence[dict], rounds: Sequence[dict], percentiles
     tpots = [t for t in (stats.tpot(s) for s in ok) if t is not None]
     complete_rounds = [r for r in rounds if r.get("aggregate_tps") is not None]
     aggregate = [r["aggregate_tps"] for r in complete_rounds]
-    spec = [s for s in ok if s.get("spec_verify_ct")]
-    verify = sum(s["spec_verify_ct"] for s in spec)
+    # Verify passes per request: SGLang's count, or, where only the accept length came back (SGLang's benchmark
+    # keeps nothing else of meta_info), the count it implies: accept length = output tokens / verify passes.
+    passes = {id(s): s.get("spec_verify_ct") or (s["output_tokens"] / s["spec_accept_length"]
+                                                 if s.get("spec_accept_length") else 0) for s in ok}
+    spec = [s for s in ok if passes[id(s)]]
+    verify = sum(passes[id(s)] for s in spec)
     drafted = sum(s.get("spec_draft_token_num") or 0 for s in spec)
     accepted = sum(s.get("spec_accept_token_num") or 0 for s in spec)
     flushes = [r.get("cache_flushed") for r in rounds if r.get("cache_flushed") is not None]

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from sglang_stack.bench import report, stats
+from sglang_stack.bench import report, stats, upstream
 from sglang_stack.bench.client import Endpoint, Timing, flush_cache
 from sglang_stack.serverapi import RequestFailed
 from sglang_stack.bench.display import Progress, say
@@ -84,6 +84,8 @@ class Options:
     percentiles: tuple[float, ...] = stats.DEFAULT_PERCENTILES
     slo: dict = field(default_factory=dict)
     clock: Callable[[], float] = time.perf_counter  # stamps each streamed event; tests inject their own
+    benchmark: upstream.Benchmark | None = None
+    """SGLang's benchmark, which sends the rounds (--generator sglang); None: this module's threads."""
 
 
 class Results:
@@ -174,12 +176,13 @@ def _flush(endpoint: Endpoint, api_key: str | None, options: Options) -> tuple[b
 
 
 def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat: int, options: Options,
-              api_key: str | None, results: Results, progress: Progress | None = None) -> dict:
-    """One round at concurrency ``level`` (closed loop) or at ``options.request_rate`` capped at ``level`` (open loop).
+              api_key: str | None, results: Results, progress: Progress | None = None, warmup: int = 0) -> dict:
+    """One round at concurrency ``level`` (closed loop) or at ``options.request_rate`` capped at ``level`` (open loop),
+    sent by the built-in generator or by SGLang's benchmark (``options.benchmark``, which first sends ``warmup``
+    unmeasured requests).
 
-    On the first failed request no new request starts; those in flight finish. The round's
-    samples, failed ones included, are added to ``results``; the first failure is raised as
-    ``RequestFailed``.
+    The built-in generator starts no new request after the first failure; those in flight finish. The round's
+    samples, failed ones included, are added to ``results``; the first failure is raised as ``RequestFailed``.
     """
     index = len(results.rounds)
     flushed, flush_error = _flush(endpoint, api_key, options)
@@ -187,6 +190,81 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
     count = options.num_requests or (open_round_size(len(prompts), options.request_rate) if open_loop
                                      else round_size(len(prompts), level))
     work = [prompts[i % len(prompts)] for i in range(count)]
+    run_origin = results.elapsed()
+    send = sglang_round if options.benchmark is not None else builtin_round
+    done, (begin, end), wall = send(endpoint, work, level, repeat, index, run_origin, options, api_key, progress, warmup)
+    for s in done:
+        s.in_window = s.round_end_s is not None and s.round_end_s <= end + 1e-9
+    results.samples.extend(done)
+    record = round_record(index, endpoint.name, level, repeat, done, (begin, end), wall, open_loop, options)
+    record.update(cache_flushed=flushed, flush_error=flush_error, run_start_s=round(run_origin, 6))
+    results.rounds.append(record)
+    failed = next((s for s in done if not s.ok), None)
+    if failed is not None:
+        raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed at {describe(level, options)}, repeat {repeat + 1}, "
+                            f"prompt {failed.prompt_id}: {failed.error}")
+    return record
+
+
+def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat: int, index: int, run_origin: float,
+                 options: Options, api_key: str | None, progress: Progress | None,
+                 warmup: int) -> tuple[list[Sample], tuple[float, float], float]:
+    """The round sent by SGLang's benchmark; its samples from what SGLang recorded of each request.
+
+    SGLang's closed loop is a semaphore of ``level`` over the whole list, so the window is the same as the built-in
+    one's: from the ``level``-th start (all slots busy) to the first end after the last start (the drain begins).
+    """
+    open_loop = options.request_rate is not None
+    waves = math.ceil(len(work) / level) if level else 1
+    answer = options.benchmark.round({
+        "base_url": endpoint.url, "backend": upstream.BACKENDS[options.target.api], "model": options.target.model,
+        "rows": [sglang_row(p, options.prompt_template) for p in work], "max_concurrency": level or None,
+        "request_rate": rate_json(options.request_rate) if open_loop else "inf", "warmup": warmup,
+        "ignore_eos": options.ignore_eos, "stream": options.target.stream, "seed": options.seed + index,
+        "timeout": options.timeout * waves})
+    outputs = answer["outputs"]
+    origin = min(o["start_time"] for o in outputs)
+    done = []
+    for prompt, out in zip(work, outputs):
+        start, ok = out["start_time"] - origin, bool(out["success"])
+        tokens, itl = (int(out["output_len"]), list(out["itl"])) if ok else (None, [])
+        first = tokens - len(itl) if ok else None
+        done.append(Sample(
+            endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id, ok=ok,
+            error=None if ok else (out["error"] or "failed, with no error recorded"), ttft_s=out["ttft"] if ok else None,
+            latency_s=out["latency"] if ok else None, output_tokens=tokens, first_chunk_tokens=first, itl_s=itl,
+            decode_tps=(tokens - first) / sum(itl) if ok and sum(itl) > 0 else None,
+            spec_accept_length=out["spec_accept_length"] or None, started_s=run_origin + start,
+            round_start_s=start, round_end_s=start + (out["latency"] if ok else 0.0)))
+    if progress:
+        progress.request_done(endpoint.name, len(done), len(done), sum(s.output_tokens or 0 for s in done),
+                              max(s.round_end_s for s in done))
+    starts = sorted(s.round_start_s for s in done)
+    ends = sorted(s.round_end_s for s in done if s.ok)
+    wall = max([*ends, *starts])
+    if open_loop:
+        return done, (0.0, wall), wall
+    begin = starts[level - 1] if len(starts) >= level else 0.0
+    end = next((e for e in ends if e > starts[-1]), wall)
+    return done, (begin, end), wall
+
+
+def sglang_row(prompt: Prompt, template: str | None) -> dict:
+    """What SGLang's benchmark sends for ``prompt``: its text (``template`` applied) or token ids; the length in
+    tokens is SGLang's own count where ours is unknown."""
+    ids = getattr(prompt, "input_ids", None)
+    if ids and not template:
+        return {"prompt": list(ids), "prompt_len": len(ids), "output_len": prompt.max_new_tokens}
+    text = template.replace("{prompt}", prompt.prompt) if template else prompt.prompt
+    return {"prompt": text, "prompt_len": None, "output_len": prompt.max_new_tokens}
+
+
+def builtin_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat: int, index: int, run_origin: float,
+                  options: Options, api_key: str | None, progress: Progress | None,
+                  warmup: int) -> tuple[list[Sample], tuple[float, float], float]:
+    """The round sent by this module's threads (``warmup`` is sent before, by ``run_rounds``)."""
+    open_loop = options.request_rate is not None
+    count = len(work)
     schedule = arrivals(count, options.request_rate, options.burstiness, options.seed + index) if open_loop else None
     stop = threading.Event()
     lock = threading.Lock()
@@ -195,7 +273,6 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
     tokens = [0]  # output tokens so far, for the live line
     origin = time.perf_counter()
     since = lambda: time.perf_counter() - origin  # noqa: E731 (round seconds)
-    run_origin = results.elapsed()
 
     def one(prompt: Prompt, scheduled: float | None, slot: int | None = None) -> None:
         sample = Sample(endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id,
@@ -271,17 +348,7 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
             firsts.setdefault(sample.slot, sample.round_start_s)
     begin = max(firsts.values()) if not open_loop and len(firsts) == level else 0.0
     end = min(drained) if drained and not open_loop else wall
-    for s in done:
-        s.in_window = s.round_end_s is not None and s.round_end_s <= end + 1e-9
-    results.samples.extend(done)
-    record = round_record(index, endpoint.name, level, repeat, done, (begin, end), wall, open_loop, options)
-    record.update(cache_flushed=flushed, flush_error=flush_error, run_start_s=round(run_origin, 6))
-    results.rounds.append(record)
-    failed = next((s for s in done if not s.ok), None)
-    if failed is not None:
-        raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed at {describe(level, options)}, repeat {repeat + 1}, "
-                            f"prompt {failed.prompt_id}: {failed.error}")
-    return record
+    return done, (begin, end), wall
 
 
 def describe(level: int, options: Options) -> str:
@@ -351,7 +418,11 @@ def run_rounds(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Op
                results: Results, progress: Progress | None = None) -> None:
     """Warm up every endpoint, then for each level and repeat, one round per endpoint, interleaved."""
     progress = progress or Progress(0, enabled=False)
+    cold = set()  # SGLang's benchmark warms an endpoint up in its first round
     for endpoint in endpoints:
+        if options.benchmark is not None:
+            cold.add(endpoint.name)
+            continue
         started = time.perf_counter()
         warm_up(endpoint, prompt_set.prompts, options.warmup, options, api_key)
         progress.warmed_up(endpoint.name, options.warmup, time.perf_counter() - started)
@@ -359,8 +430,10 @@ def run_rounds(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Op
         for repeat in range(options.repeats):
             for endpoint in round_order(endpoints, repeat):
                 before = len(results.rounds)
+                warmup = options.warmup if endpoint.name in cold else 0
+                cold.discard(endpoint.name)
                 try:
-                    run_round(endpoint, prompt_set.prompts, level, repeat, options, api_key, results, progress)
+                    run_round(endpoint, prompt_set.prompts, level, repeat, options, api_key, results, progress, warmup)
                 finally:
                     results.write()
                     if len(results.rounds) > before:

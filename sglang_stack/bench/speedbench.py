@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.engine import Engine
-from sglang_stack.entrypoints.prompts import PROFILE as ADAPTER_PROFILE
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count
 
@@ -119,7 +118,7 @@ class Request:
     image: str | None = None
     python: str | None = None
     engine: Engine = Engine("docker")
-    profile: str | None = None  # default: ADAPTER_PROFILE, the first whose SGLang has the adapter
+    profile: str | None = None  # default: upstream.PROFILE, the first whose SGLang has the adapter
     seed: int = 0  # the adapter samples the rows with it
     caller: str = "acceptance"  # the task, as its messages name it
 
@@ -130,9 +129,8 @@ class Request:
 
     def prompts(self, model_dir: Path | None):
         """(the acceptance prompts, what the report records of them)."""
+        from sglang_stack.bench import upstream
         from sglang_stack.bench.acceptance import Prompt
-        from sglang_stack.lock import lockfile, profiles
-        from sglang_stack.image import derive
 
         num = parse_count("--num-prompts", self.num_prompts, 1)
         output_len = parse_count("--output-len", self.output_len, 1)
@@ -143,11 +141,7 @@ class Request:
         tokenizer = check_tokenizer(Path(self.tokenizer) if self.tokenizer else model_dir)
         # The adapter only makes the prompts, for a server of any release: without --profile, the first profile
         # whose SGLang has it, whichever one the services run.
-        profile = self.profile or ADAPTER_PROFILE
-        chosen = profiles.get(profile)
-        lock, _ = lockfile.check_all(chosen.lock, download=False)
-        runner = derive.runner_for(derive.Request(image=self.image, python=self.python, engine=self.engine,
-                                                  profile=profile), lock.tag, chosen.name, self.caller)
+        runner = upstream.runner(self.image, self.python, self.engine, self.profile, self.caller)
         rows = prompts(runner, checked, tokenizer, self.category, num, output_len, self.seed, self.caller)
         sent = {"dataset": NAME, "file": str(checked.path), "sha256": checked.sha256, "category": self.category,
                 "rows": checked.categories, "prompts": len(rows), "max_new_tokens": output_len, "seed": self.seed,

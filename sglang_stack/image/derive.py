@@ -96,20 +96,26 @@ class Runner:
         return self.module(["sglang_stack.entrypoints.settings", "--profile", run.profile, *where, "--", *run.argv],
                            env=run.env, mounts=mounts)
 
-    def module(self, args: list[str], env: dict[str, str] | None = None,
-               mounts: dict[Path, str] | None = None) -> tuple[list[str], dict[str, str]]:
-        """``python3 -m ARGS`` where SGLang is: the image (no network, ``mounts`` read-only, ``env`` set in the
-        container) or the given interpreter with ``env`` as the container's environment (only PATH and HOME of this
-        shell pass through)."""
-        env = env or {}
+    def module(self, args: list[str], env: dict[str, str] | None = None, mounts: dict[Path, str] | None = None,
+               network: str = "none", secrets: dict[str, str] | None = None,
+               interactive: bool = False) -> tuple[list[str], dict[str, str]]:
+        """``python3 -m ARGS`` where SGLang is: the image (``network``: none unless it must reach a server,
+        ``mounts`` read-only, ``env`` set in the container) or the given interpreter with ``env`` as the container's
+        environment (only PATH and HOME of this shell pass through). ``secrets`` join ``env`` by name only, so their
+        values never show in the command line; ``interactive`` keeps the container's stdin open."""
+        env, secrets = env or {}, secrets or {}
         if self.image:
-            cmd = [self.engine.runner, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3"]
+            cmd = [self.engine.runner, "run", "--rm", "--pull", "never", "--network", network, "--entrypoint", "python3"]
+            if interactive:
+                cmd.append("-i")
             for host, inside in (mounts or {}).items():
                 cmd += ["-v", f"{host}:{inside}:ro"]
             for key, value in sorted(env.items()):
                 cmd += ["-e", f"{key}={value}"]
-            return [*cmd, self.image, "-m", *args], dict(os.environ)
-        own = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | env | {"PYTHONPATH": str(ROOT)}
+            for key in sorted(secrets):
+                cmd += ["-e", key]
+            return [*cmd, self.image, "-m", *args], dict(os.environ) | secrets
+        own = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ} | env | secrets | {"PYTHONPATH": str(ROOT)}
         return [self.python, "-m", *args], own
 
     def call(self, argv: list[str], env: dict[str, str], what: str, timeout: float, late: str = "no answer",

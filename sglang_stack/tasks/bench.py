@@ -49,13 +49,18 @@ DEFAULTS = {
         "category": "with --dataset speed-bench: low_entropy, mixed or high_entropy (default: every row)",
         "num_prompts": "with --dataset speed-bench: how many prompts SGLang's adapter samples (default: 32)",
         "output_len": "with --dataset speed-bench: tokens generated per prompt (default: 512, SGLang's)",
-        "tokenizer": "with --dataset speed-bench: the served model's tokenizer directory (default: the services' "
-        "MODEL_DIR; required with --endpoint)",
-        "image": "with --dataset speed-bench: run SGLang's adapter in this image (default: the --profile's tag)",
-        "python": "with --dataset speed-bench: run SGLang's adapter with this interpreter instead of an image "
-        "(default: none)",
-        "profile": "with --dataset speed-bench: the profile whose image runs SGLang's adapter (default: "
-        f"{ADAPTER_PROFILE}, the first whose SGLang has it, whichever profile the services run)",
+        "tokenizer": "with --dataset speed-bench or --generator sglang: the served model's tokenizer directory "
+        "(default: the services' MODEL_DIR; required with --endpoint)",
+        "image": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark in this image "
+        "(default: the --profile's tag)",
+        "python": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark with this "
+        "interpreter instead of an image (default: none)",
+        "profile": "with --dataset speed-bench or --generator sglang: the profile whose image runs SGLang's adapter "
+        f"and benchmark (default: {ADAPTER_PROFILE}, the first whose SGLang has them, whichever profile the services "
+        "run)",
+        "generator": "who sends the requests: builtin (this checkout's threads) or sglang (SGLang's own serving "
+        "benchmark, sglang.benchmark.serving, one process kept for every round; Poisson arrivals only) "
+        "(default: builtin)",
         "random_input_len": "random dataset: input tokens per prompt (default 512)",
         "random_output_len": "random dataset: output tokens per prompt (default 256)",
         "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",
@@ -134,6 +139,7 @@ def bench(
     python=None,
     profile=None,
     only=None,
+    generator=None,
 ):
     """Measure decode tok/s, TTFT, TPOT, ITL, latency and acceptance of running SGLang servers.
 
@@ -156,7 +162,7 @@ def bench(
                  seed=seed, api=api, stream=not no_stream, model=model, request_rate=request_rate, burstiness=burstiness,
                  max_concurrency=max_concurrency, percentiles=percentiles, slo=slo, level=sweep_level,
                  dataset_path=dataset_path, category=category, num_prompts=num_prompts, output_len=output_len,
-                 tokenizer=tokenizer, image=image, python=python, profile=profile)
+                 tokenizer=tokenizer, image=image, python=python, profile=profile, generator=generator)
     from sglang_stack.bench import pays
 
     if verdict and sweep:

@@ -1,0 +1,145 @@
+"""SGLang's own serving benchmark as the load generator: `invoke bench --generator sglang`.
+
+``entrypoints/benchmark.py`` runs where SGLang is: the image of profile ``PROFILE`` (the first whose benchmark is
+``sglang.benchmark.serving``, with each request's ``spec_accept_length``) unless ``--profile``, ``--image`` or
+``--python`` say otherwise, on the host's network so that it reaches the servers. Its import costs seconds (torch
+comes with it), so one is started per (place, tokenizer, key) and kept for every round this process measures, the
+sweep's included. Each round goes to it as one line; what SGLang recorded of each request comes back, and
+``rounds.py`` works out the window, the concurrency held and the throughput from it as for the built-in generator.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import queue
+import shlex
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from sglang_stack.engine import Engine
+from sglang_stack.entrypoints.prompts import PROFILE
+from sglang_stack.errors import UserError
+from sglang_stack.serverapi import RequestFailed
+
+GENERATORS = ("builtin", "sglang")
+BACKENDS = {"native": "sglang", "completions": "sglang-oai", "chat": "sglang-oai-chat"}  # --api: SGLang's --backend
+TOKENIZER = "/models/tokenizer"  # where the tokenizer directory is mounted in the image
+READY_S = 600.0  # the import, and the image's start: minutes on a cold disk
+MARGIN_S = 120.0  # past a round's own limit, which the benchmark enforces itself
+
+
+class Benchmark:
+    """One running ``entrypoints/benchmark.py``; ``round`` sends it a round and returns its answer."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], where: str, caller: str = "bench"):
+        self.where, self.caller = where, caller
+        self.log = tempfile.TemporaryFile(mode="w+")
+        print(f"{caller}: SGLang's benchmark: $ {shlex.join(argv)}", flush=True)
+        try:
+            self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self.log, text=True, bufsize=1)
+        except FileNotFoundError:
+            raise UserError(f"{caller}: {argv[0]}: not found") from None
+        self.lines: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.version = str(self._answer(READY_S, "did not start").get("ready"))
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _last_words(self) -> str:
+        self.log.seek(0)
+        lines = [line.strip() for line in self.log.read().splitlines() if line.strip()]
+        return lines[-1] if lines else f"exit {self.proc.poll()}"
+
+    def _answer(self, timeout: float, late: str) -> dict:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
+            raise UserError(f"{self.caller}: SGLang's benchmark in {self.where} {late} within {timeout:.0f} s") from None
+        if line is None:
+            self.proc.wait()
+            raise UserError(f"{self.caller}: SGLang's benchmark in {self.where}: {self._last_words()}")
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise UserError(f"{self.caller}: SGLang's benchmark in {self.where} wrote {line[:200]!r}, not JSON")
+        return answer
+
+    def round(self, plan: dict) -> dict:
+        """``{"outputs": [...], "metrics": {...}}`` for ``plan`` (entrypoints/benchmark.py's round); a round
+        SGLang could not run raises ``RequestFailed`` with its one line."""
+        if self.proc.poll() is not None:
+            raise UserError(f"{self.caller}: SGLang's benchmark in {self.where} has exited: {self._last_words()}")
+        self.proc.stdin.write(json.dumps(plan) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answer(float(plan.get("timeout", 600)) + MARGIN_S, "did not answer a round")
+        if "error" in answer:
+            raise RequestFailed(f"SGLang's benchmark: {answer['error']}")
+        if not isinstance(answer.get("outputs"), list) or len(answer["outputs"]) != len(plan["rows"]):
+            raise UserError(f"{self.caller}: SGLang's benchmark answered {len(answer.get('outputs') or [])} requests "
+                            f"for a round of {len(plan['rows'])}")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # EOF: it ends after the round in hand
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+_RUNNING: dict[tuple, Benchmark] = {}
+
+
+def start(runner, tokenizer: Path, api_key: str | None, caller: str = "bench") -> Benchmark:
+    """The benchmark for ``runner`` (image.derive.Runner) and ``tokenizer``: the one already running in this process,
+    or a new one."""
+    tok = TOKENIZER if runner.image else str(tokenizer.resolve())
+    argv, env = runner.module(["sglang_stack.entrypoints.benchmark", "--tokenizer", tok], env={"HF_HUB_OFFLINE": "1"},
+                              mounts={tokenizer.resolve(): TOKENIZER} if runner.image else None, network="host",
+                              secrets={"OPENAI_API_KEY": api_key} if api_key else None, interactive=True)
+    key = (tuple(argv), api_key)
+    running = _RUNNING.get(key)
+    if running is None or running.proc.poll() is not None:
+        running = _RUNNING[key] = Benchmark(argv, env, runner.where, caller)
+    return running
+
+
+@atexit.register
+def _stop_all() -> None:
+    for running in _RUNNING.values():
+        running.close()
+    _RUNNING.clear()
+
+
+def runner(image: str | None, python: str | None, engine: Engine, profile: str | None, caller: str):
+    """Where SGLang's benchmark tools run on this host (image.derive.Runner): ``python``, ``image``, or the image of
+    ``profile``, by default ``PROFILE``, the first whose benchmark has them, whatever release the servers run."""
+    from sglang_stack.image import derive
+    from sglang_stack.lock import lockfile, profiles
+
+    if image is not None and python is not None:
+        raise UserError(f"--image {image} and --python {python}: SGLang's benchmark runs in one of them; choose one")
+    chosen = profiles.get(profile or PROFILE)
+    lock, _ = lockfile.check_all(chosen.lock, download=False)
+    return derive.runner_for(derive.Request(image=image, python=python, engine=engine, profile=profile or PROFILE),
+                             lock.tag, chosen.name, caller)
+
+
+def parse_generator(value: str | None) -> str:
+    name = (value or "builtin").strip()
+    if name not in GENERATORS:
+        raise UserError(f"--generator {value!r}: choose {' or '.join(GENERATORS)}")
+    return name
