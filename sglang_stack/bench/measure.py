@@ -516,6 +516,10 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
                 raise UserError(f"--verdict: {paths[0]} measured levels {shown(first['levels'])} and {path} "
                                 f"{shown(d['metadata']['levels'])}: the verdict pairs each level's rounds; measure "
                                 "every service at the same --levels (--verdict's default is the same for each)")
+            made = lambda m: ((m.get("load") or {}).get("generator") or {}).get("name", "builtin")  # noqa: E731
+            if made(d["metadata"]) != made(first):
+                raise UserError(f"--verdict: {paths[0]} was measured by the {made(first)} generator and {path} by "
+                                f"the {made(d['metadata'])} one: measure every service with the same --generator")
         pays.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
     out_dir = results_dir(out)
     doc = {

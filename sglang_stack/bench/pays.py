@@ -113,6 +113,7 @@ def decide(doc: dict) -> dict:
     out = {"reference": reference, "levels": meta["levels"], "repeats": meta["repeats"], "margin": MARGIN,
            "interleaved": meta.get("interleaved", True), "apart_s": meta.get("apart_s"), "endpoints": {},
            "provenance": meta.get("provenance"), "prompts": meta.get("prompt_set"),
+           "generator": (meta.get("load") or {}).get("generator") or {"name": "builtin"},
            "servers": {name: {k: s.get(k) for k in ("version", "speculative_algorithm", "speculative_num_steps",
                                                    "speculative_eagle_topk", "speculative_num_draft_tokens",
                                                    "speculative_draft_model_path", "speculative_adaptive")}

@@ -13,7 +13,8 @@ object per line of stdin, a round:
 
 and answers each with one line: ``{"outputs": [...], "metrics": {...}}``, each request as SGLang's
 ``RequestFuncOutput`` recorded it (``start_time`` on this process's ``time.perf_counter``) and SGLang's own figures
-for the round (what ``benchmark()`` returns, its per-request lists left out); or ``{"error": LINE}``. EOF ends it.
+for the round (what ``benchmark()`` returns, its per-request lists left out; ``{"error": LINE}`` where they failed
+after every request ran); or ``{"error": LINE}`` for a round that did not run. EOF ends it.
 SGLang's console output goes to stderr; an API key comes from ``OPENAI_API_KEY``, where SGLang's client reads it.
 
 Every setting SGLang's parser has keeps its default: ``cli_main`` runs once with ``run_benchmark`` captured, the way
@@ -120,9 +121,15 @@ def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
             result = asyncio.run(asyncio.wait_for(bench, float(plan.get("timeout", 600))))
     except TimeoutError:
         raise TimeoutError(f"the round did not finish within {float(plan.get('timeout', 600)):g} s") from None
+    except Exception as err:
+        if "outputs" not in captured:
+            raise
+        # Every request ran, and SGLang's figures failed after (its percentiles of no completed request raise
+        # IndexError): the outputs say what failed.
+        result = {"error": f"{type(err).__name__}: {one_line(err) or '-'}"}
     finally:
         serving.calculate_metrics = calculate
-    outputs = [{key: getattr(out, key) for key in KEPT} for out in captured.get("outputs", [])]
+    outputs = [{key: getattr(out, key) for key in KEPT} for out in captured["outputs"]]
     for out in outputs:
         out["error"] = one_line(out["error"])
     metrics = {k: v for k, v in result.items() if k not in DETAILS and isinstance(v, (int, float, str, type(None)))}

@@ -18,8 +18,9 @@ import pytest
 from conftest import load_factor
 from sglang_server import Behaviour, SGLangServer
 from test_bench import free_port, write_prompts
+from word_tokenizer import word_tokenizer
 from sglang_stack import ROOT
-from sglang_stack.bench import measure as bench, pays, report
+from sglang_stack.bench import measure as bench, pays, report, upstream
 from sglang_stack.bench.request import Request
 from sglang_stack.errors import UserError
 
@@ -36,17 +37,27 @@ SPEC = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(3,), spec=True, load_s=
                  server_info=SPEC_INFO)
 
 
-def run_verdict(tmp_path, base: Behaviour, spec: Behaviour, levels: str, repeats: int = 3, tokens: int = 13):
+def run_verdict(tmp_path, base: Behaviour, spec: Behaviour, levels: str, repeats: int = 3, tokens: int = 13,
+                **flags):
     prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=tokens)
     with SGLangServer(base) as b, SGLangServer(spec) as s:
         out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=levels, repeats=repeats,
-                                warmup=0, prompts=prompts, out=tmp_path / "r", verdict=True), environ={},
+                                warmup=0, prompts=prompts, out=tmp_path / "r", verdict=True, **flags), environ={},
                         progress=False)
     return json.loads((out / pays.NAME).read_text()), out
 
 
-def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path):
-    found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16", repeats=3 if SLOWER == 1.0 else 5)
+def sglang_flags(tmp_path, profile_python) -> dict:
+    """`--generator sglang`, SGLang's benchmark run by a Python of the profile that has it."""
+    tokenizer = word_tokenizer(tmp_path / "tok", ["[UNK]", "prompt", "number", "0", "1", "2", "3"])
+    return {"generator": "sglang", "python": str(profile_python(upstream.PROFILE)), "tokenizer": str(tokenizer)}
+
+
+@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
+def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path, request, generator):
+    flags = sglang_flags(tmp_path, request.getfixturevalue("profile_python")) if generator == "sglang" else {}
+    found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16", repeats=3 if SLOWER == 1.0 else 5, **flags)
+    assert found["generator"]["name"] == generator, found["generator"]
     rows = {r["level"]: r for r in found["endpoints"]["eagle3"]["levels"]}
     assert {level: r["verdict"] for level, r in rows.items()} == {
         1: pays.PAYS, 2: pays.PAYS, 8: pays.LOSES, 16: pays.LOSES}, rows
@@ -206,6 +217,21 @@ def test_merged_runs_on_other_prompts_are_refused(tmp_path):
                                           prompts=prompts, out=tmp_path / name), environ={}, progress=False))
     with pytest.raises(UserError, match=rf"--verdict: {runs[0]} and the others used different prompt files"):
         bench.compare(runs, out=tmp_path / "merged", verdict=True)
+    assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.sglang_env
+def test_merged_runs_by_other_generators_are_refused(tmp_path, profile_python):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
+    runs = []
+    for name, behaviour, flags in (("baseline", BASE, {}), ("eagle3", SPEC, sglang_flags(tmp_path, profile_python))):
+        with SGLangServer(behaviour) as server:
+            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
+                                          prompts=prompts, out=tmp_path / name, **flags), environ={}, progress=False))
+    with pytest.raises(UserError) as err:
+        bench.compare(runs, out=tmp_path / "merged", verdict=True)
+    assert str(err.value) == (f"--verdict: {runs[0]} was measured by the builtin generator and {runs[1]} by the "
+                              "sglang one: measure every service with the same --generator")
     assert not (tmp_path / "merged").exists()
 
 

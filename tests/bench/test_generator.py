@@ -1,0 +1,123 @@
+"""`invoke bench --generator sglang`: SGLang's own serving benchmark (``sglang.benchmark.serving``, the 0.5.23
+profile's, in a CPU Python of its pins) sends every round to loopback stand-ins, and what the built-in generator was
+held to stays true: tokens counted as tokens (the speculative stand-in streams two or three a step), the level held
+over the measured window, the accept length of each request, the rounds interleaved; one benchmark process serves
+every round of the process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_server import Behaviour, SGLangServer
+from sglang_stack.bench import measure as bench, report, upstream
+from sglang_stack.bench.request import Request
+from sglang_stack.errors import UserError
+from test_bench import write_prompts
+from word_tokenizer import word_tokenizer
+
+TOKENS = 22  # the first event 1, then steps of 2, 3 and 2 (7 tokens in 3 steps): 1 + 3 * 7
+BASE = Behaviour(step_s=0.004, ttft_s=0.02, accept=(1,), server_info={"speculative_algorithm": None})
+SPEC = Behaviour(step_s=0.006, ttft_s=0.02, accept=(2, 3, 2), spec=True,
+                 server_info={"speculative_algorithm": "EAGLE3", "speculative_num_steps": 2,
+                              "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3})
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """One tokenizer for the module, so that its runs share one benchmark process (the key includes the path)."""
+    return word_tokenizer(tmp_path_factory.mktemp("tok") / "tok", ["[UNK]", "prompt", "number", "0", "1", "2", "3"])
+
+
+@pytest.fixture
+def sglang(profile_python, tokenizer):
+    return {"generator": "sglang", "python": str(profile_python(upstream.PROFILE)), "tokenizer": str(tokenizer)}
+
+
+def load(out) -> dict:
+    return json.loads((out / report.JSON_NAME).read_text())
+
+
+@pytest.mark.sglang_env
+def test_sglangs_benchmark_counts_tokens_holds_the_level_and_keeps_acceptance(tmp_path, sglang):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=TOKENS)
+    with SGLangServer(BASE) as base, SGLangServer(SPEC) as spec:
+        out = bench.run(Request(endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,4", repeats=2,
+                                warmup=1, prompts=prompts, out=tmp_path / "r", **sglang), environ={}, progress=False)
+    doc = load(out)
+    assert doc["complete"], doc["error"]
+    made = doc["metadata"]["load"]["generator"]
+    assert made["name"] == "sglang" and made["sglang"] == upstream.PROFILE and "python" in made["where"], made
+    ok = [s for s in doc["samples"] if s["ok"]]
+    # 1 warm-up each is SGLang's, unrecorded; rounds of 4 at level 1 and 12 at level 4, 2 repeats, 2 endpoints
+    assert len(ok) == len(doc["samples"]) == 2 * 2 * (4 + 12), len(doc["samples"])
+    # Tokens as tokens: the server's count, whatever the events carried.
+    assert {s["output_tokens"] for s in ok} == {TOKENS}, {s["output_tokens"] for s in ok}
+    rows = {(r["endpoint"], r["level"]): r for r in doc["summary"]["rows"]}
+    assert 0.9 < rows["baseline", 1]["mean_in_flight"] <= 1.0 and 3.5 < rows["eagle3", 4]["mean_in_flight"] <= 4.0, rows
+    # SGLang's accept length per request: output tokens over verify passes, 22 over the stand-in's 9 steps
+    assert rows["eagle3", 1]["accept_length"] == pytest.approx(TOKENS / 9), rows["eagle3", 1]
+    assert rows["baseline", 1]["accept_length"] is None, rows["baseline", 1]
+    # A speculative step streams 2 or 3 tokens, so its ITL is split over them: under a step
+    assert rows["eagle3", 1]["itl_ms"]["mean"] < SPEC.step_s * 1e3, rows["eagle3", 1]["itl_ms"]
+    order = [(r["repeat"], r["endpoint"]) for r in doc["rounds"] if r["level"] == 1]
+    assert order == [(0, "baseline"), (0, "eagle3"), (1, "eagle3"), (1, "baseline")], order
+
+
+@pytest.mark.sglang_env
+def test_one_benchmark_process_serves_every_run_of_the_process(tmp_path, sglang):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
+    pids = []
+    with SGLangServer(BASE) as server:
+        for n in range(2):
+            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
+                              out=tmp_path / f"r{n}", **sglang), environ={}, progress=False)
+            pids.append({r.proc.pid for r in upstream._RUNNING.values() if r.proc.poll() is None})
+    assert pids[0] == pids[1] and pids[0], pids
+
+
+@pytest.mark.sglang_env
+def test_a_server_failing_mid_run_is_one_line_and_keeps_what_was_measured(tmp_path, sglang):
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=6)
+    # round 1 (2 requests) succeeds; the 3rd request gets a 500, in repeat 2
+    with SGLangServer(Behaviour(step_s=0.002, ttft_s=0.005, fail_after=2, failure="http500")) as server:
+        with pytest.raises(UserError, match=r"flaky .* failed at concurrency 1, repeat 2, prompt p0: .*Internal "
+                                            r"Server Error") as caught:
+            bench.run(Request(endpoints=[f"flaky={server.url}"], levels="1", repeats=3, warmup=0, prompts=prompts,
+                              out=tmp_path / "r", **sglang), environ={}, progress=False)
+    assert "\n" not in str(caught.value) and "marked incomplete" in str(caught.value), caught.value
+    doc = load(tmp_path / "r")
+    assert doc["complete"] is False and len([s for s in doc["samples"] if s["ok"]]) >= 2, doc["samples"]
+
+
+@pytest.mark.sglang_env
+def test_a_release_whose_benchmark_is_not_a_package_is_refused_in_one_line(tmp_path, default_python, tokenizer):
+    with SGLangServer(BASE) as server:
+        with pytest.raises(UserError) as caught:
+            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,
+                              prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", generator="sglang",
+                              python=default_python, tokenizer=str(tokenizer)), environ={}, progress=False)
+    assert str(caught.value).endswith("error: SGLang 0.5.9 has no sglang.benchmark.serving; profile 0.5.23 has it"), \
+        caught.value
+    assert not (tmp_path / "r").exists(), "a run that could not start left a results directory"
+
+
+@pytest.mark.parametrize("flags, says", [
+    ({"generator": "vllm"}, r"^--generator 'vllm': choose builtin or sglang$"),
+    ({"generator": "sglang", "request_rate": "4", "burstiness": "2", "tokenizer": "T"},
+     r"^--burstiness 2 with --generator sglang: SGLang's benchmark sends Poisson arrivals only"),
+    ({"generator": "sglang"}, r"^--generator sglang with --endpoint: give --tokenizer DIR"),
+    ({"generator": "sglang", "tokenizer": "T", "image": "img:1", "python": "/usr/bin/python3"},
+     r"^--image img:1 and --python /usr/bin/python3: SGLang's benchmark runs in one of them"),
+    ({"generator": "sglang", "tokenizer": "EMPTY"}, r"^--tokenizer .*EMPTY: no tokenizer_config.json"),
+    ({"tokenizer": "T"}, r"^--tokenizer goes with --dataset speed-bench or --generator sglang$"),
+])
+def test_what_sglangs_benchmark_cannot_do_is_refused_before_any_request(tmp_path, tokenizer, flags, says):
+    (tmp_path / "EMPTY").mkdir()
+    flags = {k: (str(tokenizer) if v == "T" else str(tmp_path / "EMPTY") if v == "EMPTY" else v)
+             for k, v in flags.items()}
+    with pytest.raises(UserError, match=says):
+        bench.run(Request(endpoints=["x=http://127.0.0.1:9"], levels="1", out=tmp_path / "r", **flags), environ={},
+                  progress=False)
+    assert not (tmp_path / "r").exists()
