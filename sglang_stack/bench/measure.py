@@ -277,10 +277,8 @@ def run(
         slo=stats.parse_slo(request.slo),
         clock=clock,
     )
-    generator = upstream.parse_generator(request.generator)
     source = promptset.parse_dataset(request, options)
-    if generator == "sglang":
-        check_sglang_generator(request, options)
+    check_generator(request, options)
     if request.out:
         atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
         check_untracked(Path(request.out))
@@ -292,10 +290,7 @@ def run(
     # once an endpoint answered; a bad file then leaves no results directory behind
     model_dir = promptset.served_model_dir(request.endpoints, env)
     prompt_set = source.load(model_dir if source.speed_bench else None)
-    if generator == "sglang":
-        tokenizer = speedbench.check_tokenizer(Path(request.tokenizer) if request.tokenizer else model_dir)
-        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench")
-        options.benchmark = upstream.start(runner, tokenizer, api_key)
+    start_generator(request, options, model_dir, api_key)
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -320,8 +315,10 @@ def run(
     return out_dir
 
 
-def check_sglang_generator(request: Request, options: Options) -> None:
-    """What SGLang's benchmark cannot do, refused before any endpoint is probed."""
+def check_generator(request: Request, options: Options) -> None:
+    """--generator, and what SGLang's benchmark cannot do, refused before any endpoint is probed."""
+    if upstream.parse_generator(request.generator) != "sglang":
+        return
     if options.burstiness != 1.0:
         raise UserError(f"--burstiness {request.burstiness} with --generator sglang: SGLang's benchmark sends Poisson "
                         "arrivals only (burstiness 1)")
@@ -333,6 +330,16 @@ def check_sglang_generator(request: Request, options: Options) -> None:
     if request.image is not None and request.python is not None:
         raise UserError(f"--image {request.image} and --python {request.python}: SGLang's benchmark runs in one of "
                         "them; choose one")
+
+
+def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None) -> None:
+    """With --generator sglang, SGLang's benchmark (started, or the one this process runs already) sends the rounds:
+    ``options.benchmark``. ``model_dir``: the services' model directory, the tokenizer where --tokenizer is not
+    given."""
+    if upstream.parse_generator(request.generator) == "sglang":
+        tokenizer = speedbench.check_tokenizer(Path(request.tokenizer) if request.tokenizer else model_dir)
+        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench")
+        options.benchmark = upstream.start(runner, tokenizer, api_key)
 
 
 def parse_rate(value) -> float | None:

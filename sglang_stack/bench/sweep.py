@@ -325,6 +325,7 @@ def run(
         raise UserError(f"--sweep-level {rank_level}: not one of --levels {','.join(map(str, options.levels))}")
     ready = bench.parse_seconds("--ready-timeout", request.ready_timeout)
     source = promptset.parse_dataset(request, options)
+    bench.check_generator(request, options)
     proj = None
     if service is None or not request.endpoints:
         proj = composefile.project(env)
@@ -345,9 +346,11 @@ def run(
         preflight(request.engine, service)
         restart = compose_restart(request.engine, proj, service, ready)
         log_tail = log_tail or (lambda: compose_log_tail(request.engine, proj, service))
-    prompt_set = source.load(promptset.served_model_dir(request.endpoints, env) if source.speed_bench else None)
-    out_dir = bench.results_dir(request.out)
+    model_dir = promptset.served_model_dir(request.endpoints, env)
+    prompt_set = source.load(model_dir if source.speed_bench else None)
     api_key = (proj or composefile.project(env)).api_key()
+    bench.start_generator(request, options, model_dir, api_key)
+    out_dir = bench.results_dir(request.out)
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None
     results = Results(out_dir, meta)

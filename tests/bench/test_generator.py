@@ -111,7 +111,6 @@ def test_a_release_whose_benchmark_is_not_a_package_is_refused_in_one_line(tmp_p
     ({"generator": "sglang", "tokenizer": "T", "image": "img:1", "python": "/usr/bin/python3"},
      r"^--image img:1 and --python /usr/bin/python3: SGLang's benchmark runs in one of them"),
     ({"generator": "sglang", "tokenizer": "EMPTY"}, r"^--tokenizer .*EMPTY: no tokenizer_config.json"),
-    ({"tokenizer": "T"}, r"^--tokenizer goes with --dataset speed-bench or --generator sglang$"),
 ])
 def test_what_sglangs_benchmark_cannot_do_is_refused_before_any_request(tmp_path, tokenizer, flags, says):
     (tmp_path / "EMPTY").mkdir()

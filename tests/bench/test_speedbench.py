@@ -153,7 +153,7 @@ def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path, de
 
 @pytest.mark.parametrize("args, says", [
     (["--category", "mixed"], "error: --category goes with --dataset speed-bench"),
-    (["--tokenizer", "t"], "error: --tokenizer goes with --dataset speed-bench"),
+    (["--tokenizer", "t"], "error: --tokenizer goes with --dataset speed-bench or --generator sglang"),
     (["--dataset", "mt-bench"], "error: --dataset 'mt-bench': choose prompts (--prompts, the default set or a "
      "ShareGPT file), random or speed-bench"),
     (["--dataset", "speed-bench"], "error: --dataset speed-bench needs --dataset-path FILE, the JSONL prepared on "

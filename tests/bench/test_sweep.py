@@ -265,3 +265,29 @@ def test_progress_counts_rounds_and_drops_those_of_failed_points(tmp_path, capsy
                       "[3/4] eagle3 s3 k1 d4 c=1 repeat 1/2", "[4/4] eagle3 s3 k1 d4 c=1 repeat 2/2"], out
     assert "bench: sweep point eagle3 s2 k1 d3 failed: docker compose up eagle3 failed" in err, "diagnostics on stderr"
     assert "sweep point" not in out and "| eagle3 s1 k1 d2 |" in out, f"the table on stdout, failures not: {out}"
+
+
+@pytest.mark.sglang_env
+def test_sweep_finds_the_fastest_setting_with_sglangs_benchmark(tmp_path, profile_python):
+    """The same grid, its rounds sent by SGLang's own benchmark: one process for every point, acceptance from its
+    per-request accept length."""
+    from sglang_stack.bench import upstream
+    from word_tokenizer import word_tokenizer
+
+    tokenizer = word_tokenizer(tmp_path / "tok", ["[UNK]", "prompt", "number", "0", "1"])
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=13)
+    with SGLangServer(behaviour_for(GridPoint(1, 1, 2))) as server:
+
+        def restart(point: GridPoint) -> None:
+            server.behaviour = behaviour_for(point)
+
+        out = sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=1, prompts=prompts,
+                                out=tmp_path / "r", steps="1,2,3", topk="1", generator="sglang",
+                                python=str(profile_python(upstream.PROFILE)), tokenizer=str(tokenizer)),
+                        environ={}, restart=restart, ready_interval=0.01, progress=False)
+    doc = json.loads((out / report.JSON_NAME).read_text())
+    assert doc["complete"] is True and doc["metadata"]["load"]["generator"]["name"] == "sglang", doc["error"]
+    assert doc["sweep"]["best"] == "eagle3 s2 k1 d3", doc["sweep"]["best"]
+    rows = {r["endpoint"]: r for r in doc["summary"]["rows"]}
+    assert rows["eagle3 s2 k1 d3"]["accept_length"] == pytest.approx(13 / 1), rows["eagle3 s2 k1 d3"]
+    assert rows["eagle3 s1 k1 d2"]["accept_length"] == pytest.approx(13 / 6), rows["eagle3 s1 k1 d2"]
