@@ -1,6 +1,7 @@
 """How exactly `invoke bench` measures a stream whose timing is known, on this machine.
 
     python benchmarks/bench_accuracy.py [--step-ms 10.8] [--accept 1] [--tokens 64] [--levels 1,16,64]
+        [--generator sglang --python PYTHON]
 
 Serves SGLang's streaming format from the loopback server the tests use
 (tests/sglang_server.py): the first token after --ttft-ms, then one event every
@@ -11,7 +12,8 @@ ITL p50 against the schedule, and the mean number in flight over the measured wi
 against the level asked for and against the server's own count over the same kind of
 window. The defaults mimic the reference baseline (92.6 tok/s single stream, 10.8 ms per
 token); --step-ms 31.2 --accept 3 is an EAGLE-3 server at the same speed with 3 tokens
-per verify pass.
+per verify pass. ``--generator sglang`` measures SGLang's own serving benchmark instead, run by ``--python`` (a
+Python of profile 0.5.23's pins) with a word-level stand-in tokenizer.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from sglang_server import Behaviour, SGLangServer  # noqa: E402
+from bench.word_tokenizer import word_tokenizer  # noqa: E402
 from sglang_stack.bench import measure as bench, report  # noqa: E402
 from sglang_stack.bench.request import Request  # noqa: E402
 
@@ -41,6 +44,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--levels", default="1,16,64")
+    parser.add_argument("--generator", default="builtin", help="builtin or sglang (default builtin)")
+    parser.add_argument("--python", default=None, help="with --generator sglang: the Python that runs SGLang")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,6 +55,10 @@ def main() -> None:
                         "max_new_tokens": args.tokens, "prompt": f"prompt {i}"}) + "\n"
             for i in range(args.prompts)
         ))
+        flags = {}
+        if args.generator == "sglang":
+            flags = {"generator": "sglang", "python": args.python,
+                     "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}
         behaviour = Behaviour(step_s=args.step_ms / 1000, ttft_s=args.ttft_ms / 1000, accept=(args.accept,),
                               spec=args.accept > 1)
         started = time.perf_counter()
@@ -58,7 +67,7 @@ def main() -> None:
         with SGLangServer(behaviour) as server:
             for level in [int(x) for x in args.levels.split(",")]:
                 before = len(server.served)
-                out = bench.run(Request(endpoints=[f"loopback={server.url}"], levels=str(level), repeats=1, warmup=1, prompts=prompts, out=Path(tmp) / f"r{level}", flush=False), environ={}, progress=False)
+                out = bench.run(Request(endpoints=[f"loopback={server.url}"], levels=str(level), repeats=1, warmup=1, prompts=prompts, out=Path(tmp) / f"r{level}", flush=False, **flags), environ={}, progress=False)
                 truth[level] = server.served[before + 1:]  # less the warm-up request
                 rows += report.load_results(out)["summary"]["rows"]
                 rounds_ = report.load_results(out)["rounds"]

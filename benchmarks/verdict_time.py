@@ -1,7 +1,7 @@
 """How long a default `invoke bench --verdict` takes, and what it finds, against stand-ins whose crossover is known.
 
     python benchmarks/verdict_time.py [--step-ms 4] [--load-ms 0.25] [--accept 3] [--verify 4] [--levels ...]
-        [--repeats 3] [--prompts FILE]
+        [--repeats 3] [--prompts FILE] [--generator sglang --python PYTHON]
 
 Two loopback servers (tests/sglang_server.py) that batch the way continuous batching does: a step costs --step-ms
 plus --load-ms for every token verified across the batch. The baseline verifies and emits one token per request and
@@ -9,7 +9,8 @@ step; the speculative one verifies --verify and emits --accept. Its output over 
 ``accept * (a + n) / (a + verify * n)`` at n in flight, with ``a = step / load``: the crossover is known before the
 run. Runs the verdict as a user does (the default levels 1 to 64, three repeats, the packaged prompt set, two warm-up
 requests each), and prints its wall time, the rounds and requests it sent, and per level the ratio it measured beside
-the model's, its interval and its call, then the verdict's line.
+the model's, its interval and its call, then the verdict's line. ``--generator sglang`` has SGLang's own benchmark
+send the rounds, run by ``--python`` (a Python of profile 0.5.23's pins) with a word-level stand-in tokenizer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from sglang_server import Behaviour, SGLangServer  # noqa: E402
+from bench.word_tokenizer import word_tokenizer  # noqa: E402
 from sglang_stack.bench import measure as bench, pays, report  # noqa: E402
 from sglang_stack.bench.request import Request  # noqa: E402
 
@@ -39,6 +41,8 @@ def main() -> None:
     parser.add_argument("--levels", default=pays.LEVELS, help="the verdict's levels (default: its own)")
     parser.add_argument("--repeats", default="3")
     parser.add_argument("--prompts", default=None, help="prompt file (default: the packaged set)")
+    parser.add_argument("--generator", default="builtin", help="builtin or sglang (default builtin)")
+    parser.add_argument("--python", default=None, help="with --generator sglang: the Python that runs SGLang")
     args = parser.parse_args()
 
     step, load = args.step_ms / 1000, args.load_ms / 1000
@@ -48,16 +52,21 @@ def main() -> None:
                      server_info={"version": "0.5.23", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
                                   "speculative_eagle_topk": 1, "speculative_num_draft_tokens": args.verify})
     with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
+        flags = {}
+        if args.generator == "sglang":
+            flags = {"generator": "sglang", "python": args.python,
+                     "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}
+        started = time.perf_counter()  # SGLang's benchmark starts (its import) inside: a user waits for it too
         with SGLangServer(base) as b, SGLangServer(spec) as s:
             out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=args.levels,
-                                    repeats=args.repeats, prompts=args.prompts, out=Path(tmp) / "r", verdict=True),
-                            environ={}, progress=False)
+                                    repeats=args.repeats, prompts=args.prompts, out=Path(tmp) / "r", verdict=True,
+                                    **flags), environ={}, progress=False)
         wall = time.perf_counter() - started
         found = json.loads((out / pays.NAME).read_text())
         doc = report.load_results(out)
 
     a = step / load
+    print(f"generator: {args.generator}")
     print(f"stand-ins: step {args.step_ms:g} ms + {args.load_ms:g} ms per verified token; speculative: {args.accept} "
           f"tokens emitted, {args.verify} verified a step")
     print(f"{'level':>5} {'model':>6} {'measured':>8} {'95% interval':>15}  call")

@@ -150,7 +150,8 @@ def bench(
     rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
     the EAGLE service per speculative setting. With --verdict, says per level whether
     speculation pays over the baseline (exit 3 where it pays nowhere). --dataset speed-bench
-    sends SPEED-Bench's prompts, made by SGLang's own adapter. See docs/bench.md.
+    sends SPEED-Bench's prompts, made by SGLang's own adapter; --generator sglang has SGLang's
+    own serving benchmark send every round. See docs/bench.md.
     """
     from sglang_stack.bench import measure, sweep as sweep_mod
     from sglang_stack.bench.request import Request
