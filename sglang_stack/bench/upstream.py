@@ -103,13 +103,20 @@ class Benchmark:
 _RUNNING: dict[tuple, Benchmark] = {}
 
 
-def start(runner, tokenizer: Path, api_key: str | None, caller: str = "bench") -> Benchmark:
-    """The benchmark for ``runner`` (image.derive.Runner) and ``tokenizer``: the one already running in this process,
-    or a new one."""
+def command(runner, tokenizer: Path, api_key: str | None) -> tuple[list[str], dict[str, str]]:
+    """``entrypoints/benchmark.py`` where ``runner`` (image.derive.Runner) runs SGLang: in an image, on the host's
+    network (the servers are there), stdin open, the tokenizer mounted read-only and the key passed by name only;
+    offline either way (the tokenizer is a directory)."""
     tok = TOKENIZER if runner.image else str(tokenizer.resolve())
-    argv, env = runner.module(["sglang_stack.entrypoints.benchmark", "--tokenizer", tok], env={"HF_HUB_OFFLINE": "1"},
-                              mounts={tokenizer.resolve(): TOKENIZER} if runner.image else None, network="host",
-                              secrets={"OPENAI_API_KEY": api_key} if api_key else None, interactive=True)
+    return runner.module(["sglang_stack.entrypoints.benchmark", "--tokenizer", tok], env={"HF_HUB_OFFLINE": "1"},
+                         mounts={tokenizer.resolve(): TOKENIZER} if runner.image else None, network="host",
+                         secrets={"OPENAI_API_KEY": api_key} if api_key else None, interactive=True)
+
+
+def start(runner, tokenizer: Path, api_key: str | None, caller: str = "bench") -> Benchmark:
+    """The benchmark for ``runner`` and ``tokenizer`` (``command``): the one already running in this process, or a
+    new one."""
+    argv, env = command(runner, tokenizer, api_key)
     key = (tuple(argv), api_key)
     running = _RUNNING.get(key)
     if running is None or running.proc.poll() is not None:

@@ -211,3 +211,21 @@ def test_the_module_invoke_settings_runs_in_the_image_is_one_the_image_has(lock)
     module = argv[argv.index("-m") + 1]
     path = module.replace(".", "/") + ".py"
     assert path in image_layout.modules(), f"{path}: `invoke settings` runs it in the image, which lacks it"
+
+
+def test_sglangs_benchmark_runs_in_the_image_on_the_hosts_network_with_the_key_by_name(tmp_path):
+    """`invoke bench --generator sglang`: the module is in the image, reaches the servers (host network, stdin
+    open for its rounds), reads the tokenizer from a read-only mount, and the key never shows in the command line."""
+    import image_layout
+    from sglang_stack.bench import upstream
+
+    tokenizer = tmp_path / "tok"
+    tokenizer.mkdir()
+    argv, env = upstream.command(derive.Runner(image="sglang-stack:test"), tokenizer, "sk-secret")
+    module = argv[argv.index("-m") + 1]
+    assert module.replace(".", "/") + ".py" in image_layout.modules(), module
+    assert argv[argv.index("--network") + 1] == "host" and "-i" in argv[:argv.index("sglang-stack:test")], argv
+    assert f"{tokenizer.resolve()}:{upstream.TOKENIZER}:ro" in argv, argv
+    assert argv[-2:] == ["--tokenizer", upstream.TOKENIZER] and "HF_HUB_OFFLINE=1" in argv, argv
+    assert "sk-secret" not in " ".join(argv) and argv[argv.index("OPENAI_API_KEY") - 1] == "-e", argv
+    assert env["OPENAI_API_KEY"] == "sk-secret"
