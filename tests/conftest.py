@@ -307,6 +307,19 @@ def profile_python():
 
 
 @pytest.fixture(scope="session")
+def sglang_generator(profile_python, tmp_path_factory) -> dict:
+    """`invoke bench --generator sglang`'s flags: SGLang's benchmark run by a Python of the profile that has it, with
+    one word-level tokenizer for the session, so that a worker's runs share one benchmark process (bench/upstream.py
+    keeps one per Python and tokenizer)."""
+    from word_tokenizer import word_tokenizer
+    from sglang_stack.bench import upstream
+
+    tokenizer = word_tokenizer(tmp_path_factory.mktemp("sglang-generator") / "tok",
+                               ["[UNK]", "prompt", "number", *map(str, range(10))])
+    return {"generator": "sglang", "python": str(profile_python(upstream.PROFILE)), "tokenizer": str(tokenizer)}
+
+
+@pytest.fixture(scope="session")
 def default_python() -> str:
     """A CPU Python with exactly the default profile's distributions, where SGLang imports."""
     import sglang_cpu_env

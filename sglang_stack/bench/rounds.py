@@ -16,6 +16,10 @@ The round records the offered rate and the achieved one.
 
 Several endpoints alternate rounds (A B, then B A) per level and repeat, so a slow minute
 on a noisy machine hits both; results are rewritten after every round.
+
+A round's requests are sent by this module's threads, or (``--generator sglang``) by SGLang's
+own serving benchmark (bench/upstream.py): the window, concurrency and throughput are then
+worked out the same way from what SGLang recorded of each request.
 """
 
 from __future__ import annotations
@@ -216,12 +220,16 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
     """
     open_loop = options.request_rate is not None
     waves = math.ceil(len(work) / level) if level else 1
-    answer = options.benchmark.round({
-        "base_url": endpoint.url, "backend": upstream.BACKENDS[options.target.api], "model": options.target.model,
-        "rows": [sglang_row(p, options.prompt_template) for p in work], "max_concurrency": level or None,
-        "request_rate": rate_json(options.request_rate) if open_loop else "inf", "warmup": warmup,
-        "ignore_eos": options.ignore_eos, "stream": options.target.stream, "seed": options.seed + index,
-        "timeout": options.timeout * waves})
+    try:
+        answer = options.benchmark.round({
+            "base_url": endpoint.url, "backend": upstream.BACKENDS[options.target.api], "model": options.target.model,
+            "rows": [sglang_row(p, options.prompt_template) for p in work], "max_concurrency": level or None,
+            "request_rate": rate_json(options.request_rate) if open_loop else "inf", "warmup": warmup,
+            "ignore_eos": options.ignore_eos, "stream": options.target.stream, "seed": options.seed + index,
+            "timeout": options.timeout * waves})
+    except RequestFailed as err:  # the round did not run: no request to name
+        raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed at {describe(level, options)}, repeat "
+                            f"{repeat + 1}: {err}") from None
     outputs = answer["outputs"]
     origin = min(o["start_time"] for o in outputs)
     done = []

@@ -18,9 +18,8 @@ import pytest
 from conftest import load_factor
 from sglang_server import Behaviour, SGLangServer
 from test_bench import free_port, write_prompts
-from word_tokenizer import word_tokenizer
 from sglang_stack import ROOT
-from sglang_stack.bench import measure as bench, pays, report, upstream
+from sglang_stack.bench import measure as bench, pays, report
 from sglang_stack.bench.request import Request
 from sglang_stack.errors import UserError
 
@@ -47,15 +46,9 @@ def run_verdict(tmp_path, base: Behaviour, spec: Behaviour, levels: str, repeats
     return json.loads((out / pays.NAME).read_text()), out
 
 
-def sglang_flags(tmp_path, profile_python) -> dict:
-    """`--generator sglang`, SGLang's benchmark run by a Python of the profile that has it."""
-    tokenizer = word_tokenizer(tmp_path / "tok", ["[UNK]", "prompt", "number", "0", "1", "2", "3"])
-    return {"generator": "sglang", "python": str(profile_python(upstream.PROFILE)), "tokenizer": str(tokenizer)}
-
-
 @pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
 def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path, request, generator):
-    flags = sglang_flags(tmp_path, request.getfixturevalue("profile_python")) if generator == "sglang" else {}
+    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {}
     found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16", repeats=3 if SLOWER == 1.0 else 5, **flags)
     assert found["generator"]["name"] == generator, found["generator"]
     rows = {r["level"]: r for r in found["endpoints"]["eagle3"]["levels"]}
@@ -221,10 +214,10 @@ def test_merged_runs_on_other_prompts_are_refused(tmp_path):
 
 
 @pytest.mark.sglang_env
-def test_merged_runs_by_other_generators_are_refused(tmp_path, profile_python):
+def test_merged_runs_by_other_generators_are_refused(tmp_path, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     runs = []
-    for name, behaviour, flags in (("baseline", BASE, {}), ("eagle3", SPEC, sglang_flags(tmp_path, profile_python))):
+    for name, behaviour, flags in (("baseline", BASE, {}), ("eagle3", SPEC, sglang_generator)):
         with SGLangServer(behaviour) as server:
             runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
                                           prompts=prompts, out=tmp_path / name, **flags), environ={}, progress=False))

@@ -24,15 +24,14 @@ SPEC = Behaviour(step_s=0.006, ttft_s=0.02, accept=(2, 3, 2), spec=True,
                               "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3})
 
 
+@pytest.fixture
+def sglang(sglang_generator):
+    return sglang_generator
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    """One tokenizer for the module, so that its runs share one benchmark process (the key includes the path)."""
-    return word_tokenizer(tmp_path_factory.mktemp("tok") / "tok", ["[UNK]", "prompt", "number", "0", "1", "2", "3"])
-
-
-@pytest.fixture
-def sglang(profile_python, tokenizer):
-    return {"generator": "sglang", "python": str(profile_python(upstream.PROFILE)), "tokenizer": str(tokenizer)}
+    return word_tokenizer(tmp_path_factory.mktemp("tok") / "tok", ["[UNK]", "prompt", "number"])
 
 
 def load(out) -> dict:

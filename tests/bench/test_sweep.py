@@ -268,13 +268,9 @@ def test_progress_counts_rounds_and_drops_those_of_failed_points(tmp_path, capsy
 
 
 @pytest.mark.sglang_env
-def test_sweep_finds_the_fastest_setting_with_sglangs_benchmark(tmp_path, profile_python):
+def test_sweep_finds_the_fastest_setting_with_sglangs_benchmark(tmp_path, sglang_generator):
     """The same grid, its rounds sent by SGLang's own benchmark: one process for every point, acceptance from its
     per-request accept length."""
-    from sglang_stack.bench import upstream
-    from word_tokenizer import word_tokenizer
-
-    tokenizer = word_tokenizer(tmp_path / "tok", ["[UNK]", "prompt", "number", "0", "1"])
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=13)
     with SGLangServer(behaviour_for(GridPoint(1, 1, 2))) as server:
 
@@ -282,8 +278,7 @@ def test_sweep_finds_the_fastest_setting_with_sglangs_benchmark(tmp_path, profil
             server.behaviour = behaviour_for(point)
 
         out = sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=1, prompts=prompts,
-                                out=tmp_path / "r", steps="1,2,3", topk="1", generator="sglang",
-                                python=str(profile_python(upstream.PROFILE)), tokenizer=str(tokenizer)),
+                                out=tmp_path / "r", steps="1,2,3", topk="1", **sglang_generator),
                         environ={}, restart=restart, ready_interval=0.01, progress=False)
     doc = json.loads((out / report.JSON_NAME).read_text())
     assert doc["complete"] is True and doc["metadata"]["load"]["generator"]["name"] == "sglang", doc["error"]
