@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from pins import PIN
 from sglang_server import Behaviour, SGLangServer
 from sglang_stack.bench import measure as bench, report, upstream
 from sglang_stack.bench.request import Request
@@ -62,6 +63,8 @@ def test_sglangs_benchmark_counts_tokens_holds_the_level_and_keeps_acceptance(tm
     assert rows["eagle3", 1]["itl_ms"]["mean"] < SPEC.step_s * 1e3, rows["eagle3", 1]["itl_ms"]
     order = [(r["repeat"], r["endpoint"]) for r in doc["rounds"] if r["level"] == 1]
     assert order == [(0, "baseline"), (0, "eagle3"), (1, "eagle3"), (1, "baseline")], order
+    assert (f"- sent by SGLang's own serving benchmark (sglang.benchmark.serving {upstream.PROFILE}, python "
+            in (out / report.MARKDOWN_NAME).read_text())
 
 
 @pytest.mark.sglang_env
@@ -97,8 +100,8 @@ def test_a_release_whose_benchmark_is_not_a_package_is_refused_in_one_line(tmp_p
             bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,
                               prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", generator="sglang",
                               python=default_python, tokenizer=str(tokenizer)), environ={}, progress=False)
-    assert str(caught.value).endswith("error: SGLang 0.5.9 has no sglang.benchmark.serving; profile 0.5.23 has it"), \
-        caught.value
+    assert str(caught.value).endswith(f"error: SGLang {PIN['sglang']} has no sglang.benchmark.serving; profile "
+                                      f"{upstream.PROFILE} has it"), caught.value
     assert not (tmp_path / "r").exists(), "a run that could not start left a results directory"
 
 
