@@ -327,9 +327,7 @@ def check_generator(request: Request, options: Options) -> None:
                         "(SGLang's benchmark counts the prompts' tokens with it)")
     if request.tokenizer is not None:
         speedbench.check_tokenizer(Path(request.tokenizer))
-    if request.image is not None and request.python is not None:
-        raise UserError(f"--image {request.image} and --python {request.python}: SGLang's benchmark runs in one of "
-                        "them; choose one")
+    upstream.check_place(request.image, request.python)
 
 
 def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None) -> None:

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_stack.bench import upstream
 from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count
@@ -123,13 +124,10 @@ class Request:
     caller: str = "acceptance"  # the task, as its messages name it
 
     def __post_init__(self):
-        if self.image is not None and self.python is not None:
-            raise UserError(f"--image {self.image} and --python {self.python}: SGLang's adapter runs in one of them; "
-                            "choose one")
+        upstream.check_place(self.image, self.python, "SGLang's adapter")
 
     def prompts(self, model_dir: Path | None):
         """(the acceptance prompts, what the report records of them)."""
-        from sglang_stack.bench import upstream
         from sglang_stack.bench.acceptance import Prompt
 
         num = parse_count("--num-prompts", self.num_prompts, 1)

@@ -137,12 +137,17 @@ def runner(image: str | None, python: str | None, engine: Engine, profile: str |
     from sglang_stack.image import derive
     from sglang_stack.lock import lockfile, profiles
 
-    if image is not None and python is not None:
-        raise UserError(f"--image {image} and --python {python}: SGLang's benchmark runs in one of them; choose one")
+    check_place(image, python)
     chosen = profiles.get(profile or PROFILE)
     lock, _ = lockfile.check_all(chosen.lock, download=False)
     return derive.runner_for(derive.Request(image=image, python=python, engine=engine, profile=profile or PROFILE),
                              lock.tag, chosen.name, caller)
+
+
+def check_place(image: str | None, python: str | None, what: str = "SGLang's benchmark") -> None:
+    """``--image`` and ``--python`` both given: refused, not resolved in favour of one."""
+    if image is not None and python is not None:
+        raise UserError(f"--image {image} and --python {python}: {what} runs in one of them; choose one")
 
 
 def parse_generator(value: str | None) -> str:
