@@ -142,20 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", required=True,
                         help="the served model's tokenizer (a directory): SGLang counts and retokenizes with it")
     args = parser.parse_args(argv)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
             serving = load()
-            from sglang.benchmark.utils import get_tokenizer
+        except LookupError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        from sglang.benchmark.utils import get_tokenizer
 
-            base = defaults(serving, args.tokenizer)
+        base = defaults(serving, args.tokenizer)
+        try:
             tokenizer = get_tokenizer(args.tokenizer)
-    except LookupError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except Exception as err:  # transformers' loader raises whatever a broken file provokes
-        print(f"error: the tokenizer (--tokenizer) does not load: {type(err).__name__}: {one_line(err)}",
-              file=sys.stderr)
-        return 1
+        except Exception as err:  # transformers' loader raises whatever a broken file provokes
+            print(f"error: the tokenizer (--tokenizer) does not load in transformers: {type(err).__name__}: "
+                  f"{one_line(err)}", file=sys.stderr)
+            return 1
     print(json.dumps({"ready": importlib.metadata.version("sglang")}), flush=True)
     for line in sys.stdin:
         if not line.strip():

@@ -122,3 +122,19 @@ def test_what_sglangs_benchmark_cannot_do_is_refused_before_any_request(tmp_path
         bench.run(Request(endpoints=["x=http://127.0.0.1:9"], levels="1", out=tmp_path / "r", **flags), environ={},
                   progress=False)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.sglang_env
+def test_a_tokenizer_transformers_cannot_load_is_one_line(tmp_path, profile_python):
+    broken = tmp_path / "tok"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{}")
+    with SGLangServer(BASE) as server:
+        with pytest.raises(UserError) as caught:
+            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,
+                              prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", generator="sglang",
+                              python=str(profile_python(upstream.PROFILE)), tokenizer=str(broken)),
+                      environ={}, progress=False)
+    assert str(caught.value).endswith(
+        "error: the tokenizer (--tokenizer) does not load in transformers: KeyError: 'added_tokens'"), caught.value
+    assert not (tmp_path / "r").exists()
