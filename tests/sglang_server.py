@@ -236,7 +236,8 @@ def _handler(server: SGLangServer):
             """SGLang's OpenAI-compatible answer: one chunk per step (its new text), usage at the end when asked."""
             b = server.behaviour
             start = time.perf_counter()
-            n = body["max_tokens"]
+            # Chat takes max_completion_tokens too, as SGLang's protocol does (SGLang's own benchmark sends it)
+            n = body.get("max_completion_tokens") or body["max_tokens"] if chat else body["max_tokens"]
             counts = server.schedule(n)
             stream = body.get("stream", False)
             sent: list[float] = []

@@ -68,6 +68,21 @@ def test_sglangs_benchmark_counts_tokens_holds_the_level_and_keeps_acceptance(tm
 
 
 @pytest.mark.sglang_env
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_the_openai_apis_are_sent_by_sglangs_own_openai_backends(tmp_path, sglang, api):
+    """--api completions and chat: SGLang's sglang-oai and sglang-oai-chat backends; the server's usage counts."""
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=TOKENS)
+    with SGLangServer(SPEC) as server:
+        out = bench.run(Request(endpoints=[f"x={server.url}"], levels="2", repeats=1, warmup=0, prompts=prompts,
+                                api=api, out=tmp_path / "r", **sglang), environ={}, progress=False)
+    doc = load(out)
+    assert doc["complete"] and doc["metadata"]["target"]["api"] == api, doc["error"]
+    assert {s["output_tokens"] for s in doc["samples"]} == {TOKENS}, doc["samples"]
+    (row,) = doc["summary"]["rows"]
+    assert 1.5 < row["mean_in_flight"] <= 2.0, row
+
+
+@pytest.mark.sglang_env
 def test_one_benchmark_process_serves_every_run_of_the_process(tmp_path, sglang):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     pids = []
