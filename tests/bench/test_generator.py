@@ -25,11 +25,6 @@ SPEC = Behaviour(step_s=0.006, ttft_s=0.02, accept=(2, 3, 2), spec=True,
                               "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3})
 
 
-@pytest.fixture
-def sglang(sglang_generator):
-    return sglang_generator
-
-
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     return word_tokenizer(tmp_path_factory.mktemp("tok") / "tok", ["[UNK]", "prompt", "number"])
@@ -40,11 +35,12 @@ def load(out) -> dict:
 
 
 @pytest.mark.sglang_env
-def test_sglangs_benchmark_counts_tokens_holds_the_level_and_keeps_acceptance(tmp_path, sglang):
+def test_sglangs_benchmark_counts_tokens_holds_the_level_and_keeps_acceptance(tmp_path, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=TOKENS)
     with SGLangServer(BASE) as base, SGLangServer(SPEC) as spec:
         out = bench.run(Request(endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,4", repeats=2,
-                                warmup=1, prompts=prompts, out=tmp_path / "r", **sglang), environ={}, progress=False)
+                                warmup=1, prompts=prompts, out=tmp_path / "r", **sglang_generator), environ={},
+                        progress=False)
     doc = load(out)
     assert doc["complete"], doc["error"]
     made = doc["metadata"]["load"]["generator"]
@@ -69,12 +65,12 @@ def test_sglangs_benchmark_counts_tokens_holds_the_level_and_keeps_acceptance(tm
 
 @pytest.mark.sglang_env
 @pytest.mark.parametrize("api", ["completions", "chat"])
-def test_the_openai_apis_are_sent_by_sglangs_own_openai_backends(tmp_path, sglang, api):
+def test_the_openai_apis_are_sent_by_sglangs_own_openai_backends(tmp_path, sglang_generator, api):
     """--api completions and chat: SGLang's sglang-oai and sglang-oai-chat backends; the server's usage counts."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=TOKENS)
     with SGLangServer(SPEC) as server:
         out = bench.run(Request(endpoints=[f"x={server.url}"], levels="2", repeats=1, warmup=0, prompts=prompts,
-                                api=api, out=tmp_path / "r", **sglang), environ={}, progress=False)
+                                api=api, out=tmp_path / "r", **sglang_generator), environ={}, progress=False)
     doc = load(out)
     assert doc["complete"] and doc["metadata"]["target"]["api"] == api, doc["error"]
     assert {s["output_tokens"] for s in doc["samples"]} == {TOKENS}, doc["samples"]
@@ -83,26 +79,26 @@ def test_the_openai_apis_are_sent_by_sglangs_own_openai_backends(tmp_path, sglan
 
 
 @pytest.mark.sglang_env
-def test_one_benchmark_process_serves_every_run_of_the_process(tmp_path, sglang):
+def test_one_benchmark_process_serves_every_run_of_the_process(tmp_path, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     pids = []
     with SGLangServer(BASE) as server:
         for n in range(2):
             bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
-                              out=tmp_path / f"r{n}", **sglang), environ={}, progress=False)
+                              out=tmp_path / f"r{n}", **sglang_generator), environ={}, progress=False)
             pids.append({r.proc.pid for r in upstream._RUNNING.values() if r.proc.poll() is None})
     assert pids[0] == pids[1] and pids[0], pids
 
 
 @pytest.mark.sglang_env
-def test_a_server_failing_mid_run_is_one_line_and_keeps_what_was_measured(tmp_path, sglang):
+def test_a_server_failing_mid_run_is_one_line_and_keeps_what_was_measured(tmp_path, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=6)
     # round 1 (2 requests) succeeds; the 3rd request gets a 500, in repeat 2
     with SGLangServer(Behaviour(step_s=0.002, ttft_s=0.005, fail_after=2, failure="http500")) as server:
         with pytest.raises(UserError, match=r"flaky .* failed at concurrency 1, repeat 2, prompt p0: .*Internal "
                                             r"Server Error") as caught:
             bench.run(Request(endpoints=[f"flaky={server.url}"], levels="1", repeats=3, warmup=0, prompts=prompts,
-                              out=tmp_path / "r", **sglang), environ={}, progress=False)
+                              out=tmp_path / "r", **sglang_generator), environ={}, progress=False)
     assert "\n" not in str(caught.value) and "marked incomplete" in str(caught.value), caught.value
     doc = load(tmp_path / "r")
     assert doc["complete"] is False and len([s for s in doc["samples"] if s["ok"]]) >= 2, doc["samples"]
