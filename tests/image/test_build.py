@@ -229,7 +229,10 @@ def test_a_failed_buildah_build_leaves_no_working_container(smoke_base, run_id, 
     try:
         with pytest.raises(UserError, match="buildah build failed"):
             buildmod.build(request)
-        assert containers() == before, "the failed step's working container was left behind"
+        # Only a container that was not there before is left behind: the store is shared, and another worker's build
+        # may end (and remove its own working container) while this one runs.
+        left = set(containers()) - set(before)
+        assert not left, f"the failed step's working container was left behind: {sorted(left)}"
     finally:
         # The step that passed stays as the layer cache: this test's own (its history names this run) goes.
         for image in images() - cached:
