@@ -335,7 +335,8 @@ def start_generator(request: Request, options: Options, model_dir: Path | None, 
     ``options.benchmark``. ``model_dir``: the services' model directory, the tokenizer where --tokenizer is not
     given."""
     if upstream.parse_generator(request.generator) == "sglang":
-        tokenizer = speedbench.check_tokenizer(Path(request.tokenizer) if request.tokenizer else model_dir)
+        # --tokenizer was checked before the probes (check_generator); the services' directory is checked here
+        tokenizer = Path(request.tokenizer) if request.tokenizer else speedbench.check_tokenizer(model_dir)
         runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench")
         options.benchmark = upstream.start(runner, tokenizer, api_key)
 
@@ -521,10 +522,10 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
                 raise UserError(f"--verdict: {paths[0]} measured levels {shown(first['levels'])} and {path} "
                                 f"{shown(d['metadata']['levels'])}: the verdict pairs each level's rounds; measure "
                                 "every service at the same --levels (--verdict's default is the same for each)")
-            made = lambda m: ((m.get("load") or {}).get("generator") or {}).get("name", "builtin")  # noqa: E731
-            if made(d["metadata"]) != made(first):
-                raise UserError(f"--verdict: {paths[0]} was measured by the {made(first)} generator and {path} by "
-                                f"the {made(d['metadata'])} one: measure every service with the same --generator")
+            ours, theirs = report.generator(first)["name"], report.generator(d["metadata"])["name"]
+            if theirs != ours:
+                raise UserError(f"--verdict: {paths[0]} was measured by the {ours} generator and {path} by "
+                                f"the {theirs} one: measure every service with the same --generator")
         pays.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
     out_dir = results_dir(out)
     doc = {

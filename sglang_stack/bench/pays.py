@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
+from sglang_stack.bench import report
 from sglang_stack.errors import UserError
 
 NAME = "verdict.json"
@@ -113,7 +114,7 @@ def decide(doc: dict) -> dict:
     out = {"reference": reference, "levels": meta["levels"], "repeats": meta["repeats"], "margin": MARGIN,
            "interleaved": meta.get("interleaved", True), "apart_s": meta.get("apart_s"), "endpoints": {},
            "provenance": meta.get("provenance"), "prompts": meta.get("prompt_set"),
-           "generator": (meta.get("load") or {}).get("generator") or {"name": "builtin"},
+           "generator": report.generator(meta),
            "servers": {name: {k: s.get(k) for k in ("version", "speculative_algorithm", "speculative_num_steps",
                                                    "speculative_eagle_topk", "speculative_num_draft_tokens",
                                                    "speculative_draft_model_path", "speculative_adaptive")}

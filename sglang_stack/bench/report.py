@@ -245,6 +245,12 @@ def prompt_set_label(ps: dict) -> str:
     return f"{kind} prompts"
 
 
+def generator(meta: dict) -> dict:
+    """Who sent a run's requests (bench.json ``metadata.load.generator``); runs from before it was recorded were the
+    built-in client's."""
+    return (meta.get("load") or {}).get("generator") or {"name": "builtin"}
+
+
 def markdown(doc: dict) -> str:
     meta, summary = doc["metadata"], doc["summary"]
     lines = ["# sglang-stack bench", ""]
@@ -262,7 +268,7 @@ def markdown(doc: dict) -> str:
         + ("interleaved" if meta.get("interleaved") else "not interleaved"),
         f"- started {meta['started']}, finished {meta.get('finished') or '-'}",
         *([f"- sent by SGLang's own serving benchmark ({made['module']} {made['sglang']}, {made['where']})"]
-          if (made := (meta.get("load") or {}).get("generator") or {}).get("name") == "sglang" else []),
+          if (made := generator(meta))["name"] == "sglang" else []),
         "",
     ]
     lines += _table(

@@ -28,7 +28,6 @@ LIMIT = 1 << 30  # bytes: the throughput splits are a few MB to a few hundred; a
 CATEGORIES = ("low_entropy", "mixed", "high_entropy")
 ROW = 'a SPEED-Bench row is {"turns": ["..."], "category": "..."}'
 DATA = "/data/speed-bench.jsonl"  # where the file is mounted in the image
-TOKENIZER = "/models/tokenizer"  # where the tokenizer directory is mounted in the image
 
 
 @dataclass(frozen=True)
@@ -95,8 +94,8 @@ def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_pr
     """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
     ``tokenizer`` (``check_tokenizer``'s) applying the chat template: ``[{"prompt", "prompt_len", "output_len"},
     ...]``."""
-    data, tok = (DATA, TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
-    mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): TOKENIZER} if runner.image else None
+    data, tok = (DATA, upstream.TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
+    mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): upstream.TOKENIZER} if runner.image else None
     args = ["sglang_stack.entrypoints.prompts", NAME, "--dataset-path", data, "--tokenizer", tok,
             "--num-prompts", str(num_prompts), "--output-len", str(output_len), "--seed", str(seed),
             *(["--category", category] if category else [])]

@@ -6,7 +6,7 @@ Run where SGLang imports (the image, or a profile's Python), on a network that r
 ``sglang.benchmark.serving`` once (torch comes with it: seconds), prints ``{"ready": VERSION}``, then reads one JSON
 object per line of stdin, a round:
 
-    {"base_url": URL, "backend": "sglang" | "sglang-oai" | "sglang-oai-chat", "model": NAME or null,
+    {"base_url": URL, "backend": one of SGLang's (sglang, sglang-oai, sglang-oai-chat...), "model": NAME or null,
      "rows": [{"prompt": TEXT or [TOKEN IDS], "prompt_len": N or null (then counted here), "output_len": N}, ...],
      "max_concurrency": N or null, "request_rate": R or "inf", "warmup": N,
      "ignore_eos": BOOL, "stream": BOOL, "seed": N, "timeout": SECONDS}
@@ -38,7 +38,6 @@ import sys
 
 from sglang_stack.entrypoints.prompts import PROFILE  # the first profile whose benchmark is a package
 
-BACKENDS = ("sglang", "sglang-oai", "sglang-oai-chat")
 KEPT = ("success", "error", "start_time", "latency", "ttft", "itl", "prompt_len", "output_len", "spec_accept_length")
 DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")  # per request: in "outputs"
 
@@ -85,8 +84,8 @@ def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
     from sglang.benchmark.datasets import DatasetRow
 
     backend = plan.get("backend", "sglang")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r}: not one of {', '.join(BACKENDS)}")
+    if backend not in serving._BACKEND_API_PATHS:  # SGLang's own table of backends and their paths
+        raise ValueError(f"backend {backend!r}: not one of SGLang's ({', '.join(serving._BACKEND_API_PATHS)})")
     args = copy.copy(base)
     args.backend, args.base_url = backend, plan["base_url"].rstrip("/")
     args.model = plan.get("model") or base.model
