@@ -41,6 +41,7 @@ class Behaviour:
     log_requests: bool = False  # one stdout line per /generate, as SGLang logs each request it serves
     histogram: tuple[int, ...] | None = None  # spec_accept_histogram of every request (spec on)
     usage: bool = True  # OpenAI answers carry usage.completion_tokens (when asked, for a stream)
+    eos_at: int | None = None  # the answer ends (finish "stop") after this many tokens, unless ignore_eos is asked
     # Hold every /generate until this many are in flight at once (or gather_s passes, then stop
     # holding): a burst is then seen by arrival, whatever the host's load does to the timing.
     gather: int | None = None
@@ -103,15 +104,19 @@ class SGLangServer:
             hist[n] += 1
         return hist
 
-    def schedule(self, max_new_tokens: int) -> list[int]:
-        """Cumulative completion_tokens of each event: 1 from prefill, then ``accept`` counts."""
+    def schedule(self, max_new_tokens: int, ignore_eos: bool = False) -> tuple[list[int], str]:
+        """Cumulative completion_tokens of each event (1 from prefill, then ``accept`` counts), and why it ends:
+        "length", or "stop" where the answer reaches ``eos_at`` first."""
+        eos = self.behaviour.eos_at
+        end, reason = ((eos, "stop") if eos is not None and eos < max_new_tokens and not ignore_eos
+                       else (max_new_tokens, "length"))
         counts, total, i = [1], 1, 0
         accept = self.behaviour.accept
-        while total < max_new_tokens:
-            total = min(max_new_tokens, total + accept[i % len(accept)])
+        while total < end:
+            total = min(end, total + accept[i % len(accept)])
             counts.append(total)
             i += 1
-        return counts
+        return counts, reason
 
 
 def _handler(server: SGLangServer):
@@ -238,7 +243,8 @@ def _handler(server: SGLangServer):
             start = time.perf_counter()
             # Chat takes max_completion_tokens too, as SGLang's protocol does (SGLang's own benchmark sends it)
             n = body.get("max_completion_tokens") or body["max_tokens"] if chat else body["max_tokens"]
-            counts = server.schedule(n)
+            counts, reason = server.schedule(n, body.get("ignore_eos", False))
+            asked = body.get("stream_options") or {}
             stream = body.get("stream", False)
             sent: list[float] = []
             if stream:
@@ -247,11 +253,14 @@ def _handler(server: SGLangServer):
             for k, tokens in self._steps(start, counts):
                 text = " tok" * (tokens - last_tokens)
                 last_tokens = tokens
-                finish = "length" if k == len(counts) - 1 else None
+                finish = reason if k == len(counts) - 1 else None
                 choice = ({"index": 0, "delta": {"content": text}, "finish_reason": finish} if chat
                           else {"index": 0, "text": text, "finish_reason": finish})
                 if stream:
-                    self._event({"id": f"req-{index}", "object": "chat.completion.chunk", "choices": [choice]})
+                    chunk = {"id": f"req-{index}", "object": "chat.completion.chunk", "choices": [choice]}
+                    if b.usage and asked.get("continuous_usage_stats"):  # SGLang's: the count so far, every chunk
+                        chunk["usage"] = {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens}
+                    self._event(chunk)
                     sent.append(time.perf_counter())
             usage = {"prompt_tokens": 3, "completion_tokens": counts[-1], "total_tokens": 3 + counts[-1]}
             with server.lock:
@@ -259,14 +268,14 @@ def _handler(server: SGLangServer):
                                       "start": start, "end": time.perf_counter(), "sent": sent})
             if not stream:
                 message = {"role": "assistant", "content": " tok" * counts[-1]}
-                answer = {"id": f"req-{index}", "choices": [{"index": 0, "finish_reason": "length",
+                answer = {"id": f"req-{index}", "choices": [{"index": 0, "finish_reason": reason,
                                                              **({"message": message} if chat else {"text": message["content"]})}]}
                 if b.usage:
                     answer["usage"] = usage
                 self._leave()
                 self._json(200, answer)
                 return
-            if b.usage and (body.get("stream_options") or {}).get("include_usage"):
+            if b.usage and asked.get("include_usage"):
                 self._event({"id": f"req-{index}", "choices": [], "usage": usage})
             self._leave()
             self._chunk(b"data: [DONE]\n\n")
@@ -282,7 +291,7 @@ def _handler(server: SGLangServer):
                 server.released.wait(60)
             start = time.perf_counter()
             n = body["sampling_params"]["max_new_tokens"]
-            counts = server.schedule(n)
+            counts, reason = server.schedule(n, body["sampling_params"].get("ignore_eos", False))
             rid = f"req-{index}"
             sent: list[float] = []
             stream = body.get("stream", False)
@@ -309,7 +318,8 @@ def _handler(server: SGLangServer):
                 last = k == len(counts) - 1
                 meta = {
                     "id": rid,
-                    "finish_reason": {"type": "length", "length": n} if last else None,
+                    "finish_reason": ({"type": "length", "length": n} if reason == "length"
+                                      else {"type": "stop", "matched": 2}) if last else None,
                     "prompt_tokens": len(body["input_ids"]) if "input_ids" in body else len(body["text"].split()),
                     "weight_version": "default",
                     "total_retractions": 0,

@@ -107,6 +107,13 @@ class Timing:
         if first_at is not None and last_at > first_at:
             self.decode_tps = (last_tokens - self.first_chunk_tokens) / (last_at - first_at)
 
+    def time_chunks(self, stamps: list[float], total: int) -> None:
+        """``time_events`` for a stream whose chunks do not say how many tokens each carries (OpenAI's): the
+        ``total`` spread evenly over the chunks stamped at ``stamps``, exact at the last one, so a chunk of a
+        speculative step counts its several tokens, not one."""
+        if stamps:
+            self.time_events([(at, max(1, round(total * (i + 1) / len(stamps)))) for i, at in enumerate(stamps)])
+
 
 # SGLang serves both; its router (sglang-router 0.3) only the older /get_server_info.
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")

@@ -24,6 +24,7 @@ worked out the same way from what SGLang recorded of each request.
 
 from __future__ import annotations
 
+import itertools
 import math
 import queue
 import random
@@ -226,7 +227,7 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
             "rows": [sglang_row(p, options.prompt_template) for p in work], "max_concurrency": level or None,
             "request_rate": rate_json(options.request_rate) if open_loop else "inf", "warmup": warmup,
             "ignore_eos": options.ignore_eos, "stream": options.target.stream, "seed": options.seed + index,
-            "timeout": options.timeout * waves})
+            "timeout": options.timeout * waves, "extra": openai_usage(options.target)})
     except RequestFailed as err:  # the round did not run: no request to name
         raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed at {describe(level, options)}, repeat "
                             f"{repeat + 1}: {err}") from None
@@ -235,15 +236,20 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
     done = []
     for prompt, out in zip(work, outputs):
         start, ok = out["start_time"] - origin, bool(out["success"])
-        tokens, itl = (int(out["output_len"]), list(out["itl"])) if ok else (None, [])
-        first = tokens - len(itl) if ok else None
-        done.append(Sample(
+        sample = Sample(
             endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id, ok=ok,
-            error=None if ok else (out["error"] or "failed, with no error recorded"), ttft_s=out["ttft"] if ok else None,
-            latency_s=out["latency"] if ok else None, output_tokens=tokens, first_chunk_tokens=first, itl_s=itl,
-            decode_tps=(tokens - first) / sum(itl) if ok and sum(itl) > 0 else None,
+            error=None if ok else (out["error"] or "failed, with no error recorded"),
+            latency_s=out["latency"] if ok else None, output_tokens=int(out["output_len"]) if ok else None,
             spec_accept_length=out["spec_accept_length"] or None, started_s=run_origin + start,
-            round_start_s=start, round_end_s=start + (out["latency"] if ok else 0.0)))
+            round_start_s=start, round_end_s=start + (out["latency"] if ok else 0.0))
+        if ok and options.target.stream:  # one answer, unstreamed: no first token to time
+            stamps = list(itertools.accumulate(out["itl"], initial=out["ttft"]))
+            if options.target.api == "native":  # SGLang split each step's gap over the tokens it added
+                first = sample.output_tokens - len(out["itl"])
+                sample.time_events([(at, first + i) for i, at in enumerate(stamps)])
+            else:  # its OpenAI clients keep one gap per chunk, whatever the chunk carried
+                sample.time_chunks(stamps, sample.output_tokens)
+        done.append(sample)
     if progress:
         progress.request_done(endpoint.name, len(done), len(done), sum(s.output_tokens or 0 for s in done),
                               max(s.round_end_s for s in done))
@@ -255,6 +261,17 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
     begin = starts[level - 1] if len(starts) >= level else 0.0
     end = next((e for e in ends if e > starts[-1]), wall)
     return done, (begin, end), wall
+
+
+def openai_usage(target: Target) -> dict:
+    """What SGLang's OpenAI clients must ask for to count the tokens served, not the tokens asked for: each takes
+    ``usage.completion_tokens`` from whichever chunk has it and otherwise counts the requested length, and no server
+    streams usage unasked. Chat: the usage-only chunk at the end (its client skips a chunk without choices).
+    Completions: usage in every chunk (SGLang's ``continuous_usage_stats``), since that client reads
+    ``choices[0]`` of every chunk and fails on the usage-only one."""
+    if target.api == "native" or not target.stream:
+        return {}  # /generate's meta_info counts every event; an unstreamed answer carries its usage
+    return {"stream_options": {"include_usage": True} if target.api == "chat" else {"continuous_usage_stats": True}}
 
 
 def sglang_row(prompt: Prompt, template: str | None) -> dict:

@@ -153,9 +153,6 @@ def openai_request(url: str, path: str, api: str, body: dict, api_key: str | Non
         sample.output_tokens, sample.token_source = counted, "server"
     else:
         sample.output_tokens, sample.token_source = len(stamps), "chunks"
-    if stamps:
-        total = sample.output_tokens
-        # The server's total spread over the chunks; exact at the last chunk.
-        sample.time_events([(at, max(1, round(total * (i + 1) / len(stamps)))) for i, at in enumerate(stamps)])
+    sample.time_chunks(stamps, sample.output_tokens)
     sample.ok = True
     return sample

@@ -11,7 +11,8 @@ six minutes, and tests/image/test_gpu_jit.py proves it on a GPU host.
 
 Then, as a user's host would use the image: the imports, ``sglang.launch_server --help`` through
 the entrypoint as uid 10001 with compose's read-only root, the health probe compose runs (against
-nothing, then against a server that answers), ``invoke verify``, ``invoke size --image`` on every
+nothing, then against a server that answers), SGLang's own serving benchmark sending a round as ``invoke bench
+--generator sglang`` runs it (or its driver refusing a release without it), ``invoke verify``, ``invoke size --image`` on every
 layer, and the SBOM's contents.
 """
 
@@ -171,6 +172,65 @@ print(json.dumps({"before": before.returncode, "before_out": (before.stdout + be
 """
 
 
+# `invoke bench --generator sglang` in the image, as bench/upstream.py starts it: the driver reads one round on stdin
+# and SGLang's own benchmark sends it to a server on the container's loopback that streams as SGLang's /generate
+# does (four tokens, the last event with an accept length), counted with a word-level tokenizer made here.
+BENCHMARK = """
+import http.server, json, os, subprocess, sys, threading
+tok = "/tmp/tokenizer"
+os.makedirs(tok)
+vocab = {w: i for i, w in enumerate(["[UNK]", "prompt", "number"])}
+json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+           "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}, open(tok + "/tokenizer.json", "w"))
+json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}, open(tok + "/tokenizer_config.json", "w"))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        n = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["sampling_params"]["max_new_tokens"]
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        for k in range(1, n + 1):
+            meta = {"completion_tokens": k, "finish_reason": {"type": "length"} if k == n else None}
+            meta.update({"spec_accept_length": 2.5} if k == n else {})
+            self.wfile.write(b"data: " + json.dumps({"text": "number " * k, "meta_info": meta}).encode() + b"\\n\\n")
+        self.wfile.write(b"data: [DONE]\\n\\n")
+    def do_GET(self):
+        self.send_response(404); self.end_headers()
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+plan = {"base_url": "http://127.0.0.1:%d" % srv.server_port, "backend": "sglang", "model": None,
+        "rows": [{"prompt": "prompt number", "prompt_len": None, "output_len": 4}] * 4, "max_concurrency": 2,
+        "request_rate": "inf", "warmup": 1, "ignore_eos": True, "stream": True, "seed": 0, "timeout": 120}
+proc = subprocess.run([sys.executable, "-m", "sglang_stack.entrypoints.benchmark", "--tokenizer", tok],
+                      input=json.dumps(plan) + "\\n", capture_output=True, text=True, timeout=600)
+lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+print(json.dumps({"rc": proc.returncode, "lines": lines, "stderr": proc.stderr.strip().splitlines()[-1:]}))
+"""
+
+
+def benchmark_check(tag: str, profile: str | None, result: SmokeResult) -> None:
+    """SGLang's benchmark sends a round from the image (the profile that has it), or the driver refuses the release
+    in one line (the others)."""
+    from sglang_stack.entrypoints.prompts import PROFILE
+
+    proc = docker_run(tag, "-c", BENCHMARK, entrypoint="python3")
+    got = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 and proc.stdout.strip() else {}
+    lines, last = got.get("lines", []), "".join(got.get("stderr", []))
+    failed = (f"exit {got['rc']}: {last or json.dumps(lines)[-300:]}" if got
+              else proc.stderr.strip()[-300:] or f"exit {proc.returncode}")
+    if profile == PROFILE:
+        outputs = lines[1].get("outputs", []) if len(lines) == 2 else []
+        ok = (got.get("rc") == 0 and lines[0].get("ready") == PROFILE and len(outputs) == 4
+              and all(o["success"] and o["output_len"] == 4 and o["spec_accept_length"] == 2.5 for o in outputs))
+        result.record("SGLang's own benchmark sends a round from the image, as `invoke bench --generator sglang` runs it",
+                      ok, f"SGLang {PROFILE}: 4 requests of 4 tokens, accept length 2.5" if ok
+                      else failed)
+        return
+    ok = got.get("rc") == 1 and not lines and last.startswith("error: ") and f"profile {PROFILE} has it" in last
+    result.record("`invoke bench --generator sglang`'s driver refuses this release in one line", ok,
+                  last if ok else failed)
+
+
 def compose_healthcheck() -> list[str]:
     """The healthcheck command compose gives its first server (resolved as `invoke up` resolves it), without its CMD marker."""
     from sglang_stack.services import composefile
@@ -220,6 +280,8 @@ def check_image(tag: str, context: Path, lock, standins: substitutes.Standins, r
     result.record("compose's healthcheck fails with one line while nothing answers, passes once /health answers",
                   ok, f"{' '.join(test)}: exit {probe.get('before')} ({probe.get('before_out', '')!r}), then {probe.get('after')}"
                   if probe else proc.stderr.strip()[-300:])
+
+    benchmark_check(tag, profile, result)
 
     proc = docker_run(tag, "-m", "sglang_stack.image.steps.slim", "--check", "--site", SITE, "--declarations",
                       "/opt/sglang-stack/slim.toml", entrypoint="python3")

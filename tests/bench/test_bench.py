@@ -115,7 +115,7 @@ def test_aggregate_speed_never_beats_what_was_served(pair_run):
     """Round wall times are real: a round can only be slower than served, never faster (a hard bound at any load)."""
     doc = pair_run["doc"]
     for name, served in (("baseline", BASE), ("eagle3", SPEC)):
-        events = len(pair_run["base" if name == "baseline" else "spec"].schedule(TOKENS))
+        events = len(pair_run["base" if name == "baseline" else "spec"].schedule(TOKENS)[0])
         fastest = served.ttft_s + (events - 1) * served.step_s  # the served latency of one request
         for level in (1, 2):
             agg = row(doc, name, level)["aggregate_tps_mean"]

@@ -228,7 +228,7 @@ def test_openai_without_usage_counts_chunks_and_says_so(tmp_path):
     with SGLangServer(Behaviour(step_s=0.002, ttft_s=0.01, accept=(2,), usage=False)) as server:
         doc, out = run(server.url, tmp_path, levels="1", prompts=prompts, api="chat")
     assert {s["token_source"] for s in doc["samples"]} == {"chunks"}
-    assert doc["samples"][0]["output_tokens"] == len(server.schedule(8)), "one per chunk: an estimate"
+    assert doc["samples"][0]["output_tokens"] == len(server.schedule(8)[0]), "one per chunk: an estimate"
     assert "Token counts came from: chunks" in (out / report.MARKDOWN_NAME).read_text()
 
 
