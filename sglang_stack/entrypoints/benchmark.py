@@ -20,7 +20,8 @@ SGLang's console output goes to stderr; an API key comes from ``OPENAI_API_KEY``
 
 Every setting SGLang's parser has keeps its default: ``cli_main`` runs once with ``run_benchmark`` captured, the way
 0.5.23's ``sglang.benchmark.steady_state_serving`` extends it; each round then calls ``benchmark()`` with the rows
-given (no dataset file) and keeps the per-request outputs where ``calculate_metrics`` receives them. Needs the
+given (no dataset file) and keeps the per-request outputs where ``calculate_metrics`` receives them. A request whose
+stream carried an error event or an abort fails (``failure``), where SGLang's clients would count it. Needs the
 ``sglang.benchmark`` package (0.5.23 on): 0.5.9 keeps its benchmark in ``bench_serving.py``, whose outputs carry no
 ``spec_accept_length``.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import copy
 import importlib.metadata
 import inspect
@@ -57,6 +59,69 @@ def load():
     from sglang.benchmark import serving
 
     return serving
+
+
+# What each request's stream held, as SGLang's client parsed it: set per request (each runs in a task of its own).
+EVENTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("events", default=None)
+
+
+class Parsed:
+    """SGLang's ``json`` or ``orjson`` module, whose ``loads`` also keeps each event parsed for the request under way."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def loads(self, data, *args, **kwargs):
+        value = self._module.loads(data, *args, **kwargs)
+        seen = EVENTS.get()
+        if seen is not None and isinstance(value, dict):
+            seen.append(value)
+        return value
+
+
+def failure(events: list[dict]) -> str | None:
+    """Why a stream that SGLang's client took for a success failed: an error event after the headers went out, or a
+    request the server aborted (``finish_reason`` of type abort). SGLang's clients count such a request with the
+    tokens it got; the built-in client fails it, in these words."""
+    for event in events:
+        err = event.get("error")
+        if err is not None:
+            return f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
+        meta = event.get("meta_info")
+        choices = event.get("choices")
+        reason = (meta.get("finish_reason") if isinstance(meta, dict)
+                  else choices[0].get("finish_reason") if isinstance(choices, list) and choices
+                  and isinstance(choices[0], dict) else None)
+        if isinstance(reason, dict) and reason.get("type") == "abort":
+            return f"aborted by the server: {reason.get('message', reason)}"
+        if reason == "abort":
+            return "aborted by the server"
+    return None
+
+
+def watch(serving) -> None:
+    """Every request function of SGLang's fails a request whose stream said it failed (``failure``); the functions
+    themselves run unchanged."""
+    serving.json, serving.orjson = Parsed(serving.json), Parsed(serving.orjson)
+
+    def watched(send):
+        async def request(*args, **kwargs):  # as SGLang calls it: request_func_input=..., pbar=...
+            token = EVENTS.set([])
+            try:
+                output = await send(*args, **kwargs)
+                why = failure(EVENTS.get())
+            finally:
+                EVENTS.reset(token)
+            if why and output.success:
+                output.success, output.error = False, why
+            return output
+        return request
+
+    for backend, send in list(serving.ASYNC_REQUEST_FUNCS.items()):
+        serving.ASYNC_REQUEST_FUNCS[backend] = watched(send)
 
 
 def defaults(serving, tokenizer: str) -> argparse.Namespace:
@@ -151,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         from sglang.benchmark.utils import get_tokenizer
 
         base = defaults(serving, args.tokenizer)
+        watch(serving)
         try:
             tokenizer = get_tokenizer(args.tokenizer)
         except Exception as err:  # transformers' loader raises whatever a broken file provokes
