@@ -71,6 +71,7 @@ class SGLangServer:
         self.headers: list[dict] = []
         self.served: list[dict] = []  # per finished request: tokens, verify passes
         self.flushes = 0
+        self.flush_log: list[int] = []  # per /flush_cache: how many generation requests had come before it
         self.in_flight = 0
         self.max_in_flight = 0
         self.released = threading.Event()  # ends the "hold" failure
@@ -168,10 +169,11 @@ def _handler(server: SGLangServer):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             raw = self.rfile.read(length)
-            if self.path == "/flush_cache":
+            if self.path.split("?")[0] == "/flush_cache":  # SGLang's benchmark adds ?timeout=
                 if self._authorised():
                     with server.lock:
                         server.flushes += 1
+                        server.flush_log.append(len(server.bodies))
                     self._json(server.behaviour.flush_status, {})
                 return
             generate = self.path == "/generate"

@@ -196,8 +196,12 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
                                      else round_size(len(prompts), level))
     work = [prompts[i % len(prompts)] for i in range(count)]
     run_origin = results.elapsed()
-    send = sglang_round if options.benchmark is not None else builtin_round
-    done, (begin, end), wall = send(endpoint, work, level, repeat, index, run_origin, options, api_key, progress, warmup)
+    if options.benchmark is not None:
+        done, (begin, end), wall = sglang_round(endpoint, work, level, repeat, index, run_origin, options, progress,
+                                                warmup, bool(flushed))
+    else:
+        done, (begin, end), wall = builtin_round(endpoint, work, level, repeat, index, run_origin, options, api_key,
+                                                 progress)
     for s in done:
         s.in_window = s.round_end_s is not None and s.round_end_s <= end + 1e-9
     results.samples.extend(done)
@@ -212,12 +216,15 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
 
 
 def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat: int, index: int, run_origin: float,
-                 options: Options, api_key: str | None, progress: Progress | None,
-                 warmup: int) -> tuple[list[Sample], tuple[float, float], float]:
+                 options: Options, progress: Progress | None, warmup: int,
+                 flushed: bool) -> tuple[list[Sample], tuple[float, float], float]:
     """The round sent by SGLang's benchmark; its samples from what SGLang recorded of each request.
 
     SGLang's closed loop is a semaphore of ``level`` over the whole list, so the window is the same as the built-in
     one's: from the ``level``-th start (all slots busy) to the first end after the last start (the drain begins).
+    Its ``warmup`` requests go first, the first of the round's prompts each, so where the cache was ``flushed`` before
+    the round SGLang flushes it again after them (its own ``flush_cache``), or the round's first request would find
+    its prompt cached.
     """
     open_loop = options.request_rate is not None
     waves = math.ceil(len(work) / level) if level else 1
@@ -227,7 +234,8 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
             "rows": [sglang_row(p, options.prompt_template) for p in work], "max_concurrency": level or None,
             "request_rate": rate_json(options.request_rate) if open_loop else "inf", "warmup": warmup,
             "ignore_eos": options.ignore_eos, "stream": options.target.stream, "seed": options.seed + index,
-            "timeout": options.timeout * waves, "extra": openai_usage(options.target)})
+            "timeout": options.timeout * waves, "extra": openai_usage(options.target),
+            "flush_cache": flushed and warmup > 0})
     except RequestFailed as err:  # the round did not run: no request to name
         raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed at {describe(level, options)}, repeat "
                             f"{repeat + 1}: {err}") from None
@@ -285,9 +293,9 @@ def sglang_row(prompt: Prompt, template: str | None) -> dict:
 
 
 def builtin_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat: int, index: int, run_origin: float,
-                  options: Options, api_key: str | None, progress: Progress | None,
-                  warmup: int) -> tuple[list[Sample], tuple[float, float], float]:
-    """The round sent by this module's threads (``warmup`` is sent before, by ``run_rounds``)."""
+                  options: Options, api_key: str | None,
+                  progress: Progress | None) -> tuple[list[Sample], tuple[float, float], float]:
+    """The round sent by this module's threads (the warm-up went before, in ``run_rounds``)."""
     open_loop = options.request_rate is not None
     count = len(work)
     schedule = arrivals(count, options.request_rate, options.burstiness, options.seed + index) if open_loop else None

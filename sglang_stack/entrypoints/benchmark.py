@@ -10,7 +10,8 @@ object per line of stdin, a round:
      "rows": [{"prompt": TEXT or [TOKEN IDS], "prompt_len": N or null (then counted here), "output_len": N}, ...],
      "max_concurrency": N or null, "request_rate": R or "inf", "warmup": N,
      "ignore_eos": BOOL, "stream": BOOL, "seed": N, "timeout": SECONDS, "extra": {FIELD: VALUE} merged into each
-     request's body, as SGLang's --extra-request-body is}
+     request's body, as SGLang's --extra-request-body is, "flush_cache": BOOL (after the warm-up, as SGLang's
+     --flush-cache does)}
 
 and answers each with one line: ``{"outputs": [...], "metrics": {...}}``, each request as SGLang's
 ``RequestFuncOutput`` recorded it (``start_time`` on this process's ``time.perf_counter``) and SGLang's own figures
@@ -181,7 +182,8 @@ def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
             backend=backend, api_url=args.base_url + serving._BACKEND_API_PATHS[backend], base_url=args.base_url,
             model_id=args.model, tokenizer=tokenizer, input_requests=rows, request_rate=rate,
             max_concurrency=args.max_concurrency, disable_tqdm=True, lora_names=None, lora_request_distribution=None,
-            lora_zipf_alpha=None, extra_request_body=plan.get("extra") or {}, profile=False, warmup_requests=args.warmup_requests)
+            lora_zipf_alpha=None, extra_request_body=plan.get("extra") or {}, profile=False,
+            flush_cache=bool(plan.get("flush_cache")), warmup_requests=args.warmup_requests)
         with contextlib.redirect_stdout(sys.stderr):
             result = asyncio.run(asyncio.wait_for(bench, float(plan.get("timeout", 600))))
     except TimeoutError:

@@ -107,6 +107,22 @@ def test_tokens_served_count_not_tokens_asked_for_and_decode_speed_is_tokens_per
 
 
 @pytest.mark.sglang_env
+@pytest.mark.parametrize("warmup, flush_status, flushed_after", [(1, 200, [0, 1]), (0, 200, [0]), (1, 404, [0])])
+def test_the_cache_is_flushed_again_after_sglangs_warm_up(tmp_path, sglang_generator, warmup, flush_status,
+                                                         flushed_after):
+    """SGLang warms up inside the first round, with the round's first prompt: where the cache was flushed before the
+    round, SGLang flushes it after the warm-up, or that prompt would be found cached; a server without /flush_cache
+    (a router: 404) is asked once, and the run goes on."""
+    with SGLangServer(Behaviour(step_s=0.002, ttft_s=0.005, flush_status=flush_status)) as server:
+        out = bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=warmup,
+                                prompts=write_prompts(tmp_path / "p.jsonl", count=2, tokens=4), out=tmp_path / "r",
+                                **sglang_generator), environ={}, progress=False)
+        log, bodies = list(server.flush_log), len(server.bodies)
+    assert load(out)["complete"] and bodies == warmup + 2, bodies
+    assert log == flushed_after, f"flushes after this many requests: {log}"
+
+
+@pytest.mark.sglang_env
 def test_one_benchmark_process_serves_every_run_of_the_process(tmp_path, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     pids = []
