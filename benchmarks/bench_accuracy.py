@@ -1,7 +1,7 @@
 """How exactly `invoke bench` measures a stream whose timing is known, on this machine.
 
     python benchmarks/bench_accuracy.py [--step-ms 10.8] [--accept 1] [--tokens 64] [--levels 1,16,64]
-        [--generator sglang --python PYTHON]
+        [--api native|completions|chat] [--generator sglang --python PYTHON]
 
 Serves SGLang's streaming format from the loopback server the tests use
 (tests/sglang_server.py): the first token after --ttft-ms, then one event every
@@ -12,7 +12,8 @@ ITL p50 against the schedule, and the mean number in flight over the measured wi
 against the level asked for and against the server's own count over the same kind of
 window. The defaults mimic the reference baseline (92.6 tok/s single stream, 10.8 ms per
 token); --step-ms 31.2 --accept 3 is an EAGLE-3 server at the same speed with 3 tokens
-per verify pass. ``--generator sglang`` measures SGLang's own serving benchmark instead, run by ``--python`` (a
+per verify pass. ``--api`` picks the API the stream comes through: on OpenAI's, a chunk does not say how many
+tokens it carries, so the server's count is spread over the chunks. ``--generator sglang`` measures SGLang's own serving benchmark instead, run by ``--python`` (a
 Python of profile 0.5.23's pins) with a word-level stand-in tokenizer.
 """
 
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--levels", default="1,16,64")
+    parser.add_argument("--api", default="native", help="native, completions or chat (default native)")
     parser.add_argument("--generator", default="builtin", help="builtin or sglang (default builtin)")
     parser.add_argument("--python", default=None, help="with --generator sglang: the Python that runs SGLang")
     args = parser.parse_args()
@@ -67,7 +69,7 @@ def main() -> None:
         with SGLangServer(behaviour) as server:
             for level in [int(x) for x in args.levels.split(",")]:
                 before = len(server.served)
-                out = bench.run(Request(endpoints=[f"loopback={server.url}"], levels=str(level), repeats=1, warmup=1, prompts=prompts, out=Path(tmp) / f"r{level}", flush=False, **flags), environ={}, progress=False)
+                out = bench.run(Request(endpoints=[f"loopback={server.url}"], levels=str(level), repeats=1, warmup=1, prompts=prompts, out=Path(tmp) / f"r{level}", flush=False, api=args.api, **flags), environ={}, progress=False)
                 truth[level] = server.served[before + 1:]  # less the warm-up request
                 rows += report.load_results(out)["summary"]["rows"]
                 rounds_ = report.load_results(out)["rounds"]
@@ -77,7 +79,8 @@ def main() -> None:
     served_tps = args.accept / (args.step_ms / 1000)
     served_itl = args.step_ms / args.accept
     print(f"served: {served_tps:.1f} tok/s per stream, ITL {served_itl:.2f} ms, TTFT {args.ttft_ms:g} ms, "
-          f"{args.accept} token(s) per event, {args.tokens} tokens per request, {args.prompts} prompts cycled")
+          f"{args.accept} token(s) per event, {args.tokens} tokens per request, {args.prompts} prompts cycled; "
+          f"API {args.api}, generator {args.generator}")
     print(f"{'level':>5} {'decode tok/s':>12} {'vs server':>9} {'TTFT p50 ms':>11} {'vs server':>9} {'ITL p50 ms':>10} "
           f"{'vs sched':>8} {'in flight':>9} {'vs level':>8} {'server':>7}")
     for row in sorted(rows, key=lambda r: r["level"]):
