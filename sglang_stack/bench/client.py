@@ -72,7 +72,8 @@ class Timing:
     chunks: int = 0
     finish_reason: object = None
     token_source: str = "server"
-    """Where ``output_tokens`` came from: ``server`` (its own count), or ``chunks`` (one per streamed chunk, an estimate)."""
+    """Where ``output_tokens`` came from: ``server`` (its own count), ``chunks`` (one per streamed chunk, an estimate), or
+    ``requested`` (the length asked for, which SGLang's OpenAI clients count where no chunk carries usage)."""
     # Every speculative-decoding figure SGLang puts in the final meta_info, as sent
     # (tokenizer_manager.py, _calculate_spec_decoding_metrics).
     spec_accept_length: float | None = None

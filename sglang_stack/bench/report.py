@@ -291,7 +291,9 @@ def markdown(doc: dict) -> str:
     sources = sorted({src for row in summary["rows"] for src in row.get("token_source") or []})
     if sources and sources != ["server"]:
         lines += ["", "Token counts came from: " + ", ".join(sources) + " (chunks: one per streamed chunk, an estimate, "
-                  "because the target sent no usage)."]
+                  "because the target sent no usage; requested: the length asked for, which SGLang's OpenAI clients "
+                  "count where no chunk carries usage, so an answer that ended at its EOS counts too many: measure "
+                  "such a server with --ignore-eos)."]
     lines += ["", *latency_markdown(summary["rows"], meta.get("percentiles") or stats.DEFAULT_PERCENTILES)]
     if any(row.get("accept_length") for row in summary["rows"]):
         lines += ["", *acceptance_markdown(summary["rows"])]

@@ -14,7 +14,8 @@ object per line of stdin, a round:
      --flush-cache does)}
 
 and answers each with one line: ``{"outputs": [...], "metrics": {...}}``, each request as SGLang's
-``RequestFuncOutput`` recorded it (``start_time`` on this process's ``time.perf_counter``) and SGLang's own figures
+``RequestFuncOutput`` recorded it (``start_time`` on this process's ``time.perf_counter``; ``counted``: where its
+token count came from) and SGLang's own figures
 for the round (what ``benchmark()`` returns, its per-request lists left out; ``{"error": LINE}`` where they failed
 after every request ran); or ``{"error": LINE}`` for a round that did not run. EOF ends it.
 SGLang's console output goes to stderr; an API key comes from ``OPENAI_API_KEY``, where SGLang's client reads it.
@@ -103,9 +104,20 @@ def failure(events: list[dict]) -> str | None:
     return None
 
 
+def counted(events: list[dict]) -> str:
+    """Where a request's token count came from: ``server`` (an event's ``meta_info`` or ``usage`` carried
+    ``completion_tokens``, or the answer was not streamed), or ``requested``: no chunk carried a count, and SGLang's
+    OpenAI clients then count the length asked for."""
+    for event in events:
+        for part in (event.get("meta_info"), event.get("usage")):
+            if isinstance(part, dict) and "completion_tokens" in part:
+                return "server"
+    return "requested" if events else "server"
+
+
 def watch(serving) -> None:
-    """Every request function of SGLang's fails a request whose stream said it failed (``failure``); the functions
-    themselves run unchanged."""
+    """Every request function of SGLang's fails a request whose stream said it failed (``failure``) and says where its
+    count came from (``counted``); the functions themselves run unchanged."""
     serving.json, serving.orjson = Parsed(serving.json), Parsed(serving.orjson)
 
     def watched(send):
@@ -113,7 +125,7 @@ def watch(serving) -> None:
             token = EVENTS.set([])
             try:
                 output = await send(*args, **kwargs)
-                why = failure(EVENTS.get())
+                why, output.counted = failure(EVENTS.get()), counted(EVENTS.get())
             finally:
                 EVENTS.reset(token)
             if why and output.success:
@@ -196,7 +208,8 @@ def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
         result = {"error": f"{type(err).__name__}: {one_line(err) or '-'}"}
     finally:
         serving.calculate_metrics = calculate
-    outputs = [{key: getattr(out, key) for key in KEPT} for out in captured["outputs"]]
+    outputs = [{**{key: getattr(out, key) for key in KEPT}, "counted": getattr(out, "counted", "server")}
+               for out in captured["outputs"]]
     for out in outputs:
         out["error"] = one_line(out["error"])
     metrics = {k: v for k, v in result.items() if k not in DETAILS and isinstance(v, (int, float, str, type(None)))}

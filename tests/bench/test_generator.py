@@ -107,6 +107,21 @@ def test_tokens_served_count_not_tokens_asked_for_and_decode_speed_is_tokens_per
 
 
 @pytest.mark.sglang_env
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_a_server_that_streams_no_usage_is_said_to_be_counted_at_the_requested_length(tmp_path, sglang_generator,
+                                                                                      api):
+    """SGLang's OpenAI clients count the length asked for where no chunk carries usage: every sample and the report
+    say so, where the count would otherwise pass for the server's."""
+    with SGLangServer(Behaviour(step_s=0.002, ttft_s=0.005, usage=False, eos_at=5)) as server:
+        out = bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, api=api,
+                                prompts=write_prompts(tmp_path / "p.jsonl", count=2, tokens=8), out=tmp_path / "r",
+                                **sglang_generator), environ={}, progress=False)
+    samples = load(out)["samples"]
+    assert [(s["output_tokens"], s["token_source"]) for s in samples] == [(8, "requested")] * 2, samples
+    assert "Token counts came from: requested (" in (out / report.MARKDOWN_NAME).read_text()
+
+
+@pytest.mark.sglang_env
 @pytest.mark.parametrize("warmup, flush_status, flushed_after", [(1, 200, [0, 1]), (0, 200, [0]), (1, 404, [0])])
 def test_the_cache_is_flushed_again_after_sglangs_warm_up(tmp_path, sglang_generator, warmup, flush_status,
                                                          flushed_after):
