@@ -63,10 +63,13 @@ def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path
     assert (out / pays.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_path):
-    """Ratio 1.0 everywhere (accepting nothing, verifying as the baseline does): never "pays"."""
+@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
+def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_path, request, generator):
+    """Ratio 1.0 everywhere (accepting nothing, verifying as the baseline does): never "pays", whoever sends."""
+    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {}
     same = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(1,), spec=True, load_s=LOAD_S, server_info=SPEC_INFO)
-    found, _ = run_verdict(tmp_path, BASE, same, "1,4")
+    found, _ = run_verdict(tmp_path, BASE, same, "1,4", **flags)
+    assert found["generator"]["name"] == generator, found["generator"]
     assert {r["verdict"] for r in found["endpoints"]["eagle3"]["levels"]} == {pays.UNCLEAR}, found
     assert found["pays"] is False and found["line"] == (
         "eagle3 pays at no level over baseline (cannot be told apart at 1, 4)."), found["line"]
