@@ -122,12 +122,13 @@ def watch(serving) -> None:
 
     def watched(send):
         async def request(*args, **kwargs):  # as SGLang calls it: request_func_input=..., pbar=...
-            token = EVENTS.set([])
+            events: list[dict] = []
+            token = EVENTS.set(events)
             try:
                 output = await send(*args, **kwargs)
-                why, output.counted = failure(EVENTS.get()), counted(EVENTS.get())
             finally:
                 EVENTS.reset(token)
+            why, output.counted = failure(events), counted(events)
             if why and output.success:
                 output.success, output.error = False, why
             return output
