@@ -44,8 +44,11 @@ from sglang_stack.doctor.host import (
 SHM_FAIL_GIB, SHM_WARN_GIB = 2, 32
 # Free space the Docker root needs: to build the image (an estimate: the ~10 GB runtime, the
 # 7.5 GB devel image its build-only stage copies one file from, and build cache) or, once
-# built, for container layers and logs.
-DISK_BUILD_GIB, DISK_RUN_GIB = 60, 10
+# built, for what a running server writes there. Its root is read-only, so that is the cache
+# volume (the JIT kernels FlashInfer and Triton compile on the first start) and its log: less
+# than DISK_RUN_FAIL_GIB stops the start, less than DISK_RUN_WARN_GIB leaves a long-running
+# server's log and caches little room, which is worth a warning but not a refusal.
+DISK_BUILD_GIB, DISK_RUN_FAIL_GIB, DISK_RUN_WARN_GIB = 60, 2, 10
 GIB = 1 << 30
 
 
@@ -316,18 +319,24 @@ def check_memlock(facts: Facts, svc: composefile.Service | None = None) -> Check
 
 @check()
 def check_disk(facts: Facts) -> Check:
-    """Free space at Docker's root: 60 GiB to build the image (an estimate), 10 GiB once it is built.
+    """Free space at Docker's root: 60 GiB to build the image (an estimate); once it is built, 2 GiB for the
+    caches and log a first start writes, and a warning below 10 GiB.
 
     Fix: free space there, or move Docker's data-root.
     """
     if facts.disk_free is None:
         return Check("disk", SKIP, "skipped: no local Docker root directory")
-    need = DISK_RUN_GIB if facts.image else DISK_BUILD_GIB
     free = facts.disk_free / GIB
-    why = "headroom for the running container" if facts.image else "to build the image (estimate)"
-    detail = f"{facts.disk_path}: {free:.0f} GiB free; {need} GiB wanted {why}"
-    if free < need:
-        return Check("disk", FAIL, detail, "free space there, or move Docker's data-root to a larger disk")
+    fix = "free space there, or move Docker's data-root to a larger disk"
+    if not facts.image:
+        detail = f"{facts.disk_path}: {free:.1f} GiB free; {DISK_BUILD_GIB} GiB wanted to build the image (estimate)"
+        return Check("disk", FAIL, detail, fix) if free < DISK_BUILD_GIB else Check("disk", OK, detail)
+    detail = (f"{facts.disk_path}: {free:.1f} GiB free; a first start needs {DISK_RUN_FAIL_GIB} GiB for its caches "
+              f"and log, {DISK_RUN_WARN_GIB} GiB leaves a long-running server room")
+    if free < DISK_RUN_FAIL_GIB:
+        return Check("disk", FAIL, detail, fix)
+    if free < DISK_RUN_WARN_GIB:
+        return Check("disk", WARN, detail, fix)
     return Check("disk", OK, detail)
 
 

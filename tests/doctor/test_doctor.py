@@ -102,6 +102,11 @@ def test_shm_memlock_disk():
     tight = facts_for("", "", image=None, disk_free=40 << 30)
     assert doctor.check_disk(tight).status == FAIL, "40 GiB is too little to build the image"
     assert doctor.check_disk(facts_for("", "", disk_free=40 << 30)).status == OK, "but enough once it is built"
+    # A built image's server writes only its cache volume and log there (read-only root): a disk that is short of
+    # comfortable but holds a first start's caches warns, and `invoke up` goes on; one that cannot hold them fails.
+    short = doctor.check_disk(facts_for("", "", disk_free=7 << 30))
+    assert short.status == WARN and "7.0 GiB free" in short.detail and short.fix, short.line()
+    assert doctor.check_disk(facts_for("", "", disk_free=1 << 30)).status == FAIL, "1 GiB cannot hold a first start's caches"
 
 
 # --- configuration and models ---------------------------------------------------------------------
