@@ -89,6 +89,16 @@ def compose() -> None:
         need(f"no Compose v2 plugin (docker compose): {(proc.stderr or proc.stdout).strip()[:120]}")
 
 
+@pytest.fixture
+def hub(monkeypatch):
+    """A loopback Hugging Face Hub with one repository (tests/hub.py), HF_ENDPOINT pointing at it: the list of paths
+    asked for."""
+    import hub as loopback_hub
+
+    with loopback_hub.serve(monkeypatch) as seen:
+        yield seen
+
+
 @pytest.fixture(scope="session")
 def run_id() -> str:
     """Part of every name this session gives an image or a compose project."""

@@ -33,7 +33,7 @@ from sglang_stack import ROOT
 from sglang_stack.services import variables
 from sglang_stack.services import composefile
 from sglang_stack.bench import report
-from sglang_stack.bench import pays, provenance, rounds, speedbench, stats, upstream
+from sglang_stack.bench import pays, provenance, rounds, stats, upstream
 from sglang_stack.bench.client import Endpoint, probe, probe_openai, server_info
 from sglang_stack.serverapi import RequestFailed
 from sglang_stack.bench.rounds import (
@@ -46,6 +46,7 @@ from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
 from sglang_stack.bench.display import Progress, say, tell
 from sglang_stack.bench.request import Request
+from sglang_stack.bench.tokenizer import check_tokenizer, tokenizer_dir
 from sglang_stack.bench import promptset
 from sglang_stack.bench.promptset import PromptSet
 from sglang_stack.errors import UserError
@@ -323,10 +324,10 @@ def check_generator(request: Request, options: Options) -> None:
         raise UserError(f"--burstiness {request.burstiness} with --generator sglang: SGLang's benchmark sends Poisson "
                         "arrivals only (burstiness 1)")
     if request.endpoints and request.tokenizer is None:
-        raise UserError("--generator sglang with --endpoint: give --tokenizer DIR, the served model's tokenizer "
+        raise UserError("--generator sglang with --endpoint: give --tokenizer DIR or OWNER/NAME, the served model's tokenizer "
                         "(SGLang's benchmark counts the prompts' tokens with it)")
     if request.tokenizer is not None:
-        speedbench.check_tokenizer(Path(request.tokenizer))
+        tokenizer_dir(request.tokenizer)
     upstream.check_place(request.image, request.python)
 
 
@@ -336,7 +337,7 @@ def start_generator(request: Request, options: Options, model_dir: Path | None, 
     given."""
     if upstream.parse_generator(request.generator) == "sglang":
         # --tokenizer was checked before the probes (check_generator); the services' directory is checked here
-        tokenizer = Path(request.tokenizer) if request.tokenizer else speedbench.check_tokenizer(model_dir)
+        tokenizer = tokenizer_dir(request.tokenizer) if request.tokenizer else check_tokenizer(model_dir)
         runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench")
         options.benchmark = upstream.start(runner, tokenizer, api_key)
 
@@ -397,7 +398,7 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         "load": {
             "generator": {"name": "builtin"} if options.benchmark is None else {
                 "name": "sglang", "module": "sglang.benchmark.serving", "sglang": options.benchmark.version,
-                "where": options.benchmark.where},
+                "where": options.benchmark.where, "tokenizer": options.benchmark.tokenizer},
             "mode": "closed" if options.request_rate is None else "open",
             "request_rate": rounds.rate_json(options.request_rate),
             "burstiness": options.burstiness if options.request_rate is not None else None,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from sglang_stack.bench import speedbench
 from sglang_stack.bench.request import Request
+from sglang_stack.bench.tokenizer import tokenizer_dir
 from sglang_stack.engine import image_reference
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count
@@ -252,10 +253,10 @@ def parse_dataset(request: Request, options: Options) -> Dataset:
         if request.image is not None:
             image_reference(request.image, "--image")
         if request.endpoints and request.tokenizer is None:
-            raise UserError(f"--dataset {speedbench.NAME} with --endpoint: give --tokenizer DIR, the served model's "
+            raise UserError(f"--dataset {speedbench.NAME} with --endpoint: give --tokenizer DIR or OWNER/NAME, the served model's "
                             "tokenizer (its chat template makes the prompts)")
         if request.tokenizer is not None:
-            speedbench.check_tokenizer(Path(request.tokenizer))
+            tokenizer_dir(request.tokenizer)
         speedbench.check(Path(request.dataset_path), request.category)
         sizes = {"num_prompts": request.num_prompts, "output_len": request.output_len}
         sizes = {k: parse_count(f"--{k.replace('_', '-')}", v, 1, MAX_TOKENS) for k, v in sizes.items() if v is not None}

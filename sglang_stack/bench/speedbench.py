@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_stack.bench import upstream
+from sglang_stack.bench.tokenizer import check_tokenizer, tokenizer_dir
 from sglang_stack.engine import Engine
 from sglang_stack.errors import UserError
 from sglang_stack.flags import parse_count
@@ -81,18 +82,10 @@ def check(path: Path, category: str | None = None) -> File:
     return File(path, hashlib.sha256(data).hexdigest(), categories)
 
 
-def check_tokenizer(tokenizer: Path) -> Path:
-    """``tokenizer``, where it holds a tokenizer: checked here, before an image or a Python is started for it."""
-    if not (tokenizer / "tokenizer_config.json").is_file() and not (tokenizer / "tokenizer.json").is_file():
-        raise UserError(f"--tokenizer {tokenizer}: no tokenizer_config.json or tokenizer.json (the served model's "
-                        "directory holds them)")
-    return tokenizer
-
-
 def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
             seed: int = 0, caller: str = "acceptance") -> list[dict]:
     """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
-    ``tokenizer`` (``check_tokenizer``'s) applying the chat template: ``[{"prompt", "prompt_len", "output_len"},
+    ``tokenizer`` (a directory ``check_tokenizer`` passed) applying the chat template: ``[{"prompt", "prompt_len", "output_len"},
     ...]``."""
     data, tok = (DATA, upstream.TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
     mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): upstream.TOKENIZER} if runner.image else None
@@ -133,9 +126,9 @@ class Request:
         output_len = parse_count("--output-len", self.output_len, 1)
         checked = check(Path(self.path), self.category)
         if self.tokenizer is None and model_dir is None:
-            raise UserError("--dataset speed-bench for a server given by URL (--url, --endpoint): give --tokenizer DIR, "
+            raise UserError("--dataset speed-bench for a server given by URL (--url, --endpoint): give --tokenizer DIR or OWNER/NAME, "
                             "the served model's tokenizer")
-        tokenizer = check_tokenizer(Path(self.tokenizer) if self.tokenizer else model_dir)
+        tokenizer = tokenizer_dir(self.tokenizer) if self.tokenizer else check_tokenizer(model_dir)
         # The adapter only makes the prompts, for a server of any release: without --profile, the first profile
         # whose SGLang has it, whichever one the services run.
         runner = upstream.runner(self.image, self.python, self.engine, self.profile, self.caller)

@@ -34,8 +34,8 @@ MARGIN_S = 120.0  # past a round's own limit, which the benchmark enforces itsel
 class Benchmark:
     """One running ``entrypoints/benchmark.py``; ``round`` sends it a round and returns its answer."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], where: str, caller: str = "bench"):
-        self.where, self.caller = where, caller
+    def __init__(self, argv: list[str], env: dict[str, str], where: str, caller: str = "bench", tokenizer: str = ""):
+        self.where, self.caller, self.tokenizer = where, caller, tokenizer
         self.log = tempfile.TemporaryFile(mode="w+")
         print(f"{caller}: SGLang's benchmark: $ {shlex.join(argv)}", flush=True)
         try:
@@ -120,7 +120,7 @@ def start(runner, tokenizer: Path, api_key: str | None, caller: str = "bench") -
     key = (tuple(argv), api_key)
     running = _RUNNING.get(key)
     if running is None or running.proc.poll() is not None:
-        running = _RUNNING[key] = Benchmark(argv, env, runner.where, caller)
+        running = _RUNNING[key] = Benchmark(argv, env, runner.where, caller, str(tokenizer))
     return running
 
 

@@ -49,8 +49,9 @@ DEFAULTS = {
         "category": "with --dataset speed-bench: low_entropy, mixed or high_entropy (default: every row)",
         "num_prompts": "with --dataset speed-bench: how many prompts SGLang's adapter samples (default: 32)",
         "output_len": "with --dataset speed-bench: tokens generated per prompt (default: 512, SGLang's)",
-        "tokenizer": "with --dataset speed-bench or --generator sglang: the served model's tokenizer directory "
-        "(default: the services' MODEL_DIR; required with --endpoint)",
+        "tokenizer": "with --dataset speed-bench or --generator sglang: the served model's tokenizer, a directory or a "
+        "Hub repository OWNER/NAME[@REVISION] whose tokenizer files are downloaded (default: the services' MODEL_DIR; "
+        "required with --endpoint)",
         "image": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark in this image "
         "(default: the --profile's tag)",
         "python": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark with this "

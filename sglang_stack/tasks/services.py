@@ -189,7 +189,8 @@ def model_revision(c, role="target"):
         "category": "with --dataset: low_entropy, mixed or high_entropy (default: every row)",
         "num-prompts": "with --dataset: how many prompts SGLang's adapter samples (default: 32)",
         "output-len": "with --dataset: tokens generated per prompt (default: 512, SGLang's)",
-        "tokenizer": "with --dataset: the served model's tokenizer directory (default: the service's MODEL_DIR)",
+        "tokenizer": "with --dataset: the served model's tokenizer, a directory or a Hub repository OWNER/NAME[@REVISION] "
+        "whose tokenizer files are downloaded (default: the service's MODEL_DIR)",
         "image": "with --dataset: run SGLang's adapter in this image (default: the --profile's tag)",
         "python": "with --dataset: run SGLang's adapter with this interpreter instead of an image (default: none)",
         "profile": "with --dataset: the profile whose image runs SGLang's adapter (default: "

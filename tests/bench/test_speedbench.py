@@ -164,7 +164,7 @@ def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path, de
     (["--dataset", "speed-bench", "--dataset-path", "{good}", "--prompt-template", "<s>{{prompt}}"],
      "error: --prompt-template with --dataset speed-bench: SGLang's adapter applies the model's chat template already"),
     (["--dataset", "speed-bench", "--dataset-path", "{good}"], "error: --dataset speed-bench with --endpoint: give "
-     "--tokenizer DIR, the served model's tokenizer (its chat template makes the prompts)"),
+     "--tokenizer DIR or OWNER/NAME, the served model's tokenizer (its chat template makes the prompts)"),
     (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{tok}", "--num-prompts", "0"],
      "error: --num-prompts '0': must be at least 1"),
     (["--dataset", "speed-bench", "--dataset-path", "{bad}", "--tokenizer", "{tok}"],
@@ -173,7 +173,8 @@ def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path, de
     (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{tok}", "--category", "code"],
      "error: --category 'code': one of low_entropy, mixed, high_entropy"),
     (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{good}"],
-     "error: --tokenizer {good}: no tokenizer_config.json or tokenizer.json (the served model's directory holds them)"),
+     "error: --tokenizer {good}: not a directory (the served model's directory holds tokenizer_config.json or "
+     "tokenizer.json)"),
     (["--dataset", "speed-bench", "--dataset-path", "{good}", "--tokenizer", "{tok}", "--image", "x", "--python", "y"],
      "error: --image x and --python y: SGLang's adapter runs in one of them; choose one"),
 ])

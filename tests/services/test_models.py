@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -21,76 +20,7 @@ from sglang_stack.errors import UserError
 from sglang_stack.services import models
 from sglang_stack.doctor import inputs
 
-from loopback import Handler, serving
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-FILES = {"config.json": b'{"architectures": ["Eagle3DeepseekV2ForCausalLM"]}\n',
-         "model.safetensors": bytes(range(256)) * 4096, "tokenizer_config.json": b"{}\n"}
-LFS = {"model.safetensors"}
-
-
-def blob_id(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def hub_answer(repo: str) -> dict:
-    """What the Hub answers for a model at a commit with ``blobs=True`` (its siblings with sizes and hashes)."""
-    siblings = []
-    for name, data in FILES.items():
-        entry = {"rfilename": name, "size": len(data), "blobId": blob_id(data)}
-        if name in LFS:
-            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
-        siblings.append(entry)
-    return {"_id": "x", "id": repo, "sha": COMMIT, "private": False, "siblings": siblings, "tags": []}
-
-
-SERVED: dict[str, bytes] = {}  # what the loopback Hub serves for a file download: FILES, unless a test swaps one
-
-
-@pytest.fixture
-def hub(monkeypatch):
-    """A loopback Hub: ``lightseekorg/kimi-k2.5-eagle3`` at ``main`` exists; every other repository does not.
-
-    It also serves what ``hf download REPO --revision COMMIT`` asks (the tree, then each file by HEAD and GET),
-    with the bytes of ``SERVED``."""
-    seen = []
-    SERVED.clear()
-    SERVED.update(FILES)
-
-    class Hub(Handler):
-        def do_GET(self):
-            url = urlparse(self.path)
-            seen.append(url.path + "?" + url.query)
-            parts = unquote(url.path).split("/")
-            if parts[1] != "api":
-                return self.send_file(parts, head=False)
-            repo, rev = "/".join(parts[3:5]), parts[6] if len(parts) > 6 else "main"
-            if repo != "lightseekorg/kimi-k2.5-eagle3":
-                self.reply(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
-            elif rev not in ("main", COMMIT):
-                self.reply(404, {"error": "Invalid rev id"}, {"X-Error-Code": "RevisionNotFound"})
-            elif parts[5] == "tree":
-                self.reply(200, [{"type": "file", "path": n, "size": len(d), "oid": blob_id(d)} for n, d in SERVED.items()])
-            else:
-                self.reply(200, hub_answer(repo))
-
-        def do_HEAD(self):
-            self.send_file(unquote(urlparse(self.path).path).split("/"), head=True)
-
-        def send_file(self, parts: list[str], head: bool) -> None:  # /OWNER/NAME/resolve/COMMIT/FILE
-            data = SERVED["/".join(parts[5:])]
-            self.send_response(200)
-            self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("ETag", f'"{blob_id(data)}"')
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if not head:
-                self.wfile.write(data)
-
-    with serving(Hub) as url:
-        monkeypatch.setenv("HF_ENDPOINT", url)
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        yield seen
+from hub import COMMIT, FILES, SERVED, blob_id
 
 
 def lock_file(tmp_path: Path, **drafter) -> Path:

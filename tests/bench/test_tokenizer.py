@@ -1,0 +1,101 @@
+"""`--tokenizer OWNER/NAME[@REVISION]`: the served model's tokenizer from the Hub, for a server whose model is not on this
+host. huggingface_hub's own download runs against a loopback Hub (tests/hub.py) and fetches the tokenizer's files,
+never the weights, as plain files in this project's cache; then SGLang's benchmark loads them and measures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import hub as loopback_hub
+from sglang_server import SGLangServer
+from sglang_stack.bench import measure as bench, report
+from sglang_stack.bench import tokenizer
+from sglang_stack.bench.request import Request
+from sglang_stack.errors import UserError
+from test_bench import write_prompts
+from test_generator import BASE, TOKENS
+from word_tokenizer import word_tokenizer
+
+REPO = "lightseekorg/kimi-k2.5-eagle3"  # the loopback Hub's one repository
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """This project's cache in tmp_path; each test asks the Hub afresh (download() remembers per process)."""
+    monkeypatch.setenv("SGLANG_STACK_CACHE", str(tmp_path / "cache"))
+    tokenizer.download.cache_clear()
+    yield tmp_path / "cache"
+    tokenizer.download.cache_clear()
+
+
+def test_a_hub_name_fetches_the_tokenizer_files_and_not_the_weights(hub, cache, monkeypatch):
+    folder = tokenizer.tokenizer_dir(REPO)
+    assert folder == cache / "tokenizers" / "lightseekorg--kimi-k2.5-eagle3" / "main", folder
+    got = sorted(p.name for p in folder.iterdir() if p.name != ".cache")
+    assert got == ["config.json", "tokenizer_config.json"], got
+    # plain files, so the folder can be mounted into an image; the Hugging Face cache would give links into its blobs
+    assert not any(p.is_symlink() for p in folder.iterdir()), list(folder.iterdir())
+    assert (folder / "tokenizer_config.json").read_bytes() == loopback_hub.FILES["tokenizer_config.json"]
+    assert not any("model.safetensors" in path for path in hub), hub
+
+    # The Hub out of reach: the folder answers (a port nothing listens on)
+    tokenizer.download.cache_clear()
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert tokenizer.tokenizer_dir(REPO) == folder
+
+
+@pytest.mark.parametrize("value, says", [
+    ("moonshotai/nope", "--tokenizer moonshotai/nope: no such directory, nor a repository on the Hub at http://127.0.0.1"),
+    (f"{REPO}@v9", f"--tokenizer {REPO}@v9: {REPO} has no revision 'v9' on the Hub"),
+    ("./tok", "--tokenizer ./tok: no such directory"),
+    ("a/b/c", "--tokenizer a/b/c: no such directory (nor a Hub repository name, OWNER/NAME[@REVISION])"),
+    (f"{REPO}@..", f"--tokenizer {REPO}@..: no such directory (nor a Hub repository name, OWNER/NAME[@REVISION])"),
+    ("owner/..", "--tokenizer owner/..: no such directory (nor a Hub repository name: Repo id must use alphanumeric"),
+])
+def test_a_name_the_hub_does_not_have_is_one_line(hub, cache, value, says):
+    with pytest.raises(UserError) as err:
+        tokenizer.tokenizer_dir(value)
+    assert str(err.value).startswith(says) and "\n" not in str(err.value), str(err.value)
+    assert not (cache / "tokenizers").exists() or not any((cache / "tokenizers").rglob("*.json")), "nothing fetched"
+
+
+def test_a_repository_without_a_tokenizer_is_named_with_where_it_went(hub, cache, monkeypatch):
+    monkeypatch.delitem(loopback_hub.FILES, "tokenizer_config.json")
+    monkeypatch.delitem(loopback_hub.SERVED, "tokenizer_config.json")
+    with pytest.raises(UserError, match=rf"--tokenizer {REPO} \(downloaded to .*/main\): no tokenizer_config.json or "
+                                        "tokenizer.json"):
+        tokenizer.tokenizer_dir(REPO)
+
+
+def test_the_hub_out_of_reach_with_nothing_fetched_is_one_line(cache, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(UserError) as err:
+        tokenizer.tokenizer_dir(REPO)
+    message = str(err.value)
+    assert message.startswith(f"--tokenizer {REPO}: not in the Hugging Face cache, and the Hub at http://127.0.0.1:9 "
+                               "did not answer: ") and "\n" not in message, message
+
+
+@pytest.mark.sglang_env
+def test_sglangs_benchmark_measures_with_a_tokenizer_from_the_hub(tmp_path, hub, cache, sglang_generator, monkeypatch):
+    """The loopback Hub serves a word tokenizer's files; `invoke bench --generator sglang --tokenizer OWNER/NAME` sends
+    the rounds with it."""
+    words = word_tokenizer(tmp_path / "tok", ["[UNK]", "prompt", "number", *map(str, range(10))])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        monkeypatch.setitem(loopback_hub.FILES, name, (words / name).read_bytes())
+        monkeypatch.setitem(loopback_hub.SERVED, name, (words / name).read_bytes())
+    monkeypatch.delitem(loopback_hub.FILES, "config.json")  # a tokenizer_config.json with a class needs none
+    flags = {**sglang_generator, "tokenizer": REPO}
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=TOKENS)
+    with SGLangServer(BASE) as server:
+        out = bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
+                                out=tmp_path / "r", **flags), environ={}, progress=False)
+    doc = json.loads((out / report.JSON_NAME).read_text())
+    assert doc["complete"], doc["error"]
+    made = doc["metadata"]["load"]["generator"]
+    assert made["name"] == "sglang" and made["tokenizer"] == str(cache / "tokenizers" / "lightseekorg--kimi-k2.5-eagle3"
+                                                                  / "main"), made
+    assert [s["output_tokens"] for s in doc["samples"]] == [TOKENS, TOKENS], doc["samples"]
+    assert any(path.startswith(f"/{REPO}/resolve/") and path.split("?")[0].endswith("tokenizer.json") for path in hub), hub
