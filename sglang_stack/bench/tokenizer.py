@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from sglang_stack.download import cache_dir
-from sglang_stack.errors import NETWORK, UserError
-from sglang_stack.services.models import HUB_TIMEOUT_S
+from sglang_stack.errors import UserError
+from sglang_stack.services.models import HUB_TIMEOUT_S, hub_failure
 
 # What transformers' AutoTokenizer reads from a model repository: the tokenizer's own files (tokenizer.json,
 # tokenizer_config.json, a SentencePiece or tiktoken model, vocabularies), the chat template, config.json (the
@@ -66,7 +66,7 @@ def download(name: str) -> Path:
     """The snapshot directory of the Hub repository ``name`` (``OWNER/NAME[@REVISION]``) with its tokenizer files."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
-        GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
+        GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
     )
 
     repo, _, revision = name.partition("@")
@@ -84,15 +84,12 @@ def download(name: str) -> Path:
     except (RepositoryNotFoundError, GatedRepoError):
         raise UserError(f"--tokenizer {name}: no such directory, nor a repository on the Hub at {endpoint} (or it "
                         "is gated: set HF_TOKEN)") from None
-    except LocalEntryNotFoundError as err:  # the Hub out of reach, and nothing of it in the cache
+    except LocalEntryNotFoundError as err:  # the Hub out of reach, and nothing of it in the folder
         cause = err.__cause__ or err
-        first = (str(cause).splitlines() or [""])[0]
         raise UserError(f"--tokenizer {name}: not in the Hugging Face cache, and the Hub at {endpoint} did not "
-                        f"answer: {type(cause).__name__}: {first}") from None
-    except Exception as err:  # huggingface_hub raises its own, httpx's and OSError's classes
-        if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
+                        f"answer: {type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}") from None
+    except Exception as err:
+        if (cause := hub_failure(err)) is None:
             raise
-        first = (str(err).splitlines() or [""])[0]
-        raise UserError(f"--tokenizer {name}: the Hub at {endpoint} did not answer: {type(err).__name__}: "
-                        f"{first}") from None
+        raise UserError(f"--tokenizer {name}: the Hub at {endpoint} did not answer: {cause}") from None
     return folder

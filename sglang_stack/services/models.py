@@ -240,10 +240,20 @@ def record_acceptance(expectation, path: Path | None = None, role: str = "drafte
             f"{expectation.accept_length - expectation.tolerance:.2f}) at {expectation.settings or 'any settings'}")
 
 
+def hub_failure(err: BaseException) -> str | None:
+    """``TYPE: its first line`` where ``err`` is huggingface_hub's failure to reach the Hub (its own, requests',
+    httpx's or OSError's classes); None for any other exception, a bug to raise."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
+        return None
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+
+
 def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str, tuple[ModelFile, ...]]:
     """(commit, files) of ``repo`` at ``revision`` from the Hub (huggingface_hub; HF_ENDPOINT is honoured)."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     endpoint = os.environ.get("HF_ENDPOINT") or None
     print(f"asking {endpoint or 'the Hub'} for {repo}@{revision} (timeout {HUB_TIMEOUT_S:g} s)", file=sys.stderr, flush=True)
@@ -254,12 +264,11 @@ def hub_record(repo: str, revision: str, token: str | None = None) -> tuple[str,
         raise UserError(f"{repo}: no revision {revision!r} on the Hub") from None
     except RepositoryNotFoundError:
         raise UserError(f"{repo}: no such repository on the Hub (or it is gated: set HF_TOKEN)") from None
-    except Exception as err:  # huggingface_hub raises its own, requests' and httpx's classes
-        if not isinstance(err, (HfHubHTTPError, OSError)) and not {c.__name__ for c in type(err).__mro__} & NETWORK:
+    except Exception as err:
+        if (cause := hub_failure(err)) is None:
             raise
-        first = (str(err).splitlines() or [""])[0]
         raise UserError(f"{repo}@{revision}: the Hub at {endpoint or 'https://huggingface.co'} did not answer (timeout "
-                        f"{HUB_TIMEOUT_S:g} s per request): {err.__class__.__name__}: {first}") from None
+                        f"{HUB_TIMEOUT_S:g} s per request): {cause}") from None
     files = []
     for s in sorted(info.siblings or [], key=lambda s: s.rfilename):
         lfs = s.lfs
