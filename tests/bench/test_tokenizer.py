@@ -5,11 +5,15 @@ never the weights, as plain files in this project's cache; then SGLang's benchma
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 import hub as loopback_hub
 from sglang_server import SGLangServer
+from sglang_stack import ROOT
 from sglang_stack.bench import measure as bench, report
 from sglang_stack.bench import tokenizer
 from sglang_stack.bench.request import Request
@@ -99,3 +103,16 @@ def test_sglangs_benchmark_measures_with_a_tokenizer_from_the_hub(tmp_path, hub,
                                                                   / "main"), made
     assert [s["output_tokens"] for s in doc["samples"]] == [TOKENS, TOKENS], doc["samples"]
     assert any(path.startswith(f"/{REPO}/resolve/") and path.split("?")[0].endswith("tokenizer.json") for path in hub), hub
+
+
+def test_invoke_bench_names_a_tokenizer_the_hub_does_not_have_before_any_request(hub, tmp_path):
+    env = {**os.environ, "SGLANG_STACK_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--endpoint", "gone=http://127.0.0.1:9", "--out",
+                           str(tmp_path / "r"), "--generator", "sglang", "--tokenizer", "moonshotai/nope"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("--tokenizer moonshotai/nope: huggingface_hub snapshot_download('moonshotai/nope', "), lines
+    assert lines[-1] == f"error: --tokenizer moonshotai/nope: no such directory, nor a repository on the Hub at " \
+                        f"{env['HF_ENDPOINT']} (or it is gated: set HF_TOKEN)", lines
+    assert not (tmp_path / "r").exists()
