@@ -1,8 +1,8 @@
 """A loopback Hugging Face Hub for the tests that run huggingface_hub's own requests against it: one small repository,
 ``lightseekorg/kimi-k2.5-eagle3``, whose files the tests write, with metadata in the Hub's format. The hashes in it are
 the real hashes of those files (an LFS sha256 for the weights, a git blob id for the small files), so what is checked
-hashes real bytes against real records. A test may change ``FILES`` (what the Hub records) and ``SERVED`` (the bytes
-it sends) with ``monkeypatch.setitem``; the fixture sets ``HF_ENDPOINT`` to the server.
+hashes real bytes against real records. A test may change ``FILES`` (what the Hub records), ``SERVED`` (the bytes
+it sends) and ``BROKEN`` (what it lists but does not send); the fixture sets ``HF_ENDPOINT`` to the server.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def hub_answer(repo: str) -> dict:
 
 
 SERVED: dict[str, bytes] = {}  # what the loopback Hub serves for a file download: FILES, unless a test swaps one
+BROKEN: set[str] = set()  # files listed but not served (404): a fetch that fails part of the way
 
 
 @contextlib.contextmanager
@@ -47,6 +48,7 @@ def serve(monkeypatch):
     seen = []
     SERVED.clear()
     SERVED.update(FILES)
+    BROKEN.clear()
 
     class Hub(Handler):
         def do_GET(self):
@@ -69,7 +71,10 @@ def serve(monkeypatch):
             self.send_file(unquote(urlparse(self.path).path).split("/"), head=True)
 
         def send_file(self, parts: list[str], head: bool) -> None:  # /OWNER/NAME/resolve/COMMIT/FILE
-            data = SERVED["/".join(parts[5:])]
+            name = "/".join(parts[5:])
+            if name in BROKEN:
+                return self.reply(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
+            data = SERVED[name]
             self.send_response(200)
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("ETag", f'"{blob_id(data)}"')

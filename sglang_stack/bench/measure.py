@@ -324,8 +324,8 @@ def check_generator(request: Request, options: Options) -> None:
         raise UserError(f"--burstiness {request.burstiness} with --generator sglang: SGLang's benchmark sends Poisson "
                         "arrivals only (burstiness 1)")
     if request.endpoints and request.tokenizer is None:
-        raise UserError("--generator sglang with --endpoint: give --tokenizer DIR or OWNER/NAME, the served model's tokenizer "
-                        "(SGLang's benchmark counts the prompts' tokens with it)")
+        raise UserError("--generator sglang with --endpoint: give --tokenizer DIR or OWNER/NAME, the served model's "
+                        "tokenizer (SGLang's benchmark counts the prompts' tokens with it)")
     if request.tokenizer is not None:
         tokenizer_dir(request.tokenizer)
     upstream.check_place(request.image, request.python)

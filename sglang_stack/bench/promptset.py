@@ -253,8 +253,8 @@ def parse_dataset(request: Request, options: Options) -> Dataset:
         if request.image is not None:
             image_reference(request.image, "--image")
         if request.endpoints and request.tokenizer is None:
-            raise UserError(f"--dataset {speedbench.NAME} with --endpoint: give --tokenizer DIR or OWNER/NAME, the served model's "
-                            "tokenizer (its chat template makes the prompts)")
+            raise UserError(f"--dataset {speedbench.NAME} with --endpoint: give --tokenizer DIR or OWNER/NAME, the "
+                            "served model's tokenizer (its chat template makes the prompts)")
         if request.tokenizer is not None:
             tokenizer_dir(request.tokenizer)
         speedbench.check(Path(request.dataset_path), request.category)

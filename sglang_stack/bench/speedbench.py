@@ -85,8 +85,8 @@ def check(path: Path, category: str | None = None) -> File:
 def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
             seed: int = 0, caller: str = "acceptance") -> list[dict]:
     """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
-    ``tokenizer`` (a directory ``check_tokenizer`` passed) applying the chat template: ``[{"prompt", "prompt_len", "output_len"},
-    ...]``."""
+    ``tokenizer`` (a directory ``check_tokenizer`` passed) applying the chat template: ``[{"prompt", "prompt_len",
+    "output_len"}, ...]``."""
     data, tok = (DATA, upstream.TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
     mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): upstream.TOKENIZER} if runner.image else None
     args = ["sglang_stack.entrypoints.prompts", NAME, "--dataset-path", data, "--tokenizer", tok,
@@ -126,8 +126,8 @@ class Request:
         output_len = parse_count("--output-len", self.output_len, 1)
         checked = check(Path(self.path), self.category)
         if self.tokenizer is None and model_dir is None:
-            raise UserError("--dataset speed-bench for a server given by URL (--url, --endpoint): give --tokenizer DIR or OWNER/NAME, "
-                            "the served model's tokenizer")
+            raise UserError("--dataset speed-bench for a server given by URL (--url, --endpoint): give --tokenizer DIR "
+                            "or OWNER/NAME, the served model's tokenizer")
         tokenizer = tokenizer_dir(self.tokenizer) if self.tokenizer else check_tokenizer(model_dir)
         # The adapter only makes the prompts, for a server of any release: without --profile, the first profile
         # whose SGLang has it, whichever one the services run.

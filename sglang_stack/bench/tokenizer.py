@@ -1,9 +1,10 @@
 """The served model's tokenizer, which SGLang's benchmark and SPEED-Bench adapter load (``--tokenizer``): a directory
 on this host, or a Hub repository, ``OWNER/NAME[@REVISION]``, whose tokenizer files (never its weights) huggingface_hub
-downloads into ``cache_dir()/tokenizers/OWNER--NAME/REVISION``. It writes each file whole, fetches only what changed on
-the next run, and answers from that folder when the Hub is out of reach (``HF_HUB_OFFLINE``, ``HF_ENDPOINT`` and
-``HF_TOKEN`` are honoured). Plain files, not the Hugging Face cache's links into its blob store: the folder is mounted
-into the image that runs SGLang, where such a link would point outside the mount."""
+fetches into ``cache_dir()/tokenizers/OWNER--NAME/REVISION`` (``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are
+honoured). Each run fetches the set afresh (a few MB) into a folder beside it that then replaces it whole, so a fetch
+cut short leaves the set fetched before, and that set serves when the Hub is out of reach. Plain files, not the
+Hugging Face cache's links into its blob store: the folder is mounted into the image that runs SGLang, where such a
+link would point outside the mount."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import functools
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from sglang_stack.download import cache_dir
@@ -37,14 +39,14 @@ def check_tokenizer(directory: Path, shown: str | None = None) -> Path:
 
 
 def tokenizer_dir(value: str | Path) -> Path:
-    """The tokenizer directory ``value`` names: itself where it is a directory, else the files of the Hub repository
-    ``OWNER/NAME[@REVISION]`` (default revision: main) in the Hugging Face cache; checked either way (``check_tokenizer``)."""
+    """The tokenizer directory ``value`` names: itself where it is a directory, else the folder of the Hub repository
+    ``OWNER/NAME[@REVISION]``'s tokenizer files (default revision: main); checked either way (``check_tokenizer``)."""
     path = Path(value)
     if path.is_dir():
         return check_tokenizer(path)
     if path.exists():
-        raise UserError(f"--tokenizer {value}: not a directory (the served model's directory holds tokenizer_config.json "
-                        "or tokenizer.json)")
+        raise UserError(f"--tokenizer {value}: not a directory (the served model's directory holds "
+                        "tokenizer_config.json or tokenizer.json)")
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -57,13 +59,15 @@ def tokenizer_dir(value: str | Path) -> Path:
     try:
         validate_repo_id(repo)  # huggingface_hub's own rule for a repository's name
     except HFValidationError as err:
-        raise UserError(f"--tokenizer {text}: no such directory (nor a Hub repository name: {str(err).rstrip('.')})") from None
+        raise UserError(f"--tokenizer {text}: no such directory (nor a Hub repository name: "
+                        f"{str(err).rstrip('.')})") from None
     return check_tokenizer(download(text), text)
 
 
 @functools.cache  # one process asks the Hub once per name: bench checks the flag before its probes, then uses it
 def download(name: str) -> Path:
-    """The snapshot directory of the Hub repository ``name`` (``OWNER/NAME[@REVISION]``) with its tokenizer files."""
+    """The folder of the tokenizer files of the Hub repository ``name`` (``OWNER/NAME[@REVISION]``): fetched now, or
+    the set fetched before where the Hub did not answer."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
@@ -72,24 +76,35 @@ def download(name: str) -> Path:
     repo, _, revision = name.partition("@")
     revision = revision or "main"
     folder = cache_dir() / "tokenizers" / repo.replace("/", "--") / revision.replace("/", "--")
+    folder.parent.mkdir(parents=True, exist_ok=True)
     # huggingface_hub reads HF_ENDPOINT once, when it is imported; this reads it now, as models.hub_record does
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    print(f"--tokenizer {name}: huggingface_hub snapshot_download({repo!r}, revision={revision!r}, "
-          f"allow_patterns={FILES}, local_dir={str(folder)!r}) from {endpoint}", file=sys.stderr, flush=True)
-    try:
-        snapshot_download(repo, revision=revision, allow_patterns=FILES, local_dir=folder, endpoint=endpoint,
-                          etag_timeout=HUB_TIMEOUT_S)
-    except RevisionNotFoundError:
-        raise UserError(f"--tokenizer {name}: {repo} has no revision {revision!r} on the Hub") from None
-    except (RepositoryNotFoundError, GatedRepoError):
-        raise UserError(f"--tokenizer {name}: no such directory, nor a repository on the Hub at {endpoint} (or it "
-                        "is gated: set HF_TOKEN)") from None
-    except LocalEntryNotFoundError as err:  # the Hub out of reach, and nothing of it in the folder
-        cause = err.__cause__ or err
-        raise UserError(f"--tokenizer {name}: not in the Hugging Face cache, and the Hub at {endpoint} did not "
-                        f"answer: {type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}") from None
-    except Exception as err:
-        if (cause := hub_failure(err)) is None:
-            raise
-        raise UserError(f"--tokenizer {name}: the Hub at {endpoint} did not answer: {cause}") from None
+    with tempfile.TemporaryDirectory(prefix=f".{folder.name}-", dir=folder.parent) as tmp:
+        fresh = Path(tmp) / "fetched"
+        print(f"--tokenizer {name}: huggingface_hub snapshot_download({repo!r}, revision={revision!r}, "
+              f"allow_patterns={FILES}, local_dir={str(fresh)!r}) from {endpoint}", file=sys.stderr, flush=True)
+        try:
+            # cache_dir: huggingface_hub notes a branch's commit there even for a local_dir; a folder that goes
+            # with the temporary one, so nothing is written to the user's Hugging Face cache
+            snapshot_download(repo, revision=revision, allow_patterns=FILES, local_dir=fresh, endpoint=endpoint,
+                              cache_dir=Path(tmp) / "hub", etag_timeout=HUB_TIMEOUT_S)
+        except RevisionNotFoundError:
+            raise UserError(f"--tokenizer {name}: {repo} has no revision {revision!r} on the Hub") from None
+        except (RepositoryNotFoundError, GatedRepoError):
+            raise UserError(f"--tokenizer {name}: no such directory, nor a repository on the Hub at {endpoint} (or "
+                            "it is gated: set HF_TOKEN)") from None
+        except Exception as err:
+            # LocalEntryNotFoundError: the Hub out of reach (or HF_HUB_OFFLINE), what it could not reach its cause
+            cause = hub_failure(err.__cause__ or err if isinstance(err, LocalEntryNotFoundError) else err)
+            if cause is None:
+                raise
+            if folder.is_dir():
+                print(f"--tokenizer {name}: the Hub at {endpoint} did not answer ({cause}); the set fetched before "
+                      f"serves: {folder}", file=sys.stderr, flush=True)
+                return folder
+            raise UserError(f"--tokenizer {name}: nothing fetched before, and the Hub at {endpoint} did not answer: "
+                            f"{cause}") from None
+        if folder.exists():
+            folder.rename(Path(tmp) / "previous")  # removed with the temporary folder
+        fresh.rename(folder)
     return folder

@@ -78,8 +78,31 @@ def test_the_hub_out_of_reach_with_nothing_fetched_is_one_line(cache, monkeypatc
     with pytest.raises(UserError) as err:
         tokenizer.tokenizer_dir(REPO)
     message = str(err.value)
-    assert message.startswith(f"--tokenizer {REPO}: not in the Hugging Face cache, and the Hub at http://127.0.0.1:9 "
-                               "did not answer: ") and "\n" not in message, message
+    assert message.startswith(f"--tokenizer {REPO}: nothing fetched before, and the Hub at http://127.0.0.1:9 did not "
+                               "answer: ") and "\n" not in message, message
+    assert list((cache / "tokenizers" / "lightseekorg--kimi-k2.5-eagle3").iterdir()) == [], "no folder, no leftovers"
+
+
+def test_a_fetch_that_fails_part_of_the_way_leaves_the_set_fetched_before(hub, cache, monkeypatch, capfd):
+    folder = tokenizer.tokenizer_dir(REPO)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    # main moves to a commit that adds a tokenizer.json and changes config.json; the Hub fails to send tokenizer.json
+    monkeypatch.setattr(loopback_hub, "COMMIT", "f" * 40)
+    monkeypatch.setitem(loopback_hub.SERVED, "tokenizer.json", b"{}")
+    monkeypatch.setitem(loopback_hub.SERVED, "config.json", b'{"changed": true}')
+    loopback_hub.BROKEN.add("tokenizer.json")
+    tokenizer.download.cache_clear()
+    assert tokenizer.tokenizer_dir(REPO) == folder
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before, "the set fetched before, whole"
+    assert f"the set fetched before serves: {folder}" in capfd.readouterr().err
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["main"], "no temporary folder left beside it"
+
+    # Served whole, the new set replaces the old one
+    loopback_hub.BROKEN.clear()
+    tokenizer.download.cache_clear()
+    assert tokenizer.tokenizer_dir(REPO) == folder
+    assert (folder / "config.json").read_bytes() == b'{"changed": true}' and (folder / "tokenizer.json").is_file()
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["main"]
 
 
 @pytest.mark.sglang_env
