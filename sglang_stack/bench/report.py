@@ -267,7 +267,8 @@ def markdown(doc: dict) -> str:
         f" after {meta.get('warmup', 0)} warm-up requests per endpoint; rounds "
         + ("interleaved" if meta.get("interleaved") else "not interleaved"),
         f"- started {meta['started']}, finished {meta.get('finished') or '-'}",
-        *([f"- sent by SGLang's own serving benchmark ({made['module']} {made['sglang']}, {made['where']})"]
+        *([f"- sent by SGLang's own serving benchmark ({made['module']} {made['sglang']}, {made['where']})"
+           + (f", tokenizer {made['tokenizer']}" if made.get("tokenizer") else "")]
           if (made := generator(meta))["name"] == "sglang" else []),
         "",
     ]

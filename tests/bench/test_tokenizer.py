@@ -125,6 +125,7 @@ def test_sglangs_benchmark_measures_with_a_tokenizer_from_the_hub(tmp_path, hub,
     assert made["name"] == "sglang" and made["tokenizer"] == str(cache / "tokenizers" / "lightseekorg--kimi-k2.5-eagle3"
                                                                   / "main"), made
     assert [s["output_tokens"] for s in doc["samples"]] == [TOKENS, TOKENS], doc["samples"]
+    assert f", tokenizer {made['tokenizer']}\n" in (out / report.MARKDOWN_NAME).read_text()
     assert any(path.startswith(f"/{REPO}/resolve/") and path.split("?")[0].endswith("tokenizer.json") for path in hub), hub
 
 
