@@ -104,6 +104,9 @@ def download(name: str) -> Path:
                 return folder
             raise UserError(f"--tokenizer {name}: nothing fetched before, and the Hub at {endpoint} did not answer: "
                             f"{cause}") from None
+        # Readable by all, whatever the umask: the image runs SGLang as uid 10001, not as the user who fetched them
+        for path in [fresh, *fresh.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
         if folder.exists():
             folder.rename(Path(tmp) / "previous")  # removed with the temporary folder
         fresh.rename(folder)

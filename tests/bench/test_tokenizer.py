@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -35,12 +36,20 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_hub_name_fetches_the_tokenizer_files_and_not_the_weights(hub, cache, monkeypatch):
-    folder = tokenizer.tokenizer_dir(REPO)
+    umask = os.umask(0o077)  # a hardened host's: what the user makes, only the user reads
+    try:
+        folder = tokenizer.tokenizer_dir(REPO)
+    finally:
+        os.umask(umask)
     assert folder == cache / "tokenizers" / "lightseekorg--kimi-k2.5-eagle3" / "main", folder
     got = sorted(p.name for p in folder.iterdir() if p.name != ".cache")
     assert got == ["config.json", "tokenizer_config.json"], got
     # plain files, so the folder can be mounted into an image; the Hugging Face cache would give links into its blobs
     assert not any(p.is_symlink() for p in folder.iterdir()), list(folder.iterdir())
+    # readable by the image's uid 10001, which the folder is mounted for
+    modes = {path: stat.S_IMODE(path.stat().st_mode) for path in [folder, *folder.rglob("*")]}
+    unreadable = {str(path): oct(mode) for path, mode in modes.items() if mode & 0o004 == 0 or (path.is_dir() and mode & 0o001 == 0)}
+    assert not unreadable, unreadable
     assert (folder / "tokenizer_config.json").read_bytes() == loopback_hub.FILES["tokenizer_config.json"]
     assert not any("model.safetensors" in path for path in hub), hub
 
