@@ -61,7 +61,7 @@ def check_creatable(path: Path, flag: str = "--out") -> None:
             break
         probe = probe.parent
     if not probe.is_dir():
-        where = "exists" if probe == path else f"is under {probe}, which"
+        where = "exists and" if probe == path else f"is under {probe}, which"
         raise UserError(f"{flag} {path}: {where} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {path}: cannot write there ({probe}: permission denied)")

@@ -23,12 +23,15 @@ def test_existing_results_are_never_overwritten(tmp_path):
 # --- bench-compare: one service at a time ----------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["under-a-file", "read-only"])
+@pytest.mark.parametrize("where", ["a-file", "under-a-file", "read-only"])
 def test_an_out_that_cannot_be_written_fails_before_any_request(tmp_path, where):
-    """--out under a file, or in a directory nobody may write: one line naming --out, and no request sent."""
+    """--out a file, under a file, or in a directory nobody may write: one line naming --out, and no request sent."""
     import os
 
-    if where == "under-a-file":
+    if where == "a-file":
+        out = tmp_path / "file"
+        out.write_text("not a directory")
+    elif where == "under-a-file":
         (tmp_path / "file").write_text("not a directory")
         out = tmp_path / "file" / "sub"
     else:
@@ -39,7 +42,7 @@ def test_an_out_that_cannot_be_written_fails_before_any_request(tmp_path, where)
         out = locked / "results"
     prompts = write_prompts(tmp_path / "prompts.jsonl", count=2)
     with SGLangServer(BASE) as base:
-        with pytest.raises(UserError, match=rf"^--out {re.escape(str(out))}: (cannot write there|is under .*, which is not a directory)"):
+        with pytest.raises(UserError, match=rf"^--out {re.escape(str(out))}: (cannot write there|exists and is not a directory$|is under .*, which is not a directory)"):
             bench.run(Request(endpoints=[f"baseline={base.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=out), environ={}, progress=False)
         generated = list(base.bodies)
     assert not generated, f"generation requests were sent before --out was checked: {generated}"
