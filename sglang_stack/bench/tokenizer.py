@@ -8,6 +8,8 @@ link would point outside the mount."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import re
@@ -68,15 +70,41 @@ def tokenizer_dir(value: str | Path) -> Path:
 def download(name: str) -> Path:
     """The folder of the tokenizer files of the Hub repository ``name`` (``OWNER/NAME[@REVISION]``): fetched now, or
     the set fetched before where the Hub did not answer."""
+    repo, _, revision = name.partition("@")
+    revision = revision or "main"
+    folder = cache_dir() / "tokenizers" / repo.replace("/", "--") / revision.replace("/", "--")
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--tokenizer {name}: cannot write {folder.parent} ({err.strerror or err})") from None
+    with fetching(folder.parent, name):
+        return fetch(name, repo, revision, folder)
+
+
+@contextlib.contextmanager
+def fetching(parent: Path, name: str):
+    """One fetch of a repository's tokenizers at a time (an ``flock`` on its folder, so nothing is written to hold
+    it): a second run waits, and says so, rather than swapping the folder away under the first."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"--tokenizer {name}: another run is fetching it into {parent}: waiting for it to finish",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def fetch(name: str, repo: str, revision: str, folder: Path) -> Path:
+    """``download``'s work, under its lock."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
     )
 
-    repo, _, revision = name.partition("@")
-    revision = revision or "main"
-    folder = cache_dir() / "tokenizers" / repo.replace("/", "--") / revision.replace("/", "--")
-    folder.parent.mkdir(parents=True, exist_ok=True)
     # huggingface_hub reads HF_ENDPOINT once, when it is imported; this reads it now, as models.hub_record does
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     with tempfile.TemporaryDirectory(prefix=f".{folder.name}-", dir=folder.parent) as tmp:
@@ -94,8 +122,10 @@ def download(name: str) -> Path:
             raise UserError(f"--tokenizer {name}: no such directory, nor a repository on the Hub at {endpoint} (or "
                             "it is gated: set HF_TOKEN)") from None
         except Exception as err:
-            # LocalEntryNotFoundError: the Hub out of reach (or HF_HUB_OFFLINE), what it could not reach its cause
-            cause = hub_failure(err.__cause__ or err if isinstance(err, LocalEntryNotFoundError) else err)
+            # The Hub out of reach (or HF_HUB_OFFLINE): huggingface_hub raises LocalEntryNotFoundError, and what
+            # it could not reach is its cause
+            unreached = err.__cause__ if isinstance(err, LocalEntryNotFoundError) and err.__cause__ else err
+            cause = hub_failure(unreached)
             if cause is None:
                 raise
             if folder.is_dir():

@@ -114,6 +114,29 @@ def test_a_fetch_that_fails_part_of_the_way_leaves_the_set_fetched_before(hub, c
     assert sorted(p.name for p in folder.parent.iterdir()) == ["main"]
 
 
+def test_a_second_fetch_of_the_same_name_waits_for_the_first(hub, cache, capfd):
+    """Two runs fetching one name at once: the second waits, so neither swaps the folder away under the other (an
+    OSError traceback for one of them, before)."""
+    import fcntl
+    import threading
+
+    folder = cache / "tokenizers" / "lightseekorg--kimi-k2.5-eagle3" / "main"
+    folder.parent.mkdir(parents=True)
+    fd = os.open(folder.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what a first run holds while it fetches and swaps
+    got: list = []
+    second = threading.Thread(target=lambda: got.append(tokenizer.tokenizer_dir(REPO)))
+    try:
+        second.start()
+        second.join(timeout=3)
+        assert second.is_alive() and not folder.exists(), "the second fetch went ahead while the first held the name"
+    finally:
+        os.close(fd)  # the first run ends
+    second.join(timeout=60)
+    assert got == [folder] and (folder / "tokenizer_config.json").is_file(), got
+    assert f"another run is fetching it into {folder.parent}: waiting for it to finish" in capfd.readouterr().err
+
+
 @pytest.mark.sglang_env
 def test_sglangs_benchmark_measures_with_a_tokenizer_from_the_hub(tmp_path, hub, cache, sglang_generator, monkeypatch):
     """The loopback Hub serves a word tokenizer's files; `invoke bench --generator sglang --tokenizer OWNER/NAME` sends
