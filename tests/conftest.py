@@ -329,6 +329,19 @@ def sglang_generator(profile_python, tmp_path_factory) -> dict:
     return {"generator": "sglang", "python": str(profile_python(upstream.PROFILE)), "tokenizer": str(tokenizer)}
 
 
+@pytest.fixture
+def generator_flags(request):
+    """``generator_flags(NAME)``: `invoke bench`'s flags for NAME: builtin, sglang (``sglang_generator``: 0.5.23's
+    benchmark) or sglang-0.5.9 (the default profile's, ``default_python``)."""
+    def flags(name: str) -> dict:
+        if name == "builtin":
+            return {}
+        chosen = request.getfixturevalue("sglang_generator")
+        return {**chosen, "python": request.getfixturevalue("default_python")} if name == "sglang-0.5.9" else chosen
+
+    return flags
+
+
 @pytest.fixture(scope="session")
 def default_python() -> str:
     """A CPU Python with exactly the default profile's distributions, where SGLang imports."""

@@ -338,7 +338,7 @@ def start_generator(request: Request, options: Options, model_dir: Path | None, 
     if upstream.parse_generator(request.generator) == "sglang":
         # --tokenizer was checked before the probes (check_generator); the services' directory is checked here
         tokenizer = tokenizer_dir(request.tokenizer) if request.tokenizer else check_tokenizer(model_dir)
-        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench")
+        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench", default=None)
         options.benchmark = upstream.start(runner, tokenizer, api_key)
 
 
@@ -397,7 +397,7 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         "target": {"api": options.target.api, "stream": options.target.stream, "model": options.target.model},
         "load": {
             "generator": {"name": "builtin"} if options.benchmark is None else {
-                "name": "sglang", "module": "sglang.benchmark.serving", "sglang": options.benchmark.version,
+                "name": "sglang", "module": options.benchmark.module, "sglang": options.benchmark.version,
                 "where": options.benchmark.where, "tokenizer": options.benchmark.tokenizer},
             "mode": "closed" if options.request_rate is None else "open",
             "request_rate": rounds.rate_json(options.request_rate),

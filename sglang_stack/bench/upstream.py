@@ -1,7 +1,7 @@
 """SGLang's own serving benchmark as the load generator: `invoke bench --generator sglang`.
 
-``entrypoints/benchmark.py`` runs where SGLang is: the image of profile ``PROFILE`` (the first whose benchmark is
-``sglang.benchmark.serving``, with each request's ``spec_accept_length``) unless ``--profile``, ``--image`` or
+``entrypoints/benchmark.py`` runs where SGLang is: the image of the current profile, the one the services run
+(0.5.9's ``sglang.bench_serving`` or 0.5.23's ``sglang.benchmark.serving``), unless ``--profile``, ``--image`` or
 ``--python`` say otherwise, on the host's network so that it reaches the servers. Its import costs seconds (torch
 comes with it), so one is started per (place, tokenizer, key) and kept for every round this process measures, the
 sweep's included. Each round goes to it as one line; what SGLang recorded of each request comes back, and
@@ -45,7 +45,8 @@ class Benchmark:
             raise UserError(f"{caller}: {argv[0]}: not found") from None
         self.lines: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.version = str(self._answer(READY_S, "did not start").get("ready"))
+        ready = self._answer(READY_S, "did not start")
+        self.version, self.module = str(ready.get("ready")), str(ready.get("module"))
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -131,16 +132,19 @@ def _stop_all() -> None:
     _RUNNING.clear()
 
 
-def runner(image: str | None, python: str | None, engine: Engine, profile: str | None, caller: str):
+def runner(image: str | None, python: str | None, engine: Engine, profile: str | None, caller: str,
+           default: str | None = PROFILE):
     """Where SGLang's benchmark tools run on this host (image.derive.Runner): ``python``, ``image``, or the image of
-    ``profile``, by default ``PROFILE``, the first whose benchmark has them, whatever release the servers run."""
+    ``profile``, by default ``default``: ``PROFILE``, the first whose SGLang has SPEED-Bench's adapter, whatever
+    release the servers run; None: the current profile (``$SGLANG_PROFILE``, else the default one), the services'
+    own image, whose benchmark sends the rounds."""
     from sglang_stack.image import derive
     from sglang_stack.lock import lockfile, profiles
 
     check_place(image, python)
-    chosen = profiles.get(profile or PROFILE)
+    chosen = profiles.get(profile or default)
     lock, _ = lockfile.check_all(chosen.lock, download=False)
-    return derive.runner_for(derive.Request(image=image, python=python, engine=engine, profile=profile or PROFILE),
+    return derive.runner_for(derive.Request(image=image, python=python, engine=engine, profile=profile or default),
                              lock.tag, chosen.name, caller)
 
 

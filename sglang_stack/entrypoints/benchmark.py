@@ -3,8 +3,8 @@
     python3 -m sglang_stack.entrypoints.benchmark --tokenizer DIR
 
 Run where SGLang imports (the image, or a profile's Python), on a network that reaches the servers. It imports
-``sglang.benchmark.serving`` once (torch comes with it: seconds), prints ``{"ready": VERSION}``, then reads one JSON
-object per line of stdin, a round:
+SGLang's benchmark once (torch comes with it: seconds), prints ``{"ready": VERSION, "module": NAME}``, then reads one
+JSON object per line of stdin, a round:
 
     {"base_url": URL, "backend": one of SGLang's (sglang, sglang-oai, sglang-oai-chat...), "model": NAME or null,
      "rows": [{"prompt": TEXT or [TOKEN IDS], "prompt_len": N or null (then counted here), "output_len": N}, ...],
@@ -20,12 +20,14 @@ for the round (what ``benchmark()`` returns, its per-request lists left out; ``{
 after every request ran); or ``{"error": LINE}`` for a round that did not run. EOF ends it.
 SGLang's console output goes to stderr; an API key comes from ``OPENAI_API_KEY``, where SGLang's client reads it.
 
-Every setting SGLang's parser has keeps its default: ``cli_main`` runs once with ``run_benchmark`` captured, the way
-0.5.23's ``sglang.benchmark.steady_state_serving`` extends it; each round then calls ``benchmark()`` with the rows
-given (no dataset file) and keeps the per-request outputs where ``calculate_metrics`` receives them. A request whose
-stream carried an error event or an abort fails (``failure``), where SGLang's clients would count it. Needs the
-``sglang.benchmark`` package (0.5.23 on): 0.5.9 keeps its benchmark in ``bench_serving.py``, whose outputs carry no
-``spec_accept_length``.
+Either profile's benchmark: ``sglang.benchmark.serving`` (0.5.23 on) or ``sglang.bench_serving`` (0.5.9), so the
+services' own image measures them. Every setting SGLang's parser has keeps its default: the parser runs once with
+``run_benchmark`` captured (0.5.23's ``cli_main``, the way its ``sglang.benchmark.steady_state_serving`` extends it;
+0.5.9's ``__main__`` block, which is where that release builds its parser); each round then calls ``benchmark()``
+with the rows given (no dataset file) and keeps the per-request outputs where ``calculate_metrics`` receives them. A
+request whose stream carried an error event or an abort fails (``failure``), where SGLang's clients would count it.
+0.5.9's outputs carry no ``spec_accept_length``: the server's ``meta_info.spec_accept_length``, which 0.5.23's
+client reads, is taken from the same stream (``accepted``).
 """
 
 from __future__ import annotations
@@ -41,26 +43,30 @@ import json
 import random
 import sys
 
-from sglang_stack.entrypoints.prompts import PROFILE  # the first profile whose benchmark is a package
-
 KEPT = ("success", "error", "start_time", "latency", "ttft", "itl", "prompt_len", "output_len", "spec_accept_length")
 DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")  # per request: in "outputs"
 
 
+# 0.5.9's run_benchmark picks the path of each backend in an if-chain (0.5.23 keeps the table, _BACKEND_API_PATHS):
+# those of the three backends --api sends by
+PATHS_0_5_9 = {"sglang": "/generate", "sglang-oai": "/v1/completions", "sglang-oai-chat": "/v1/chat/completions"}
+
+
 def load():
-    """``sglang.benchmark.serving``, or ``LookupError`` naming the profile that has it."""
+    """SGLang's serving benchmark module: ``sglang.benchmark.serving`` (0.5.23 on), else ``sglang.bench_serving``
+    (0.5.9); ``LookupError`` where the installed SGLang has neither."""
+    import importlib
     import importlib.util
 
-    version = importlib.metadata.version("sglang")
-    try:
-        found = importlib.util.find_spec("sglang.benchmark.serving") is not None
-    except ModuleNotFoundError:
-        found = False
-    if not found:
-        raise LookupError(f"SGLang {version} has no sglang.benchmark.serving; profile {PROFILE} has it")
-    from sglang.benchmark import serving
-
-    return serving
+    for name in ("sglang.benchmark.serving", "sglang.bench_serving"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            return importlib.import_module(name)
+    raise LookupError(f"SGLang {importlib.metadata.version('sglang')} has neither sglang.benchmark.serving nor "
+                      "sglang.bench_serving")
 
 
 # What each request's stream held, as SGLang's client parsed it: set per request (each runs in a task of its own).
@@ -82,6 +88,16 @@ class Parsed:
         if seen is not None and isinstance(value, dict):
             seen.append(value)
         return value
+
+
+def accepted(events: list[dict]) -> float | None:
+    """The server's accept length of one request, where the stream carried one: ``meta_info.spec_accept_length`` of
+    its last event that has it."""
+    for event in reversed(events):
+        meta = event.get("meta_info")
+        if isinstance(meta, dict) and isinstance(meta.get("spec_accept_length"), (int, float)):
+            return float(meta["spec_accept_length"])
+    return None
 
 
 def failure(events: list[dict]) -> str | None:
@@ -118,7 +134,9 @@ def counted(events: list[dict]) -> str:
 def watch(serving) -> None:
     """Every request function of SGLang's fails a request whose stream said it failed (``failure``) and says where its
     count came from (``counted``); the functions themselves run unchanged."""
-    serving.json, serving.orjson = Parsed(serving.json), Parsed(serving.orjson)
+    for name in ("json", "orjson"):  # 0.5.9 parses with json alone
+        if hasattr(serving, name):
+            setattr(serving, name, Parsed(getattr(serving, name)))
 
     def watched(send):
         async def request(*args, **kwargs):  # as SGLang calls it: request_func_input=..., pbar=...
@@ -129,6 +147,8 @@ def watch(serving) -> None:
             finally:
                 EVENTS.reset(token)
             why, output.counted = failure(events), counted(events)
+            if not hasattr(output, "spec_accept_length"):  # 0.5.9's output has no such field
+                output.spec_accept_length = accepted(events)
             if why and output.success:
                 output.success, output.error = False, why
             return output
@@ -139,17 +159,35 @@ def watch(serving) -> None:
 
 
 def defaults(serving, tokenizer: str) -> argparse.Namespace:
-    """SGLang's parser's Namespace: ``cli_main`` parses, ``run_benchmark`` is captured before it runs."""
+    """SGLang's parser's Namespace: its parser parses, ``run_benchmark`` is captured before it runs."""
     captured: dict = {}
     original, argv = serving.run_benchmark, sys.argv
-    serving.run_benchmark = lambda args: captured.setdefault("args", args)
-    sys.argv = ["sglang.benchmark.serving", "--model", tokenizer, "--tokenizer", tokenizer, "--disable-tqdm",
+    capture = lambda args: captured.setdefault("args", args)  # noqa: E731
+    sys.argv = [serving.__name__, "--model", tokenizer, "--tokenizer", tokenizer, "--disable-tqdm",
                 "--output-file", "/dev/null"]  # benchmark() appends its result to a file: none kept
     try:
-        serving.cli_main()
+        if hasattr(serving, "cli_main"):  # 0.5.23 on
+            serving.run_benchmark = capture
+            serving.cli_main()
+        else:
+            exec(main_block(serving), {**vars(serving), "run_benchmark": capture})
     finally:
         serving.run_benchmark, sys.argv = original, argv
     return captured["args"]
+
+
+def main_block(serving):
+    """0.5.9 builds its parser in the module's ``if __name__ == "__main__":`` block, which ends by calling
+    ``run_benchmark(args)``: that block alone, compiled from the module's own source."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(serving))
+    block = next((node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)),
+                 None)
+    if block is None:
+        raise LookupError(f"{serving.__name__} has neither cli_main nor a __main__ block that parses its flags")
+    return compile(ast.Module(body=block.body, type_ignores=[]), serving.__file__, "exec")
 
 
 def one_line(text: str) -> str:
@@ -161,11 +199,15 @@ def one_line(text: str) -> str:
 def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
     """One round of SGLang's ``benchmark()``: the outputs of every request and its own metrics."""
     import numpy as np
-    from sglang.benchmark.datasets import DatasetRow
 
+    try:
+        from sglang.benchmark.datasets import DatasetRow
+    except ImportError:  # 0.5.9
+        DatasetRow = serving.DatasetRow
+    paths = getattr(serving, "_BACKEND_API_PATHS", PATHS_0_5_9)  # SGLang's own table of backends and their paths
     backend = plan.get("backend", "sglang")
-    if backend not in serving._BACKEND_API_PATHS:  # SGLang's own table of backends and their paths
-        raise ValueError(f"backend {backend!r}: not one of SGLang's ({', '.join(serving._BACKEND_API_PATHS)})")
+    if backend not in paths:
+        raise ValueError(f"backend {backend!r}: not one of SGLang's ({', '.join(paths)})")
     args = copy.copy(base)
     args.backend, args.base_url = backend, plan["base_url"].rstrip("/")
     args.model = plan.get("model") or base.model
@@ -192,7 +234,7 @@ def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
     serving.calculate_metrics = capture
     try:
         bench = serving.benchmark(
-            backend=backend, api_url=args.base_url + serving._BACKEND_API_PATHS[backend], base_url=args.base_url,
+            backend=backend, api_url=args.base_url + paths[backend], base_url=args.base_url,
             model_id=args.model, tokenizer=tokenizer, input_requests=rows, request_rate=rate,
             max_concurrency=args.max_concurrency, disable_tqdm=True, lora_names=None, lora_request_distribution=None,
             lora_zipf_alpha=None, extra_request_body=plan.get("extra") or {}, profile=False,
@@ -226,12 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         try:
             serving = load()
+            base = defaults(serving, args.tokenizer)
         except LookupError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
-        from sglang.benchmark.utils import get_tokenizer
-
-        base = defaults(serving, args.tokenizer)
+        try:
+            from sglang.benchmark.utils import get_tokenizer
+        except ImportError:  # 0.5.9
+            get_tokenizer = serving.get_tokenizer
         watch(serving)
         try:
             tokenizer = get_tokenizer(args.tokenizer)
@@ -239,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: the tokenizer (--tokenizer) does not load in transformers: {type(err).__name__}: "
                   f"{one_line(err)}", file=sys.stderr)
             return 1
-    print(json.dumps({"ready": importlib.metadata.version("sglang")}), flush=True)
+    print(json.dumps({"ready": importlib.metadata.version("sglang"), "module": serving.__name__}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -57,11 +57,11 @@ DEFAULTS = {
         "python": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark with this "
         "interpreter instead of an image (default: none)",
         "profile": "with --dataset speed-bench or --generator sglang: the profile whose image runs SGLang's adapter "
-        f"and benchmark (default: {ADAPTER_PROFILE}, the first whose SGLang has them, whichever profile the services "
-        "run)",
+        f"and benchmark (default: the adapter, {ADAPTER_PROFILE}'s, the first whose SGLang has it, whichever profile "
+        "the services run; the benchmark, the services' own profile: $SGLANG_PROFILE, else the default one)",
         "generator": "who sends the requests: builtin (this checkout's threads) or sglang (SGLang's own serving "
-        "benchmark, sglang.benchmark.serving, one process kept for every round; Poisson arrivals only) "
-        "(default: builtin)",
+        "benchmark, sglang.bench_serving on 0.5.9 and sglang.benchmark.serving from 0.5.23 on, one process kept "
+        "for every round; Poisson arrivals only) (default: builtin)",
         "random_input_len": "random dataset: input tokens per prompt (default 512)",
         "random_output_len": "random dataset: output tokens per prompt (default 256)",
         "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",

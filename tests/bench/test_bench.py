@@ -343,7 +343,8 @@ def test_loading_server_is_reported_as_such(tmp_path):
 # --- failures mid-run: partial results, marked incomplete ----------------------------
 
 
-@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
+@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env),
+                                       pytest.param("sglang-0.5.9", marks=pytest.mark.sglang_env)])
 @pytest.mark.parametrize(
     "failure, message",
     [
@@ -353,10 +354,10 @@ def test_loading_server_is_reported_as_such(tmp_path):
         ("disconnect", r"without a finish_reason|closed the connection|payload is not completed"),
     ],
 )
-def test_server_failing_mid_run_leaves_partial_results(tmp_path, request, failure, message, generator):
+def test_server_failing_mid_run_leaves_partial_results(tmp_path, generator_flags, failure, message, generator):
     """Each failure fails the run with either generator: SGLang's client takes an error event or an abort inside a
     stream for a success, and its driver fails the request in the built-in client's words."""
-    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {}
+    flags = generator_flags(generator)
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=6)
     # warm-up 1 + round 1 (2 requests) succeed; the 4th request fails, in repeat 2
     behaviour = Behaviour(step_s=0.002, ttft_s=0.005, fail_after=3, failure=failure)

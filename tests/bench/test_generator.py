@@ -1,8 +1,8 @@
 """`invoke bench --generator sglang`: SGLang's own serving benchmark (``sglang.benchmark.serving``, the 0.5.23
-profile's, in a CPU Python of its pins) sends every round to loopback stand-ins, and what the built-in generator was
-held to stays true: tokens counted as tokens (the speculative stand-in streams two or three a step), the level held
-over the measured window, the accept length of each request, the rounds interleaved; one benchmark process serves
-every round of the process."""
+profile's, in a CPU Python of its pins; 0.5.9's ``sglang.bench_serving`` where named) sends every round to loopback
+stand-ins, and what the built-in generator was held to stays true: tokens counted as tokens (the speculative stand-in
+streams two or three a step), the level held over the measured window, the accept length of each request, the rounds
+interleaved; one benchmark process serves every round of the process."""
 
 from __future__ import annotations
 
@@ -82,15 +82,16 @@ def test_the_openai_apis_are_sent_by_sglangs_own_openai_backends(tmp_path, sglan
 EARLY = Behaviour(step_s=0.02, ttft_s=0.02, accept=(2, 3, 2), spec=True, eos_at=10, server_info=SPEC.server_info)
 
 
-@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
+@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env),
+                                       pytest.param("sglang-0.5.9", marks=pytest.mark.sglang_env)])
 @pytest.mark.parametrize("api", ["native", "completions", "chat"])
-def test_tokens_served_count_not_tokens_asked_for_and_decode_speed_is_tokens_per_second(tmp_path, request, api,
-                                                                                        generator):
+def test_tokens_served_count_not_tokens_asked_for_and_decode_speed_is_tokens_per_second(tmp_path, generator_flags,
+                                                                                        api, generator):
     """Each client on each API counts the 10 tokens of an answer that stopped early, not the 22 asked for (SGLang's
     OpenAI clients count the requested length where no chunk carries usage), and its decode speed is tokens per
     second, within a quarter of the server's own, though every chunk of a speculative step carries 2 or 3 (one ITL per
     chunk made it chunks per second: 4 over 9 of it)."""
-    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {}
+    flags = generator_flags(generator)
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=TOKENS)
     with SGLangServer(EARLY) as server:
         out = bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
@@ -164,15 +165,54 @@ def test_a_server_failing_mid_run_is_one_line_and_keeps_what_was_measured(tmp_pa
 
 
 @pytest.mark.sglang_env
-def test_a_release_whose_benchmark_is_not_a_package_is_refused_in_one_line(tmp_path, default_python, tokenizer):
+def test_the_default_profiles_benchmark_measures_as_the_newer_one_does(tmp_path, default_python, tokenizer):
+    """0.5.9 keeps its benchmark in sglang.bench_serving, with its parser in the module's __main__ block and no accept
+    length in its outputs: the services' own image measures with it all the same, tokens as tokens, the level held,
+    and each request's accept length as the server sent it."""
+    prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=TOKENS)
+    with SGLangServer(BASE) as base, SGLangServer(SPEC) as spec:
+        out = bench.run(Request(endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,4", repeats=1,
+                                warmup=1, prompts=prompts, out=tmp_path / "r", generator="sglang",
+                                python=default_python, tokenizer=str(tokenizer)), environ={}, progress=False)
+    doc = load(out)
+    assert doc["complete"], doc["error"]
+    made = doc["metadata"]["load"]["generator"]
+    assert (made["module"], made["sglang"]) == ("sglang.bench_serving", PIN["sglang"]), made
+    assert {s["output_tokens"] for s in doc["samples"]} == {TOKENS} and all(s["ok"] for s in doc["samples"])
+    rows = {(r["endpoint"], r["level"]): r for r in doc["summary"]["rows"]}
+    assert 3.5 < rows["eagle3", 4]["mean_in_flight"] <= 4.0, rows["eagle3", 4]
+    assert rows["eagle3", 1]["accept_length"] == pytest.approx(TOKENS / 9), rows["eagle3", 1]
+    assert rows["baseline", 1]["accept_length"] is None, rows["baseline", 1]
+    assert (f"- sent by SGLang's own serving benchmark (sglang.bench_serving {PIN['sglang']}, python "
+            in (out / report.MARKDOWN_NAME).read_text())
+
+
+@pytest.mark.engine
+def test_without_python_or_image_the_benchmark_runs_in_the_services_own_image(tmp_path, docker_engine, tokenizer):
+    """The rounds are sent from the image of the profile the services run ($SGLANG_PROFILE, else the default one),
+    not from another release's: where it is not built, the one line names that image and its build."""
+    import os
+    import subprocess
+    import sys
+
+    from sglang_stack import ROOT
+    from sglang_stack.engine import DOCKER
+    from sglang_stack.image import store
+    from sglang_stack.lock import lockfile, profiles
+
+    tag = lockfile.check_all(profiles.default().lock, download=False)[0].tag
+    if store.exists(DOCKER, tag):
+        pytest.skip(f"{tag} is built here: the benchmark would run in it")
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_PROFILE"}
     with SGLangServer(BASE) as server:
-        with pytest.raises(UserError) as caught:
-            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,
-                              prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", generator="sglang",
-                              python=default_python, tokenizer=str(tokenizer)), environ={}, progress=False)
-    assert str(caught.value).endswith(f"error: SGLang {PIN['sglang']} has no sglang.benchmark.serving; profile "
-                                      f"{upstream.PROFILE} has it"), caught.value
-    assert not (tmp_path / "r").exists(), "a run that could not start left a results directory"
+        proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--generator",
+                               "sglang", "--tokenizer", str(tokenizer), "--prompts",
+                               str(write_prompts(tmp_path / "p.jsonl")), "--out", str(tmp_path / "r")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: bench: {tag}: no such image in the docker store: build it first (`invoke build`), or name one with "
+        "--image, or run SGLang with --python"), proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("flags, says", [
