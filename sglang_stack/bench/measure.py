@@ -291,7 +291,7 @@ def run(
     # once an endpoint answered; a bad file then leaves no results directory behind
     model_dir = promptset.served_model_dir(request.endpoints, env)
     prompt_set = source.load(model_dir if source.speed_bench else None)
-    start_generator(request, options, model_dir, api_key)
+    start_generator(request, options, model_dir, api_key, env)
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -331,15 +331,29 @@ def check_generator(request: Request, options: Options) -> None:
     upstream.check_place(request.image, request.python)
 
 
-def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None) -> None:
+def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None,
+                    env: variables.Environment) -> None:
     """With --generator sglang, SGLang's benchmark (started, or the one this process runs already) sends the rounds:
-    ``options.benchmark``. ``model_dir``: the services' model directory, the tokenizer where --tokenizer is not
-    given."""
+    ``options.benchmark``, by default from the image of the profile compose runs the services of. ``model_dir``:
+    the services' model directory, the tokenizer where --tokenizer is not given."""
     if upstream.parse_generator(request.generator) == "sglang":
         # --tokenizer was checked before the probes (check_generator); the services' directory is checked here
         tokenizer = tokenizer_dir(request.tokenizer) if request.tokenizer else check_tokenizer(model_dir)
-        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench", default=None)
+        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench",
+                                 default=services_profile(env))
         options.benchmark = upstream.start(runner, tokenizer, api_key)
+
+
+def services_profile(env: variables.Environment) -> str:
+    """The profile compose runs the services of: ``SGLANG_PROFILE`` as compose reads it (``.env``, overlaid by the
+    shell), else the default one; one this checkout does not have is one line naming where it was set."""
+    from sglang_stack.lock import profiles
+
+    name = env.get(profiles.ENV) or ""
+    known = profiles.available()
+    if name and name not in known:
+        raise UserError(f"{env.where(profiles.ENV)}: no such profile (this checkout has {', '.join(known)})")
+    return name or next(iter(known))
 
 
 def parse_rate(value) -> float | None:

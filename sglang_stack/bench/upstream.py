@@ -133,11 +133,10 @@ def _stop_all() -> None:
 
 
 def runner(image: str | None, python: str | None, engine: Engine, profile: str | None, caller: str,
-           default: str | None = PROFILE):
+           default: str = PROFILE):
     """Where SGLang's benchmark tools run on this host (image.derive.Runner): ``python``, ``image``, or the image of
     ``profile``, by default ``default``: ``PROFILE``, the first whose SGLang has SPEED-Bench's adapter, whatever
-    release the servers run; None: the current profile (``$SGLANG_PROFILE``, else the default one), the services'
-    own image, whose benchmark sends the rounds."""
+    release the servers run; for the load generator, the services' own profile."""
     from sglang_stack.image import derive
     from sglang_stack.lock import lockfile, profiles
 

@@ -58,7 +58,8 @@ DEFAULTS = {
         "interpreter instead of an image (default: none)",
         "profile": "with --dataset speed-bench or --generator sglang: the profile whose image runs SGLang's adapter "
         f"and benchmark (default: the adapter, {ADAPTER_PROFILE}'s, the first whose SGLang has it, whichever profile "
-        "the services run; the benchmark, the services' own profile: $SGLANG_PROFILE, else the default one)",
+        "the services run; the benchmark, the services' own: SGLANG_PROFILE as compose reads it, from .env or the "
+        "shell, else the default one)",
         "generator": "who sends the requests: builtin (this checkout's threads) or sglang (SGLang's own serving "
         "benchmark, sglang.bench_serving on 0.5.9 and sglang.benchmark.serving from 0.5.23 on, one process kept "
         "for every round; Poisson arrivals only) (default: builtin)",

@@ -200,18 +200,23 @@ def test_without_python_or_image_the_benchmark_runs_in_the_services_own_image(tm
     from sglang_stack.image import store
     from sglang_stack.lock import lockfile, profiles
 
-    tag = lockfile.check_all(profiles.default().lock, download=False)[0].tag
+    default = profiles.default()
+    tag = lockfile.check_all(default.lock, download=False)[0].tag
     if store.exists(DOCKER, tag):
         pytest.skip(f"{tag} is built here: the benchmark would run in it")
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_PROFILE"}
     with SGLangServer(BASE) as server:
-        proc = subprocess.run([sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--generator",
-                               "sglang", "--tokenizer", str(tokenizer), "--prompts",
-                               str(write_prompts(tmp_path / "p.jsonl")), "--out", str(tmp_path / "r")],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 2 and proc.stderr.strip() == (
-        f"error: bench: {tag}: no such image in the docker store: build it first (`invoke build`), or name one with "
-        "--image, or run SGLang with --python"), proc.stderr
+        argv = [sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--generator", "sglang",
+                "--tokenizer", str(tokenizer), "--prompts", str(write_prompts(tmp_path / "p.jsonl")), "--out",
+                str(tmp_path / "r")]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 2 and proc.stderr.strip() == (
+            f"error: bench: {tag}: no such image in the docker store: build it first (`invoke build --profile "
+            f"{default.name}`), or name one with --image, or run SGLang with --python"), proc.stderr
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env={**env, "SGLANG_PROFILE": "0.4"})
+        assert proc.returncode == 2 and proc.stderr.strip().startswith(
+            "error: SGLANG_PROFILE=0.4 (shell): no such profile (this checkout has "), proc.stderr
     assert not (tmp_path / "r").exists()
 
 
