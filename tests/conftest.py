@@ -332,12 +332,12 @@ def sglang_generator(profile_python, tmp_path_factory) -> dict:
 @pytest.fixture
 def generator_flags(request):
     """``generator_flags(NAME)``: `invoke bench`'s flags for NAME: builtin, sglang (``sglang_generator``: 0.5.23's
-    benchmark) or sglang-0.5.9 (the default profile's, ``default_python``)."""
+    benchmark) or sglang-default (the default profile's, ``default_python``)."""
     def flags(name: str) -> dict:
         if name == "builtin":
             return {}
         chosen = request.getfixturevalue("sglang_generator")
-        return {**chosen, "python": request.getfixturevalue("default_python")} if name == "sglang-0.5.9" else chosen
+        return {**chosen, "python": request.getfixturevalue("default_python")} if name == "sglang-default" else chosen
 
     return flags
 

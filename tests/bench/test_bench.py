@@ -344,7 +344,7 @@ def test_loading_server_is_reported_as_such(tmp_path):
 
 
 @pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env),
-                                       pytest.param("sglang-0.5.9", marks=pytest.mark.sglang_env)])
+                                       pytest.param("sglang-default", marks=pytest.mark.sglang_env)])
 @pytest.mark.parametrize(
     "failure, message",
     [

@@ -83,7 +83,7 @@ EARLY = Behaviour(step_s=0.02, ttft_s=0.02, accept=(2, 3, 2), spec=True, eos_at=
 
 
 @pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env),
-                                       pytest.param("sglang-0.5.9", marks=pytest.mark.sglang_env)])
+                                       pytest.param("sglang-default", marks=pytest.mark.sglang_env)])
 @pytest.mark.parametrize("api", ["native", "completions", "chat"])
 def test_tokens_served_count_not_tokens_asked_for_and_decode_speed_is_tokens_per_second(tmp_path, generator_flags,
                                                                                         api, generator):
