@@ -58,7 +58,7 @@ def main() -> None:
                         "max_new_tokens": args.tokens, "prompt": f"prompt {i}"}) + "\n"
             for i in range(args.prompts)
         ))
-        flags = {}
+        flags = {"generator": "builtin"}
         if args.generator == "sglang":
             flags = {"generator": "sglang", "python": args.python,
                      "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}

@@ -52,7 +52,7 @@ def main() -> None:
                      server_info={"version": "0.5.23", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
                                   "speculative_eagle_topk": 1, "speculative_num_draft_tokens": args.verify})
     with tempfile.TemporaryDirectory() as tmp:
-        flags = {}
+        flags = {"generator": "builtin"}
         if args.generator == "sglang":
             flags = {"generator": "sglang", "python": args.python,
                      "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}

@@ -335,7 +335,7 @@ def generator_flags(request):
     benchmark) or sglang-default (the default profile's, ``default_python``)."""
     def flags(name: str) -> dict:
         if name == "builtin":
-            return {}
+            return {"generator": "builtin"}
         chosen = request.getfixturevalue("sglang_generator")
         return {**chosen, "python": request.getfixturevalue("default_python")} if name == "sglang-default" else chosen
 

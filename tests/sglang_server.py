@@ -162,7 +162,9 @@ def _handler(server: SGLangServer):
                 self.end_headers()
             elif self.path == "/server_info":
                 if self._authorised():
-                    self._json(200, {**server.behaviour.server_info, "api_key": server.behaviour.api_key})
+                    b = server.behaviour  # SGLang's names the model it serves, where this stand-in was given one
+                    self._json(200, {**({"model_path": b.model_path} if b.model_path else {}), **b.server_info,
+                                     "api_key": b.api_key})
             else:
                 self._json(404, {"detail": "Not Found"})
 

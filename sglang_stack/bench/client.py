@@ -35,6 +35,7 @@ SERVER_INFO_KEYS = (
     "moe_runner_backend",
     "enable_metrics",
     "model_path",
+    "tokenizer_path",
     "served_model_name",
     "tp_size",
     "dp_size",

@@ -46,7 +46,7 @@ from sglang_stack.bench.targets import Target, parse_api, served_model
 from sglang_stack import atomic
 from sglang_stack.bench.display import Progress, say, tell
 from sglang_stack.bench.request import Request
-from sglang_stack.bench.tokenizer import check_tokenizer, tokenizer_dir
+from sglang_stack.bench.tokenizer import check_tokenizer, served_tokenizer, tokenizer_dir
 from sglang_stack.bench import promptset
 from sglang_stack.bench.promptset import PromptSet
 from sglang_stack.errors import UserError
@@ -291,7 +291,7 @@ def run(
     # once an endpoint answered; a bad file then leaves no results directory behind
     model_dir = promptset.served_model_dir(request.endpoints, env)
     prompt_set = source.load(model_dir if source.speed_bench else None)
-    start_generator(request, options, model_dir, api_key, env)
+    start_generator(request, options, model_dir, api_key, env, chosen[0])
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
@@ -322,23 +322,22 @@ def check_generator(request: Request, options: Options) -> None:
         return
     if options.burstiness != 1.0:
         raise UserError(f"--burstiness {request.burstiness} with --generator sglang: SGLang's benchmark sends Poisson "
-                        "arrivals only (burstiness 1)")
-    if request.endpoints and request.tokenizer is None:
-        raise UserError("--generator sglang with --endpoint: give --tokenizer DIR or OWNER/NAME, the served model's "
-                        "tokenizer (SGLang's benchmark counts the prompts' tokens with it)")
+                        "arrivals only (burstiness 1); --generator builtin draws gamma gaps")
     if request.tokenizer is not None:
         tokenizer_dir(request.tokenizer)
     upstream.check_place(request.image, request.python)
 
 
 def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None,
-                    env: variables.Environment) -> None:
+                    env: variables.Environment, first: Endpoint) -> None:
     """With --generator sglang, SGLang's benchmark (started, or the one this process runs already) sends the rounds:
-    ``options.benchmark``, by default from the image of the profile compose runs the services of. ``model_dir``:
-    the services' model directory, the tokenizer where --tokenizer is not given."""
+    ``options.benchmark``, by default from the image of the profile compose runs the services of. The tokenizer:
+    --tokenizer, else the services' model directory ``model_dir``, else the model the ``first`` --endpoint serves."""
     if upstream.parse_generator(request.generator) == "sglang":
-        # --tokenizer was checked before the probes (check_generator); the services' directory is checked here
-        tokenizer = tokenizer_dir(request.tokenizer) if request.tokenizer else check_tokenizer(model_dir)
+        # --tokenizer was checked before the probes (check_generator); the others are checked here
+        tokenizer = (tokenizer_dir(request.tokenizer) if request.tokenizer
+                     else check_tokenizer(model_dir) if model_dir is not None
+                     else served_tokenizer(first, api_key, min(options.timeout, 30.0)))
         runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench",
                                  default=services_profile(env))
         options.benchmark = upstream.start(runner, tokenizer, api_key)

@@ -53,12 +53,12 @@ class Request:
     category: str | None = None
     num_prompts: int | str | None = None  # default: speedbench.Request's, 32
     output_len: int | str | None = None  # default: 512, SGLang's
-    tokenizer: str | None = None  # default: the compose services' MODEL_DIR
-    image: str | None = None  # where SGLang's adapter or benchmark runs (default: profile 0.5.23's tag)
+    tokenizer: str | None = None  # default: the compose services' MODEL_DIR, or what an --endpoint serves
+    image: str | None = None  # where SGLang's adapter or benchmark runs (default: the profile's tag)
     python: str | None = None
     profile: str | None = None
-    # who sends the requests: builtin, or sglang (SGLang's own benchmark, run where --image/--python/--profile say)
-    generator: str = "builtin"
+    # who sends the requests: sglang (SGLang's own benchmark, run where --image/--python/--profile say), or builtin
+    generator: str = "sglang"
     # the report
     percentiles: str | Sequence[float] | None = None
     slo: str | None = None

@@ -349,7 +349,7 @@ def run(
     model_dir = promptset.served_model_dir(request.endpoints, env)
     prompt_set = source.load(model_dir if source.speed_bench else None)
     api_key = (proj or composefile.project(env)).api_key()
-    bench.start_generator(request, options, model_dir, api_key, env)
+    bench.start_generator(request, options, model_dir, api_key, env, endpoint)
     out_dir = bench.results_dir(request.out)
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None

@@ -66,6 +66,38 @@ def tokenizer_dir(value: str | Path) -> Path:
     return check_tokenizer(download(text), text)
 
 
+def served_tokenizer(endpoint, api_key: str | None, timeout: float) -> Path:
+    """The tokenizer of the model an ``--endpoint`` server says it serves, where ``--tokenizer`` is not given:
+    ``/server_info``'s ``tokenizer_path``, else its ``model_path``, where that is a directory on this host (a server
+    started here) or a Hub repository (a server started from one: its tokenizer files are fetched as ``--tokenizer``
+    fetches them)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from sglang_stack.bench.client import server_info
+
+    info = server_info(endpoint, api_key, timeout)
+    served = str(info.get("tokenizer_path") or info.get("model_path") or "")
+    fix = "give --tokenizer DIR or OWNER/NAME[@REVISION], the served model's tokenizer"
+    if not served:
+        raise UserError(f"--endpoint {endpoint.name}: its /server_info names no model_path, whose tokenizer SGLang's "
+                        f"benchmark would load: {fix}")
+    where = f"--endpoint {endpoint.name} serves {served}"
+    try:
+        validate_repo_id(served)
+        hub = served.count("/") == 1 and not served.startswith((".", "/", "~"))
+    except HFValidationError:
+        hub = False
+    if not Path(served).is_dir() and not hub:
+        raise UserError(f"{where}, which is not a directory on this host: {fix}")
+    if hub and not Path(served).is_dir():
+        print(f"bench: {where}: its tokenizer from the Hub", file=sys.stderr, flush=True)
+    try:
+        return tokenizer_dir(served)
+    except UserError as err:  # its words name --tokenizer, which the user did not give
+        raise UserError(f"{where}: {str(err).removeprefix(f'--tokenizer {served}: ')}: or {fix}") from None
+
+
 @functools.cache  # one process asks the Hub once per name: bench checks the flag before its probes, then uses it
 def download(name: str) -> Path:
     """The folder of the tokenizer files of the Hub repository ``name`` (``OWNER/NAME[@REVISION]``): fetched now, or

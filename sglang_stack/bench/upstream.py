@@ -1,4 +1,4 @@
-"""SGLang's own serving benchmark as the load generator: `invoke bench --generator sglang`.
+"""SGLang's own serving benchmark as the load generator: `invoke bench` (``--generator sglang``, the default).
 
 ``entrypoints/benchmark.py`` runs where SGLang is: the image of the current profile, the one the services run
 (0.5.9's ``sglang.bench_serving`` or 0.5.23's ``sglang.benchmark.serving``), unless ``--profile``, ``--image`` or
@@ -24,7 +24,7 @@ from sglang_stack.entrypoints.prompts import PROFILE
 from sglang_stack.errors import UserError
 from sglang_stack.serverapi import RequestFailed
 
-GENERATORS = ("builtin", "sglang")
+GENERATORS = ("sglang", "builtin")
 BACKENDS = {"native": "sglang", "completions": "sglang-oai", "chat": "sglang-oai-chat"}  # --api: SGLang's --backend
 TOKENIZER = "/models/tokenizer"  # where the tokenizer directory is mounted in the image
 READY_S = 600.0  # the import, and the image's start: minutes on a cold disk
@@ -154,7 +154,7 @@ def check_place(image: str | None, python: str | None, what: str = "SGLang's ben
 
 
 def parse_generator(value: str | None) -> str:
-    name = (value or "builtin").strip()
+    name = (value or "sglang").strip()
     if name not in GENERATORS:
         raise UserError(f"--generator {value!r}: choose {' or '.join(GENERATORS)}")
     return name

@@ -51,7 +51,7 @@ DEFAULTS = {
         "output_len": "with --dataset speed-bench: tokens generated per prompt (default: 512, SGLang's)",
         "tokenizer": "with --dataset speed-bench or --generator sglang: the served model's tokenizer, a directory or a "
         "Hub repository OWNER/NAME[@REVISION] whose tokenizer files are downloaded (default: the services' MODEL_DIR; "
-        "required with --endpoint)",
+        "with --endpoint, the model the first endpoint serves, a directory here or a Hub repository)",
         "image": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark in this image "
         "(default: the --profile's tag)",
         "python": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark with this "
@@ -60,9 +60,9 @@ DEFAULTS = {
         f"and benchmark (default: the adapter, {ADAPTER_PROFILE}'s, the first whose SGLang has it, whichever profile "
         "the services run; the benchmark, the services' own: SGLANG_PROFILE as compose reads it, from .env or the "
         "shell, else the default one)",
-        "generator": "who sends the requests: builtin (this checkout's threads) or sglang (SGLang's own serving "
-        "benchmark, sglang.bench_serving on 0.5.9 and sglang.benchmark.serving from 0.5.23 on, one process kept "
-        "for every round; Poisson arrivals only) (default: builtin)",
+        "generator": "who sends the requests: sglang (SGLang's own serving benchmark, sglang.bench_serving on 0.5.9 "
+        "and sglang.benchmark.serving from 0.5.23 on, one process kept for every round; Poisson arrivals only) or "
+        "builtin (this checkout's threads; any --burstiness) (default: sglang)",
         "random_input_len": "random dataset: input tokens per prompt (default 512)",
         "random_output_len": "random dataset: output tokens per prompt (default 256)",
         "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",
@@ -152,8 +152,9 @@ def bench(
     rounds and writes bench.json, bench.md and bench.png as it goes. With --sweep, restarts
     the EAGLE service per speculative setting. With --verdict, says per level whether
     speculation pays over the baseline (exit 3 where it pays nowhere). --dataset speed-bench
-    sends SPEED-Bench's prompts, made by SGLang's own adapter; --generator sglang has SGLang's
-    own serving benchmark send every round. See docs/bench.md.
+    sends SPEED-Bench's prompts, made by SGLang's own adapter. SGLang's own serving benchmark
+    sends every round, from the services' image (--generator builtin: this checkout's
+    threads). See docs/bench.md.
     """
     from sglang_stack.bench import measure, sweep as sweep_mod
     from sglang_stack.bench.request import Request

@@ -63,7 +63,7 @@ def pair_run(tmp_path_factory):
     prompts = write_prompts(tmp / "prompts.jsonl", count=2)
     (tmp / "key").write_text("sk-test\n")
     with SGLangServer(BASE) as base, SGLangServer(SPEC) as spec:
-        out = bench.run(Request(endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,2", repeats=2, warmup=1, prompts=prompts, out=tmp / "results"), environ={"SGLANG_API_KEY_FILE": str(tmp / "key")}, progress=False, clock=ReadingClock(CLOCK_S))
+        out = bench.run(Request(generator="builtin", endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,2", repeats=2, warmup=1, prompts=prompts, out=tmp / "results"), environ={"SGLANG_API_KEY_FILE": str(tmp / "key")}, progress=False, clock=ReadingClock(CLOCK_S))
         yield {"out": out, "doc": load(out), "base": base, "spec": spec}
 
 
@@ -319,7 +319,7 @@ def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
     with SGLangServer(BASE) as base:
         port = base.url.rsplit(":", 1)[1]
         env = {"BASELINE_PORT": port, "EAGLE3_PORT": str(free_port())}
-        out = bench.run(Request(levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
+        out = bench.run(Request(generator="builtin", levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
     doc = load(out)
     assert [e["name"] for e in doc["metadata"]["endpoints"]] == ["baseline"], "only the answering service is measured"
     assert doc["complete"], f"run incomplete: {doc['error']}"
@@ -330,14 +330,14 @@ def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
 def test_no_default_service_answering_is_an_error(tmp_path):
     env = {"BASELINE_PORT": str(free_port()), "EAGLE3_PORT": str(free_port())}
     with pytest.raises(UserError, match=r"no endpoint answers .*baseline.*connection refused.*eagle3"):
-        bench.run(Request(prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
+        bench.run(Request(generator="builtin", prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
     assert not (tmp_path / "r").exists(), "a results directory was created although nothing was measured"
 
 
 def test_loading_server_is_reported_as_such(tmp_path):
     with SGLangServer(Behaviour(health_status=503)) as server:
         with pytest.raises(UserError, match=r"still loading"):
-            bench.run(Request(endpoints=[f"x={server.url}"], prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, progress=False)
+            bench.run(Request(generator="builtin", endpoints=[f"x={server.url}"], prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, progress=False)
 
 
 # --- failures mid-run: partial results, marked incomplete ----------------------------
@@ -386,7 +386,7 @@ def test_wrong_api_key_fails_with_the_status(tmp_path):
     (tmp_path / "key").write_text("wrong")
     with SGLangServer(Behaviour(api_key="right")) as server:
         with pytest.raises(UserError, match=r"HTTP 401"):
-            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
+            bench.run(Request(generator="builtin", endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
 
 
 # --- prompt files --------------------------------------------------------------------
@@ -480,7 +480,7 @@ def test_compare_combines_sequential_runs(tmp_path):
     outs = []
     for name, behaviour in (("baseline", BASE), ("eagle3", SPEC)):
         with SGLangServer(behaviour) as server:
-            outs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / name), environ={}, progress=False, clock=ReadingClock(CLOCK_S)))
+            outs.append(bench.run(Request(generator="builtin", endpoints=[f"{name}={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / name), environ={}, progress=False, clock=ReadingClock(CLOCK_S)))
     out = bench.compare(outs, out=tmp_path / "both")
     doc = load(out)
     assert doc["metadata"]["interleaved"] is False, "sequential runs must not be called interleaved"

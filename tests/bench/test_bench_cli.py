@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -75,14 +76,20 @@ def test_a_prompt_file_is_sized_before_the_probe_and_read_only_after_it(tmp_path
     assert proc.returncode == 2 and "not reachable" in proc.stderr and "later.jsonl" not in proc.stderr, proc.stderr
 
 
-def test_task_runs_end_to_end(tmp_path):
+@pytest.mark.sglang_env
+def test_task_runs_end_to_end(tmp_path, sglang_generator):
+    """`invoke bench` as a user runs it against a server started on this host: SGLang's benchmark sends the rounds
+    (here from a CPU Python of the pins, --python, where a host has the services' image), with the tokenizer of the
+    model the server serves."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
-    with SGLangServer(BASE) as server:
+    with SGLangServer(replace(BASE, model_path=sglang_generator["tokenizer"])) as server:
         proc = invoke("bench", "--endpoint", f"baseline={server.url}", "--levels", "1,2", "--repeats", "1",
-                      "--warmup", "0", "--prompts", str(prompts), "--out", str(tmp_path / "r"))
+                      "--warmup", "0", "--prompts", str(prompts), "--out", str(tmp_path / "r"), "--python",
+                      sglang_generator["python"])
     assert proc.returncode == 0, f"invoke bench failed: {proc.stderr}"
     doc = load(tmp_path / "r")
     assert doc["complete"] and doc["metadata"]["levels"] == [1, 2], f"flags not passed through: {doc['metadata']}"
+    assert doc["metadata"]["load"]["generator"]["name"] == "sglang", doc["metadata"]["load"]
     assert "| baseline | 2 |" in proc.stdout, f"the table is not on stdout: {proc.stdout}"
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert [r.split(":")[0] for r in rounds] == ["[1/2] baseline c=1 repeat 1/1", "[2/2] baseline c=2 repeat 1/1"], (
@@ -126,7 +133,7 @@ def test_task_interrupted_keeps_partial_results(tmp_path):
     with SGLangServer(Behaviour(step_s=0.005, ttft_s=0.005, fail_after=2, failure="hold")) as server:
         proc = subprocess.Popen(
             [sys.executable, "-m", "invoke", "bench", "--endpoint", f"b={server.url}", "--levels", "1",
-             "--repeats", "50", "--warmup", "0", "--prompts", str(prompts), "--out", str(out)],
+             "--repeats", "50", "--warmup", "0", "--prompts", str(prompts), "--out", str(out), "--generator", "builtin"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             # As in a terminal: a test run started in the background (`cmd &`, CI runners)
             # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
@@ -155,13 +162,14 @@ def test_two_runs_into_one_out_do_not_mix(tmp_path):
     # cannot finish before the second starts, however loaded the machine is.
     with SGLangServer(Behaviour(step_s=0.05, ttft_s=0.05, fail_after=1, failure="hold")) as server:
         first = subprocess.Popen([sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--out", str(out),
-                                  "--prompts", str(prompts), "--levels", "1", "--repeats", "10", "--warmup", "0"], cwd=ROOT, text=True,
+                                  "--prompts", str(prompts), "--levels", "1", "--repeats", "10", "--warmup", "0",
+                                  "--generator", "builtin"], cwd=ROOT, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while not server.bodies and time.monotonic() < deadline:  # the first is measuring
             time.sleep(0.05)
         second = invoke("bench", "--endpoint", f"b={server.url}", "--out", str(out), "--prompts", str(prompts),
-                        "--levels", "1", "--warmup", "0")
+                        "--levels", "1", "--warmup", "0", "--generator", "builtin")
         server.release()
         _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-2000:]
@@ -176,7 +184,7 @@ def test_a_url_password_is_masked_on_the_terminal_as_in_the_files(tmp_path):
     with SGLangServer(Behaviour(step_s=0.001, ttft_s=0.001)) as server:
         url = server.url.replace("http://", "http://user:hunter2-pass@")
         proc = invoke("bench", "--endpoint", f"a={url}", "--out", str(tmp_path / "r"), "--prompts", str(prompts),
-                      "--levels", "1", "--repeats", "1", "--warmup", "0")
+                      "--levels", "1", "--repeats", "1", "--warmup", "0", "--generator", "builtin")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "127.0.0.1" in proc.stdout and "hunter2-pass" not in proc.stdout + proc.stderr, \
         [line for line in proc.stdout.splitlines() if "hunter2" in line]

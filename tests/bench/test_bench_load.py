@@ -33,7 +33,7 @@ FAST = Behaviour(step_s=0.002, ttft_s=0.01, accept=(1,))
 def run(server_url, tmp_path, name="e", **kwargs):
     out = tmp_path / kwargs.pop("out", "r")
     extra = {k: kwargs.pop(k) for k in ("clock",) if k in kwargs}  # what a test injects, not a flag
-    bench.run(Request(endpoints=[f"{name}={server_url}"], out=out, warmup=0, **{"repeats": 1, **kwargs}),
+    bench.run(Request(endpoints=[f"{name}={server_url}"], out=out, warmup=0, **{"repeats": 1, "generator": "builtin", **kwargs}),
               environ={}, progress=False, **extra)
     return json.loads((out / report.JSON_NAME).read_text()), out
 
@@ -244,10 +244,10 @@ def test_non_streaming_measures_latency_only(tmp_path, api):
 
 def test_openai_probe_and_api_choice(tmp_path):
     with pytest.raises(UserError, match=r"--api 'grpc': choose one of native, chat, completions"):
-        bench.run(Request(endpoints=["e=http://127.0.0.1:1"], api="grpc"), environ={}, progress=False)
+        bench.run(Request(generator="builtin", endpoints=["e=http://127.0.0.1:1"], api="grpc"), environ={}, progress=False)
     with SGLangServer(Behaviour(api_key="k")) as server:
         with pytest.raises(UserError, match=r"refuses the API key: HTTP 401 from /v1/models"):
-            bench.run(Request(endpoints=[f"e={server.url}"], api="chat", out=tmp_path / "x"), environ={}, progress=False)
+            bench.run(Request(generator="builtin", endpoints=[f"e={server.url}"], api="chat", out=tmp_path / "x"), environ={}, progress=False)
 
 
 # --- datasets ----------------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def test_provenance_is_recorded_and_no_secret_is(tmp_path):
     (tmp_path / "key").write_text(key)
     with SGLangServer(Behaviour(api_key=key, server_info={"version": "0.5.9", "tp_size": 8})) as server:
         out = tmp_path / "r"
-        bench.run(Request(endpoints=[f"e={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=out), environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
+        bench.run(Request(generator="builtin", endpoints=[f"e={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=out), environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
     doc = json.loads((out / report.JSON_NAME).read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert doc["metadata"]["provenance"]["stack"]["commit"] == head

@@ -41,14 +41,15 @@ def run_verdict(tmp_path, base: Behaviour, spec: Behaviour, levels: str, repeats
     prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=tokens)
     with SGLangServer(base) as b, SGLangServer(spec) as s:
         out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=levels, repeats=repeats,
-                                warmup=0, prompts=prompts, out=tmp_path / "r", verdict=True, **flags), environ={},
+                                warmup=0, prompts=prompts, out=tmp_path / "r", verdict=True,
+                                **{"generator": "builtin", **flags}), environ={},
                         progress=False)
     return json.loads((out / pays.NAME).read_text()), out
 
 
 @pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
 def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path, request, generator):
-    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {}
+    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {"generator": "builtin"}
     found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16", repeats=3 if SLOWER == 1.0 else 5, **flags)
     assert found["generator"]["name"] == generator, found["generator"]
     rows = {r["level"]: r for r in found["endpoints"]["eagle3"]["levels"]}
@@ -66,7 +67,7 @@ def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path
 @pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
 def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_path, request, generator):
     """Ratio 1.0 everywhere (accepting nothing, verifying as the baseline does): never "pays", whoever sends."""
-    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {}
+    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {"generator": "builtin"}
     same = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(1,), spec=True, load_s=LOAD_S, server_info=SPEC_INFO)
     found, _ = run_verdict(tmp_path, BASE, same, "1,4", **flags)
     assert found["generator"]["name"] == generator, found["generator"]
@@ -109,10 +110,10 @@ def test_the_verdict_refuses_what_it_cannot_judge_before_writing_anything(tmp_pa
         ]
         for endpoints, says in cases:
             with pytest.raises(UserError, match="--verdict: " + says.replace("(", r"\(").replace(")", r"\)")):
-                bench.run(Request(endpoints=endpoints, prompts=prompts, out=out, verdict=True, warmup=0), environ={},
+                bench.run(Request(generator="builtin", endpoints=endpoints, prompts=prompts, out=out, verdict=True, warmup=0), environ={},
                           progress=False)
         with pytest.raises(UserError, match="--verdict: the verdict is per concurrency level"):
-            bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], prompts=prompts, out=out,
+            bench.run(Request(generator="builtin", endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], prompts=prompts, out=out,
                               verdict=True, request_rate="5"), environ={}, progress=False)
     assert not out.exists(), "a refused verdict leaves no results directory"
 
@@ -146,7 +147,7 @@ def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path, 
             port = server.url.rsplit(":", 1)[1]
             env = {"BASELINE_PORT": port, "EAGLE3_PORT": str(free_port())} if name == "baseline" else {
                 "BASELINE_PORT": str(free_port()), "EAGLE3_PORT": port}
-            runs.append(bench.run(Request(only=name, verdict=True, levels="1,16", repeats=3, warmup=0,
+            runs.append(bench.run(Request(generator="builtin", only=name, verdict=True, levels="1,16", repeats=3, warmup=0,
                                           prompts=prompts, out=tmp_path / name), environ=env,
                                   env_file=tmp_path / "none", progress=False))
         assert not (runs[-1] / pays.NAME).exists(), "one half gives no verdict"
@@ -180,7 +181,7 @@ def test_a_verdict_where_one_service_is_down_says_how_to_measure_each_alone(tmp_
     gone = str(free_port())
     with SGLangServer(BASE) as base:
         env = {"BASELINE_PORT": base.url.rsplit(":", 1)[1], "EAGLE3_PORT": gone}
-        run = lambda **given: bench.run(Request(prompts=prompts, out=tmp_path / "r", warmup=0, **given),  # noqa: E731
+        run = lambda **given: bench.run(Request(prompts=prompts, out=tmp_path / "r", warmup=0, generator="builtin", **given),  # noqa: E731
                                         environ=env, env_file=tmp_path / "none", progress=False)
         with pytest.raises(UserError) as err:
             run(verdict=True)
@@ -209,7 +210,7 @@ def test_merged_runs_on_other_prompts_are_refused(tmp_path):
     for name, behaviour, tokens in (("baseline", BASE, 13), ("eagle3", SPEC, 9)):
         prompts = write_prompts(tmp_path / f"{name}.jsonl", count=2, tokens=tokens)
         with SGLangServer(behaviour) as server:
-            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
+            runs.append(bench.run(Request(generator="builtin", endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
                                           prompts=prompts, out=tmp_path / name), environ={}, progress=False))
     with pytest.raises(UserError, match=rf"--verdict: {runs[0]} and the others used different prompt files"):
         bench.compare(runs, out=tmp_path / "merged", verdict=True)
@@ -220,7 +221,7 @@ def test_merged_runs_on_other_prompts_are_refused(tmp_path):
 def test_merged_runs_by_other_generators_are_refused(tmp_path, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     runs = []
-    for name, behaviour, flags in (("baseline", BASE, {}), ("eagle3", SPEC, sglang_generator)):
+    for name, behaviour, flags in (("baseline", BASE, {"generator": "builtin"}), ("eagle3", SPEC, sglang_generator)):
         with SGLangServer(behaviour) as server:
             runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
                                           prompts=prompts, out=tmp_path / name, **flags), environ={}, progress=False))
@@ -237,7 +238,7 @@ def test_merged_runs_at_other_levels_are_refused(tmp_path):
     runs = []
     for name, behaviour, levels in (("baseline", BASE, "1,2"), ("eagle3", SPEC, "1,4")):
         with SGLangServer(behaviour) as server:
-            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels=levels, repeats=2, warmup=0,
+            runs.append(bench.run(Request(generator="builtin", endpoints=[f"{name}={server.url}"], levels=levels, repeats=2, warmup=0,
                                           prompts=prompts, out=tmp_path / name), environ={}, progress=False))
     with pytest.raises(UserError) as err:
         bench.compare(runs, out=tmp_path / "merged", verdict=True)

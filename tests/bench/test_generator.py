@@ -7,6 +7,7 @@ interleaved; one benchmark process serves every round of the process."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -189,8 +190,9 @@ def test_the_default_profiles_benchmark_measures_as_the_newer_one_does(tmp_path,
 
 @pytest.mark.engine
 def test_without_python_or_image_the_benchmark_runs_in_the_services_own_image(tmp_path, docker_engine, tokenizer):
-    """The rounds are sent from the image of the profile the services run ($SGLANG_PROFILE, else the default one),
-    not from another release's: where it is not built, the one line names that image and its build."""
+    """`invoke bench` with neither --generator nor --tokenizer: SGLang's benchmark sends the rounds from the image of
+    the profile the services run (SGLANG_PROFILE, else the default one), not from another release's, with the
+    tokenizer the endpoint serves: where that image is not built, the one line names it and its build."""
     import os
     import subprocess
     import sys
@@ -205,10 +207,9 @@ def test_without_python_or_image_the_benchmark_runs_in_the_services_own_image(tm
     if store.exists(DOCKER, tag):
         pytest.skip(f"{tag} is built here: the benchmark would run in it")
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_PROFILE"}
-    with SGLangServer(BASE) as server:
-        argv = [sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--generator", "sglang",
-                "--tokenizer", str(tokenizer), "--prompts", str(write_prompts(tmp_path / "p.jsonl")), "--out",
-                str(tmp_path / "r")]
+    with SGLangServer(replace(BASE, model_path=str(tokenizer))) as server:  # a server started on this host
+        argv = [sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--prompts",
+                str(write_prompts(tmp_path / "p.jsonl")), "--out", str(tmp_path / "r")]
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
         assert proc.returncode == 2 and proc.stderr.strip() == (
             f"error: bench: {tag}: no such image in the docker store: build it first (`invoke build --profile "
@@ -220,11 +221,46 @@ def test_without_python_or_image_the_benchmark_runs_in_the_services_own_image(tm
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.sglang_env
+def test_sglangs_benchmark_is_the_default_and_loads_the_tokenizer_the_endpoint_serves(tmp_path, sglang_generator):
+    """No --generator: SGLang's benchmark sends the rounds. No --tokenizer: the model the --endpoint says it serves
+    (/server_info's model_path) is a directory on this host, and the tokenizer is loaded from there."""
+    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=TOKENS)
+    with SGLangServer(replace(BASE, model_path=sglang_generator["tokenizer"])) as server:
+        out = bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts,
+                                out=tmp_path / "r", python=sglang_generator["python"]), environ={}, progress=False)
+    doc = load(out)
+    made = doc["metadata"]["load"]["generator"]
+    assert made["name"] == "sglang" and made["tokenizer"] == sglang_generator["tokenizer"], made
+    assert {s["output_tokens"] for s in doc["samples"]} == {TOKENS}, doc["samples"]
+
+
+@pytest.mark.parametrize("model_path, says", [
+    ("", "--endpoint x: its /server_info names no model_path, whose tokenizer SGLang's benchmark would load: give "
+         "--tokenizer DIR or OWNER/NAME[@REVISION], the served model's tokenizer"),
+    ("/models/target", "--endpoint x serves /models/target, which is not a directory on this host: give --tokenizer "
+                       "DIR or OWNER/NAME[@REVISION], the served model's tokenizer"),
+    ("EMPTY", "--endpoint x serves {EMPTY}: no tokenizer_config.json or tokenizer.json (the served model's directory "
+              "holds them): or give --tokenizer DIR or OWNER/NAME[@REVISION], the served model's tokenizer"),
+])
+def test_an_endpoint_whose_tokenizer_is_not_on_this_host_is_one_line(tmp_path, model_path, says):
+    """Without --tokenizer, what the server says it serves must hold a tokenizer here (or be a Hub repository): each
+    other case is one line saying what it serves and what to give, before SGLang's benchmark is started."""
+    empty = tmp_path / "EMPTY"
+    empty.mkdir()
+    served = str(empty) if model_path == "EMPTY" else model_path
+    with SGLangServer(replace(BASE, model_path=served)) as server:
+        with pytest.raises(UserError) as caught:
+            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", prompts=write_prompts(tmp_path / "p.jsonl"),
+                              out=tmp_path / "r"), environ={}, progress=False)
+    assert str(caught.value) == says.format(EMPTY=empty), caught.value
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("flags, says", [
-    ({"generator": "vllm"}, r"^--generator 'vllm': choose builtin or sglang$"),
+    ({"generator": "vllm"}, r"^--generator 'vllm': choose sglang or builtin$"),
     ({"generator": "sglang", "request_rate": "4", "burstiness": "2", "tokenizer": "T"},
      r"^--burstiness 2 with --generator sglang: SGLang's benchmark sends Poisson arrivals only"),
-    ({"generator": "sglang"}, r"^--generator sglang with --endpoint: give --tokenizer DIR"),
     ({"generator": "sglang", "tokenizer": "T", "image": "img:1", "python": "/usr/bin/python3"},
      r"^--image img:1 and --python /usr/bin/python3: SGLang's benchmark runs in one of them"),
     ({"generator": "sglang", "tokenizer": "EMPTY"}, r"^--tokenizer .*EMPTY: no tokenizer_config.json"),

@@ -170,7 +170,7 @@ def test_sweep_finds_the_fastest_setting(tmp_path):
                 raise UserError("docker compose up eagle3 failed with exit code 1")
             server.behaviour = behaviour_for(point)
 
-        out = sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2,3", topk="1,2", draft_tokens="4"), environ={}, restart=restart, ready_interval=0.01, progress=True, clock=ReadingClock(0.001), log_tail=lambda: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+        out = sweep.run(Request(generator="builtin", endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2,3", topk="1,2", draft_tokens="4"), environ={}, restart=restart, ready_interval=0.01, progress=True, clock=ReadingClock(0.001), log_tail=lambda: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     doc = json.loads((out / report.JSON_NAME).read_text())
     assert doc["complete"] is True, f"sweep incomplete: {doc['error']}"
     labels = [p["label"] for p in doc["sweep"]["points"]]
@@ -201,7 +201,7 @@ def test_sweep_stops_when_the_server_ignores_the_setting(tmp_path):
     with SGLangServer(behaviour_for(GridPoint(3, 1, 4))) as server:
         wanted = r"runs speculative_num_steps=3 \(wanted 1\).*must pass SGLANG_SPEC_NUM_STEPS"
         with pytest.raises(UserError, match=wanted):
-            sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2"), environ={}, restart=lambda point: None, ready_interval=0.01, progress=False)
+            sweep.run(Request(generator="builtin", endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2"), environ={}, restart=lambda point: None, ready_interval=0.01, progress=False)
     doc = json.loads((tmp_path / "r" / report.JSON_NAME).read_text())
     assert doc["complete"] is False and "must pass" in doc["error"], "a misconfigured sweep must be marked incomplete"
 
@@ -214,21 +214,21 @@ def test_sweep_fails_when_every_point_fails(tmp_path):
 
     with SGLangServer() as server:
         with pytest.raises(UserError, match=r"every sweep point failed"):
-            sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2"), environ={}, restart=restart, ready_interval=0.01, progress=False)
+            sweep.run(Request(generator="builtin", endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2"), environ={}, restart=restart, ready_interval=0.01, progress=False)
 
 
 def test_sweep_measures_only_eagle3(tmp_path):
     with pytest.raises(UserError, match=r"--sweep measures only eagle3"):
-        sweep.run(Request(endpoints=["baseline=http://127.0.0.1:1"], prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, restart=lambda point: None, progress=False)
+        sweep.run(Request(generator="builtin", endpoints=["baseline=http://127.0.0.1:1"], prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, restart=lambda point: None, progress=False)
     with pytest.raises(UserError, match=r"--sweep-level 4: not one of --levels 1"):
-        sweep.run(Request(levels="1", level="4", prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, restart=lambda point: None, progress=False)
+        sweep.run(Request(generator="builtin", levels="1", level="4", prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, restart=lambda point: None, progress=False)
 
 
 def test_sweep_waits_for_the_restarted_server(tmp_path):
     prompts = write_prompts(tmp_path / "p.jsonl", count=1, tokens=4)
     with SGLangServer(Behaviour(health_status=503)) as server:
         with pytest.raises(UserError, match=r"every sweep point failed"):
-            sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1", ready_timeout=0.2), environ={}, restart=lambda point: None, ready_interval=0.05, progress=False)
+            sweep.run(Request(generator="builtin", endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1", ready_timeout=0.2), environ={}, restart=lambda point: None, ready_interval=0.05, progress=False)
     doc = json.loads((tmp_path / "r" / report.JSON_NAME).read_text())
     error = doc["sweep"]["points"][0]["error"]
     assert "is not ready: HTTP 503" in error and error.endswith("after 0.2 s of waiting"), f"point error: {error}"
@@ -243,7 +243,7 @@ def test_no_extra_restart_when_the_last_point_is_best(tmp_path):
             restarts.append(point)
             server.behaviour = behaviour_for(point)
 
-        sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2"), environ={}, restart=restart, ready_interval=0.01, progress=False)
+        sweep.run(Request(generator="builtin", endpoints=[f"eagle3={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", steps="1,2"), environ={}, restart=restart, ready_interval=0.01, progress=False)
     assert restarts == [GridPoint(1, 1, 2), GridPoint(2, 1, 3)], f"restarts: {restarts}"
 
 
@@ -257,7 +257,7 @@ def test_progress_counts_rounds_and_drops_those_of_failed_points(tmp_path, capsy
                 raise UserError("docker compose up eagle3 failed with exit code 1")
             server.behaviour = behaviour_for(point)
 
-        sweep.run(Request(endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=1, prompts=prompts, out=tmp_path / "r", steps="1,2,3"), environ={}, restart=restart, ready_interval=0.01, progress=True)
+        sweep.run(Request(generator="builtin", endpoints=[f"eagle3={server.url}"], levels="1", repeats=2, warmup=1, prompts=prompts, out=tmp_path / "r", steps="1,2,3"), environ={}, restart=restart, ready_interval=0.01, progress=True)
     out, err = capsys.readouterr()
     rounds = [line.split(":")[0] for line in out.splitlines() if line.startswith("[")]
     # 3 points x 2 repeats planned; steps 2 never comes up, so its 2 rounds are dropped.

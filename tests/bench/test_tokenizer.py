@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -112,6 +113,18 @@ def test_a_fetch_that_fails_part_of_the_way_leaves_the_set_fetched_before(hub, c
     assert tokenizer.tokenizer_dir(REPO) == folder
     assert (folder / "config.json").read_bytes() == b'{"changed": true}' and (folder / "tokenizer.json").is_file()
     assert sorted(p.name for p in folder.parent.iterdir()) == ["main"]
+
+
+def test_an_endpoint_started_from_a_hub_repository_serves_its_tokenizer_from_the_hub(hub, cache, capfd):
+    """No --tokenizer: a server started from a Hub repository names it as its model_path, and its tokenizer files are
+    fetched as --tokenizer OWNER/NAME fetches them."""
+    from sglang_stack.bench.client import Endpoint
+
+    with SGLangServer(replace(BASE, model_path=REPO)) as server:
+        folder = tokenizer.served_tokenizer(Endpoint("x", server.url), None, 10)
+    assert folder == cache / "tokenizers" / "lightseekorg--kimi-k2.5-eagle3" / "main", folder
+    assert (folder / "tokenizer_config.json").is_file()
+    assert f"--endpoint x serves {REPO}: its tokenizer from the Hub" in capfd.readouterr().err
 
 
 def test_a_second_fetch_of_the_same_name_waits_for_the_first(hub, cache, capfd):

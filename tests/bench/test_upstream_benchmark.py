@@ -44,7 +44,7 @@ def sglang_benchmark(python, module: str, url: str, tokenizer, out, *extra: str)
 def invoke_bench(url: str, tmp_path) -> dict:
     """`invoke bench`'s one row at ``LEVEL``, the same requests."""
     out = tmp_path / "ours"
-    bench.run(Request(endpoints=[f"stand-in={url}"], out=out, warmup=0, repeats=1, levels=str(LEVEL),
+    bench.run(Request(generator="builtin", endpoints=[f"stand-in={url}"], out=out, warmup=0, repeats=1, levels=str(LEVEL),
                       prompts=write_prompts(tmp_path / "p.jsonl", count=REQUESTS, tokens=TOKENS)),
               environ={}, progress=False)
     (ours,) = json.loads((out / report.JSON_NAME).read_text())["summary"]["rows"]

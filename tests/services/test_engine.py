@@ -286,7 +286,8 @@ def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, c
     line = next((row for row in doctor.splitlines() if " exclusive " in f" {row} "), "")
     assert line.split()[0] == "ok" and "baseline on GPUs none: disjoint from eagle3, which reserves no GPU" in line, doctor
     out = tmp_path / "bench"
-    project.invoke("bench", "--levels", "1,2", "--repeats", "1", "--warmup", "1", "--out", str(out), timeout=600)
+    project.invoke("bench", "--levels", "1,2", "--repeats", "1", "--warmup", "1", "--generator", "builtin", "--out",
+                   str(out), timeout=600)
     results = json.loads((out / "bench.json").read_text())
     endpoints = {e["name"]: e for e in results["metadata"]["endpoints"]}
     assert set(endpoints) == {"baseline", "eagle3"}, f"bench found: {sorted(endpoints)}"

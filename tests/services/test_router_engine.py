@@ -270,7 +270,7 @@ def test_bench_measures_through_the_router_with_an_api_key(router_project, run_i
     before = sum(served(project).values())
     out = tmp_path / "bench"
     project.invoke("bench", "--endpoint", f"router={url}", "--levels", "1", "--repeats", "1", "--warmup", "1",
-                   "--out", str(out), timeout=600)
+                   "--generator", "builtin", "--out", str(out), timeout=600)
     results = json.loads((out / "bench.json").read_text())
     endpoints = results["metadata"]["endpoints"]
     assert [(e["name"], e["url"]) for e in endpoints] == [("router", url)], f"bench measured {endpoints}"
