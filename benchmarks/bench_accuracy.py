@@ -14,8 +14,8 @@ window. The defaults mimic the reference baseline (92.6 tok/s single stream, 10.
 token); --step-ms 31.2 --accept 3 is an EAGLE-3 server at the same speed with 3 tokens
 per verify pass. ``--api`` picks the API the stream comes through: on OpenAI's, a chunk does not say how many
 tokens it carries, so the server's count is spread over the chunks. ``--generator sglang`` measures SGLang's own
-serving benchmark instead, run by ``--python`` (a Python of profile 0.5.23's pins) with a word-level stand-in
-tokenizer.
+serving benchmark instead, run by ``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving or
+0.5.23's sglang.benchmark.serving) with a word-level stand-in tokenizer.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ step; the speculative one verifies --verify and emits --accept. Its output over 
 run. Runs the verdict as a user does (the default levels 1 to 64, three repeats, the packaged prompt set, two warm-up
 requests each), and prints its wall time, the rounds and requests it sent, and per level the ratio it measured beside
 the model's, its interval and its call, then the verdict's line. ``--generator sglang`` has SGLang's own benchmark
-send the rounds, run by ``--python`` (a Python of profile 0.5.23's pins) with a word-level stand-in tokenizer.
+send the rounds, run by ``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving or
+0.5.23's sglang.benchmark.serving) with a word-level stand-in tokenizer.
 """
 
 from __future__ import annotations

@@ -331,14 +331,18 @@ def check_generator(request: Request, options: Options) -> None:
 def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None,
                     env: variables.Environment, first: Endpoint) -> None:
     """With --generator sglang, SGLang's benchmark (started, or the one this process runs already) sends the rounds:
-    ``options.benchmark``, by default from the image of the profile compose runs the services of. The tokenizer:
-    --tokenizer, else the services' model directory ``model_dir``, else the model the ``first`` --endpoint serves."""
+    ``options.benchmark``, by default from the image compose runs the services from (``SGLANG_STACK_IMAGE``, else
+    the tag of the profile it names). The tokenizer: --tokenizer, else the services' model directory ``model_dir``,
+    else the model the ``first`` --endpoint serves."""
     if upstream.parse_generator(request.generator) == "sglang":
         # --tokenizer was checked before the probes (check_generator); the others are checked here
         tokenizer = (tokenizer_dir(request.tokenizer) if request.tokenizer
                      else check_tokenizer(model_dir) if model_dir is not None
                      else served_tokenizer(first, api_key, min(options.timeout, 30.0)))
-        runner = upstream.runner(request.image, request.python, request.engine, request.profile, "bench",
+        image = request.image
+        if image is None and request.python is None and request.profile is None:
+            image = env.get("SGLANG_STACK_IMAGE") or None  # compose.yaml's image for the services, where one is named
+        runner = upstream.runner(image, request.python, request.engine, request.profile, "bench",
                                  default=services_profile(env))
         options.benchmark = upstream.start(runner, tokenizer, api_key)
 

@@ -53,7 +53,7 @@ DEFAULTS = {
         "Hub repository OWNER/NAME[@REVISION] whose tokenizer files are downloaded (default: the services' MODEL_DIR; "
         "with --endpoint, the model the first endpoint serves, a directory here or a Hub repository)",
         "image": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark in this image "
-        "(default: the --profile's tag)",
+        "(default: the --profile's tag; the benchmark, without --profile, compose's SGLANG_STACK_IMAGE where set)",
         "python": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark with this "
         "interpreter instead of an image (default: none)",
         "profile": "with --dataset speed-bench or --generator sglang: the profile whose image runs SGLang's adapter "

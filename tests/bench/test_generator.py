@@ -206,7 +206,7 @@ def test_without_python_or_image_the_benchmark_runs_in_the_services_own_image(tm
     tag = lockfile.check_all(default.lock, download=False)[0].tag
     if store.exists(DOCKER, tag):
         pytest.skip(f"{tag} is built here: the benchmark would run in it")
-    env = {k: v for k, v in os.environ.items() if k != "SGLANG_PROFILE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_PROFILE", "SGLANG_STACK_IMAGE")}
     with SGLangServer(replace(BASE, model_path=str(tokenizer))) as server:  # a server started on this host
         argv = [sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--prompts",
                 str(write_prompts(tmp_path / "p.jsonl")), "--out", str(tmp_path / "r")]
@@ -214,6 +214,11 @@ def test_without_python_or_image_the_benchmark_runs_in_the_services_own_image(tm
         assert proc.returncode == 2 and proc.stderr.strip() == (
             f"error: bench: {tag}: no such image in the docker store: build it first (`invoke build --profile "
             f"{default.name}`), or name one with --image, or run SGLang with --python"), proc.stderr
+        absent = f"sglang-stack-test-{os.getpid()}:absent"  # compose's image where .env or the shell names one
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env={**env, "SGLANG_STACK_IMAGE": absent})
+        assert proc.returncode == 2 and proc.stderr.strip().startswith(
+            f"error: bench: {absent}: no such image in the docker store"), proc.stderr
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
                               env={**env, "SGLANG_PROFILE": "0.4"})
         assert proc.returncode == 2 and proc.stderr.strip().startswith(
