@@ -12,7 +12,8 @@ ITL p50 against the schedule, and the mean number in flight over the measured wi
 against the level asked for and against the server's own count over the same kind of
 window. The defaults mimic the reference baseline (92.6 tok/s single stream, 10.8 ms per
 token); --step-ms 31.2 --accept 3 is an EAGLE-3 server at the same speed with 3 tokens
-per verify pass. ``--api`` picks the API the stream comes through: on OpenAI's, a chunk does not say how many
+per verify pass. ``--api`` picks the API the stream comes through (completions and chat with ``--generator sglang``: the
+built-in client sends /generate only): on OpenAI's, a chunk does not say how many
 tokens it carries, so the server's count is spread over the chunks. ``--generator sglang`` measures SGLang's own
 serving benchmark instead, run by ``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving or
 0.5.23's sglang.benchmark.serving) with a word-level stand-in tokenizer.

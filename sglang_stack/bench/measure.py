@@ -317,8 +317,11 @@ def run(
 
 
 def check_generator(request: Request, options: Options) -> None:
-    """--generator, and what SGLang's benchmark cannot do, refused before any endpoint is probed."""
-    if upstream.parse_generator(request.generator) != "sglang":
+    """--generator, and what each generator cannot do, refused before any endpoint is probed."""
+    if upstream.parse_generator(request.generator) == "builtin":
+        if options.target.api != "native":
+            raise UserError(f"--api {options.target.api} with --generator builtin: the built-in client sends SGLang's "
+                            "/generate only; SGLang's own benchmark (the default generator) sends the OpenAI APIs")
         return
     if options.burstiness != 1.0:
         raise UserError(f"--burstiness {request.burstiness} with --generator sglang: SGLang's benchmark sends Poisson "

@@ -207,36 +207,30 @@ def test_distributions_are_the_fields(tmp_path):
 # --- OpenAI-compatible targets ----------------------------------------------------------------------
 
 
+@pytest.mark.sglang_env
 @pytest.mark.parametrize("api", ["chat", "completions"])
-def test_openai_streaming_is_timed_and_counted_by_the_server(tmp_path, api):
+def test_openai_requests_name_the_served_model_and_ask_for_usage(tmp_path, sglang_generator, api):
+    """SGLang's OpenAI clients send --api chat and completions: the model field is the first of /v1/models, and the
+    stream asks for the server's count (usage-only chunk for chat, usage in every chunk for completions)."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=10)
     with SGLangServer(Behaviour(step_s=0.002, ttft_s=0.01, accept=(1,), served_model_name="kimi")) as server:
-        doc, _ = run(server.url, tmp_path, levels="1", prompts=prompts, api=api, clock=ReadingClock(0.001))
+        doc, _ = run(server.url, tmp_path, levels="1", prompts=prompts, api=api, **sglang_generator)
         body = server.bodies[-1]
     assert body["model"] == "kimi", "the model is the first of /v1/models"
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    usage = {"include_usage": True} if api == "chat" else {"continuous_usage_stats": True}
+    assert body["stream"] is True and body["stream_options"] == usage, body
     assert ("messages" in body) == (api == "chat")
-    for s in doc["samples"]:
-        assert s["ok"] and s["output_tokens"] == 10 and s["token_source"] == "server"
-        assert s["ttft_s"] == pytest.approx(0.001), "the first content chunk, by the injected clock"
-        assert s["itl_s"] == pytest.approx([0.002] * 9)
+    assert all(s["ok"] and s["output_tokens"] == 10 and s["token_source"] == "server" for s in doc["samples"])
     assert doc["metadata"]["target"] == {"api": api, "stream": True, "model": "kimi"}
 
 
-def test_openai_without_usage_counts_chunks_and_says_so(tmp_path):
-    prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=8)
-    with SGLangServer(Behaviour(step_s=0.002, ttft_s=0.01, accept=(2,), usage=False)) as server:
-        doc, out = run(server.url, tmp_path, levels="1", prompts=prompts, api="chat")
-    assert {s["token_source"] for s in doc["samples"]} == {"chunks"}
-    assert doc["samples"][0]["output_tokens"] == len(server.schedule(8)[0]), "one per chunk: an estimate"
-    assert "Token counts came from: chunks" in (out / report.MARKDOWN_NAME).read_text()
-
-
-@pytest.mark.parametrize("api", ["native", "chat"])
-def test_non_streaming_measures_latency_only(tmp_path, api):
+@pytest.mark.parametrize("generator, api", [("builtin", "native"),
+                                            pytest.param("sglang", "chat", marks=pytest.mark.sglang_env)])
+def test_non_streaming_measures_latency_only(tmp_path, generator_flags, generator, api):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=8)
     with SGLangServer(FAST) as server:
-        doc, _ = run(server.url, tmp_path, levels="1", prompts=prompts, api=api, stream=False)
+        doc, _ = run(server.url, tmp_path, levels="1", prompts=prompts, api=api, stream=False,
+                     **generator_flags(generator))
         assert server.bodies[-1]["stream"] is False
     for s in doc["samples"]:
         assert s["ok"] and s["output_tokens"] == 8 and s["ttft_s"] is None and s["latency_s"] > 0
@@ -245,9 +239,16 @@ def test_non_streaming_measures_latency_only(tmp_path, api):
 def test_openai_probe_and_api_choice(tmp_path):
     with pytest.raises(UserError, match=r"--api 'grpc': choose one of native, chat, completions"):
         bench.run(Request(generator="builtin", endpoints=["e=http://127.0.0.1:1"], api="grpc"), environ={}, progress=False)
+    # the built-in client sends /generate only: refused before any request
+    with pytest.raises(UserError, match=r"^--api chat with --generator builtin: the built-in client sends SGLang's "
+                                        r"/generate only; SGLang's own benchmark \(the default generator\) sends the "
+                                        r"OpenAI APIs$"):
+        bench.run(Request(generator="builtin", endpoints=["e=http://127.0.0.1:1"], api="chat", out=tmp_path / "b"),
+                  environ={}, progress=False)
+    assert not (tmp_path / "b").exists()
     with SGLangServer(Behaviour(api_key="k")) as server:
         with pytest.raises(UserError, match=r"refuses the API key: HTTP 401 from /v1/models"):
-            bench.run(Request(generator="builtin", endpoints=[f"e={server.url}"], api="chat", out=tmp_path / "x"), environ={}, progress=False)
+            bench.run(Request(endpoints=[f"e={server.url}"], api="chat", out=tmp_path / "x"), environ={}, progress=False)
 
 
 # --- datasets ----------------------------------------------------------------------------------------
