@@ -4,7 +4,8 @@ fetches into ``cache_dir()/tokenizers/OWNER--NAME/REVISION`` (``HF_ENDPOINT``, `
 honoured). Each run fetches the set afresh (a few MB) into a folder beside it that then replaces it whole, so a fetch
 cut short leaves the set fetched before, and that set serves when the Hub is out of reach. Plain files, not the
 Hugging Face cache's links into its blob store: the folder is mounted into the image that runs SGLang, where such a
-link would point outside the mount."""
+link would point outside the mount. Without ``--tokenizer``, an ``--endpoint``'s is the model it says it serves
+(``served_tokenizer``)."""
 
 from __future__ import annotations
 
