@@ -1,22 +1,21 @@
 """How exactly `invoke bench` measures a stream whose timing is known, on this machine.
 
     python benchmarks/bench_accuracy.py [--step-ms 10.8] [--accept 1] [--tokens 64] [--levels 1,16,64]
-        [--api native|completions|chat] [--generator sglang --python PYTHON]
+        [--api native|completions|chat] [--python PYTHON]
 
 Serves SGLang's streaming format from the loopback server the tests use
 (tests/sglang_server.py): the first token after --ttft-ms, then one event every
---step-ms carrying --accept tokens. Runs the real bench client against it and
+--step-ms carrying --accept tokens. Runs `invoke bench` (SGLang's own benchmark) against it and
 prints, per concurrency level, the client's figures against the truth: decode tok/s
 and TTFT p50 against the server's own send times (its log of every event it wrote),
 ITL p50 against the schedule, and the mean number in flight over the measured window
 against the level asked for and against the server's own count over the same kind of
 window. The defaults mimic the reference baseline (92.6 tok/s single stream, 10.8 ms per
 token); --step-ms 31.2 --accept 3 is an EAGLE-3 server at the same speed with 3 tokens
-per verify pass. ``--api`` picks the API the stream comes through (completions and chat with ``--generator sglang``: the
-built-in client sends /generate only): on OpenAI's, a chunk does not say how many
-tokens it carries, so the server's count is spread over the chunks. ``--generator sglang`` measures SGLang's own
-serving benchmark instead, run by ``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving or
-0.5.23's sglang.benchmark.serving) with a word-level stand-in tokenizer.
+per verify pass. ``--api`` picks the API the stream comes through: on OpenAI's, a chunk does not say how many tokens
+it carries, so the server's count is spread over the chunks. SGLang's benchmark is run by ``--python`` (a Python of
+either profile's pins: 0.5.9's sglang.bench_serving or 0.5.23's sglang.benchmark.serving) with a word-level stand-in
+tokenizer.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
+import sglang_cpu_env  # noqa: E402
 from sglang_server import Behaviour, SGLangServer  # noqa: E402
 from bench.word_tokenizer import word_tokenizer  # noqa: E402
 from sglang_stack.bench import measure as bench, report  # noqa: E402
@@ -48,8 +48,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--levels", default="1,16,64")
     parser.add_argument("--api", default="native", help="native, completions or chat (default native)")
-    parser.add_argument("--generator", default="builtin", help="builtin or sglang (default builtin)")
-    parser.add_argument("--python", default=None, help="with --generator sglang: the Python that runs SGLang")
+    parser.add_argument("--python", default=None, help="the Python that runs SGLang's benchmark (default: one of the "
+                        "default profile's pins, made by tests/sglang_cpu_env.py)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,10 +59,8 @@ def main() -> None:
                         "max_new_tokens": args.tokens, "prompt": f"prompt {i}"}) + "\n"
             for i in range(args.prompts)
         ))
-        flags = {"generator": "builtin"}
-        if args.generator == "sglang":
-            flags = {"generator": "sglang", "python": args.python,
-                     "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}
+        flags = {"python": args.python or str(sglang_cpu_env.python()),
+                 "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}
         behaviour = Behaviour(step_s=args.step_ms / 1000, ttft_s=args.ttft_ms / 1000, accept=(args.accept,),
                               spec=args.accept > 1)
         started = time.perf_counter()
@@ -82,7 +80,7 @@ def main() -> None:
     served_itl = args.step_ms / args.accept
     print(f"served: {served_tps:.1f} tok/s per stream, ITL {served_itl:.2f} ms, TTFT {args.ttft_ms:g} ms, "
           f"{args.accept} token(s) per event, {args.tokens} tokens per request, {args.prompts} prompts cycled; "
-          f"API {args.api}, generator {args.generator}")
+          f"API {args.api}")
     print(f"{'level':>5} {'decode tok/s':>12} {'vs server':>9} {'TTFT p50 ms':>11} {'vs server':>9} {'ITL p50 ms':>10} "
           f"{'vs sched':>8} {'in flight':>9} {'vs level':>8} {'server':>7}")
     for row in sorted(rows, key=lambda r: r["level"]):

@@ -1,7 +1,7 @@
 """How long a default `invoke bench --verdict` takes, and what it finds, against stand-ins whose crossover is known.
 
     python benchmarks/verdict_time.py [--step-ms 4] [--load-ms 0.25] [--accept 3] [--verify 4] [--levels ...]
-        [--repeats 3] [--prompts FILE] [--generator sglang --python PYTHON]
+        [--repeats 3] [--prompts FILE] [--python PYTHON]
 
 Two loopback servers (tests/sglang_server.py) that batch the way continuous batching does: a step costs --step-ms
 plus --load-ms for every token verified across the batch. The baseline verifies and emits one token per request and
@@ -9,8 +9,8 @@ step; the speculative one verifies --verify and emits --accept. Its output over 
 ``accept * (a + n) / (a + verify * n)`` at n in flight, with ``a = step / load``: the crossover is known before the
 run. Runs the verdict as a user does (the default levels 1 to 64, three repeats, the packaged prompt set, two warm-up
 requests each), and prints its wall time, the rounds and requests it sent, and per level the ratio it measured beside
-the model's, its interval and its call, then the verdict's line. ``--generator sglang`` has SGLang's own benchmark
-send the rounds, run by ``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving or
+the model's, its interval and its call, then the verdict's line. SGLang's own benchmark sends the rounds, run by
+``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving or
 0.5.23's sglang.benchmark.serving) with a word-level stand-in tokenizer.
 """
 
@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
+import sglang_cpu_env  # noqa: E402
 from sglang_server import Behaviour, SGLangServer  # noqa: E402
 from bench.word_tokenizer import word_tokenizer  # noqa: E402
 from sglang_stack.bench import measure as bench, pays, report  # noqa: E402
@@ -42,8 +43,8 @@ def main() -> None:
     parser.add_argument("--levels", default=pays.LEVELS, help="the verdict's levels (default: its own)")
     parser.add_argument("--repeats", default="3")
     parser.add_argument("--prompts", default=None, help="prompt file (default: the packaged set)")
-    parser.add_argument("--generator", default="builtin", help="builtin or sglang (default builtin)")
-    parser.add_argument("--python", default=None, help="with --generator sglang: the Python that runs SGLang")
+    parser.add_argument("--python", default=None, help="the Python that runs SGLang's benchmark (default: one of the "
+                        "default profile's pins, made by tests/sglang_cpu_env.py)")
     args = parser.parse_args()
 
     step, load = args.step_ms / 1000, args.load_ms / 1000
@@ -53,10 +54,8 @@ def main() -> None:
                      server_info={"version": "0.5.23", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
                                   "speculative_eagle_topk": 1, "speculative_num_draft_tokens": args.verify})
     with tempfile.TemporaryDirectory() as tmp:
-        flags = {"generator": "builtin"}
-        if args.generator == "sglang":
-            flags = {"generator": "sglang", "python": args.python,
-                     "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}
+        flags = {"python": args.python or str(sglang_cpu_env.python()),
+                 "tokenizer": str(word_tokenizer(Path(tmp) / "tok", ["[UNK]"]))}
         started = time.perf_counter()  # SGLang's benchmark starts (its import) inside: a user waits for it too
         with SGLangServer(base) as b, SGLangServer(spec) as s:
             out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=args.levels,
@@ -67,7 +66,7 @@ def main() -> None:
         doc = report.load_results(out)
 
     a = step / load
-    print(f"generator: {args.generator}")
+    print(f"SGLang's benchmark: {doc['metadata']['load']['generator']['module']}")
     print(f"stand-ins: step {args.step_ms:g} ms + {args.load_ms:g} ms per verified token; speculative: {args.accept} "
           f"tokens emitted, {args.verify} verified a step")
     print(f"{'level':>5} {'model':>6} {'measured':>8} {'95% interval':>15}  call")

@@ -38,8 +38,15 @@ def pytest_addoption(parser):
 SLOW = ("container", "engine", "apt", "sglang_env", "network", "schema", "gpu", "whole_image")
 
 
+# Fixtures that run SGLang's own code in a CPU Python of the pins: a test that takes one, directly or through another
+# fixture, is an sglang_env test.
+SGLANG_FIXTURES = ("sglang_generator", "default_python", "profile_python", "python")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in SGLANG_FIXTURES):
+            item.add_marker(pytest.mark.sglang_env)
         if not any(item.get_closest_marker(name) for name in SLOW):
             item.add_marker(pytest.mark.fast)
         # Under xdist (`--dist loadgroup`, as .ci/test runs) the image tests of one store go to one worker: they
@@ -331,11 +338,9 @@ def sglang_generator(profile_python, tmp_path_factory) -> dict:
 
 @pytest.fixture
 def generator_flags(request):
-    """``generator_flags(NAME)``: `invoke bench`'s flags for NAME: builtin, sglang (``sglang_generator``: 0.5.23's
-    benchmark) or sglang-default (the default profile's, ``default_python``)."""
+    """``generator_flags(NAME)``: `invoke bench`'s flags for NAME: sglang (``sglang_generator``: 0.5.23's benchmark)
+    or sglang-default (the default profile's, ``default_python``)."""
     def flags(name: str) -> dict:
-        if name == "builtin":
-            return {"generator": "builtin"}
         chosen = request.getfixturevalue("sglang_generator")
         return {**chosen, "python": request.getfixturevalue("default_python")} if name == "sglang-default" else chosen
 

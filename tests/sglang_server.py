@@ -10,7 +10,7 @@ event (plus ``spec_*`` when speculative decoding is on), then ``data: [DONE]``.
 The timing is known in advance: the first event comes ``ttft_s`` after the
 request, then one event every ``step_s``, each adding the next count from
 ``accept`` tokens. On a busy machine events arrive later than that, never
-earlier; tests that need exact figures give the client a ``ReadingClock``.
+earlier, so tests bound what a client measures by this schedule.
 """
 
 from __future__ import annotations
@@ -356,25 +356,6 @@ def _handler(server: SGLangServer):
                 self._chunk(b"")
 
     return Handler
-
-
-class ReadingClock:
-    """A clock to inject into the client: each reading is ``step`` seconds after the same thread's previous one.
-
-    The client reads the clock once before it sends a request and once per line it
-    receives, each ``data:`` event being followed by a blank line. So event k of a
-    stream (from 0) is stamped ``(1 + 2k) * step`` after the request started, on any
-    machine and at any load: TTFT is ``step``, each event ``2 * step`` after the one
-    before. Per thread, because concurrent requests run on threads of their own.
-    """
-
-    def __init__(self, step: float = 0.001):
-        self.step = step
-        self._local = threading.local()
-
-    def __call__(self) -> float:
-        self._local.readings = getattr(self._local, "readings", 0) + 1
-        return self._local.readings * self.step
 
 
 def main(argv: list[str] | None = None) -> None:

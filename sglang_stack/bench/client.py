@@ -1,25 +1,18 @@
-"""SGLang's native HTTP API, as the benchmark calls it from the host.
+"""SGLang's native HTTP API, as `invoke bench` and `invoke acceptance` ask it from the host.
 
-``/health`` (can it generate?), ``/server_info`` (what it runs), ``/flush_cache``
-and a streaming ``POST /generate``, timed. The wire format is SGLang's
-(sglang/srt/entrypoints/http_server.py, ``generate_request``): chunked
-``text/event-stream`` with one ``data: {json}`` event per step, an
-``{"error": {...}}`` event if the request fails after the headers went out,
-and ``data: [DONE]`` at the end.
-
-Plain ``http.client``: each event is read as soon as its line arrives, with no
-buffering between the socket and the clock.
+``/health`` (can it generate?), ``/server_info`` (what it runs), ``/flush_cache``, and one non-streaming
+``POST /generate`` (the acceptance probe's), with ``Timing``, what one request measured. The measured rounds are
+sent by SGLang's own benchmark (bench/upstream.py); its per-request records fill the same ``Timing``.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from dataclasses import dataclass, field
 
 from sglang_stack.errors import UserError
-from sglang_stack.serverapi import RequestFailed, connection, describe, headers
+from sglang_stack.serverapi import RequestFailed
 from sglang_stack.serverapi import get as http_get, post as http_post
 
 # What is recorded from /server_info. It returns every server argument, the API
@@ -217,88 +210,6 @@ def flush_cache(endpoint: Endpoint, api_key: str | None, timeout: float) -> tupl
     return False, f"answered HTTP {status}" + (" (requests still pending)" if status == 400 else "")
 
 
-def sse_events(resp, clock, start: float):
-    """``(seconds since start, event)`` for each ``data: {json}`` line of a Server-Sent Events answer.
-
-    Each line is stamped with ``clock()`` as soon as it arrives. Ends at ``data: [DONE]``
-    or the end of the stream; a line that is not JSON, or an ``{"error": ...}`` event (a
-    failure after the headers went out), raises ``RequestFailed``.
-    """
-    while True:
-        line = resp.readline()
-        if not line:
-            return
-        now = clock() - start
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise RequestFailed(f"not JSON in the event stream: {data[:120]!r}") from None
-        if not isinstance(event, dict):  # `data: null`, a bare number or list: no SGLang or OpenAI event
-            raise RequestFailed(f"an event that is not a JSON object in the stream: {data[:120]!r}")
-        if "error" in event:
-            err = event["error"]
-            raise RequestFailed(f"server error: {err.get('message', err) if isinstance(err, dict) else err}")
-        yield now, event
-
-
-def stream_generate(
-    url: str, body: dict, api_key: str | None, timeout: float, sample: Timing | None = None, clock=time.perf_counter
-) -> Timing:
-    """Send one streaming ``/generate`` request and time it into ``sample``.
-
-    Raises ``RequestFailed`` when the answer is not a complete stream; what was
-    measured until then stays in ``sample``. Each event is stamped with ``clock()``
-    as soon as its line arrives; ``Timing.time_events`` turns the stamps into TTFT,
-    ITL and decode speed.
-    """
-    sample = Timing() if sample is None else sample
-    conn, base = connection(url, timeout)
-    payload = json.dumps(body).encode()
-    sent = headers(api_key, **{"Content-Type": "application/json", "Accept": "text/event-stream"})
-    events: list[tuple[float, int]] = []
-    final: dict | None = None
-    start = clock()
-    try:
-        conn.request("POST", base + "/generate", body=payload, headers=sent)
-        resp = conn.getresponse()
-        if resp.status != 200:
-            detail = resp.read(2000).decode("utf-8", "replace").strip().replace("\n", " ")
-            if resp.status in (404, 405):
-                raise RequestFailed(f"HTTP {resp.status} from /generate: not an SGLang server (wrong port or URL?)")
-            raise RequestFailed(f"HTTP {resp.status} {resp.reason}: {detail[:300]}")
-        for now, event in sse_events(resp, clock, start):
-            meta = event.get("meta_info") or {}
-            tokens = meta.get("completion_tokens") if isinstance(meta, dict) else None
-            if not isinstance(tokens, int):
-                raise RequestFailed("event without meta_info.completion_tokens: is this SGLang's /generate?")
-            sample.chunks += 1
-            events.append((now, tokens))
-            reason = meta.get("finish_reason")
-            if reason is not None:
-                if isinstance(reason, dict) and reason.get("type") == "abort":
-                    raise RequestFailed(f"aborted by the server: {reason.get('message', reason)}")
-                final = meta
-                sample.latency_s = now
-                sample.finish_reason = reason
-    except (OSError, http.client.HTTPException) as err:
-        raise RequestFailed(describe(err)) from err
-    finally:
-        conn.close()
-        sample.time_events(events)  # what arrived before a failure is measured too
-    if final is None:
-        raise RequestFailed(f"stream ended after {sample.chunks} events without a finish_reason")
-    sample.output_tokens = final["completion_tokens"]
-    keep_spec(sample, final)
-    sample.ok = True
-    return sample
-
-
 SPEC_FIELDS = ("spec_accept_length", "spec_verify_ct", "spec_accept_rate", "spec_accept_token_num",
                "spec_draft_token_num", "spec_accept_histogram")
 
@@ -316,11 +227,11 @@ def keep_spec(sample: Timing, meta: dict) -> None:
         setattr(sample, key, value)
 
 
-def generate_once(url: str, body: dict, api_key: str | None, timeout: float, sample: Timing, clock=time.perf_counter) -> Timing:
+def generate_once(url: str, body: dict, api_key: str | None, timeout: float, sample: Timing) -> Timing:
     """A non-streaming ``/generate``: one JSON answer; latency is its arrival, TTFT is not observable."""
-    start = clock()
+    start = time.perf_counter()
     status, raw = http_post(url, "/generate", api_key, timeout, {**body, "stream": False})
-    sample.latency_s = clock() - start
+    sample.latency_s = time.perf_counter() - start
     if status != 200:
         raise RequestFailed(f"HTTP {status} from /generate: {raw[:300].decode('utf-8', 'replace')}")
     try:

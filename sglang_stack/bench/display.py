@@ -48,10 +48,6 @@ class Progress:
         if self.enabled:
             self._out(redact(text))
 
-    def warmed_up(self, endpoint: str, count: int, seconds: float) -> None:
-        if count:
-            self.line(f"warm-up {endpoint}: {count} request{'s' if count != 1 else ''}, {seconds:.1f} s")
-
     def round_done(self, record: dict, repeats: int) -> None:
         self._end_live()
         self.done += 1

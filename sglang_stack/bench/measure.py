@@ -1,11 +1,10 @@
 """``invoke bench``: decode speed, latency and acceptance of running SGLang (or OpenAI-compatible) servers.
 
-By default requests go through SGLang's native streaming API (``POST /generate`` with
-``"stream": true``): one ``data: {json}`` event per step, each ``meta_info`` counting the
-output tokens so far, the last carrying ``finish_reason`` and, with speculative decoding,
-every ``spec_*`` figure (sglang/srt/managers/tokenizer_manager.py,
-``_calculate_spec_decoding_metrics``). Token counts and acceptance are taken from that
-metadata, never estimated from text. ``--api chat`` or ``completions`` measures any
+SGLang's own serving benchmark sends every request (bench/upstream.py), from the image the services run. By default
+it streams SGLang's native API (``POST /generate``): each event's ``meta_info`` counts the output tokens so far, and
+the last carries ``finish_reason`` and, with speculative decoding, every ``spec_*`` figure
+(sglang/srt/managers/tokenizer_manager.py, ``_calculate_spec_decoding_metrics``). Token counts and acceptance are
+taken from that metadata, never estimated from text. ``--api chat`` or ``completions`` measures any
 OpenAI-compatible server instead (targets.py).
 
 The load is closed-loop at each ``--levels`` concurrency, or open-loop arrivals at
@@ -24,7 +23,6 @@ import platform
 import re
 import socket
 import subprocess
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -58,7 +56,6 @@ from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_secon
 MAX_CONCURRENCY = 10_000  # requests in flight from one client process
 MAX_LEVELS = 64
 RATE_RANGE = (1e-3, 1e6)  # requests/s: one per 17 minutes up to far past any one server
-BURSTINESS_RANGE = (1e-2, 1e2)  # the gamma shape of the arrivals
 MAX_REQUESTS = 1_000_000
 DEFAULT_RESULTS = ROOT / "bench-results"
 
@@ -249,12 +246,11 @@ def run(
     environ: Mapping[str, str] | None = None,
     env_file: Path | None = None,
     progress: bool = True,
-    clock: Callable[[], float] = time.perf_counter,
 ) -> Path:
     """Measure the endpoints and write the results directory; return its path.
 
     ``request`` holds the user's flags, read here once. ``environ`` and ``env_file`` stand in for the shell
-    and ``.env``, ``clock`` for the time source that stamps each streamed event (tests).
+    and ``.env`` (tests).
     """
     env = stack_env(environ, env_file)
     target = Target(parse_api(request.api), stream=bool(request.stream), model=request.model or None)
@@ -271,15 +267,13 @@ def run(
         reference=request.reference or None,
         target=target,
         request_rate=rate,
-        burstiness=parse_positive("--burstiness", request.burstiness, *BURSTINESS_RANGE),
         seed=parse_count("--seed", request.seed, 0),
         num_requests=parse_count("--num-requests", request.num_requests, 1, MAX_REQUESTS) if request.num_requests not in (None, "") else None,
         percentiles=parse_percentiles(request.percentiles),
         slo=stats.parse_slo(request.slo),
-        clock=clock,
     )
     source = promptset.parse_dataset(request, options)
-    check_generator(request, options)
+    check_generator(request)
     if request.out:
         atomic.check_creatable(Path(request.out), "--out")  # before the probes: nothing is created for a run that cannot start
         check_untracked(Path(request.out))
@@ -291,14 +285,15 @@ def run(
     # once an endpoint answered; a bad file then leaves no results directory behind
     model_dir = promptset.served_model_dir(request.endpoints, env)
     prompt_set = source.load(model_dir if source.speed_bench else None)
-    start_generator(request, options, model_dir, api_key, env, chosen[0])
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
     meta = metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1)
     if request.verdict:
-        # before the results directory: a verdict that cannot be given writes nothing
+        # before SGLang's benchmark and the results directory: a verdict that cannot be given starts and writes nothing
         pays.check(meta, half=request.only is not None)
+    start_generator(request, options, model_dir, api_key, env, chosen[0])
+    meta["load"]["generator"] = generator_record(options.benchmark)
     out_dir = results_dir(request.out)  # created and proven writable before the first request
     meta["provenance"] = provenance.collect(chosen, env, request.engine)
     results = Results(out_dir, meta)
@@ -316,16 +311,13 @@ def run(
     return out_dir
 
 
-def check_generator(request: Request, options: Options) -> None:
-    """--generator, and what each generator cannot do, refused before any endpoint is probed."""
-    if upstream.parse_generator(request.generator) == "builtin":
-        if options.target.api != "native":
-            raise UserError(f"--api {options.target.api} with --generator builtin: the built-in client sends SGLang's "
-                            "/generate only; SGLang's own benchmark (the default generator) sends the OpenAI APIs")
-        return
-    if options.burstiness != 1.0:
-        raise UserError(f"--burstiness {request.burstiness} with --generator sglang: SGLang's benchmark sends Poisson "
-                        "arrivals only (burstiness 1); --generator builtin draws gamma gaps")
+def check_generator(request: Request) -> None:
+    """What SGLang's benchmark cannot be asked, and where it runs, refused before any endpoint is probed."""
+    upstream.parse_generator(request.generator)
+    # SGLang's benchmark draws exponential gaps only (get_request in both releases): no gamma shape to pass on
+    if parse_positive("--burstiness", request.burstiness) != 1.0:
+        raise UserError(f"--burstiness {request.burstiness}: SGLang's benchmark sends Poisson arrivals only "
+                        "(burstiness 1)")
     if request.tokenizer is not None:
         tokenizer_dir(request.tokenizer)
     upstream.check_place(request.image, request.python)
@@ -333,21 +325,20 @@ def check_generator(request: Request, options: Options) -> None:
 
 def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None,
                     env: variables.Environment, first: Endpoint) -> None:
-    """With --generator sglang, SGLang's benchmark (started, or the one this process runs already) sends the rounds:
+    """SGLang's benchmark (started, or the one this process runs already), which sends the rounds:
     ``options.benchmark``, by default from the image compose runs the services from (``SGLANG_STACK_IMAGE``, else
     the tag of the profile it names). The tokenizer: --tokenizer, else the services' model directory ``model_dir``,
     else the model the ``first`` --endpoint serves."""
-    if upstream.parse_generator(request.generator) == "sglang":
-        # --tokenizer was checked before the probes (check_generator); the others are checked here
-        tokenizer = (tokenizer_dir(request.tokenizer) if request.tokenizer
-                     else check_tokenizer(model_dir) if model_dir is not None
-                     else served_tokenizer(first, api_key, min(options.timeout, 30.0)))
-        image = request.image
-        if image is None and request.python is None and request.profile is None:
-            image = env.get("SGLANG_STACK_IMAGE") or None  # compose.yaml's image for the services, where one is named
-        runner = upstream.runner(image, request.python, request.engine, request.profile, "bench",
-                                 default=services_profile(env))
-        options.benchmark = upstream.start(runner, tokenizer, api_key)
+    # --tokenizer was checked before the probes (check_generator); the others are checked here
+    tokenizer = (tokenizer_dir(request.tokenizer) if request.tokenizer
+                 else check_tokenizer(model_dir) if model_dir is not None
+                 else served_tokenizer(first, api_key, min(options.timeout, 30.0)))
+    image = request.image
+    if image is None and request.python is None and request.profile is None:
+        image = env.get("SGLANG_STACK_IMAGE") or None  # compose.yaml's image for the services, where one is named
+    runner = upstream.runner(image, request.python, request.engine, request.profile, "bench",
+                             default=services_profile(env))
+    options.benchmark = upstream.start(runner, tokenizer, api_key)
 
 
 def services_profile(env: variables.Environment) -> str:
@@ -416,15 +407,13 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         },
         "target": {"api": options.target.api, "stream": options.target.stream, "model": options.target.model},
         "load": {
-            "generator": {"name": "builtin"} if options.benchmark is None else {
-                "name": "sglang", "module": options.benchmark.module, "sglang": options.benchmark.version,
-                "where": options.benchmark.where, "tokenizer": options.benchmark.tokenizer},
+            "generator": None,  # generator_record, once SGLang's benchmark has started
             "mode": "closed" if options.request_rate is None else "open",
             "request_rate": rounds.rate_json(options.request_rate),
-            "burstiness": options.burstiness if options.request_rate is not None else None,
+            "burstiness": 1.0 if options.request_rate is not None else None,  # SGLang's arrivals are Poisson
             "seed": options.seed,
             "num_requests": options.num_requests,
-            "window": "closed loop: from the round's start until the first worker finds nothing left to send; "
+            "window": "closed loop: from the moment all N are in flight until the first end after the last start; "
                       "open loop: the whole round",
         },
         "percentiles": list(options.percentiles),
@@ -438,6 +427,12 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         "timeout_s": options.timeout,
         "host": host_metadata(),
     }
+
+
+def generator_record(benchmark: upstream.Benchmark) -> dict:
+    """bench.json's ``metadata.load.generator``: SGLang's release, its benchmark module, where it ran, the tokenizer."""
+    return {"name": "sglang", "module": benchmark.module, "sglang": benchmark.version, "where": benchmark.where,
+            "tokenizer": benchmark.tokenizer}
 
 
 def default_reference(endpoints: Sequence[dict]) -> str | None:
@@ -546,7 +541,7 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, referenc
             ours, theirs = report.generator(first)["name"], report.generator(d["metadata"])["name"]
             if theirs != ours:
                 raise UserError(f"--verdict: {paths[0]} was measured by the {ours} generator and {path} by "
-                                f"the {theirs} one: measure every service with the same --generator")
+                                f"the {theirs} one: measure every service with SGLang's benchmark")
         pays.check(meta)  # before the results directory: a verdict that cannot be given writes nothing
     out_dir = results_dir(out)
     doc = {

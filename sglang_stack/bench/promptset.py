@@ -225,7 +225,6 @@ class Dataset:
 
 
 SPEED_BENCH_FLAGS = ("dataset_path", "category", "num_prompts", "output_len")
-PLACE_FLAGS = ("tokenizer", "image", "python", "profile")  # where SGLang runs: its adapter, or its benchmark
 
 
 def parse_dataset(request: Request, options: Options) -> Dataset:
@@ -236,9 +235,6 @@ def parse_dataset(request: Request, options: Options) -> Dataset:
         given = next((f for f in SPEED_BENCH_FLAGS if getattr(request, f) is not None), None)
         if given is not None:
             raise UserError(f"--{given.replace('_', '-')} goes with --dataset {speedbench.NAME}")
-        given = next((f for f in PLACE_FLAGS if getattr(request, f) is not None), None)
-        if given is not None and request.generator != "sglang":
-            raise UserError(f"--{given} goes with --dataset {speedbench.NAME} or --generator sglang")
     if kind == speedbench.NAME:
         if request.prompts:
             raise UserError(f"--prompts and --dataset {speedbench.NAME}: choose one")

@@ -246,8 +246,8 @@ def prompt_set_label(ps: dict) -> str:
 
 
 def generator(meta: dict) -> dict:
-    """Who sent a run's requests (bench.json ``metadata.load.generator``); runs from before it was recorded were the
-    built-in client's."""
+    """Who sent a run's requests (bench.json ``metadata.load.generator``); results files from before it was recorded
+    were measured by the checkout's own client, named ``builtin``."""
     return (meta.get("load") or {}).get("generator") or {"name": "builtin"}
 
 
@@ -279,8 +279,8 @@ def markdown(doc: dict) -> str:
     closed = (meta.get("load") or {}).get("mode", "closed") == "closed"
     lines += [
         "",
-        ("concurrency N: N requests in flight from the round's start; each round cycles the prompts and is measured "
-         "until the first worker finds nothing left to send (the drain after it is not measured); "
+        ("concurrency N: N requests in flight; each round cycles the prompts and is measured from the moment all N "
+         "are in flight until the first end after the last start (the drain after it is not measured); "
          if closed else "open loop: requests sent at the arrival times, the whole round measured; concurrency is "
          "the cap on requests in flight (0: none); ")
         + "in flight: the time-weighted mean over that window; "

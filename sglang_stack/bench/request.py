@@ -39,7 +39,7 @@ class Request:
     model: str | None = None
     # open loop
     request_rate: float | str | None = None
-    burstiness: float | str = 1.0
+    burstiness: float | str = 1.0  # 1 only: SGLang's benchmark draws Poisson arrivals
     max_concurrency: int | str | None = None
     # the prompts
     num_requests: int | str | None = None
@@ -57,7 +57,7 @@ class Request:
     image: str | None = None  # where SGLang's adapter or benchmark runs (default: the profile's tag)
     python: str | None = None
     profile: str | None = None
-    # who sends the requests: sglang (SGLang's own benchmark, run where --image/--python/--profile say), or builtin
+    # who sends the requests: sglang, SGLang's own benchmark (run where --image/--python/--profile say), the only one
     generator: str = "sglang"
     # the report
     percentiles: str | Sequence[float] | None = None

@@ -1,48 +1,37 @@
-"""One bench round, and the rounds of a run: closed-loop concurrency or open-loop arrivals.
+"""One bench round, sent by SGLang's own serving benchmark (bench/upstream.py), and the rounds of a run.
 
-**Closed loop** (``--levels N``): N workers each send a request, wait for its last byte and
-send the next, so N are in flight once each has sent its first. The prompt set is cycled: a round
-sends ``round_size(len(prompts), N)`` requests, every prompt equally often. The *measured
-window* runs from the moment the last of the N workers sent its first request until the
-first worker finds nothing left to send; from then on fewer than N are in flight (the drain). Requests that finished inside the
-window are the round's measured requests; the others are kept, marked ``in_window: false``.
-Each round records its window, the mean number in flight over it and the share of it at
-full concurrency, from every request's start and end.
+**Closed loop** (``--levels N``): SGLang's benchmark holds at most N requests in flight (its ``--max-concurrency``)
+over a list that cycles the prompt set: a round sends ``round_size(len(prompts), N)`` requests, every prompt equally
+often. The *measured window* runs from the N-th start (all N busy) to the first end after the last start (from then
+on fewer than N are in flight: the drain). Requests that finished inside the window are the round's measured
+requests; the others are kept, marked ``in_window: false``. Each round records its window, the mean number in flight
+over it and the share of it at full concurrency, from every request's start and end as SGLang recorded them.
 
-**Open loop** (``--request-rate R``): requests are sent at arrival times drawn from a gamma
-process of rate R (``burstiness`` 1: Poisson, as vLLM defines it), whatever the server's
-speed, optionally capped at ``--max-concurrency`` in flight. The window is the whole round.
-The round records the offered rate and the achieved one.
+**Open loop** (``--request-rate R``): SGLang's benchmark sends requests at Poisson arrivals of rate R, whatever the
+server's speed, optionally capped at ``--max-concurrency`` in flight. The window is the whole round. The round
+records the offered rate and the achieved one.
 
-Several endpoints alternate rounds (A B, then B A) per level and repeat, so a slow minute
-on a noisy machine hits both; results are rewritten after every round.
-
-A round's requests are sent by this module's threads, or (``--generator sglang``) by SGLang's
-own serving benchmark (bench/upstream.py): the window, concurrency and throughput are then
-worked out the same way from what SGLang recorded of each request.
+Several endpoints alternate rounds (A B, then B A) per level and repeat, so a slow minute on a noisy machine hits
+both; results are rewritten after every round.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import queue
-import random
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from sglang_stack.bench import report, stats, upstream
-from sglang_stack.bench.client import Endpoint, Timing, flush_cache
+from sglang_stack.bench.client import Endpoint, Timing, flush_cache, keep_spec
 from sglang_stack.serverapi import RequestFailed
 from sglang_stack.bench.display import Progress, say
 from sglang_stack.bench.promptset import Prompt, PromptSet
 from sglang_stack.bench.targets import Target
 
-MIN_PER_WORKER = 3  # closed loop: requests per worker in a round, so the drain is a small part of it
+MIN_PER_SLOT = 3  # closed loop: requests per slot of the N in flight in a round, so the drain is a small part of it
 OPEN_ROUND_S = 30  # open loop: seconds of arrivals in a round
 
 
@@ -51,7 +40,7 @@ class Sample(Timing):
     """One request: where it ran, its ``Timing``, and when.
 
     ``started_s`` counts from the start of the run; ``round_start_s`` and ``round_end_s``
-    from the start of its round (sent, last byte); ``scheduled_s`` is its open-loop arrival.
+    from the start of its round (sent, last byte).
     """
 
     endpoint: str
@@ -63,9 +52,6 @@ class Sample(Timing):
     started_s: float = 0.0
     round_start_s: float | None = None
     round_end_s: float | None = None
-    scheduled_s: float | None = None
-    slot: int | None = None
-    """Closed loop: which of the N workers sent it."""
     in_window: bool = True
 
 
@@ -81,16 +67,14 @@ class Options:
     reference: str | None = None
     target: Target = field(default_factory=Target)
     request_rate: float | None = None
-    """Open loop: requests per second; None: closed loop at each level."""
-    burstiness: float = 1.0
+    """Open loop: requests per second (Poisson arrivals); None: closed loop at each level."""
     seed: int = 0
     num_requests: int | None = None
     """Requests per round; None: round_size (closed loop) or open_round_size (open loop)."""
     percentiles: tuple[float, ...] = stats.DEFAULT_PERCENTILES
     slo: dict = field(default_factory=dict)
-    clock: Callable[[], float] = time.perf_counter  # stamps each streamed event; tests inject their own
     benchmark: upstream.Benchmark | None = None
-    """SGLang's benchmark, which sends the rounds (--generator sglang); None: this module's threads."""
+    """SGLang's benchmark, which sends the rounds; set once the tokenizer is known (measure.start_generator)."""
 
 
 class Results:
@@ -133,10 +117,10 @@ class Results:
 
 
 def round_size(prompts: int, level: int) -> int:
-    """Closed loop: requests in a round, a whole number of passes over the prompts, at least MIN_PER_WORKER per worker."""
+    """Closed loop: requests in a round, a whole number of passes over the prompts, at least MIN_PER_SLOT per slot."""
     if level <= 1:
         return prompts
-    return prompts * math.ceil(MIN_PER_WORKER * level / prompts)
+    return prompts * math.ceil(MIN_PER_SLOT * level / prompts)
 
 
 def open_round_size(prompts: int, rate: float) -> int:
@@ -152,24 +136,6 @@ def rate_json(rate: float | None) -> float | str | None:
     return "inf" if rate is not None and math.isinf(rate) else rate
 
 
-def arrivals(count: int, rate: float, burstiness: float, seed: int) -> list[float]:
-    """Open loop: ``count`` send times (seconds from the round's start), gamma-distributed gaps of mean 1/rate.
-
-    vLLM's definition: shape ``burstiness``, scale ``1 / (rate * burstiness)``; 1 is a Poisson
-    process, below 1 burstier, above 1 steadier. The first request goes at once.
-    """
-    if math.isinf(rate):
-        return [0.0] * count  # a burst: every request at the round's start
-    rng = random.Random(seed)
-    theta = 1.0 / (rate * burstiness)
-    times, at = [], 0.0
-    for i in range(count):
-        if i:
-            at += rng.gammavariate(burstiness, theta)
-        times.append(at)
-    return times
-
-
 def _flush(endpoint: Endpoint, api_key: str | None, options: Options) -> tuple[bool | None, str | None]:
     if not options.flush_cache:
         return None, None
@@ -183,11 +149,10 @@ def _flush(endpoint: Endpoint, api_key: str | None, options: Options) -> tuple[b
 def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat: int, options: Options,
               api_key: str | None, results: Results, progress: Progress | None = None, warmup: int = 0) -> dict:
     """One round at concurrency ``level`` (closed loop) or at ``options.request_rate`` capped at ``level`` (open loop),
-    sent by the built-in generator or by SGLang's benchmark (``options.benchmark``, which first sends ``warmup``
-    unmeasured requests).
+    sent by SGLang's benchmark (``options.benchmark``), which first sends ``warmup`` unmeasured requests.
 
-    The built-in generator starts no new request after the first failure; those in flight finish. The round's
-    samples, failed ones included, are added to ``results``; the first failure is raised as ``RequestFailed``.
+    The round's samples, failed ones included, are added to ``results``; the first failure is raised as
+    ``RequestFailed``.
     """
     index = len(results.rounds)
     flushed, flush_error = _flush(endpoint, api_key, options)
@@ -196,12 +161,8 @@ def run_round(endpoint: Endpoint, prompts: Sequence[Prompt], level: int, repeat:
                                      else round_size(len(prompts), level))
     work = [prompts[i % len(prompts)] for i in range(count)]
     run_origin = results.elapsed()
-    if options.benchmark is not None:
-        done, (begin, end), wall = sglang_round(endpoint, work, level, repeat, index, run_origin, options, progress,
-                                                warmup, bool(flushed))
-    else:
-        done, (begin, end), wall = builtin_round(endpoint, work, level, repeat, index, run_origin, options, api_key,
-                                                 progress)
+    done, (begin, end), wall = sglang_round(endpoint, work, level, repeat, index, run_origin, options, progress,
+                                            warmup, bool(flushed))
     for s in done:
         s.in_window = s.round_end_s is not None and s.round_end_s <= end + 1e-9
     results.samples.extend(done)
@@ -220,8 +181,8 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
                  flushed: bool) -> tuple[list[Sample], tuple[float, float], float]:
     """The round sent by SGLang's benchmark; its samples from what SGLang recorded of each request.
 
-    SGLang's closed loop is a semaphore of ``level`` over the whole list, so the window is the same as the built-in
-    one's: from the ``level``-th start (all slots busy) to the first end after the last start (the drain begins).
+    SGLang's closed loop is a semaphore of ``level`` over the whole list, so the window runs from the ``level``-th
+    start (all slots busy) to the first end after the last start (the drain begins).
     Its ``warmup`` requests go first, the first of the round's prompts each, so where the cache was ``flushed`` before
     the round SGLang flushes it again after them (its own ``flush_cache``), or the round's first request would find
     its prompt cached.
@@ -250,7 +211,12 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
             latency_s=out["latency"] if ok else None, output_tokens=int(out["output_len"]) if ok else None,
             token_source=out.get("counted") or "server", spec_accept_length=out["spec_accept_length"] or None,
             started_s=run_origin + start, round_start_s=start, round_end_s=start + (out["latency"] if ok else 0.0))
-        if ok and options.target.stream:  # one answer, unstreamed: no first token to time
+        if ok:
+            try:
+                keep_spec(sample, out.get("spec") or {})
+            except RequestFailed as err:
+                sample.ok, sample.error = False, str(err)
+        if sample.ok and options.target.stream:  # one answer, unstreamed: no first token to time
             stamps = list(itertools.accumulate(out["itl"], initial=out["ttft"]))
             if options.target.api == "native":  # SGLang split each step's gap over the tokens it added
                 first = sample.output_tokens - len(out["itl"])
@@ -295,98 +261,6 @@ def sglang_row(prompt: Prompt, template: str | None) -> dict:
     return {"prompt": text, "prompt_len": None, "output_len": prompt.max_new_tokens}
 
 
-def builtin_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat: int, index: int, run_origin: float,
-                  options: Options, api_key: str | None,
-                  progress: Progress | None) -> tuple[list[Sample], tuple[float, float], float]:
-    """The round sent by this module's threads (the warm-up went before, in ``run_rounds``)."""
-    open_loop = options.request_rate is not None
-    count = len(work)
-    schedule = arrivals(count, options.request_rate, options.burstiness, options.seed + index) if open_loop else None
-    stop = threading.Event()
-    lock = threading.Lock()
-    done: list[Sample] = []
-    drained: list[float] = []  # closed loop: when the first worker found nothing left
-    tokens = [0]  # output tokens so far, for the live line
-    origin = time.perf_counter()
-    since = lambda: time.perf_counter() - origin  # noqa: E731 (round seconds)
-
-    def one(prompt: Prompt, scheduled: float | None, slot: int | None = None) -> None:
-        sample = Sample(endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id,
-                        started_s=run_origin + since(), round_start_s=since(), scheduled_s=scheduled, slot=slot)
-        try:
-            options.target.send(endpoint, options.target.body(prompt, options.ignore_eos, options.prompt_template),
-                                api_key, options.timeout, sample, options.clock)
-        except RequestFailed as err:
-            sample.error = str(err)
-            stop.set()
-        sample.round_end_s = since()
-        with lock:
-            done.append(sample)
-            tokens[0] += sample.output_tokens or 0
-            if progress:
-                progress.request_done(endpoint.name, len(done), count, tokens[0], since())
-
-    if open_loop:
-        cap = threading.BoundedSemaphore(level) if level else None
-
-        def paced(prompt: Prompt, scheduled: float) -> None:
-            try:
-                one(prompt, scheduled)
-            finally:
-                if cap:
-                    cap.release()
-
-        with ThreadPoolExecutor(max_workers=level or count, thread_name_prefix=f"bench-{endpoint.name}") as pool:
-            futures = []
-            for prompt, at in zip(work, schedule):
-                pause = at - since()
-                if pause > 0 and stop.wait(pause):
-                    break
-                if cap:
-                    cap.acquire()
-                if stop.is_set():
-                    if cap:
-                        cap.release()
-                    break
-                futures.append(pool.submit(paced, prompt, at))
-            for future in futures:
-                future.result()  # a bug in a request surfaces here, with its traceback
-    else:
-        pending: queue.SimpleQueue = queue.SimpleQueue()
-        for prompt in work:
-            pending.put(prompt)
-
-        def worker(slot: int) -> None:
-            while not stop.is_set():
-                try:
-                    prompt = pending.get_nowait()
-                except queue.Empty:
-                    with lock:
-                        drained.append(since())
-                    return
-                one(prompt, None, slot)
-
-        with ThreadPoolExecutor(max_workers=level, thread_name_prefix=f"bench-{endpoint.name}") as pool:
-            workers = [pool.submit(worker, slot) for slot in range(level)]
-            try:
-                for future in workers:
-                    future.result()
-            except BaseException:
-                stop.set()  # Ctrl-C or a bug: start nothing new; requests in flight run out
-                raise
-    wall = since()
-    done.sort(key=lambda s: s.round_start_s)
-    # Closed loop: from the moment the last of the N workers sent its first request (all N busy)
-    # until the first worker found nothing left to send. Open loop: the whole round.
-    firsts: dict[int, float] = {}
-    for sample in done:
-        if sample.slot is not None:
-            firsts.setdefault(sample.slot, sample.round_start_s)
-    begin = max(firsts.values()) if not open_loop and len(firsts) == level else 0.0
-    end = min(drained) if drained and not open_loop else wall
-    return done, (begin, end), wall
-
-
 def describe(level: int, options: Options) -> str:
     if options.request_rate is None:
         return f"concurrency {level}"
@@ -424,25 +298,12 @@ def round_record(index: int, endpoint: str, level: int, repeat: int, done: Seque
     if open_loop:
         starts = sorted(s["round_start_s"] for s in rows)
         record["offered_rate"] = rate_json(options.request_rate)
-        record["burstiness"] = options.burstiness
         record["sent_rate"] = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else None
         record["achieved_rate"] = len(measured) / wall if wall > 0 else None
         if options.slo:
             good = [s for s in measured if stats.meets(s, options.slo)]
             record["goodput_rate"] = len(good) / wall if wall > 0 else None
     return record
-
-
-def warm_up(endpoint: Endpoint, prompts: Sequence[Prompt], count: int, options: Options, api_key: str | None) -> None:
-    """Unmeasured requests first: the first ones pay for JIT compiles and cold caches."""
-    shortest = sorted(prompts, key=lambda p: p.max_new_tokens)
-    for i in range(count):
-        prompt = shortest[i % len(shortest)]
-        try:
-            options.target.send(endpoint, options.target.body(prompt, options.ignore_eos, options.prompt_template),
-                                api_key, options.timeout, Timing(), options.clock)
-        except RequestFailed as err:
-            raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed during warm-up, prompt {prompt.id}: {err}") from None
 
 
 def round_order(endpoints: Sequence[Endpoint], repeat: int) -> list[Endpoint]:
@@ -452,16 +313,10 @@ def round_order(endpoints: Sequence[Endpoint], repeat: int) -> list[Endpoint]:
 
 def run_rounds(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Options, api_key: str | None,
                results: Results, progress: Progress | None = None) -> None:
-    """Warm up every endpoint, then for each level and repeat, one round per endpoint, interleaved."""
+    """For each level and repeat, one round per endpoint, interleaved; each endpoint's first round warms it up first
+    (SGLang's benchmark sends ``options.warmup`` unmeasured requests)."""
     progress = progress or Progress(0, enabled=False)
-    cold = set()  # SGLang's benchmark warms an endpoint up in its first round
-    for endpoint in endpoints:
-        if options.benchmark is not None:
-            cold.add(endpoint.name)
-            continue
-        started = time.perf_counter()
-        warm_up(endpoint, prompt_set.prompts, options.warmup, options, api_key)
-        progress.warmed_up(endpoint.name, options.warmup, time.perf_counter() - started)
+    cold = {endpoint.name for endpoint in endpoints}
     for level in options.levels:
         for repeat in range(options.repeats):
             for endpoint in round_order(endpoints, repeat):

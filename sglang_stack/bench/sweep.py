@@ -18,7 +18,6 @@ spread in mind.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -293,7 +292,6 @@ def run(
     restart: Callable[[GridPoint], None] | None = None,
     progress: bool = True,
     ready_interval: float = 5.0,
-    clock: Callable[[], float] = time.perf_counter,
     log_tail: Callable[[], str] | None = None,
 ) -> Path:
     """Sweep ``service`` (default: compose.yaml's default service, which must speculate with EAGLE) over the grid
@@ -316,7 +314,6 @@ def run(
         seed=bench.parse_count("--seed", request.seed, 0),
         num_requests=bench.parse_count("--num-requests", request.num_requests, 1) if request.num_requests else None,
         percentiles=bench.parse_percentiles(request.percentiles),
-        clock=clock,
     )
     points = grid(parse_ints("--sweep-steps", request.steps, maximum=MAX_STEPS), parse_ints("--sweep-topk", request.topk, maximum=MAX_TOPK),
                   parse_ints("--sweep-draft-tokens", request.draft_tokens, minimum=2))
@@ -325,7 +322,7 @@ def run(
         raise UserError(f"--sweep-level {rank_level}: not one of --levels {','.join(map(str, options.levels))}")
     ready = bench.parse_seconds("--ready-timeout", request.ready_timeout)
     source = promptset.parse_dataset(request, options)
-    bench.check_generator(request, options)
+    bench.check_generator(request)
     proj = None
     if service is None or not request.endpoints:
         proj = composefile.project(env)
@@ -353,6 +350,7 @@ def run(
     out_dir = bench.results_dir(request.out)
     meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
     meta["reference"] = None
+    meta["load"]["generator"] = bench.generator_record(options.benchmark)
     results = Results(out_dir, meta)
     results.sweep = {
         "service": service,

@@ -1,11 +1,11 @@
-"""SGLang's own serving benchmark as the load generator: `invoke bench` (``--generator sglang``, the default).
+"""SGLang's own serving benchmark, which sends every request `invoke bench` measures.
 
 ``entrypoints/benchmark.py`` runs where SGLang is: the image of the current profile, the one the services run
 (0.5.9's ``sglang.bench_serving`` or 0.5.23's ``sglang.benchmark.serving``), unless ``--profile``, ``--image`` or
 ``--python`` say otherwise, on the host's network so that it reaches the servers. Its import costs seconds (torch
 comes with it), so one is started per (place, tokenizer, key) and kept for every round this process measures, the
 sweep's included. Each round goes to it as one line; what SGLang recorded of each request comes back, and
-``rounds.py`` works out the window, the concurrency held and the throughput from it as for the built-in generator.
+``rounds.py`` works out the window, the concurrency held and the throughput from it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sglang_stack.entrypoints.prompts import PROFILE
 from sglang_stack.errors import UserError
 from sglang_stack.serverapi import RequestFailed
 
-GENERATORS = ("sglang", "builtin")
+GENERATORS = ("sglang",)
 BACKENDS = {"native": "sglang", "completions": "sglang-oai", "chat": "sglang-oai-chat"}  # --api: SGLang's --backend
 TOKENIZER = "/models/tokenizer"  # where the tokenizer directory is mounted in the image
 READY_S = 600.0  # the import, and the image's start: minutes on a cold disk
@@ -154,7 +154,11 @@ def check_place(image: str | None, python: str | None, what: str = "SGLang's ben
 
 
 def parse_generator(value: str | None) -> str:
+    """``--generator``: SGLang's benchmark, the one generator; kept so that scripts that name it keep working."""
     name = (value or "sglang").strip()
+    if name == "builtin":
+        raise UserError("--generator builtin: this checkout no longer sends requests itself; SGLang's own benchmark "
+                        "(--generator sglang, the default) sends every round")
     if name not in GENERATORS:
-        raise UserError(f"--generator {value!r}: choose {' or '.join(GENERATORS)}")
+        raise UserError(f"--generator {value!r}: choose {', '.join(GENERATORS)}")
     return name

@@ -15,7 +15,7 @@ JSON object per line of stdin, a round:
 
 and answers each with one line: ``{"outputs": [...], "metrics": {...}}``, each request as SGLang's
 ``RequestFuncOutput`` recorded it (``start_time`` on this process's ``time.perf_counter``; ``counted``: where its
-token count came from) and SGLang's own figures
+token count came from; ``spec``: the server's speculative figures) and SGLang's own figures
 for the round (what ``benchmark()`` returns, its per-request lists left out; ``{"error": LINE}`` where they failed
 after every request ran); or ``{"error": LINE}`` for a round that did not run. EOF ends it.
 SGLang's console output goes to stderr; an API key comes from ``OPENAI_API_KEY``, where SGLang's client reads it.
@@ -26,8 +26,9 @@ services' own image measures them. Every setting SGLang's parser has keeps its d
 0.5.9's ``__main__`` block, which is where that release builds its parser); each round then calls ``benchmark()``
 with the rows given (no dataset file) and keeps the per-request outputs where ``calculate_metrics`` receives them. A
 request whose stream carried an error event or an abort fails (``failure``), where SGLang's clients would count it.
-0.5.9's outputs carry no ``spec_accept_length``: the server's ``meta_info.spec_accept_length``, which 0.5.23's
-client reads, is taken from the same stream (``accepted``).
+SGLang's clients keep at most the accept length of what the server's last ``meta_info`` says of speculation (0.5.23;
+0.5.9 none of it): every ``spec_*`` figure, the verify passes and the per-position histogram included, is taken from
+the same stream (``speculative``), and 0.5.9's ``spec_accept_length`` from there.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ import random
 import sys
 
 KEPT = ("success", "error", "start_time", "latency", "ttft", "itl", "prompt_len", "output_len", "spec_accept_length")
+# What SGLang's tokenizer manager puts in a request's last meta_info with speculative decoding
+# (srt/managers/tokenizer_manager.py, _calculate_spec_decoding_metrics)
+SPEC = ("spec_accept_length", "spec_verify_ct", "spec_accept_rate", "spec_accept_token_num", "spec_draft_token_num",
+        "spec_accept_histogram")
 DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")  # per request: in "outputs"
 
 
@@ -90,20 +95,21 @@ class Parsed:
         return value
 
 
-def accepted(events: list[dict]) -> float | None:
-    """The server's accept length of one request, where the stream carried one: ``meta_info.spec_accept_length`` of
-    its last event that has it."""
+def speculative(events: list[dict]) -> dict:
+    """The server's speculative figures for one request, where its stream carried them: every ``spec_*`` field of the
+    last event whose ``meta_info`` has any, as sent."""
     for event in reversed(events):
         meta = event.get("meta_info")
-        if isinstance(meta, dict) and isinstance(meta.get("spec_accept_length"), (int, float)):
-            return float(meta["spec_accept_length"])
-    return None
+        found = {key: meta[key] for key in SPEC if meta.get(key) is not None} if isinstance(meta, dict) else {}
+        if found:
+            return found
+    return {}
 
 
 def failure(events: list[dict]) -> str | None:
     """Why a stream that SGLang's client took for a success failed: an error event after the headers went out, or a
     request the server aborted (``finish_reason`` of type abort). SGLang's clients count such a request with the
-    tokens it got; the built-in client fails it, in these words."""
+    tokens it got; this driver fails it, in these words."""
     for event in events:
         err = event.get("error")
         if err is not None:
@@ -132,8 +138,9 @@ def counted(events: list[dict]) -> str:
 
 
 def watch(serving) -> None:
-    """Every request function of SGLang's fails a request whose stream said it failed (``failure``) and says where its
-    count came from (``counted``); the functions themselves run unchanged."""
+    """Every request function of SGLang's fails a request whose stream said it failed (``failure``), says where its
+    count came from (``counted``) and keeps the server's speculative figures (``speculative``); the functions
+    themselves run unchanged."""
     for name in ("json", "orjson"):  # 0.5.9 parses with json alone
         if hasattr(serving, name):
             setattr(serving, name, Parsed(getattr(serving, name)))
@@ -146,9 +153,10 @@ def watch(serving) -> None:
                 output = await send(*args, **kwargs)
             finally:
                 EVENTS.reset(token)
-            why, output.counted = failure(events), counted(events)
+            why, output.counted, output.spec = failure(events), counted(events), speculative(events)
             if not hasattr(output, "spec_accept_length"):  # 0.5.9's output has no such field
-                output.spec_accept_length = accepted(events)
+                length = output.spec.get("spec_accept_length")
+                output.spec_accept_length = float(length) if isinstance(length, (int, float)) else None
             if why and output.success:
                 output.success, output.error = False, why
             return output
@@ -251,8 +259,8 @@ def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
         result = {"error": f"{type(err).__name__}: {one_line(err) or '-'}"}
     finally:
         serving.calculate_metrics = calculate
-    outputs = [{**{key: getattr(out, key) for key in KEPT}, "counted": getattr(out, "counted", "server")}
-               for out in captured["outputs"]]
+    outputs = [{**{key: getattr(out, key) for key in KEPT}, "counted": getattr(out, "counted", "server"),
+                "spec": getattr(out, "spec", {})} for out in captured["outputs"]]
     for out in outputs:
         out["error"] = one_line(out["error"])
     metrics = {k: v for k, v in result.items() if k not in DETAILS and isinstance(v, (int, float, str, type(None)))}

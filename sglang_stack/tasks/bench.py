@@ -49,33 +49,32 @@ DEFAULTS = {
         "category": "with --dataset speed-bench: low_entropy, mixed or high_entropy (default: every row)",
         "num_prompts": "with --dataset speed-bench: how many prompts SGLang's adapter samples (default: 32)",
         "output_len": "with --dataset speed-bench: tokens generated per prompt (default: 512, SGLang's)",
-        "tokenizer": "with --dataset speed-bench or --generator sglang: the served model's tokenizer, a directory or a "
+        "tokenizer": "the served model's tokenizer, which SGLang's benchmark and adapter load:, a directory or a "
         "Hub repository OWNER/NAME[@REVISION] whose tokenizer files are downloaded (default: the services' MODEL_DIR; "
         "with --endpoint, the model the first endpoint serves, a directory here or a Hub repository)",
-        "image": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark in this image "
+        "image": "run SGLang's adapter and benchmark in this image "
         "(default: the --profile's tag; the benchmark, without --profile, compose's SGLANG_STACK_IMAGE where set)",
-        "python": "with --dataset speed-bench or --generator sglang: run SGLang's adapter and benchmark with this "
+        "python": "run SGLang's adapter and benchmark with this "
         "interpreter instead of an image (default: none)",
-        "profile": "with --dataset speed-bench or --generator sglang: the profile whose image runs SGLang's adapter "
+        "profile": "the profile whose image runs SGLang's adapter "
         f"and benchmark (default: the adapter, {ADAPTER_PROFILE}'s, the first whose SGLang has it, whichever profile "
         "the services run; the benchmark, the services' own: SGLANG_PROFILE as compose reads it, from .env or the "
         "shell, else the default one)",
-        "generator": "who sends the requests: sglang (SGLang's own serving benchmark, sglang.bench_serving on 0.5.9 "
-        "and sglang.benchmark.serving from 0.5.23 on, one process kept for every round; Poisson arrivals only) or "
-        "builtin (this checkout's threads; any --burstiness) (default: sglang)",
+        "generator": "who sends the requests: sglang, SGLang's own serving benchmark (sglang.bench_serving on 0.5.9, "
+        "sglang.benchmark.serving from 0.5.23 on, one process kept for every round), the only one (default: sglang)",
         "random_input_len": "random dataset: input tokens per prompt (default 512)",
         "random_output_len": "random dataset: output tokens per prompt (default 256)",
         "random_range_ratio": "random dataset: lengths vary uniformly by this fraction either way (default 0)",
         "num_requests": "requests per round (default: closed loop, the prompts cycled to 3 per worker; open loop, "
         "about 30 s of arrivals); the random dataset's size",
-        "seed": "seed of the random dataset, the ShareGPT subset and the arrivals (default 0)",
+        "seed": "seed of the random dataset, the ShareGPT subset and SGLang's arrivals (default 0)",
         "api": "native (SGLang's /generate: exact token counts and acceptance), chat (/v1/chat/completions) or "
         "completions (/v1/completions) of any OpenAI-compatible server (default: native)",
         "no_stream": "one answer per request instead of a stream: latency only, no TTFT or ITL (default: streamed)",
         "model": "the OpenAI model field (default: the first of the server's /v1/models)",
-        "request_rate": "open loop: requests per second, sent at gamma-distributed times whatever the server's speed; "
+        "request_rate": "open loop: requests per second, sent at Poisson arrival times whatever the server's speed; "
         "inf sends every request of a round at once, as sglang.bench_serving does (default: closed loop at --levels)",
-        "burstiness": "open loop: the gamma shape; 1 is Poisson, below 1 burstier (default 1)",
+        "burstiness": "open loop: 1, Poisson arrivals, the only shape SGLang's benchmark draws (default 1)",
         "max_concurrency": "open loop: at most this many in flight (default: no cap)",
         "percentiles": "comma-separated percentiles to report (default 50,90,95,99)",
         "slo": "goodput objectives in ms, e.g. ttft:500,tpot:50,e2e:20000 (open loop; default: none)",
@@ -153,8 +152,7 @@ def bench(
     the EAGLE service per speculative setting. With --verdict, says per level whether
     speculation pays over the baseline (exit 3 where it pays nowhere). --dataset speed-bench
     sends SPEED-Bench's prompts, made by SGLang's own adapter. SGLang's own serving benchmark
-    sends every round, from the services' image (--generator builtin: this checkout's
-    threads). See docs/bench.md.
+    sends every round, from the services' image. See docs/bench.md.
     """
     from sglang_stack.bench import measure, sweep as sweep_mod
     from sglang_stack.bench.request import Request

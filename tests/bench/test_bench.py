@@ -9,25 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from sglang_server import Behaviour, ReadingClock, SGLangServer
+from conftest import load_factor
+from sglang_server import Behaviour, SGLangServer
 from sglang_stack.bench import measure as bench, rounds, report
 from sglang_stack.bench import promptset
 from sglang_stack.errors import UserError
 from sglang_stack.bench.request import DEFAULT_LEVELS, Request
 
-# What is served. baseline: one token per step. eagle3: 2, 3, 2, 3 ... tokens per step.
-# The runs below stamp events with a ReadingClock of 1 ms, so each event is 2 ms after the
-# one before and the first token 1 ms after the request, whatever the load on the machine:
-#   baseline: TTFT 1 ms, ITL 2 ms, latency 1 + 15 * 2 = 31 ms, decode 15 tokens / 30 ms = 500 tok/s
-#   eagle3:   TTFT 1 ms, ITL 2 ms / 2 or 3 tokens, latency 1 + 6 * 2 = 13 ms, decode 15 / 12 ms = 1250 tok/s
-# Real time still passes on the server (0.1 s to the first token, so that two requests of a
-# round at concurrency 2 overlap even when one thread starts late) and sets round wall times.
-BASE = Behaviour(step_s=0.004, ttft_s=0.1, accept=(1,))
-SPEC = Behaviour(step_s=0.010, ttft_s=0.1, accept=(2, 3), spec=True,
+# What is served. baseline: one token per step. eagle3: 2, 3, 2, 3 ... tokens per step, at the same step time, so
+# eagle3 decodes 2.5 times as fast. SGLang's benchmark times the streams on the real clock, so a figure is asserted
+# against the served schedule: never faster than served, within a slack that widens with the machine's load.
+#   baseline: TTFT 100 ms, then 15 steps of 1 token, 10 ms apart: decode 100 tok/s, ITL 10 ms
+#   eagle3:   TTFT 100 ms, then 6 steps of 2 or 3 tokens, 10 ms apart: decode 250 tok/s, ITL 5 or 3.3 ms
+# (0.1 s to the first token, so that two requests of a round at concurrency 2 overlap even when one starts late; steps
+# of 10 ms, so that a stream's first event reaching the client a few ms late moves its decode speed little.)
+STEP_S = 0.010
+BASE = Behaviour(step_s=STEP_S, ttft_s=0.1, accept=(1,))
+SPEC = Behaviour(step_s=STEP_S, ttft_s=0.1, accept=(2, 3), spec=True,
                  server_info={"version": "0.5.9", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 2,
                               "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3})
 TOKENS = 16  # 1 from prefill + 15: baseline 15 steps of 1, eagle3 6 steps of 2/3
-CLOCK_S = 0.001
 
 
 def write_prompts(path: Path, count: int = 3, tokens: int = TOKENS, version: int = 1) -> Path:
@@ -57,14 +58,21 @@ def row(doc: dict, endpoint: str, level: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pair_run(tmp_path_factory):
+def pair_run(tmp_path_factory, sglang_generator):
     """One interleaved run of baseline and eagle3 at concurrency 1 and 2, 2 repeats."""
     tmp = tmp_path_factory.mktemp("pair")
     prompts = write_prompts(tmp / "prompts.jsonl", count=2)
     (tmp / "key").write_text("sk-test\n")
     with SGLangServer(BASE) as base, SGLangServer(SPEC) as spec:
-        out = bench.run(Request(generator="builtin", endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,2", repeats=2, warmup=1, prompts=prompts, out=tmp / "results"), environ={"SGLANG_API_KEY_FILE": str(tmp / "key")}, progress=False, clock=ReadingClock(CLOCK_S))
+        out = bench.run(Request(endpoints=[f"baseline={base.url}", f"eagle3={spec.url}"], levels="1,2", repeats=2,
+                                warmup=1, prompts=prompts, out=tmp / "results", **sglang_generator),
+                        environ={"SGLANG_API_KEY_FILE": str(tmp / "key")}, progress=False)
         yield {"out": out, "doc": load(out), "base": base, "spec": spec}
+
+
+def slack() -> float:
+    """How much slower than served a figure may be on this machine now: a quiet one adds a few ms a round trip."""
+    return 1.5 * min(load_factor(), 4)
 
 
 # --- measured figures ----------------------------------------------------------
@@ -81,34 +89,43 @@ def test_run_completes_and_writes_every_file(pair_run):
     assert doc["error"] is None, f"error recorded on a clean run: {doc['error']}"
 
 
-def test_decode_speed_follows_the_event_stamps(pair_run):
+def test_decode_speed_follows_the_served_schedule(pair_run):
+    """About as fast as served, and eagle3's 2.5 tokens a step show as 2.5 times the speed. A stream's first event can
+    reach the client late and the rest on time, which shortens its span, so the bound above has a margin too."""
     doc = pair_run["doc"]
     for level in (1, 2):
         base = row(doc, "baseline", level)["decode_tps_p50"]
         spec = row(doc, "eagle3", level)["decode_tps_p50"]
-        assert base == pytest.approx(500.0), f"baseline decode tok/s at c={level}: {base}, stamped 15 tokens / 30 ms"
-        assert spec == pytest.approx(1250.0), f"eagle3 decode tok/s at c={level}: {spec}, stamped 15 tokens / 12 ms"
+        assert 1 / STEP_S / slack() < base <= 1 / STEP_S * 1.25, f"baseline decode tok/s at c={level}: {base}, served 100"
+        assert 2.5 / STEP_S / slack() < spec <= 2.5 / STEP_S * 1.25, f"eagle3 decode tok/s at c={level}: {spec}, served 250"
+        assert spec / base == pytest.approx(2.5, rel=0.25), f"eagle3 over baseline at c={level}: {spec / base:.2f}"
 
 
 def test_inter_token_latency_splits_each_step_over_its_tokens(pair_run):
-    doc = pair_run["doc"]
-    base = row(doc, "baseline", 1)
-    spec = row(doc, "eagle3", 1)
-    assert base["itl_ms_p50"] == pytest.approx(2.0), f"baseline ITL p50 {base['itl_ms_p50']} ms, stamped 2 ms per token"
-    # eagle3: 9 of 15 tokens arrive 3 per 2 ms step (0.67 ms each), 6 arrive 2 per step (1 ms each)
-    # (bench.json keeps each ITL to the microsecond)
-    assert spec["itl_ms_p50"] == pytest.approx(2 / 3, abs=1e-3), f"eagle3 ITL p50 {spec['itl_ms_p50']} ms, stamped 0.67 ms"
-    assert spec["itl_ms_p99"] == pytest.approx(1.0), f"eagle3 ITL p99 {spec['itl_ms_p99']} ms: the 2-token steps"
-    sample = next(s for s in doc["samples"] if s["endpoint"] == "eagle3" and s["ok"])
-    assert len(sample["itl_s"]) == TOKENS - 1, f"one ITL per token after the first: got {len(sample['itl_s'])}"
+    """SGLang's client splits the gap before an event evenly over the tokens it added: eagle3's ITLs come in runs of
+    2 and 3 equal values, in the served order, one per token after the first."""
+    doc, spec = pair_run["doc"], pair_run["spec"]
+    counts, _ = spec.schedule(TOKENS)
+    steps = [b - a for a, b in zip(counts, counts[1:])]
+    for sample in (s for s in doc["samples"] if s["endpoint"] == "eagle3" and s["ok"]):
+        itl = sample["itl_s"]
+        assert len(itl) == TOKENS - 1, f"one ITL per token after the first: got {len(itl)}"
+        at = 0
+        for n in steps:
+            assert len(set(itl[at:at + n])) == 1, f"a step of {n} tokens split unevenly: {itl[at:at + n]}"
+            at += n
+    base = row(doc, "baseline", 1)["itl_ms_p50"]
+    assert STEP_S * 1e3 * 0.8 <= base < STEP_S * 1e3 * slack(), f"baseline ITL p50 {base} ms, served 10 ms a token"
 
 
-def test_ttft_and_latency_follow_the_event_stamps(pair_run):
+def test_ttft_and_latency_follow_the_served_schedule(pair_run):
     doc = pair_run["doc"]
-    for name, latency in (("baseline", 0.031), ("eagle3", 0.013)):
+    for name, events in (("baseline", 15), ("eagle3", 6)):
         r = row(doc, name, 1)
-        assert r["ttft_ms_p50"] == pytest.approx(1.0), f"{name} TTFT p50 {r['ttft_ms_p50']} ms, stamped 1 ms"
-        assert r["latency_s_p50"] == pytest.approx(latency), f"{name} latency p50 {r['latency_s_p50']} s, stamped {latency}"
+        latency = 0.1 + events * STEP_S
+        assert 100 * 0.98 <= r["ttft_ms_p50"] < 100 * slack(), f"{name} TTFT p50 {r['ttft_ms_p50']} ms, served 100"
+        assert latency * 0.98 <= r["latency_s_p50"] < latency * slack(), \
+            f"{name} latency p50 {r['latency_s_p50']} s, served {latency}"
 
 
 def test_aggregate_speed_never_beats_what_was_served(pair_run):
@@ -145,7 +162,7 @@ def test_ratio_reports_eagle3_over_baseline(pair_run):
     assert set(ratios) == {1, 2}, f"ratios per level missing: {sorted(ratios)}"
     for level, r in ratios.items():
         assert (r["endpoint"], r["reference"]) == ("eagle3", "baseline"), f"ratio direction wrong: {r}"
-        assert r["decode_tps_p50"] == pytest.approx(2.5), f"decode ratio at c={level}: {r['decode_tps_p50']}, stamped 1250/500"
+        assert r["decode_tps_p50"] == pytest.approx(2.5, rel=0.25), f"decode ratio at c={level}: {r['decode_tps_p50']}, served 250/100"
         assert r["paired_aggregate"]["pairs"] == 2, f"one pair per repeat expected: {r['paired_aggregate']}"
 
 
@@ -175,7 +192,8 @@ def test_requests_use_sglang_native_streaming_api(pair_run):
     assert base.headers[-1].get("Authorization") == "Bearer sk-test", "SGLANG_API_KEY_FILE's key not sent as a bearer token"
     # 1 warm-up + 2 repeats x (2 prompts at c=1 + 6 at c=2: the prompts cycled, 3 per worker)
     assert len(base.bodies) == 1 + 2 * (2 + rounds.round_size(2, 2)) == 17, f"baseline got {len(base.bodies)} requests"
-    assert base.flushes == 4, f"prefix cache flushed {base.flushes} times, wanted once per round (4)"
+    # once before each round, and once more after the warm-up, which SGLang's benchmark sends in the first round
+    assert base.flushes == 4 + 1, f"prefix cache flushed {base.flushes} times, wanted once per round (4) and after the warm-up"
 
 
 def test_metadata_describes_the_run(pair_run):
@@ -314,12 +332,13 @@ def test_same_endpoint_name_twice_is_an_error():
         bench.parse_endpoints(["a=http://h:1", "a=http://h:2"])
 
 
-def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
+def test_defaults_measure_the_service_that_answers(tmp_path, capsys, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=1, tokens=4)
     with SGLangServer(BASE) as base:
         port = base.url.rsplit(":", 1)[1]
         env = {"BASELINE_PORT": port, "EAGLE3_PORT": str(free_port())}
-        out = bench.run(Request(generator="builtin", levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
+        out = bench.run(Request(levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "r", **sglang_generator),
+                        environ=env, env_file=tmp_path / "none", progress=False)
     doc = load(out)
     assert [e["name"] for e in doc["metadata"]["endpoints"]] == ["baseline"], "only the answering service is measured"
     assert doc["complete"], f"run incomplete: {doc['error']}"
@@ -330,21 +349,20 @@ def test_defaults_measure_the_service_that_answers(tmp_path, capsys):
 def test_no_default_service_answering_is_an_error(tmp_path):
     env = {"BASELINE_PORT": str(free_port()), "EAGLE3_PORT": str(free_port())}
     with pytest.raises(UserError, match=r"no endpoint answers .*baseline.*connection refused.*eagle3"):
-        bench.run(Request(generator="builtin", prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
+        bench.run(Request(prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ=env, env_file=tmp_path / "none", progress=False)
     assert not (tmp_path / "r").exists(), "a results directory was created although nothing was measured"
 
 
 def test_loading_server_is_reported_as_such(tmp_path):
     with SGLangServer(Behaviour(health_status=503)) as server:
         with pytest.raises(UserError, match=r"still loading"):
-            bench.run(Request(generator="builtin", endpoints=[f"x={server.url}"], prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, progress=False)
+            bench.run(Request(endpoints=[f"x={server.url}"], prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={}, progress=False)
 
 
 # --- failures mid-run: partial results, marked incomplete ----------------------------
 
 
-@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env),
-                                       pytest.param("sglang-default", marks=pytest.mark.sglang_env)])
+@pytest.mark.parametrize("generator", ["sglang", "sglang-default"])
 @pytest.mark.parametrize(
     "failure, message",
     [
@@ -355,8 +373,8 @@ def test_loading_server_is_reported_as_such(tmp_path):
     ],
 )
 def test_server_failing_mid_run_leaves_partial_results(tmp_path, generator_flags, failure, message, generator):
-    """Each failure fails the run with either generator: SGLang's client takes an error event or an abort inside a
-    stream for a success, and its driver fails the request in the built-in client's words."""
+    """Each failure fails the run with either release's benchmark: SGLang's client takes an error event or an abort
+    inside a stream for a success, and its driver fails the request."""
     flags = generator_flags(generator)
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=6)
     # warm-up 1 + round 1 (2 requests) succeed; the 4th request fails, in repeat 2
@@ -375,18 +393,20 @@ def test_server_failing_mid_run_leaves_partial_results(tmp_path, generator_flags
     bad = [s for s in doc["samples"] if not s["ok"]]
     assert len(good) >= 2, f"the measured round was not kept: {len(good)} good samples"
     assert bad and bad[0]["prompt_id"] == "p0", f"the failed request is not recorded: {bad}"
-    # the built-in generator starts nothing after a failure; SGLang's sends the rest of the round (p1 fails too)
-    assert len(bad) == (1 if generator == "builtin" else 2) and {s["round"] for s in bad} == {bad[0]["round"]}, bad
+    # SGLang's benchmark sends the rest of the round after a failure (p1 fails too)
+    assert len(bad) == 2 and {s["round"] for s in bad} == {bad[0]["round"]}, bad
     assert row(doc, "flaky", 1)["requests"] == len(good), "summary does not cover the measured samples"
     assert "**INCOMPLETE**" in (tmp_path / "r" / report.MARKDOWN_NAME).read_text(), "table not marked incomplete"
     assert (tmp_path / "r" / report.PLOT_NAME).is_file(), "no plot for the partial results"
 
 
-def test_wrong_api_key_fails_with_the_status(tmp_path):
+def test_wrong_api_key_fails_with_the_status(tmp_path, sglang_generator):
     (tmp_path / "key").write_text("wrong")
     with SGLangServer(Behaviour(api_key="right")) as server:
-        with pytest.raises(UserError, match=r"HTTP 401"):
-            bench.run(Request(generator="builtin", endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0, prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r"), environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
+        with pytest.raises(UserError, match=r"HTTP 401|Unauthorized"):
+            bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,
+                              prompts=write_prompts(tmp_path / "p.jsonl"), out=tmp_path / "r", **sglang_generator),
+                      environ={"SGLANG_API_KEY_FILE": str(tmp_path / "key")}, progress=False)
 
 
 # --- prompt files --------------------------------------------------------------------
@@ -470,23 +490,24 @@ def test_prompt_template_wraps_each_prompt(tmp_path):
     with pytest.raises(UserError, match=r"must contain \{prompt\}"):
         bench.check_template("<user>no placeholder")
     prompt = promptset.Prompt("a", "chat", "short", 4, "hello")
-    body = bench.Target().body(prompt, ignore_eos=True, template="<u>{prompt}</u><a>")
-    assert body["text"] == "<u>hello</u><a>", f"template not applied: {body['text']!r}"
-    assert body["sampling_params"]["ignore_eos"] is True, "ignore_eos not passed on"
+    row = rounds.sglang_row(prompt, "<u>{prompt}</u><a>")
+    assert row == {"prompt": "<u>hello</u><a>", "prompt_len": None, "output_len": 4}, f"template not applied: {row}"
 
 
-def test_compare_combines_sequential_runs(tmp_path):
+def test_compare_combines_sequential_runs(tmp_path, sglang_generator):
     prompts = write_prompts(tmp_path / "p.jsonl", count=2)
     outs = []
     for name, behaviour in (("baseline", BASE), ("eagle3", SPEC)):
         with SGLangServer(behaviour) as server:
-            outs.append(bench.run(Request(generator="builtin", endpoints=[f"{name}={server.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / name), environ={}, progress=False, clock=ReadingClock(CLOCK_S)))
+            outs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=1, warmup=0,
+                                          prompts=prompts, out=tmp_path / name, **sglang_generator),
+                                  environ={}, progress=False))
     out = bench.compare(outs, out=tmp_path / "both")
     doc = load(out)
     assert doc["metadata"]["interleaved"] is False, "sequential runs must not be called interleaved"
     assert doc["complete"] is True, "two complete runs combine into a complete result"
     ratio = doc["summary"]["ratios"][0]
-    assert ratio["decode_tps_p50"] == pytest.approx(2.5), f"combined decode ratio {ratio['decode_tps_p50']}, stamped 2.5"
+    assert ratio["decode_tps_p50"] == pytest.approx(2.5, rel=0.25), f"combined decode ratio {ratio['decode_tps_p50']}, served 2.5"
     assert "not interleaved" in (out / report.MARKDOWN_NAME).read_text(), "table does not warn about drift"
     assert (out / report.PLOT_NAME).is_file(), "no plot for the combined results"
     with pytest.raises(UserError, match=r"endpoint 'baseline' is also in"):

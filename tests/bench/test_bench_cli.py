@@ -28,6 +28,12 @@ def invoke(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env={**os.environ, **(env or {})}, timeout=120)
 
 
+@pytest.fixture
+def generator_args(sglang_generator) -> list[str]:
+    """sglang_generator's flags as a user types them: where SGLang's benchmark runs, and its tokenizer."""
+    return ["--python", sglang_generator["python"], "--tokenizer", sglang_generator["tokenizer"]]
+
+
 def test_task_unreachable_endpoint_is_one_line(tmp_path):
     port = free_port()
     proc = invoke("bench", "--endpoint", f"gone=http://127.0.0.1:{port}", "--out", str(tmp_path / "r"))
@@ -121,7 +127,7 @@ def test_task_on_a_server_that_is_not_sglang_says_so(tmp_path):
     assert "not reachable" not in proc.stderr, "a server that answers is reachable"
 
 
-def test_task_interrupted_keeps_partial_results(tmp_path):
+def test_task_interrupted_keeps_partial_results(tmp_path, generator_args):
     import signal
 
     from conftest import wait_until
@@ -133,7 +139,7 @@ def test_task_interrupted_keeps_partial_results(tmp_path):
     with SGLangServer(Behaviour(step_s=0.005, ttft_s=0.005, fail_after=2, failure="hold")) as server:
         proc = subprocess.Popen(
             [sys.executable, "-m", "invoke", "bench", "--endpoint", f"b={server.url}", "--levels", "1",
-             "--repeats", "50", "--warmup", "0", "--prompts", str(prompts), "--out", str(out), "--generator", "builtin"],
+             "--repeats", "50", "--warmup", "0", "--prompts", str(prompts), "--out", str(out), *generator_args],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             # As in a terminal: a test run started in the background (`cmd &`, CI runners)
             # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
@@ -153,7 +159,7 @@ def test_task_interrupted_keeps_partial_results(tmp_path):
     assert (out / report.PLOT_NAME).is_file(), "no plot for the interrupted run"
 
 
-def test_two_runs_into_one_out_do_not_mix(tmp_path):
+def test_two_runs_into_one_out_do_not_mix(tmp_path, generator_args):
     """The second `invoke bench` into an --out the first is still writing is refused in one line; the first's
     results are its own."""
     out = tmp_path / "r"
@@ -163,13 +169,13 @@ def test_two_runs_into_one_out_do_not_mix(tmp_path):
     with SGLangServer(Behaviour(step_s=0.05, ttft_s=0.05, fail_after=1, failure="hold")) as server:
         first = subprocess.Popen([sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--out", str(out),
                                   "--prompts", str(prompts), "--levels", "1", "--repeats", "10", "--warmup", "0",
-                                  "--generator", "builtin"], cwd=ROOT, text=True,
+                                  *generator_args], cwd=ROOT, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while not server.bodies and time.monotonic() < deadline:  # the first is measuring
             time.sleep(0.05)
         second = invoke("bench", "--endpoint", f"b={server.url}", "--out", str(out), "--prompts", str(prompts),
-                        "--levels", "1", "--warmup", "0", "--generator", "builtin")
+                        "--levels", "1", "--warmup", "0", *generator_args)
         server.release()
         _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-2000:]
@@ -179,12 +185,12 @@ def test_two_runs_into_one_out_do_not_mix(tmp_path):
     assert {s["endpoint"] for s in doc["samples"]} == {"a"}, "the refused run wrote nothing into the first's results"
 
 
-def test_a_url_password_is_masked_on_the_terminal_as_in_the_files(tmp_path):
+def test_a_url_password_is_masked_on_the_terminal_as_in_the_files(tmp_path, generator_args):
     prompts = write_prompts(tmp_path / "p.jsonl", count=3, tokens=8)
     with SGLangServer(Behaviour(step_s=0.001, ttft_s=0.001)) as server:
         url = server.url.replace("http://", "http://user:hunter2-pass@")
         proc = invoke("bench", "--endpoint", f"a={url}", "--out", str(tmp_path / "r"), "--prompts", str(prompts),
-                      "--levels", "1", "--repeats", "1", "--warmup", "0", "--generator", "builtin")
+                      "--levels", "1", "--repeats", "1", "--warmup", "0", *generator_args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "127.0.0.1" in proc.stdout and "hunter2-pass" not in proc.stdout + proc.stderr, \
         [line for line in proc.stdout.splitlines() if "hunter2" in line]

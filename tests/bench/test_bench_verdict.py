@@ -38,20 +38,18 @@ SPEC = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(3,), spec=True, load_s=
 
 def run_verdict(tmp_path, base: Behaviour, spec: Behaviour, levels: str, repeats: int = 3, tokens: int = 13,
                 **flags):
+    """`invoke bench --verdict` of the two stand-ins, sent by SGLang's benchmark (``flags``: sglang_generator's)."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=4, tokens=tokens)
     with SGLangServer(base) as b, SGLangServer(spec) as s:
         out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=levels, repeats=repeats,
                                 warmup=0, prompts=prompts, out=tmp_path / "r", verdict=True,
-                                **{"generator": "builtin", **flags}), environ={},
-                        progress=False)
+                                **flags), environ={}, progress=False)
     return json.loads((out / pays.NAME).read_text()), out
 
 
-@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
-def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path, request, generator):
-    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {"generator": "builtin"}
-    found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16", repeats=3 if SLOWER == 1.0 else 5, **flags)
-    assert found["generator"]["name"] == generator, found["generator"]
+def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path, sglang_generator):
+    found, out = run_verdict(tmp_path, BASE, SPEC, "1,2,8,16", repeats=3 if SLOWER == 1.0 else 5, **sglang_generator)
+    assert found["generator"]["name"] == "sglang", found["generator"]
     rows = {r["level"]: r for r in found["endpoints"]["eagle3"]["levels"]}
     assert {level: r["verdict"] for level, r in rows.items()} == {
         1: pays.PAYS, 2: pays.PAYS, 8: pays.LOSES, 16: pays.LOSES}, rows
@@ -64,13 +62,11 @@ def test_the_verdict_finds_the_crossover_continuous_batching_puts_there(tmp_path
     assert (out / pays.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("generator", ["builtin", pytest.param("sglang", marks=pytest.mark.sglang_env)])
-def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_path, request, generator):
-    """Ratio 1.0 everywhere (accepting nothing, verifying as the baseline does): never "pays", whoever sends."""
-    flags = request.getfixturevalue("sglang_generator") if generator == "sglang" else {"generator": "builtin"}
+def test_a_speculative_server_as_fast_as_the_baseline_cannot_be_told_apart(tmp_path, sglang_generator):
+    """Ratio 1.0 everywhere (accepting nothing, verifying as the baseline does): never "pays"."""
     same = Behaviour(step_s=2 * LOAD_S, ttft_s=0.01, accept=(1,), spec=True, load_s=LOAD_S, server_info=SPEC_INFO)
-    found, _ = run_verdict(tmp_path, BASE, same, "1,4", **flags)
-    assert found["generator"]["name"] == generator, found["generator"]
+    found, _ = run_verdict(tmp_path, BASE, same, "1,4", **sglang_generator)
+    assert found["generator"]["name"] == "sglang", found["generator"]
     assert {r["verdict"] for r in found["endpoints"]["eagle3"]["levels"]} == {pays.UNCLEAR}, found
     assert found["pays"] is False and found["line"] == (
         "eagle3 pays at no level over baseline (cannot be told apart at 1, 4)."), found["line"]
@@ -110,10 +106,10 @@ def test_the_verdict_refuses_what_it_cannot_judge_before_writing_anything(tmp_pa
         ]
         for endpoints, says in cases:
             with pytest.raises(UserError, match="--verdict: " + says.replace("(", r"\(").replace(")", r"\)")):
-                bench.run(Request(generator="builtin", endpoints=endpoints, prompts=prompts, out=out, verdict=True, warmup=0), environ={},
+                bench.run(Request(endpoints=endpoints, prompts=prompts, out=out, verdict=True, warmup=0), environ={},
                           progress=False)
         with pytest.raises(UserError, match="--verdict: the verdict is per concurrency level"):
-            bench.run(Request(generator="builtin", endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], prompts=prompts, out=out,
+            bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], prompts=prompts, out=out,
                               verdict=True, request_rate="5"), environ={}, progress=False)
     assert not out.exists(), "a refused verdict leaves no results directory"
 
@@ -136,7 +132,7 @@ def test_results_among_the_checkouts_tracked_files_are_refused(out):
     assert not (ROOT / "docs" / "verdict-run").exists()
 
 
-def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path, capsys):
+def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path, capsys, sglang_generator):
     """Where both servers cannot run at once (a 1T model wants every GPU): each compose service measured alone
     (`--verdict --only NAME`), then `invoke bench-compare --verdict`. The crossover is the stand-ins' own; the line
     says the runs were not interleaved, and the exit code is the verdict's."""
@@ -147,8 +143,8 @@ def test_runs_made_one_service_at_a_time_give_the_verdict_when_merged(tmp_path, 
             port = server.url.rsplit(":", 1)[1]
             env = {"BASELINE_PORT": port, "EAGLE3_PORT": str(free_port())} if name == "baseline" else {
                 "BASELINE_PORT": str(free_port()), "EAGLE3_PORT": port}
-            runs.append(bench.run(Request(generator="builtin", only=name, verdict=True, levels="1,16", repeats=3, warmup=0,
-                                          prompts=prompts, out=tmp_path / name), environ=env,
+            runs.append(bench.run(Request(only=name, verdict=True, levels="1,16", repeats=3, warmup=0,
+                                          prompts=prompts, out=tmp_path / name, **sglang_generator), environ=env,
                                   env_file=tmp_path / "none", progress=False))
         assert not (runs[-1] / pays.NAME).exists(), "one half gives no verdict"
         told = capsys.readouterr().out
@@ -181,7 +177,7 @@ def test_a_verdict_where_one_service_is_down_says_how_to_measure_each_alone(tmp_
     gone = str(free_port())
     with SGLangServer(BASE) as base:
         env = {"BASELINE_PORT": base.url.rsplit(":", 1)[1], "EAGLE3_PORT": gone}
-        run = lambda **given: bench.run(Request(prompts=prompts, out=tmp_path / "r", warmup=0, generator="builtin", **given),  # noqa: E731
+        run = lambda **given: bench.run(Request(prompts=prompts, out=tmp_path / "r", warmup=0, **given),  # noqa: E731
                                         environ=env, env_file=tmp_path / "none", progress=False)
         with pytest.raises(UserError) as err:
             run(verdict=True)
@@ -205,41 +201,48 @@ def test_a_verdict_where_one_service_is_down_says_how_to_measure_each_alone(tmp_
     assert not (tmp_path / "r").exists(), "a refused run leaves no results directory"
 
 
-def test_merged_runs_on_other_prompts_are_refused(tmp_path):
+def test_merged_runs_on_other_prompts_are_refused(tmp_path, sglang_generator):
     runs = []
     for name, behaviour, tokens in (("baseline", BASE, 13), ("eagle3", SPEC, 9)):
         prompts = write_prompts(tmp_path / f"{name}.jsonl", count=2, tokens=tokens)
         with SGLangServer(behaviour) as server:
-            runs.append(bench.run(Request(generator="builtin", endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
-                                          prompts=prompts, out=tmp_path / name), environ={}, progress=False))
+            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
+                                          prompts=prompts, out=tmp_path / name, **sglang_generator), environ={},
+                                  progress=False))
     with pytest.raises(UserError, match=rf"--verdict: {runs[0]} and the others used different prompt files"):
         bench.compare(runs, out=tmp_path / "merged", verdict=True)
     assert not (tmp_path / "merged").exists()
 
 
-@pytest.mark.sglang_env
 def test_merged_runs_by_other_generators_are_refused(tmp_path, sglang_generator):
+    """A results file from before SGLang's benchmark sent every round records no generator: the built-in client's,
+    whose figures are not paired with SGLang's."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     runs = []
-    for name, behaviour, flags in (("baseline", BASE, {"generator": "builtin"}), ("eagle3", SPEC, sglang_generator)):
+    for name, behaviour in (("baseline", BASE), ("eagle3", SPEC)):
         with SGLangServer(behaviour) as server:
             runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels="1", repeats=2, warmup=0,
-                                          prompts=prompts, out=tmp_path / name, **flags), environ={}, progress=False))
+                                          prompts=prompts, out=tmp_path / name, **sglang_generator), environ={},
+                                  progress=False))
+    older = json.loads((runs[0] / report.JSON_NAME).read_text())
+    del older["metadata"]["load"]["generator"]
+    (runs[0] / report.JSON_NAME).write_text(json.dumps(older))
     with pytest.raises(UserError) as err:
         bench.compare(runs, out=tmp_path / "merged", verdict=True)
     assert str(err.value) == (f"--verdict: {runs[0]} was measured by the builtin generator and {runs[1]} by the "
-                              "sglang one: measure every service with the same --generator")
+                              "sglang one: measure every service with SGLang's benchmark")
     assert not (tmp_path / "merged").exists()
 
 
-def test_merged_runs_at_other_levels_are_refused(tmp_path):
+def test_merged_runs_at_other_levels_are_refused(tmp_path, sglang_generator):
     """A level one run lacks has no pairs: it would read "cannot be told apart" where nothing was compared."""
     prompts = write_prompts(tmp_path / "p.jsonl", count=2, tokens=4)
     runs = []
     for name, behaviour, levels in (("baseline", BASE, "1,2"), ("eagle3", SPEC, "1,4")):
         with SGLangServer(behaviour) as server:
-            runs.append(bench.run(Request(generator="builtin", endpoints=[f"{name}={server.url}"], levels=levels, repeats=2, warmup=0,
-                                          prompts=prompts, out=tmp_path / name), environ={}, progress=False))
+            runs.append(bench.run(Request(endpoints=[f"{name}={server.url}"], levels=levels, repeats=2, warmup=0,
+                                          prompts=prompts, out=tmp_path / name, **sglang_generator), environ={},
+                                  progress=False))
     with pytest.raises(UserError) as err:
         bench.compare(runs, out=tmp_path / "merged", verdict=True)
     assert str(err.value) == (f"--verdict: {runs[0]} measured levels 1,2 and {runs[1]} 1,4: the verdict pairs each "

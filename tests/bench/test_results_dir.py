@@ -43,7 +43,7 @@ def test_an_out_that_cannot_be_written_fails_before_any_request(tmp_path, where)
     prompts = write_prompts(tmp_path / "prompts.jsonl", count=2)
     with SGLangServer(BASE) as base:
         with pytest.raises(UserError, match=rf"^--out {re.escape(str(out))}: (cannot write there|exists and is not a directory$|is under .*, which is not a directory)"):
-            bench.run(Request(generator="builtin", endpoints=[f"baseline={base.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=out), environ={}, progress=False)
+            bench.run(Request(endpoints=[f"baseline={base.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=out), environ={}, progress=False)
         generated = list(base.bodies)
     assert not generated, f"generation requests were sent before --out was checked: {generated}"
 
@@ -53,7 +53,7 @@ def test_the_probe_waits_no_longer_than_timeout(tmp_path):
     prompts = write_prompts(tmp_path / "prompts.jsonl", count=2)
     with SGLangServer(Behaviour(wedged=True)) as wedged:
         with pytest.raises(UserError, match=r"not reachable: no answer to /health within 2 s"):
-            bench.run(Request(generator="builtin", endpoints=[f"wedged={wedged.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "out", timeout=2), environ={}, progress=False)
+            bench.run(Request(endpoints=[f"wedged={wedged.url}"], levels="1", repeats=1, warmup=0, prompts=prompts, out=tmp_path / "out", timeout=2), environ={}, progress=False)
     assert not (tmp_path / "out").exists(), "a run refused at its probe must create no results directory"
 
 

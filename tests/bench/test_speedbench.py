@@ -153,7 +153,6 @@ def test_the_default_profiles_sglang_has_no_speed_bench_and_says_so(tmp_path, de
 
 @pytest.mark.parametrize("args, says", [
     (["--category", "mixed"], "error: --category goes with --dataset speed-bench"),
-    (["--tokenizer", "t", "--generator", "builtin"], "error: --tokenizer goes with --dataset speed-bench or --generator sglang"),
     (["--dataset", "mt-bench"], "error: --dataset 'mt-bench': choose prompts (--prompts, the default set or a "
      "ShareGPT file), random or speed-bench"),
     (["--dataset", "speed-bench"], "error: --dataset speed-bench needs --dataset-path FILE, the JSONL prepared on "
@@ -201,7 +200,7 @@ def test_the_verdict_measures_the_prompts_sglangs_speed_bench_adapter_makes(tmp_
     base = Behaviour(step_s=0.001, ttft_s=0.002, accept=(1,), server_info={"speculative_algorithm": None})
     spec = Behaviour(step_s=0.001, ttft_s=0.002, accept=(3,), spec=True, server_info=SPEC_INFO)
     with SGLangServer(base) as b, SGLangServer(spec) as s:
-        out = measure.run(Request(generator="builtin", endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels="1", repeats=2, warmup=0,
+        out = measure.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels="1", repeats=2, warmup=0,
                                   out=tmp_path / "r", verdict=True, dataset="speed-bench", dataset_path=path,
                                   category="mixed", num_prompts=2, output_len=8, tokenizer=str(tokenizer(tmp_path / "tok")),
                                   python=python), environ={}, progress=False)
@@ -241,7 +240,7 @@ def test_a_compose_service_is_measured_with_the_tokenizer_of_its_model_dir(tmp_p
     with SGLangServer(base) as server:
         env = {"BASELINE_PORT": server.url.rsplit(":", 1)[1], "EAGLE3_PORT": str(free_port()),
                "MODEL_DIR": str(tokenizer(tmp_path / "model"))}
-        out = measure.run(Request(generator="builtin", only="baseline", levels="1", repeats=1, warmup=0, out=tmp_path / "r",
+        out = measure.run(Request(only="baseline", levels="1", repeats=1, warmup=0, out=tmp_path / "r",
                                   dataset="speed-bench", dataset_path=speed_bench(tmp_path / "sb.jsonl"),
                                   category="low_entropy", num_prompts=1, output_len=4,
                                   python=str(profile_python("0.5.23"))),

@@ -1,5 +1,6 @@
-"""SGLang's own serving benchmark and `invoke bench` measure one stand-in alike: the same tokens, the same concurrency
-held, the same speed. Two of SGLang's: the default profile's ``sglang.bench_serving`` (0.5.9), whose figures cover
+"""SGLang's own serving benchmark, run as a user runs it, and `invoke bench`, which drives the same benchmark a round at a
+time and works out its window and figures from the per-request records, measure one stand-in alike: the same tokens,
+the same concurrency held, the same speed. Two of SGLang's: the default profile's ``sglang.bench_serving`` (0.5.9), whose figures cover
 its whole run, and 0.5.23's ``sglang.benchmark.steady_state_serving``, which, like `invoke bench`, measures a window
 at full load and leaves the ramp and the drain out.
 
@@ -41,11 +42,12 @@ def sglang_benchmark(python, module: str, url: str, tokenizer, out, *extra: str)
     return json.loads(out.read_text().splitlines()[-1])
 
 
-def invoke_bench(url: str, tmp_path) -> dict:
-    """`invoke bench`'s one row at ``LEVEL``, the same requests."""
+def invoke_bench(url: str, tmp_path, python, tokenizer) -> dict:
+    """`invoke bench`'s one row at ``LEVEL``, the same requests, sent by ``python``'s SGLang benchmark."""
     out = tmp_path / "ours"
-    bench.run(Request(generator="builtin", endpoints=[f"stand-in={url}"], out=out, warmup=0, repeats=1, levels=str(LEVEL),
-                      prompts=write_prompts(tmp_path / "p.jsonl", count=REQUESTS, tokens=TOKENS)),
+    bench.run(Request(endpoints=[f"stand-in={url}"], out=out, warmup=0, repeats=1, levels=str(LEVEL),
+                      prompts=write_prompts(tmp_path / "p.jsonl", count=REQUESTS, tokens=TOKENS), python=str(python),
+                      tokenizer=str(tokenizer)),
               environ={}, progress=False)
     (ours,) = json.loads((out / report.JSON_NAME).read_text())["summary"]["rows"]
     return ours
@@ -62,7 +64,7 @@ def test_sglangs_own_benchmark_and_invoke_bench_agree_on_one_stand_in(tmp_path, 
     with SGLangServer(BEHAVIOUR) as server:
         theirs = sglang_benchmark(default_python, "sglang.bench_serving", server.url, tokenizer,
                                   tmp_path / "bench_serving.jsonl")
-        ours = invoke_bench(server.url, tmp_path)
+        ours = invoke_bench(server.url, tmp_path, default_python, tokenizer)
 
     # Tokens as tokens: the server's count of each request's output, in both.
     assert theirs["completed"] == REQUESTS and theirs["total_output_tokens"] == REQUESTS * TOKENS, theirs
@@ -92,7 +94,7 @@ def test_sglangs_steady_state_window_and_ours_agree_on_one_stand_in(tmp_path, py
                          tmp_path / "serving.jsonl", "--random-range-ratio", "0.25", "--num-prompts", str(3 * REQUESTS),
                          "--steady-state-concurrency-ratio", str((LEVEL - 1) / LEVEL),
                          "--steady-state-output-file", str(steady))
-        ours = invoke_bench(server.url, tmp_path)
+        ours = invoke_bench(server.url, tmp_path, python, tokenizer)
     theirs = json.loads(steady.read_text().splitlines()[-1])
 
     assert theirs["concurrency_threshold"] == LEVEL - 1 and theirs["peak_concurrency"] == LEVEL, theirs

@@ -18,11 +18,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -271,51 +268,28 @@ def test_generated_bench_flags_are_read_or_refused_in_one_line(levels, rate, per
                                     sweep.parse_ints("--sweep-draft-tokens", grid[2], minimum=2)))
 
 
-# --- server event streams, through a real loopback server ----------------------------------
+# --- server event streams, as SGLang's benchmark parsed them ---------------------------------------
 
 
-class _Answer:
-    body = b""
-
-
-@pytest.fixture(scope="module")
-def stream_server():
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(_Answer.body)))
-            self.end_headers()
-            self.wfile.write(_Answer.body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-EVENT = st.one_of(
-    JSONISH.map(json.dumps),
-    st.fixed_dictionaries({"meta_info": st.one_of(JSONISH, st.fixed_dictionaries({
+EVENT = st.fixed_dictionaries({}, optional={
+    "meta_info": st.one_of(JSONISH, st.fixed_dictionaries({
         "completion_tokens": st.one_of(st.integers(-2, 50), SCALARS), "finish_reason": JSONISH}, optional={
-        "spec_accept_length": SCALARS, "spec_verify_ct": SCALARS, "spec_accept_histogram": JSONISH}))},
-        optional={"choices": JSONISH, "usage": JSONISH, "error": JSONISH}).map(json.dumps),
-    TEXT, st.just("[DONE]"), st.just("null"),
-)
+        "spec_accept_length": SCALARS, "spec_verify_ct": SCALARS, "spec_accept_histogram": JSONISH})),
+    "choices": JSONISH, "usage": JSONISH, "error": JSONISH})
 
 
 @given(events=st.lists(EVENT, max_size=5))
-def test_a_generated_event_stream_is_measured_or_fails_the_request(stream_server, events):
+def test_a_generated_event_stream_is_read_or_fails_the_request(events):
+    """What this checkout reads of each stream SGLang's benchmark parsed (entrypoints/benchmark.py: a failure, where the
+    count came from, the speculative figures), and what the host keeps of those figures: read, or one line."""
     from sglang_stack.bench import client
+    from sglang_stack.entrypoints import benchmark
     from sglang_stack.serverapi import RequestFailed
 
-    _Answer.body = "".join(f"data: {e}\n\n" for e in events).encode("utf-8", "surrogatepass")
+    why = benchmark.failure(events)
+    assert why is None or why.strip()
+    assert benchmark.counted(events) in ("server", "requested")
     try:
-        client.stream_generate(stream_server, {"text": "x", "stream": True}, None, 5.0)
+        client.keep_spec(client.Timing(), benchmark.speculative(events))
     except RequestFailed as err:
         assert str(err).strip()
-

@@ -276,7 +276,10 @@ def test_a_wedged_server_turns_unhealthy_within_the_window(standin_image, compos
 # --- bench ----------------------------------------------------------------------------------------
 
 
-def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, compose_project, model_dirs, tmp_path):
+def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, compose_project, model_dirs, tmp_path,
+                                                                sglang_generator):
+    """SGLang's benchmark runs on the host (--python: the stand-in image has no SGLang) and reaches both published
+    ports."""
     project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
     # Both at once: they would each want every GPU, but the stand-ins want none.
     project.compose("up", "-d", "--wait", "baseline", "eagle3", timeout=300)
@@ -286,8 +289,9 @@ def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, c
     line = next((row for row in doctor.splitlines() if " exclusive " in f" {row} "), "")
     assert line.split()[0] == "ok" and "baseline on GPUs none: disjoint from eagle3, which reserves no GPU" in line, doctor
     out = tmp_path / "bench"
-    project.invoke("bench", "--levels", "1,2", "--repeats", "1", "--warmup", "1", "--generator", "builtin", "--out",
-                   str(out), timeout=600)
+    project.invoke("bench", "--levels", "1,2", "--repeats", "1", "--warmup", "1", "--python",
+                   sglang_generator["python"], "--tokenizer", sglang_generator["tokenizer"], "--out", str(out),
+                   timeout=600)
     results = json.loads((out / "bench.json").read_text())
     endpoints = {e["name"]: e for e in results["metadata"]["endpoints"]}
     assert set(endpoints) == {"baseline", "eagle3"}, f"bench found: {sorted(endpoints)}"

@@ -256,7 +256,7 @@ def test_invoke_status_says_the_router_is_down_and_invoke_up_brings_it_back(rout
 # --- invoke bench through the router ---------------------------------------------------------------------
 
 
-def test_bench_measures_through_the_router_with_an_api_key(router_project, run_id, tmp_path):
+def test_bench_measures_through_the_router_with_an_api_key(router_project, run_id, tmp_path, sglang_generator):
     # As docs/scaling.md sets up replicas: one key file for the router and its workers.
     # invoke bench reads the same file, as a user's .env names it.
     key_file = tmp_path / "sglang_api_key"
@@ -270,7 +270,8 @@ def test_bench_measures_through_the_router_with_an_api_key(router_project, run_i
     before = sum(served(project).values())
     out = tmp_path / "bench"
     project.invoke("bench", "--endpoint", f"router={url}", "--levels", "1", "--repeats", "1", "--warmup", "1",
-                   "--generator", "builtin", "--out", str(out), timeout=600)
+                   "--python", sglang_generator["python"], "--tokenizer", sglang_generator["tokenizer"], "--out",
+                   str(out), timeout=600)
     results = json.loads((out / "bench.json").read_text())
     endpoints = results["metadata"]["endpoints"]
     assert [(e["name"], e["url"]) for e in endpoints] == [("router", url)], f"bench measured {endpoints}"
