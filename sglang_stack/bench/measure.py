@@ -333,11 +333,13 @@ def start_generator(request: Request, options: Options, model_dir: Path | None, 
     tokenizer = (tokenizer_dir(request.tokenizer) if request.tokenizer
                  else check_tokenizer(model_dir) if model_dir is not None
                  else served_tokenizer(first, api_key, min(options.timeout, 30.0)))
-    image = request.image
+    image, default = request.image, upstream.PROFILE
     if image is None and request.python is None and request.profile is None:
-        image = env.get("SGLANG_STACK_IMAGE") or None  # compose.yaml's image for the services, where one is named
-    runner = upstream.runner(image, request.python, request.engine, request.profile, "bench",
-                             default=services_profile(env))
+        # compose.yaml's image for the services where one is named, else the tag of the profile they run
+        image = env.get("SGLANG_STACK_IMAGE") or None
+        if image is None:
+            default = services_profile(env)
+    runner = upstream.runner(image, request.python, request.engine, request.profile, "bench", default=default)
     options.benchmark = upstream.start(runner, tokenizer, api_key)
 
 

@@ -141,6 +141,10 @@ def runner(image: str | None, python: str | None, engine: Engine, profile: str |
     from sglang_stack.lock import lockfile, profiles
 
     check_place(image, python)
+    if python is not None:  # no image, so no profile's tag to look up; a --profile given is still checked
+        if profile:
+            profiles.get(profile)
+        return derive.runner_for(derive.Request(python=python, engine=engine), "", "", caller)
     chosen = profiles.get(profile or default)
     lock, _ = lockfile.check_all(chosen.lock, download=False)
     return derive.runner_for(derive.Request(image=image, python=python, engine=engine, profile=profile or default),

@@ -7,6 +7,7 @@ interleaved; one benchmark process serves every round of the process."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -148,6 +149,26 @@ def test_one_benchmark_process_serves_every_run_of_the_process(tmp_path, sglang_
                               out=tmp_path / f"r{n}", **sglang_generator), environ={}, progress=False)
             pids.append({r.proc.pid for r in upstream._RUNNING.values() if r.proc.poll() is None})
     assert pids[0] == pids[1] and pids[0], pids
+
+
+@pytest.mark.parametrize("place", ["python", "image"])
+def test_where_python_or_image_is_named_the_services_profile_is_not_read(tmp_path, sglang_generator, place):
+    """The services' profile only picks the image SGLang's benchmark runs in by default: with --python or --image it
+    plays no part, so one this checkout does not have (an .env for another checkout, say) refuses nothing."""
+    prompts = write_prompts(tmp_path / "p.jsonl", count=1, tokens=4)
+    flags = dict(sglang_generator)
+    if place == "image":  # an image that is not there: the run gets as far as asking the engine for it
+        flags = {**flags, "python": None, "image": f"sglang-stack-test-{os.getpid()}:absent"}
+    with SGLangServer(BASE) as server:
+        run = lambda: bench.run(Request(endpoints=[f"x={server.url}"], levels="1", repeats=1, warmup=0,  # noqa: E731
+                                        prompts=prompts, out=tmp_path / "r", **flags),
+                                environ={"SGLANG_PROFILE": "0.4"}, progress=False)
+        if place == "python":
+            assert report.load_results(run())["complete"]
+        else:
+            with pytest.raises(UserError) as caught:
+                run()
+            assert "SGLANG_PROFILE" not in str(caught.value), caught.value
 
 
 @pytest.mark.sglang_env
