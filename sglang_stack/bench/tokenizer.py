@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sglang_stack.bench.client import Endpoint, server_info
 from sglang_stack.download import cache_dir
 from sglang_stack.errors import UserError
 from sglang_stack.services.models import HUB_TIMEOUT_S, hub_failure
@@ -50,33 +51,36 @@ def tokenizer_dir(value: str | Path) -> Path:
     if path.exists():
         raise UserError(f"--tokenizer {value}: not a directory (the served model's directory holds "
                         "tokenizer_config.json or tokenizer.json)")
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
     text = str(value)
-    repo, at, revision = text.partition("@")
-    if text.startswith((".", "/", "~")):
-        raise UserError(f"--tokenizer {text}: no such directory")
-    if repo.count("/") != 1 or (at and not REVISION.fullmatch(revision)):
-        raise UserError(f"--tokenizer {text}: no such directory (nor a Hub repository name, OWNER/NAME[@REVISION])")
-    try:
-        validate_repo_id(repo)  # huggingface_hub's own rule for a repository's name
-    except HFValidationError as err:
-        raise UserError(f"--tokenizer {text}: no such directory (nor a Hub repository name: "
-                        f"{str(err).rstrip('.')})") from None
+    problem = not_a_hub_name(text)
+    if problem is not None:
+        raise UserError(f"--tokenizer {text}: no such directory{problem}")
     return check_tokenizer(download(text), text)
 
 
-def served_tokenizer(endpoint, api_key: str | None, timeout: float) -> Path:
+def not_a_hub_name(text: str) -> str | None:
+    """None where ``text`` names a Hub repository, ``OWNER/NAME[@REVISION]`` (huggingface_hub's own rule for the
+    name); else why not, in words that follow "no such directory" (nothing, for a path)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    repo, at, revision = text.partition("@")
+    if text.startswith((".", "/", "~")):
+        return ""
+    if repo.count("/") != 1 or (at and not REVISION.fullmatch(revision)):
+        return " (nor a Hub repository name, OWNER/NAME[@REVISION])"
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as err:
+        return f" (nor a Hub repository name: {str(err).rstrip('.')})"
+    return None
+
+
+def served_tokenizer(endpoint: Endpoint, api_key: str | None, timeout: float) -> Path:
     """The tokenizer of the model an ``--endpoint`` server says it serves, where ``--tokenizer`` is not given:
     ``/server_info``'s ``tokenizer_path``, else its ``model_path``, where that is a directory on this host (a server
     started here) or a Hub repository (a server started from one: its tokenizer files are fetched as ``--tokenizer``
     fetches them)."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    from sglang_stack.bench.client import server_info
-
     info = server_info(endpoint, api_key, timeout)
     served = str(info.get("tokenizer_path") or info.get("model_path") or "")
     fix = "give --tokenizer DIR or OWNER/NAME[@REVISION], the served model's tokenizer"
@@ -84,11 +88,7 @@ def served_tokenizer(endpoint, api_key: str | None, timeout: float) -> Path:
         raise UserError(f"--endpoint {endpoint.name}: its /server_info names no model_path, whose tokenizer SGLang's "
                         f"benchmark would load: {fix}")
     where = f"--endpoint {endpoint.name} serves {served}"
-    try:
-        validate_repo_id(served)
-        hub = served.count("/") == 1 and not served.startswith((".", "/", "~"))
-    except HFValidationError:
-        hub = False
+    hub = not_a_hub_name(served) is None
     if not Path(served).is_dir() and not hub:
         raise UserError(f"{where}, which is not a directory on this host: {fix}")
     if hub and not Path(served).is_dir():
