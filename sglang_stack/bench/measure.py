@@ -348,11 +348,7 @@ def services_profile(env: variables.Environment) -> str:
     shell), else the default one; one this checkout does not have is one line naming where it was set."""
     from sglang_stack.lock import profiles
 
-    name = env.get(profiles.ENV) or ""
-    known = profiles.available()
-    if name and name not in known:
-        raise UserError(f"{env.where(profiles.ENV)}: no such profile (this checkout has {', '.join(known)})")
-    return name or next(iter(known))
+    return profiles.get(env.get(profiles.ENV) or None, where=env.where(profiles.ENV)).name
 
 
 def parse_rate(value) -> float | None:

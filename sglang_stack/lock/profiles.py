@@ -123,16 +123,18 @@ def available() -> dict[str, Profile]:
     return found
 
 
-def get(name: str | None = None) -> Profile:
-    """The profile ``name`` (``--profile``), else ``$SGLANG_PROFILE``, else the default; an unknown one is one line."""
-    where = "--profile"
-    if not name:
-        name, where = os.environ.get(ENV, ""), ENV
+def get(name: str | None = None, where: str | None = None) -> Profile:
+    """The profile ``name`` (``--profile``), else ``$SGLANG_PROFILE``, else the default; an unknown one is one line.
+    ``where``: where ``name`` was set, as the line names it (compose's ``SGLANG_PROFILE=NAME (.env)``); given, the
+    process environment is not read."""
+    if not name and where is None:
+        name = os.environ.get(ENV, "")
+        where = f"{ENV} {name!r}"
     profiles = available()
     if not name:
         return next(iter(profiles.values()))
     if name not in profiles:
-        raise UserError(f"{where} {name!r}: no such profile (this checkout has {', '.join(profiles)}; "
+        raise UserError(f"{where or f'--profile {name!r}'}: no such profile (this checkout has {', '.join(profiles)}; "
                         "`invoke bump sglang VERSION --new-profile` makes one)")
     return profiles[name]
 

@@ -151,6 +151,19 @@ def test_one_benchmark_process_serves_every_run_of_the_process(tmp_path, sglang_
     assert pids[0] == pids[1] and pids[0], pids
 
 
+def test_the_services_profile_is_the_one_compose_reads(tmp_path):
+    from sglang_stack.lock import profiles
+
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("SGLANG_PROFILE=0.4\n")
+    with pytest.raises(UserError) as caught:
+        bench.services_profile(bench.stack_env({}, env_file=dotenv))
+    assert str(caught.value).startswith(f"SGLANG_PROFILE=0.4 ({dotenv}:1): no such profile (this checkout has "), caught
+    assert bench.services_profile(bench.stack_env({}, env_file=tmp_path / "none")) == profiles.default().name
+    newer = list(profiles.available())[-1]
+    assert bench.services_profile(bench.stack_env({"SGLANG_PROFILE": newer}, env_file=dotenv)) == newer, "shell wins"
+
+
 @pytest.mark.parametrize("place", ["python", "image"])
 def test_where_python_or_image_is_named_the_services_profile_is_not_read(tmp_path, sglang_generator, place):
     """The services' profile only picks the image SGLang's benchmark runs in by default: with --python or --image it
