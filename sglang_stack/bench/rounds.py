@@ -195,8 +195,7 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
             "rows": [sglang_row(p, options.prompt_template) for p in work], "max_concurrency": level or None,
             "request_rate": rate_json(options.request_rate) if open_loop else "inf", "warmup": warmup,
             "ignore_eos": options.ignore_eos, "stream": options.target.stream, "seed": options.seed + index,
-            "timeout": options.timeout * waves, "extra": openai_usage(options.target, options.benchmark.module),
-            "flush_cache": flushed and warmup > 0})
+            "timeout": options.timeout * waves, "flush_cache": flushed and warmup > 0})
     except RequestFailed as err:  # the round did not run: no request to name
         raise RequestFailed(f"{endpoint.name} ({endpoint.url}) failed at {describe(level, options)}, repeat "
                             f"{repeat + 1}: {err}") from None
@@ -235,20 +234,6 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
     begin = starts[level - 1] if len(starts) >= level else 0.0
     end = next((e for e in ends if e > starts[-1]), wall)
     return done, (begin, end), wall
-
-
-def openai_usage(target: Target, module: str) -> dict:
-    """What SGLang's OpenAI clients (those of the benchmark ``module``) must ask for to count the tokens served, not
-    the tokens asked for: each takes ``usage.completion_tokens`` from whichever chunk has it and otherwise counts the
-    requested length, and no server streams usage unasked. Chat, from 0.5.23 on: the usage-only chunk at the end
-    (that client skips a chunk without choices). Completions, and 0.5.9's chat (``sglang.bench_serving``): usage in
-    every chunk (SGLang's ``continuous_usage_stats``), since those clients read ``choices[0]`` of every chunk and
-    fail on the usage-only one, whose choices are empty."""
-    if target.api == "native" or not target.stream:
-        return {}  # /generate's meta_info counts every event; an unstreamed answer carries its usage
-    if target.api == "chat" and module != "sglang.bench_serving":
-        return {"stream_options": {"include_usage": True}}
-    return {"stream_options": {"continuous_usage_stats": True}}
 
 
 def sglang_row(prompt: Prompt, template: str | None) -> dict:

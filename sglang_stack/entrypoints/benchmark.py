@@ -9,9 +9,8 @@ JSON object per line of stdin, a round:
     {"base_url": URL, "backend": one of SGLang's (sglang, sglang-oai, sglang-oai-chat...), "model": NAME or null,
      "rows": [{"prompt": TEXT or [TOKEN IDS], "prompt_len": N or null (then counted here), "output_len": N}, ...],
      "max_concurrency": N or null, "request_rate": R or "inf", "warmup": N,
-     "ignore_eos": BOOL, "stream": BOOL, "seed": N, "timeout": SECONDS, "extra": {FIELD: VALUE} merged into each
-     request's body, as SGLang's --extra-request-body is, "flush_cache": BOOL (after the warm-up, as SGLang's
-     --flush-cache does)}
+     "ignore_eos": BOOL, "stream": BOOL, "seed": N, "timeout": SECONDS, "flush_cache": BOOL (after the warm-up, as
+     SGLang's --flush-cache does)}
 
 and answers each with one line: ``{"outputs": [...], "metrics": {...}}``, each request as SGLang's
 ``RequestFuncOutput`` recorded it (``start_time`` on this process's ``time.perf_counter``; ``counted``: where its
@@ -204,6 +203,20 @@ def one_line(text: str) -> str:
     return lines[-1][:500] if lines else ""
 
 
+def usage_asked(serving, backend: str, stream: bool) -> dict:
+    """What SGLang's OpenAI client for ``backend`` must ask for (its ``extra_request_body``) to count the tokens served,
+    not the tokens asked for: each takes ``usage.completion_tokens`` from whichever chunk has it and otherwise counts
+    the requested length, and no server streams usage unasked. Chat, from 0.5.23 on: the usage-only chunk at the end
+    (that client skips a chunk without choices). Completions, and 0.5.9's chat (``sglang.bench_serving``): usage in
+    every chunk (SGLang's ``continuous_usage_stats``), since those clients read ``choices[0]`` of every chunk and fail
+    on the usage-only one, whose choices are empty."""
+    if backend not in ("sglang-oai", "sglang-oai-chat") or not stream:
+        return {}  # /generate's meta_info counts every event; an unstreamed answer carries its usage
+    if backend == "sglang-oai-chat" and serving.__name__ != "sglang.bench_serving":
+        return {"stream_options": {"include_usage": True}}
+    return {"stream_options": {"continuous_usage_stats": True}}
+
+
 def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
     """One round of SGLang's ``benchmark()``: the outputs of every request and its own metrics."""
     import numpy as np
@@ -245,7 +258,8 @@ def run_round(serving, base: argparse.Namespace, tokenizer, plan: dict) -> dict:
             backend=backend, api_url=args.base_url + paths[backend], base_url=args.base_url,
             model_id=args.model, tokenizer=tokenizer, input_requests=rows, request_rate=rate,
             max_concurrency=args.max_concurrency, disable_tqdm=True, lora_names=None, lora_request_distribution=None,
-            lora_zipf_alpha=None, extra_request_body=plan.get("extra") or {}, profile=False,
+            lora_zipf_alpha=None, extra_request_body=usage_asked(serving, backend, not args.disable_stream),
+            profile=False,
             flush_cache=bool(plan.get("flush_cache")), warmup_requests=args.warmup_requests)
         with contextlib.redirect_stdout(sys.stderr):
             result = asyncio.run(asyncio.wait_for(bench, float(plan.get("timeout", 600))))
