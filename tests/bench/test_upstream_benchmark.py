@@ -72,11 +72,15 @@ def test_sglangs_own_benchmark_and_invoke_bench_agree_on_one_stand_in(tmp_path, 
     # The level held: SGLang's mean in flight over its whole run (its latencies over its duration, the drain
     # included) and ours over the measured window, which leaves the drain out.
     assert LEVEL - 1 < theirs["concurrency"] <= LEVEL, theirs["concurrency"]
-    assert LEVEL - 0.5 < ours["mean_in_flight"] <= LEVEL, ours["mean_in_flight"]
+    # SGLang's client resends on one asyncio loop: a busy machine delays each resend, and the level held drops with it
+    assert LEVEL - 0.5 * min(load_factor(), 4) < ours["mean_in_flight"] <= LEVEL, ours["mean_in_flight"]
     # The same speed: the time per output token (well under a step: a step delivers 2 to 3) and the output rate.
     assert theirs["mean_tpot_ms"] < BEHAVIOUR.step_s * 1e3 * 0.6, theirs["mean_tpot_ms"]
     agree(ours["tpot_ms"]["mean"], theirs["mean_tpot_ms"])
     agree(ours["aggregate_tps_mean"], theirs["output_throughput"])
+    print(f"SGLang's whole run: {theirs['concurrency']:.2f} in flight, TPOT {theirs['mean_tpot_ms']:.2f} ms, "
+          f"{theirs['output_throughput']:.0f} tok/s; ours: {ours['mean_in_flight']:.2f} in flight, TPOT "
+          f"{ours['tpot_ms']['mean']:.2f} ms, {ours['aggregate_tps_mean']:.0f} tok/s")
 
 
 @pytest.mark.sglang_env
