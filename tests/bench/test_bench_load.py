@@ -58,7 +58,7 @@ def test_level_16_keeps_16_in_flight_for_the_measured_window(tmp_path, run):
         doc, out = run(server.url, tmp_path, levels="16", prompts=prompts)
         assert server.max_in_flight == 16, f"the server saw at most {server.max_in_flight} at once"
     (record,) = doc["rounds"]
-    assert record["requests"] == rounds.round_size(18, 16) == 54, "the prompts cycled: 3 passes, 3 per worker"
+    assert record["requests"] == rounds.round_size(18, 16) == 54, "the prompts cycled: 3 passes, 3 per slot"
     samples = [s for s in doc["samples"] if s["round"] == record["index"]]
     begin, end = record["window_s"]
     starts = sorted(s["round_start_s"] for s in samples)
@@ -78,7 +78,8 @@ def test_level_16_keeps_16_in_flight_for_the_measured_window(tmp_path, run):
     # the gaps are SGLang's client's resends, on one asyncio loop: a busy machine makes them longer
     assert record["mean_in_flight"] > 16 - min(load_factor(), 4), f"mean in flight {record['mean_in_flight']:.2f} at c=16"
     in_window = [s for s in samples if s["in_window"]]
-    assert all(s["round_end_s"] <= end + 1e-9 for s in in_window)
+    # the window ends at a request's end; bench.json keeps the window to the microsecond
+    assert all(s["round_end_s"] <= end + 1e-6 for s in in_window)
     assert 54 - 16 < len(in_window) < 54, "the drain (up to 15 requests still in flight at the window's end) is left out"
     row = doc["summary"]["rows"][0]
     assert row["requests"] == len(in_window) and row["drain_requests"] == 54 - len(in_window)
