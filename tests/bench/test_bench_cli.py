@@ -168,7 +168,7 @@ def test_two_runs_into_one_out_do_not_mix(tmp_path, generator_args):
     # cannot finish before the second starts, however loaded the machine is.
     with SGLangServer(Behaviour(step_s=0.05, ttft_s=0.05, fail_after=1, failure="hold")) as server:
         first = subprocess.Popen([sys.executable, "-m", "invoke", "bench", "--endpoint", f"a={server.url}", "--out", str(out),
-                                  "--prompts", str(prompts), "--levels", "1", "--repeats", "10", "--warmup", "0",
+                                  "--prompts", str(prompts), "--levels", "1", "--repeats", "2", "--warmup", "0",
                                   *generator_args], cwd=ROOT, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
