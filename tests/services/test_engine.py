@@ -278,8 +278,8 @@ def test_a_wedged_server_turns_unhealthy_within_the_window(standin_image, compos
 
 def test_bench_measures_baseline_and_eagle3_through_their_ports(standin_image, compose_project, model_dirs, tmp_path,
                                                                 sglang_generator):
-    """SGLang's benchmark runs on the host (--python: the stand-in image has no SGLang) and reaches both published
-    ports."""
+    """SGLang's benchmark runs on the host (--python, a CPU Python of the pins, as where the services' image is not at
+    hand) and reaches both published ports."""
     project = compose_project(OVERRIDE, env={"SGLANG_STACK_IMAGE": standin_image, **model_dirs})
     # Both at once: they would each want every GPU, but the stand-ins want none.
     project.compose("up", "-d", "--wait", "baseline", "eagle3", timeout=300)
