@@ -9,7 +9,9 @@ shared between runs. A run that uses it first adds a tag of its own, a lease
 (``NAME:TAG-lease-<run>``), and builds FROM that tag. At the end it removes its
 lease tag, and the shared name too if it made the image. In both stores a
 tag removal only untags while another tag points at the image, so a concurrent
-run that holds its own lease keeps its base, whoever made it.
+run that holds its own lease keeps its base, whoever made it. The run that
+leaves the base with no name takes the nameless step images built on it too
+(buildah's ``--layers`` cache), which would otherwise hold its layers forever.
 """
 
 from __future__ import annotations
@@ -109,6 +111,38 @@ def remove(engine: Engine, *refs: str) -> None:
         run([engine.store, "rmi", *present], capture=True, check=False)
 
 
+def remove_cache_built_on(engine: Engine, base: list[str]) -> list[str]:
+    """Remove the nameless images built on a base whose layers are ``base`` (bottom first); returns their IDs.
+
+    buildah's ``--layers`` keeps an image of every step. ``rmi`` of a build's name takes the steps it was built
+    from, but not those of the other stages of a multi-stage build, and each holds the base's layers (about 550 MB
+    for the smoke base). Nothing is removed while an image with a name is built on these layers: the base itself
+    under another run's lease, a base made from the same root filesystem, or an image someone keeps."""
+    listed = run([engine.store, "images", "--all", "--quiet", "--no-trunc"], capture=True, check=False, quiet=True).stdout.split()
+    if not base or not listed:
+        return []
+    proc = run([engine.runner, "image", "inspect", "--format", "{{.Id}} {{json .RepoTags}} {{json .RootFS.Layers}}",
+                *dict.fromkeys(listed)], capture=True, check=False, quiet=True)
+    cache = []
+    for line in proc.stdout.splitlines():
+        image, names, layers = line.split(" ", 2)
+        if (json.loads(layers) or [])[:len(base)] != base:
+            continue
+        if json.loads(names):
+            return []
+        cache.append(image)
+    if cache:
+        run([engine.store, "rmi", *cache], capture=True, check=False, what=f"{engine.store} rmi")
+    return cache
+
+
+def layers(engine: Engine, ref: str) -> list[str]:
+    """The IDs of the image's layers, bottom first."""
+    proc = run([engine.runner, "image", "inspect", "--format", "{{json .RootFS.Layers}}", ref], capture=True, quiet=True,
+               what=f"{engine.runner} image inspect")
+    return json.loads(proc.stdout or "null") or []
+
+
 def labels(engine: Engine, ref: str) -> dict[str, str]:
     """The labels of a built image, read back from the engine (the Docker SDK for Docker)."""
     if engine.daemon:
@@ -194,7 +228,8 @@ class BaseLease:
 
     Makes the image (debootstrap) when missing and ``make`` is true; otherwise a
     missing ``ref`` is a one-line error. On exit removes the lease tag, and the
-    shared name as well when this run made the image, unless ``keep``.
+    shared name as well when this run made the image, unless ``keep``; then, if
+    no name is left on the base, the step images built on it (``remove_cache_built_on``).
 
     Making, leasing and releasing happen under one lock per store and name (``flock`` on a
     file in the temporary directory), so concurrent cold runs make the base once: the
@@ -204,6 +239,7 @@ class BaseLease:
 
     def __init__(self, engine: Engine, ref: str, *, make: bool = True, keep: bool = False, run: str | None = None):
         self.engine, self.ref, self.make, self.keep = engine, ref, make, keep
+        self.layers: list[str] = []
         name, _, tag_part = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
         self.lease = f"{name}:{tag_part}-lease-{run or run_id()}"
         self.created = False
@@ -242,6 +278,7 @@ class BaseLease:
             else:
                 raise UserError(f"--base-image {self.ref}: no such image in the {self.engine} image store")
             tag(self.engine, self.ref, self.lease)
+            self.layers = layers(self.engine, self.lease)
         return self.lease
 
     def __exit__(self, *exc) -> None:
@@ -249,3 +286,6 @@ class BaseLease:
             return
         with self._lock():
             remove(self.engine, self.lease, *([self.ref] if self.created else []))
+            # The last run out, whoever made the base, takes the build cache on it too; while another run's lease
+            # names the base, nothing goes.
+            remove_cache_built_on(self.engine, self.layers)

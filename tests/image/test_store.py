@@ -13,6 +13,7 @@ from conftest import need, wait_until
 from sglang_stack.engine import BUILDAH, DOCKER, Engine
 from sglang_stack import ROOT
 from sglang_stack.image import store
+from sglang_stack.shell import run
 
 
 def _lease_survives_the_maker(engine: Engine, base: str, run_id: str) -> None:
@@ -51,6 +52,52 @@ def test_docker_lease_survives_the_maker(docker_base, run_id):
 @pytest.mark.container
 def test_buildah_lease_survives_the_maker(smoke_base, run_id):
     _lease_survives_the_maker(BUILDAH, smoke_base, run_id)
+
+
+def _images() -> set[str]:
+    listed = subprocess.run(["buildah", "images", "--all", "--quiet", "--no-trunc"], capture_output=True, text=True).stdout
+    return {i.removeprefix("sha256:") for i in listed.split()}
+
+
+def _held(ids: set[str]) -> set[str]:
+    """Those of ``ids`` still in the store (``buildah images`` names no image of a step without --all)."""
+    return {i for i in ids if subprocess.run(["podman", "image", "inspect", i], capture_output=True).returncode == 0}
+
+
+@pytest.mark.container
+@pytest.mark.parametrize("kept", [False, True], ids=["no name left on the base", "an image built on it is kept"])
+def test_the_last_lease_out_takes_the_step_images_built_on_the_base(smoke_base, run_id, tmp_path, kept):
+    """buildah's --layers keeps an image of each step. Removing a build's name takes the steps it was built from but
+    not another stage's, and each holds the base's layers. The lease that leaves a base with no name takes them
+    too; while an image built on it keeps a name, none goes."""
+    shared = f"localhost/sglang-stack-test-{run_id}-cache-{str(kept).lower()}:bookworm"
+    built = f"localhost/sglang-stack-test-{run_id}-cache-{str(kept).lower()}:built"
+    lease = f"{shared}-lease-{run_id}-c"
+    # A base of the test's own: nothing built on the session's base may go while the session holds it.
+    (tmp_path / "Base").write_text(f"FROM {smoke_base}\nRUN echo {run_id} {kept} > /base\n")
+    (tmp_path / "Dockerfile").write_text(f"FROM {lease} AS one\nRUN echo one > /one\n"
+                                         f"FROM {lease}\nCOPY --from=one /one /one\nRUN echo two > /two\n")
+    bud = ["buildah", "bud", "--layers", "--isolation", "chroot"]
+    base: list[str] = []
+    try:
+        run([*bud, "--file", str(tmp_path / "Base"), "--tag", shared, str(tmp_path)], capture=True)
+        with store.BaseLease(BUILDAH, shared, make=False, run=f"{run_id}-c") as leased:
+            assert leased == lease
+            base = store.layers(BUILDAH, lease)
+            before = _images()
+            run([*bud, "--tag", built, str(tmp_path)], capture=True)
+            made = {i for i in _images() - before if store.layers(BUILDAH, i)[:len(base)] == base}
+            store.remove(BUILDAH, shared, *([] if kept else [built]))  # the maker's clean-up, and the build's
+            steps = _held(made)
+            assert steps, "the other stage's step image outlives the build's name"
+        left = _held(steps)
+        if kept:
+            assert left == steps, f"{built} is kept: the step images built on its base stay ({len(steps - left)} went)"
+        else:
+            assert not left, f"the step images built on a base with no name left were left behind: {sorted(left)}"
+    finally:
+        store.remove(BUILDAH, built, shared, lease)
+        store.remove_cache_built_on(BUILDAH, base)
 
 
 @pytest.mark.container
