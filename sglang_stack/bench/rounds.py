@@ -208,7 +208,7 @@ def sglang_round(endpoint: Endpoint, work: Sequence[Prompt], level: int, repeat:
             endpoint=endpoint.name, level=level, repeat=repeat, round=index, prompt_id=prompt.id, ok=ok,
             error=None if ok else (out["error"] or "failed, with no error recorded"),
             latency_s=out["latency"] if ok else None, output_tokens=int(out["output_len"]) if ok else None,
-            token_source=out.get("counted") or "server", spec_accept_length=out["spec_accept_length"] or None,
+            token_source=out.get("counted") or "server",
             started_s=run_origin + start, round_start_s=start, round_end_s=start + (out["latency"] if ok else 0.0))
         if ok:
             try:

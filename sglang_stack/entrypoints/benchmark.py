@@ -26,8 +26,8 @@ services' own image measures them. Every setting SGLang's parser has keeps its d
 with the rows given (no dataset file) and keeps the per-request outputs where ``calculate_metrics`` receives them. A
 request whose stream carried an error event or an abort fails (``failure``), where SGLang's clients would count it.
 SGLang's clients keep at most the accept length of what the server's last ``meta_info`` says of speculation (0.5.23;
-0.5.9 none of it): every ``spec_*`` figure, the verify passes and the per-position histogram included, is taken from
-the same stream (``speculative``), and 0.5.9's ``spec_accept_length`` from there.
+0.5.9 none of it): every ``spec_*`` figure, the accept length, the verify passes and the per-position histogram, is
+taken from the same stream (``speculative``), the same way for both releases.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import json
 import random
 import sys
 
-KEPT = ("success", "error", "start_time", "latency", "ttft", "itl", "prompt_len", "output_len", "spec_accept_length")
+KEPT = ("success", "error", "start_time", "latency", "ttft", "itl", "prompt_len", "output_len")
 # What SGLang's tokenizer manager puts in a request's last meta_info with speculative decoding
 # (srt/managers/tokenizer_manager.py, _calculate_spec_decoding_metrics)
 SPEC = ("spec_accept_length", "spec_verify_ct", "spec_accept_rate", "spec_accept_token_num", "spec_draft_token_num",
@@ -153,9 +153,6 @@ def watch(serving) -> None:
             finally:
                 EVENTS.reset(token)
             why, output.counted, output.spec = failure(events), counted(events), speculative(events)
-            if not hasattr(output, "spec_accept_length"):  # 0.5.9's output has no such field
-                length = output.spec.get("spec_accept_length")
-                output.spec_accept_length = float(length) if isinstance(length, (int, float)) else None
             if why and output.success:
                 output.success, output.error = False, why
             return output

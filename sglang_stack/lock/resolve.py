@@ -110,7 +110,7 @@ def _resolve(path: Path, out_dir: Path | None) -> list[Path]:
 
     from sglang_stack.shell import require, run
 
-    uv = require("uv", "install the dev requirements (pip install --require-hashes -r requirements-dev.txt)")
+    uv = require("uv", "install the dev requirements (pip install --require-hashes --no-deps -r requirements-dev.txt)")
     lock = check(path, with_requirements=False)
     wanted, found = lock.data["resolve"]["resolver"], resolver_version(uv)
     if found != wanted:

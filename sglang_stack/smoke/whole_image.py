@@ -218,7 +218,7 @@ def benchmark_check(tag: str, version: str, result: SmokeResult) -> None:
               else proc.stderr.strip()[-300:] or f"exit {proc.returncode}")
     outputs = lines[1].get("outputs", []) if len(lines) == 2 else []
     ok = (got.get("rc") == 0 and lines[0].get("ready") == version and len(outputs) == 4
-          and all(o["success"] and o["output_len"] == 4 and o["spec_accept_length"] == 2.5 for o in outputs))
+          and all(o["success"] and o["output_len"] == 4 and o["spec"].get("spec_accept_length") == 2.5 for o in outputs))
     result.record("SGLang's own benchmark sends a round from the image, as `invoke bench --generator sglang` runs it",
                   ok, f"SGLang {version} ({lines[0].get('module')}): 4 requests of 4 tokens, accept length 2.5" if ok
                   else failed)
