@@ -40,7 +40,7 @@ SLOW = ("container", "engine", "apt", "sglang_env", "network", "schema", "gpu", 
 
 # Fixtures that run SGLang's own code in a CPU Python of the pins: a test that takes one, directly or through another
 # fixture, is an sglang_env test.
-SGLANG_FIXTURES = ("sglang_generator", "default_python", "profile_python", "python")
+SGLANG_FIXTURES = ("sglang_generator", "default_python", "profile_python", "upstream_python")
 
 
 def pytest_collection_modifyitems(items):
@@ -304,7 +304,7 @@ def trees(profile_trees):
 
 
 @pytest.fixture(scope="module")
-def python(profile_python):
+def upstream_python(profile_python):
     """A CPU Python with exactly ``UPSTREAM``'s distributions."""
     return profile_python(UPSTREAM)
 

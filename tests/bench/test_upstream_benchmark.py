@@ -84,7 +84,7 @@ def test_sglangs_own_benchmark_and_invoke_bench_agree_on_one_stand_in(tmp_path, 
 
 
 @pytest.mark.sglang_env
-def test_sglangs_steady_state_window_and_ours_agree_on_one_stand_in(tmp_path, python):
+def test_sglangs_steady_state_window_and_ours_agree_on_one_stand_in(tmp_path, upstream_python):
     """0.5.23's steady-state window is the longest span with at least ``ratio`` x the peak in flight. In a closed loop a
     worker sends its next request only after the last one ended, so at ratio 1 every finish breaks the span: the
     window shrinks to a few steps. At (LEVEL - 1) / LEVEL it spans the load while requests finish one at a time, so
@@ -94,11 +94,11 @@ def test_sglangs_steady_state_window_and_ours_agree_on_one_stand_in(tmp_path, py
     tokenizer = word_tokenizer(tmp_path / "tok", ["[UNK]", *(f"w{i}" for i in range(500))])
     steady = tmp_path / "steady.jsonl"
     with SGLangServer(BEHAVIOUR) as server:
-        sglang_benchmark(python, "sglang.benchmark.steady_state_serving", server.url, tokenizer,
+        sglang_benchmark(upstream_python, "sglang.benchmark.steady_state_serving", server.url, tokenizer,
                          tmp_path / "serving.jsonl", "--random-range-ratio", "0.25", "--num-prompts", str(3 * REQUESTS),
                          "--steady-state-concurrency-ratio", str((LEVEL - 1) / LEVEL),
                          "--steady-state-output-file", str(steady))
-        ours = invoke_bench(server.url, tmp_path, python, tokenizer)
+        ours = invoke_bench(server.url, tmp_path, upstream_python, tokenizer)
     theirs = json.loads(steady.read_text().splitlines()[-1])
 
     assert theirs["concurrency_threshold"] == LEVEL - 1 and theirs["peak_concurrency"] == LEVEL, theirs

@@ -82,9 +82,9 @@ IDS = [[-1, 2, 4], [1, 2, 4], [2, 3, 5], [0, 3, 5]]
 
 
 @pytest.fixture(scope="module")
-def runs(python, trees):
+def runs(upstream_python, trees):
     """What each tree captures for every id list: one run per tree."""
-    return [dict(zip(map(str, IDS), run_json(python, tree, SCRIPT, str(LAYERS), json.dumps(IDS)))) for tree in trees]
+    return [dict(zip(map(str, IDS), run_json(upstream_python, tree, SCRIPT, str(LAYERS), json.dumps(IDS)))) for tree in trees]
 
 
 def capture(runs, tree: int, ids):

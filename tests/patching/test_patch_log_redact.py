@@ -30,16 +30,16 @@ print(json.dumps({"line": line, "api_key": logged.get("api_key"), "admin_api_key
 """
 
 
-def test_unpatched_the_start_up_line_holds_both_keys(python, trees):
+def test_unpatched_the_start_up_line_holds_both_keys(upstream_python, trees):
     pristine, _ = trees
-    got = run_json(python, pristine, SCRIPT, "--api-key", KEY, "--admin-api-key", ADMIN)
+    got = run_json(upstream_python, pristine, SCRIPT, "--api-key", KEY, "--admin-api-key", ADMIN)
     assert KEY in got["line"] and ADMIN in got["line"], "0.5.23 no longer logs the keys: retire 0009"
 
 
-def test_patched_the_line_shows_neither_key_and_the_rest_unchanged(python, trees):
+def test_patched_the_line_shows_neither_key_and_the_rest_unchanged(upstream_python, trees):
     pristine, patched = trees
-    before = run_json(python, pristine, SCRIPT, "--api-key", KEY, "--admin-api-key", ADMIN)
-    got = run_json(python, patched, SCRIPT, "--api-key", KEY, "--admin-api-key", ADMIN)
+    before = run_json(upstream_python, pristine, SCRIPT, "--api-key", KEY, "--admin-api-key", ADMIN)
+    got = run_json(upstream_python, patched, SCRIPT, "--api-key", KEY, "--admin-api-key", ADMIN)
     assert KEY not in got["line"] and ADMIN not in got["line"], f"a planted key is in the log line: {got['line'][:300]}"
     assert got["api_key"] == got["admin_api_key"] == "<redacted>", got
     assert got["keys_kept"] == KEY, "the server itself must still hold its key"
@@ -47,7 +47,7 @@ def test_patched_the_line_shows_neither_key_and_the_rest_unchanged(python, trees
            (before["tp_size"], before["served_model_name"], before["fields"]), "the rest of the line changed"
 
 
-def test_an_unset_key_is_logged_as_unset(python, trees):
+def test_an_unset_key_is_logged_as_unset(upstream_python, trees):
     _, patched = trees
-    got = run_json(python, patched, SCRIPT)
+    got = run_json(upstream_python, patched, SCRIPT)
     assert got["api_key"] is None and got["admin_api_key"] is None, got

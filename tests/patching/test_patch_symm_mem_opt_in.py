@@ -63,7 +63,7 @@ CASES = [{"cap": cap, "world": world, "multicast": mc} for cap in (9, 10, 12, 11
 
 
 @pytest.fixture(scope="module")
-def decide(python, trees):
+def decide(upstream_python, trees):
     """``decide(tree, cases, opt_in)``: what the communicator decided in each case, run once per tree and opt-in value."""
     done: dict = {}
 
@@ -71,7 +71,7 @@ def decide(python, trees):
         key = (tree, opt_in or "")
         if key not in done:
             every = CASES + [{**c, "cap": 10, "multicast": 1} for c in CASES if c["cap"] == 12]
-            done[key] = dict(zip(map(json.dumps, every), run_json(python, tree, SCRIPT, json.dumps(every),
+            done[key] = dict(zip(map(json.dumps, every), run_json(upstream_python, tree, SCRIPT, json.dumps(every),
                                                                    env={OPT_IN: opt_in or ""})))
         return [done[key][json.dumps(c)] for c in cases]
 

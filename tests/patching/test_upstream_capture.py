@@ -138,7 +138,7 @@ def prove(python: Path, tree: Path) -> None:
                     f"TP {tp} rank {rank}, fusion {fusion}: capture {layer} is {a}, TP 1 captures {b}"
 
 
-def test_the_proof_fails_on_a_capture_before_the_all_reduce(python, trees, tmp_path):
+def test_the_proof_fails_on_a_capture_before_the_all_reduce(upstream_python, trees, tmp_path):
     """The proof can fail: a copy of the boundary that captures before its prepare step (0.5.9's place) is caught."""
     pristine, _ = trees
     tree = tmp_path / "site"
@@ -156,4 +156,4 @@ def test_the_proof_fails_on_a_capture_before_the_all_reduce(python, trees, tmp_p
              "            capture_gathered = None\n")
     (tree / STAGE).write_text(source.replace(start, early + start))
     with pytest.raises(AssertionError, match="fusion on: capture 1 is"):
-        prove(python, tree)
+        prove(upstream_python, tree)
