@@ -125,8 +125,8 @@ def remove_cache_built_on(engine: Engine, base: list[str]) -> list[str]:
                 *dict.fromkeys(listed)], capture=True, check=False, quiet=True)
     cache = []
     for line in proc.stdout.splitlines():
-        image, names, layers = line.split(" ", 2)
-        if (json.loads(layers) or [])[:len(base)] != base:
+        image, names, stack = line.split(" ", 2)
+        if (json.loads(stack) or [])[:len(base)] != base:
             continue
         if json.loads(names):
             return []
