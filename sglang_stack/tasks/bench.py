@@ -49,7 +49,7 @@ DEFAULTS = {
         "category": "with --dataset speed-bench: low_entropy, mixed or high_entropy (default: every row)",
         "num_prompts": "with --dataset speed-bench: how many prompts SGLang's adapter samples (default: 32)",
         "output_len": "with --dataset speed-bench: tokens generated per prompt (default: 512, SGLang's)",
-        "tokenizer": "the served model's tokenizer, which SGLang's benchmark and adapter load:, a directory or a "
+        "tokenizer": "the served model's tokenizer, which SGLang's benchmark and adapter load: a directory or a "
         "Hub repository OWNER/NAME[@REVISION] whose tokenizer files are downloaded (default: the services' MODEL_DIR; "
         "with --endpoint, the model the first endpoint serves, a directory here or a Hub repository)",
         "image": "run SGLang's adapter and benchmark in this image "
