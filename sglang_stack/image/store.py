@@ -123,16 +123,28 @@ def remove_cache_built_on(engine: Engine, base: list[str]) -> list[str]:
         return []
     proc = run([engine.runner, "image", "inspect", "--format", "{{.Id}} {{json .RepoTags}} {{json .RootFS.Layers}}",
                 *dict.fromkeys(listed)], capture=True, check=False, quiet=True)
-    cache = []
-    for line in proc.stdout.splitlines():
-        image, names, stack = line.split(" ", 2)
-        if (json.loads(stack) or [])[:len(base)] != base:
-            continue
-        if json.loads(names):
-            return []
-        cache.append(image)
+    cache = nameless_on(base, proc.stdout.splitlines())
     if cache:
         run([engine.store, "rmi", *cache], capture=True, check=False, what=f"{engine.store} rmi")
+    return cache
+
+
+def nameless_on(base: list[str], inspected: list[str]) -> list[str]:
+    """Of ``inspect``'s lines (``ID ["NAME", ...] ["LAYER", ...]``), the IDs of the nameless images built on ``base``;
+    none at all where a named image is built on it, or where a line does not read that way (a warning, an image
+    removed between the listing and the inspection): what cannot be read may be a name someone keeps."""
+    cache = []
+    for line in inspected:
+        try:
+            image, names, stack = line.split(" ", 2)
+            names, stack = json.loads(names), json.loads(stack)
+        except ValueError:
+            return []
+        if (stack or [])[:len(base)] != base:
+            continue
+        if names:
+            return []
+        cache.append(image)
     return cache
 
 

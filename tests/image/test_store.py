@@ -100,6 +100,17 @@ def test_the_last_lease_out_takes_the_step_images_built_on_the_base(smoke_base, 
         store.remove_cache_built_on(BUILDAH, base)
 
 
+@pytest.mark.parametrize("stray", ["WARN[0000] image not known", ""])
+def test_an_inspection_line_that_does_not_read_removes_nothing(stray):
+    """What ``podman image inspect`` writes besides its --format lines (a warning; an image removed by another run
+    between the listing and the inspection) may hide a name kept on the base: then no step image is taken."""
+    base = ["sha256:a", "sha256:b"]
+    lines = ['1111 null ["sha256:a","sha256:b","sha256:c"]', '2222 null ["sha256:z"]']
+    assert store.nameless_on(base, lines) == ["1111"]  # the step on the base goes, the other image's stays
+    assert store.nameless_on(base, [*lines, '3333 ["localhost/kept:1"] ["sha256:a","sha256:b"]']) == []
+    assert store.nameless_on(base, [lines[0], stray, lines[1]]) == []
+
+
 @pytest.mark.container
 def test_smoke_leaves_images_it_did_not_make(smoke_base, run_id):
     """`invoke smoke` removes its own images by name; another's image made while it runs stays."""
