@@ -229,9 +229,10 @@ def test_a_failed_buildah_build_leaves_no_working_container(smoke_base, run_id, 
     try:
         with pytest.raises(UserError, match="buildah build failed"):
             buildmod.build(request)
-        # Only a container that was not there before is left behind: the store is shared, and another worker's build
-        # may end (and remove its own working container) while this one runs.
-        left = set(containers()) - set(before)
+        # Only a container that was not there before, made from this build's step (its history names this run), is
+        # left behind: the store is shared, and another run's build may start or end while this one runs.
+        left = {c for c in set(containers()) - set(before) if run_id in subprocess.run(
+            ["buildah", "inspect", "--type", "container", c], capture_output=True, text=True).stdout}
         assert not left, f"the failed step's working container was left behind: {sorted(left)}"
     finally:
         # The step that passed stays as the layer cache: this test's own (its history names this run) goes.
