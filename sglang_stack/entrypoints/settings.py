@@ -270,7 +270,14 @@ def ports(server_args, profile: Profile) -> dict:
     """Every port SGLang binds at these settings, bound here the way it binds them."""
     from sglang.srt.server_args import PortArgs
 
-    port_args = PortArgs.init_new(server_args)
+    # PortArgs names each IPC socket after a file it makes with NamedTemporaryFile(delete=False), five per call, and
+    # never removes (the server binds the socket there). Nothing binds them here: they go into a directory that goes.
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-ipc-") as ipc:
+        saved, tempfile.tempdir = tempfile.tempdir, ipc
+        try:
+            port_args = PortArgs.init_new(server_args)
+        finally:
+            tempfile.tempdir = saved
     out = {"api": server_args.port, "nccl": "free port (get_free_port)" if server_args.nccl_port is None else
            server_args.nccl_port}
     held, taken = [], None

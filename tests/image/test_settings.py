@@ -156,6 +156,18 @@ def test_with_sglang_port_set_the_tp_message_queue_takes_the_api_port(sglang_pyt
 
 
 @pytest.mark.sglang_env
+def test_resolving_the_ports_leaves_nothing_in_the_temporary_directory(sglang_python, lock, tmp_path):
+    """SGLang's PortArgs makes a file for each of its five IPC sockets and leaves it, for the server to bind: one
+    resolution binds none, and the table's test runs dozens (five empty files each were left in /tmp)."""
+    run = next(r for r in derive.runs(lock, ("h200x8",)) if r.source == "compose eagle3")
+    # where the entrypoint's Python makes its temporary files
+    run = derive.Run(run.profile, run.source, run.argv, {**run.env, "TMPDIR": str(tmp_path)})
+    assert derive.Runner(python=sglang_python).resolve(run)["ports"]["ipc"] == "unix sockets"
+    # torch makes its inductor cache directory there (torchinductor_USER, once per machine, reused): files are the leak
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.is_dir()) == [], "left in the temporary directory"
+
+
+@pytest.mark.sglang_env
 @pytest.mark.network
 def test_the_settings_module_is_one_clean_line_on_a_missing_config(sglang_python, tmp_path):
     proc = subprocess.run([sglang_python, "-m", "sglang_stack.entrypoints.settings", "--profile", "h200x8",
