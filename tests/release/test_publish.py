@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -147,8 +148,11 @@ def test_another_key_fails(published, keys):
 
 def derived(base: str, tag: str, label: str) -> str:
     """An image FROM ``base`` with one label more (so another digest), tagged ``tag``."""
-    build = subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=f"FROM {base}\nLABEL x.test={label}\n",
-                           capture_output=True, text=True, timeout=300)
+    # A context of its own: `docker build -` leaves its copy of the Dockerfile and an empty context under /tmp.
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-test-") as context:
+        (Path(context) / "Dockerfile").write_text(f"FROM {base}\nLABEL x.test={label}\n")
+        build = subprocess.run(["docker", "build", "-q", "-t", tag, context], capture_output=True, text=True,
+                               timeout=300)
     assert build.returncode == 0, build.stderr
     return tag
 
