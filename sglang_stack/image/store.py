@@ -131,8 +131,9 @@ def remove_cache_built_on(engine: Engine, base: list[str]) -> list[str]:
 
 def nameless_on(base: list[str], inspected: list[str]) -> list[str]:
     """Of ``inspect``'s lines (``ID ["NAME", ...] ["LAYER", ...]``), the IDs of the nameless images built on ``base``;
-    none at all where a named image is built on it, or where a line does not read that way (a warning, an image
-    removed between the listing and the inspection): what cannot be read may be a name someone keeps."""
+    none at all where a named image is built on it, or where a line does not read that way (a warning on stdout):
+    what cannot be read may be a name someone keeps. An image removed since the listing has no line (podman names it
+    on stderr and inspects the others)."""
     cache = []
     for line in inspected:
         try:

@@ -102,8 +102,8 @@ def test_the_last_lease_out_takes_the_step_images_built_on_the_base(smoke_base, 
 
 @pytest.mark.parametrize("stray", ["WARN[0000] image not known", ""])
 def test_an_inspection_line_that_does_not_read_removes_nothing(stray):
-    """What ``podman image inspect`` writes besides its --format lines (a warning; an image removed by another run
-    between the listing and the inspection) may hide a name kept on the base: then no step image is taken."""
+    """A line of ``podman image inspect`` that is not its --format line (a warning on stdout) may hide a name kept on
+    the base: then no step image is taken."""
     base = ["sha256:a", "sha256:b"]
     lines = ['1111 null ["sha256:a","sha256:b","sha256:c"]', '2222 null ["sha256:z"]']
     assert store.nameless_on(base, lines) == ["1111"]  # the step on the base goes, the other image's stays
