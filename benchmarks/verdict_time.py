@@ -9,15 +9,17 @@ step; the speculative one verifies --verify and emits --accept. Its output over 
 ``accept * (a + n) / (a + verify * n)`` at n in flight, with ``a = step / load``: the crossover is known before the
 run. Runs the verdict as a user does (the default levels 1 to 64, three repeats, the packaged prompt set, two warm-up
 requests each), and prints its wall time, the rounds and requests it sent, and per level the ratio it measured beside
-the model's, its interval and its call, then the verdict's line. SGLang's own benchmark sends the rounds, run by
-``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving or
-0.5.23's sglang.benchmark.serving) with a word-level stand-in tokenizer.
+the model's and the one the stand-ins served (their own event times over the same windows: on a busy 2-core host
+their Python threads' CPU time moves it off the model), its interval and its call, then the verdict's line. SGLang's
+own benchmark sends the rounds, run by ``--python`` (a Python of either profile's pins: 0.5.9's sglang.bench_serving
+or 0.5.23's sglang.benchmark.serving) with a word-level stand-in tokenizer.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -61,24 +63,62 @@ def main() -> None:
             out = bench.run(Request(endpoints=[f"baseline={b.url}", f"eagle3={s.url}"], levels=args.levels,
                                     repeats=args.repeats, prompts=args.prompts, out=Path(tmp) / "r", verdict=True,
                                     **flags), environ={}, progress=False)
+            served = {"baseline": (list(b.served), 1), "eagle3": (list(s.served), args.accept)}
         wall = time.perf_counter() - started
         found = json.loads((out / pays.NAME).read_text())
         doc = report.load_results(out)
 
     a = step / load
+    truth = served_ratios(doc, served, int(doc["metadata"]["warmup"]))
     print(f"SGLang's benchmark: {doc['metadata']['load']['generator']['module']}")
     print(f"stand-ins: step {args.step_ms:g} ms + {args.load_ms:g} ms per verified token; speculative: {args.accept} "
           f"tokens emitted, {args.verify} verified a step")
-    print(f"{'level':>5} {'model':>6} {'measured':>8} {'95% interval':>15}  call")
+    print("model: the ratio the stand-ins' step costs give; served: the ratio of the tokens the stand-ins sent over the "
+          "same windows, by their own clocks (their Python threads cost CPU time the model leaves out)")
+    print(f"{'level':>5} {'model':>6} {'served':>6} {'measured':>8} {'95% interval':>15}  call")
     for row in found["endpoints"]["eagle3"]["levels"]:
         n = row["level"]
         model = args.accept * (a + n) / (a + args.verify * n)
         interval = f"{row['low']:.3f}-{row['high']:.3f}" if row["low"] is not None else "-"
-        print(f"{n:>5} {model:>6.3f} {row['ratio']:>8.3f} {interval:>15}  {row['verdict']}")
+        print(f"{n:>5} {model:>6.3f} {truth.get(n, float('nan')):>6.3f} {row['ratio']:>8.3f} {interval:>15}  "
+              f"{row['verdict']}")
     print(f"{len(doc['rounds'])} rounds, {len(doc['samples'])} requests, "
           f"{sum(s['output_tokens'] or 0 for s in doc['samples'])} output tokens")
     print(f"verdict: {found['line']}")
     print(f"wall time {wall:.1f} s")
+
+
+def served_tps(records: list[dict], level: int, accept: int) -> float | None:
+    """A round's output tok/s as one stand-in sent it: the tokens of the events it sent between the level-th start
+    and the first end after the last start (the window bench/rounds.py takes), over that window."""
+    starts = sorted(r["start"] for r in records)
+    begin = starts[min(level, len(starts)) - 1]
+    end = min((r["end"] for r in records if r["end"] > starts[-1]), default=max(r["end"] for r in records))
+    tokens = 0
+    for r in records:
+        for i, at in enumerate(r["sent"]):  # the first event carries 1 token, each later one ``accept``
+            if begin <= at <= end:
+                tokens += min(1 + i * accept, r["tokens"]) - (min(1 + (i - 1) * accept, r["tokens"]) if i else 0)
+    return tokens / (end - begin) if end > begin else None
+
+
+def served_ratios(doc: dict, served: dict, warmup: int) -> dict[int, float]:
+    """Per level, the geometric mean over repeats of eagle3's served tok/s over the baseline's: each stand-in's
+    requests in the order they started, the warm-up's first, cut into its rounds by their sizes in bench.json."""
+    tps: dict[tuple[str, int, int], float | None] = {}
+    for name, (records, accept) in served.items():
+        queue = sorted(records, key=lambda r: r["start"])[warmup:]
+        for rnd in (r for r in doc["rounds"] if r["endpoint"] == name):
+            chunk, queue = queue[:rnd["requests"]], queue[rnd["requests"]:]
+            tps[name, rnd["level"], rnd["repeat"]] = served_tps(chunk, rnd["level"], accept) if chunk else None
+    out = {}
+    for level in doc["metadata"]["levels"]:
+        pairs = [(tps.get(("eagle3", level, k)), tps.get(("baseline", level, k)))
+                 for k in range(doc["metadata"]["repeats"])]
+        logs = [math.log(e / b) for e, b in pairs if e and b]
+        if logs:
+            out[level] = math.exp(sum(logs) / len(logs))
+    return out
 
 
 if __name__ == "__main__":
