@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -115,9 +114,9 @@ def served_ratios(doc: dict, served: dict, warmup: int) -> dict[int, float]:
     for level in doc["metadata"]["levels"]:
         pairs = [(tps.get(("eagle3", level, k)), tps.get(("baseline", level, k)))
                  for k in range(doc["metadata"]["repeats"])]
-        logs = [math.log(e / b) for e, b in pairs if e and b]
-        if logs:
-            out[level] = math.exp(sum(logs) / len(logs))
+        ratio, _, _ = pays.interval([e / b for e, b in pairs if e and b])  # the verdict's own geometric mean
+        if ratio is not None:
+            out[level] = ratio
     return out
 
 

@@ -270,14 +270,7 @@ def ports(server_args, profile: Profile) -> dict:
     """Every port SGLang binds at these settings, bound here the way it binds them."""
     from sglang.srt.server_args import PortArgs
 
-    # PortArgs names each IPC socket after a file it makes with NamedTemporaryFile(delete=False), five per call, and
-    # never removes (the server binds the socket there). Nothing binds them here: they go into a directory that goes.
-    with tempfile.TemporaryDirectory(prefix="sglang-stack-ipc-") as ipc:
-        saved, tempfile.tempdir = tempfile.tempdir, ipc
-        try:
-            port_args = PortArgs.init_new(server_args)
-        finally:
-            tempfile.tempdir = saved
+    port_args = PortArgs.init_new(server_args)
     out = {"api": server_args.port, "nccl": "free port (get_free_port)" if server_args.nccl_port is None else
            server_args.nccl_port}
     held, taken = [], None
@@ -308,9 +301,21 @@ def ports(server_args, profile: Profile) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def temporary_files_in(directory: str):
+    """What SGLang makes with ``tempfile`` meanwhile goes into ``directory``, and with it. PortArgs names each IPC
+    socket after a file it makes with NamedTemporaryFile(delete=False), five per call, and never removes (the server
+    binds the socket there); nothing binds them here."""
+    saved, tempfile.tempdir = tempfile.tempdir, directory
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
 def resolve(profile: Profile, argv: list[str], model_dir: Path, draft_dir: Path | None) -> dict:
     """SGLang's own resolution of ``argv`` on ``profile``: the chosen settings and the ports."""
-    with tempfile.TemporaryDirectory(prefix="sglang-stack-settings-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sglang-stack-settings-") as tmp, temporary_files_in(tmp):
         install_profile(profile, Path(tmp))
         stood = stand_in_missing()
         logging.disable(logging.WARNING)  # SGLang's advice lines would interleave with the JSON
