@@ -16,6 +16,7 @@ leaves the rounds already measured on disk, marked incomplete.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -46,7 +47,6 @@ from sglang_stack.bench.display import Progress, say, tell
 from sglang_stack.bench.request import Request
 from sglang_stack.bench.tokenizer import check_tokenizer, served_tokenizer, tokenizer_dir
 from sglang_stack.bench import promptset
-from sglang_stack.bench.promptset import PromptSet
 from sglang_stack.errors import UserError
 from sglang_stack.services.variables import redact
 from sglang_stack.flags import INTEGER, parse_count, parse_positive, parse_seconds, parse_url
@@ -282,17 +282,19 @@ def run(
                                request.verdict)
     if target.api != "native" and target.model is None:
         options.target = target = Target(target.api, target.stream, served_model(chosen[0], api_key, min(options.timeout, 30.0)))
-    # once an endpoint answered; a bad file then leaves no results directory behind
-    model_dir = promptset.served_model_dir(request.endpoints, env)
-    prompt_set = source.load(model_dir if source.speed_bench else None)
     if options.reference and options.reference not in {e.name for e in chosen}:
         names = ", ".join(e.name for e in chosen)
         raise UserError(f"--reference {options.reference!r}: not one of the endpoints ({names})")
-    meta = metadata(chosen, prompt_set, options, api_key, interleaved=len(chosen) > 1)
+    meta = metadata(chosen, options, api_key, interleaved=len(chosen) > 1)
     if request.verdict:
         # before SGLang's benchmark and the results directory: a verdict that cannot be given starts and writes nothing
         pays.check(meta, half=request.only is not None)
-    start_generator(request, options, model_dir, api_key, env, chosen[0])
+    # once an endpoint answered; a bad file then leaves no results directory behind
+    model_dir = promptset.served_model_dir(request.endpoints, env)
+    place = functools.cache(lambda: generator_place(request, options, model_dir, api_key, env, chosen[0]))
+    prompt_set = source.load(model_dir, place)
+    meta["prompt_set"] = prompt_set.record()
+    options.benchmark = upstream.start(*place(), api_key)
     meta["load"]["generator"] = generator_record(options.benchmark)
     out_dir = results_dir(request.out)  # created and proven writable before the first request
     meta["provenance"] = provenance.collect(chosen, env, request.engine)
@@ -323,12 +325,12 @@ def check_generator(request: Request) -> None:
     upstream.check_place(request.image, request.python)
 
 
-def start_generator(request: Request, options: Options, model_dir: Path | None, api_key: str | None,
-                    env: variables.Environment, first: Endpoint) -> None:
-    """SGLang's benchmark (started, or the one this process runs already), which sends the rounds:
-    ``options.benchmark``, by default from the image compose runs the services from (``SGLANG_STACK_IMAGE``, else
-    the tag of the profile it names). The tokenizer: --tokenizer, else the services' model directory ``model_dir``,
-    else the model the ``first`` --endpoint serves."""
+def generator_place(request: Request, options: Options, model_dir: Path | None, api_key: str | None,
+                    env: variables.Environment, first: Endpoint):
+    """Where SGLang's benchmark, which sends the rounds, runs (image.derive.Runner), and the tokenizer it counts
+    with: by default the image compose runs the services from (``SGLANG_STACK_IMAGE``, else the tag of the profile it
+    names); --tokenizer, else the services' model directory ``model_dir``, else the model the ``first`` --endpoint
+    serves."""
     # --tokenizer was checked before the probes (check_generator); the others are checked here
     tokenizer = (tokenizer_dir(request.tokenizer) if request.tokenizer
                  else check_tokenizer(model_dir) if model_dir is not None
@@ -339,8 +341,7 @@ def start_generator(request: Request, options: Options, model_dir: Path | None, 
         image = env.get("SGLANG_STACK_IMAGE") or None
         if image is None:
             default = services_profile(env)
-    runner = upstream.runner(image, request.python, request.engine, request.profile, "bench", default=default)
-    options.benchmark = upstream.start(runner, tokenizer, api_key)
+    return upstream.runner(image, request.python, request.engine, request.profile, "bench", default=default), tokenizer
 
 
 def services_profile(env: variables.Environment) -> str:
@@ -385,8 +386,7 @@ def check_template(template: str | None) -> str | None:
     return template
 
 
-def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Options, api_key: str | None,
-             interleaved: bool) -> dict:
+def metadata(endpoints: Sequence[Endpoint], options: Options, api_key: str | None, interleaved: bool) -> dict:
     described = [{"name": e.name, "url": e.url, "server": server_info(e, api_key, min(options.timeout, 30.0))}
                  for e in endpoints]
     return {
@@ -395,14 +395,7 @@ def metadata(endpoints: Sequence[Endpoint], prompt_set: PromptSet, options: Opti
         "endpoints": described,
         "reference": options.reference or default_reference(described),
         "interleaved": interleaved,
-        "prompt_set": {
-            "path": str(prompt_set.path),
-            "kind": prompt_set.kind,
-            "version": prompt_set.version,
-            "sha256": prompt_set.sha256,
-            "prompts": len(prompt_set.prompts),
-            **({"made": prompt_set.made} if prompt_set.made else {}),
-        },
+        "prompt_set": None,  # PromptSet.record, once the prompts are read or made
         "target": {"api": options.target.api, "stream": options.target.stream, "model": options.target.model},
         "load": {
             "generator": None,  # generator_record, once SGLang's benchmark has started

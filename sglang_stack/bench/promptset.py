@@ -1,32 +1,27 @@
-"""The prompts a bench run sends: the packaged JSONL (or the user's), a ShareGPT file, or random lengths.
+"""The prompts a bench run sends: the packaged JSONL (or the user's), or one of SGLang's own benchmark datasets.
 
 - JSON Lines in our format (``v2.jsonl``, the default): validated line by line.
-- ShareGPT-format JSON (a list of ``{"conversations": [{"from": "human", "value": ...}, ...]}``),
-  read from a local file, never downloaded: the first human turn of each conversation is a
-  prompt, and ``output_len`` its ``max_new_tokens`` (no tokenizer runs here to count the
-  original answer). The file is read whole, within ``PROMPTS_LIMIT``; JSON Lines stream.
-- ``random``: ``num_prompts`` prompts of random token ids (``input_len`` each) and
-  ``output_len`` tokens to generate, both varied by ``range_ratio``, from ``seed``. The native
-  API and completions send the ids themselves, so the input length is exact; chat sends
-  words, one per id.
-- ``speed-bench``: SPEED-Bench's chat-templated prompts, made by SGLang's own adapter
-  (``speedbench.py``).
+- A ShareGPT-format JSON file (``--prompts FILE`` whose first byte is ``[``), read by SGLang's ``sharegpt`` adapter:
+  the first turn of each conversation of at least two, shuffled; each asks for as many tokens as its answer has.
+- ``--dataset random``: SGLang's ``random-ids``, ``num_prompts`` prompts of random token ids (``input_len`` each) and
+  ``output_len`` tokens to generate, both varied by ``range_ratio``, from ``seed``. The native API and completions
+  send the ids themselves, so the input length is exact; chat sends their text.
+- ``--dataset speed-bench``: SPEED-Bench's chat-templated prompts, made by SGLang's own adapter (``speedbench.py``).
 
-``parse_dataset`` reads the flags into a ``Dataset``, checked whole before any endpoint is
-probed; its ``load`` reads or makes the prompts once one has answered.
+SGLang's adapters run where its benchmark does, with its tokenizer (``upstream.dataset``). ``parse_dataset`` reads the
+flags into a ``Dataset``, checked whole before any endpoint is probed; its ``load`` reads or makes the prompts once one
+has answered.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from sglang_stack.bench import speedbench
+from sglang_stack.bench import speedbench, upstream
 from sglang_stack.bench.request import Request
 from sglang_stack.bench.tokenizer import tokenizer_dir
 from sglang_stack.engine import image_reference
@@ -64,12 +59,17 @@ class PromptSet:
     kind: str = "jsonl"
     """jsonl, sharegpt, random or speed-bench: how the set was made (the report says so)."""
     made: dict | None = None
-    """speed-bench: what SGLang's adapter was given and where it ran (the report keeps it)."""
+    """Made by SGLang's adapter: what it was given and where it ran (the report keeps it)."""
+
+    def record(self) -> dict:
+        """bench.json's ``metadata.prompt_set``."""
+        return {"path": str(self.path), "kind": self.kind, "version": self.version, "sha256": self.sha256,
+                "prompts": len(self.prompts), **({"made": self.made} if self.made else {})}
 
 
 PROMPTS_LIMIT = 1 << 30  # ShareGPT's V3 file, the largest in common use, is 0.64 GB
 MAX_TOKENS = 1 << 20  # one prompt's input or output length: past every served context
-MAX_RANDOM_TOKENS = 1 << 26  # the whole random set, held in memory as ids and words
+MAX_RANDOM_TOKENS = 1 << 26  # the whole random set, held in memory as ids
 
 
 def check_size(path: Path, hint: str = "") -> int:
@@ -91,31 +91,50 @@ def check_size(path: Path, hint: str = "") -> int:
 
 
 def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
-    """Read a prompt set: JSON Lines, one prompt per line, all of one ``version``; or a ShareGPT file.
+    """Read a prompt set in our JSON Lines format, one prompt per line, all of one ``version``.
 
     Each line holds ``version`` (int), ``id``, ``category`` (chat, code, math),
     ``output`` (short, long), ``max_new_tokens`` (int > 0) and ``prompt``. Lines are read
-    one at a time (the file is hashed as it streams); a ShareGPT file, one JSON array, is
-    read whole, within ``PROMPTS_LIMIT``.
+    one at a time (the file is hashed as it streams).
     """
     path = Path(path)
     check_size(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)")
     try:
         with open(path, "rb") as handle:
-            head = handle.read(4096).lstrip()
-            handle.seek(0)
-            if not head.startswith(b"["):
-                return _load_jsonl(path, handle)
-            raw = handle.read()
+            return _load_jsonl(path, handle)
     except OSError as err:
         raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
+
+
+SHAREGPT = '[{"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]}, ...]'
+
+
+def check_sharegpt(path: Path) -> int:
+    """A ShareGPT file's conversations that SGLang's adapter can send (two turns or more, each with a text
+    ``value``), counted here so that a file it would make nothing of is named in one line before it runs."""
     try:
-        doc = json.loads(raw)
-    except ValueError:
-        doc = None
-    if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
-        return load_sharegpt(path, doc, hashlib.sha256(raw).hexdigest())
-    return _load_jsonl(path, io.BytesIO(raw))  # not ShareGPT's layout: each line is named as JSON Lines
+        doc = json.loads(Path(path).read_bytes())
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise UserError(f"{path}: not JSON ({str(err).splitlines()[0]}): a ShareGPT file is {SHAREGPT}") from None
+    usable = 0
+    for record in doc if isinstance(doc, list) else ():
+        turns = record.get("conversations", record.get("conversation")) if isinstance(record, dict) else None
+        usable += (isinstance(turns, list) and len(turns) >= 2
+                   and all(isinstance(t, dict) and isinstance(t.get("value"), str) for t in turns[:2]))
+    if not usable:
+        raise UserError(f"{path}: no conversation with a human turn and an answer: a ShareGPT file is {SHAREGPT}")
+    return usable
+
+
+def is_sharegpt(path: Path) -> bool:
+    """A JSON array, ShareGPT's layout, rather than our JSON Lines: its first byte that is not white space is ``[``."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4096).lstrip().startswith(b"[")
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
 def _load_jsonl(path: Path, handle) -> PromptSet:
@@ -158,43 +177,6 @@ def _load_jsonl(path: Path, handle) -> PromptSet:
     return PromptSet(path, versions.pop(), tuple(prompts), digest.hexdigest())
 
 
-def load_sharegpt(path: Path, records: list[dict], sha256: str, output_len: int = 256) -> PromptSet:
-    """A ShareGPT-format file's records: the first human turn of each conversation, ``output_len`` tokens each."""
-    prompts = []
-    for i, record in enumerate(records if isinstance(records, list) else []):
-        turns = record.get("conversations") if isinstance(record, dict) else None
-        first = next((t.get("value") for t in turns or [] if isinstance(t, dict) and t.get("from") in ("human", "user")), None)
-        if isinstance(first, str) and first.strip():
-            ident = str(record.get("id") or i)
-            prompts.append(Prompt(f"sharegpt-{ident}-{i}", "sharegpt", "sharegpt", output_len, first))
-    if not prompts:
-        raise UserError(f"{path}: no conversation with a human turn (expected ShareGPT's "
-                        '[{"conversations": [{"from": "human", "value": ...}]}])')
-    return PromptSet(path, 0, tuple(prompts), sha256, kind="sharegpt")
-
-
-def random_prompts(num_prompts: int, input_len: int, output_len: int, range_ratio: float = 0.0, seed: int = 0) -> PromptSet:
-    """``num_prompts`` prompts of random ids, lengths uniform in ``[len * (1 - r), len * (1 + r)]``."""
-    if not 0.0 <= range_ratio < 1.0:
-        raise UserError(f"--random-range-ratio {range_ratio}: must be at least 0 and below 1")
-    rng = random.Random(seed)
-    prompts = []
-    for i in range(num_prompts):
-        n_in = max(1, round(input_len * rng.uniform(1 - range_ratio, 1 + range_ratio)))
-        n_out = max(1, round(output_len * rng.uniform(1 - range_ratio, 1 + range_ratio)))
-        # Ids well inside any large vocabulary and clear of the special tokens at its ends.
-        ids = tuple(rng.randrange(1000, 30000) for _ in range(n_in))
-        words = " ".join(_WORDS[t % len(_WORDS)] for t in ids)
-        prompts.append(Prompt(f"random-{i}", "random", "random", n_out, words, ids))
-    spec = f"random:n={num_prompts},in={input_len},out={output_len},ratio={range_ratio},seed={seed}"
-    return PromptSet(spec, 0, tuple(prompts), hashlib.sha256(spec.encode()).hexdigest(), kind="random")
-
-
-_WORDS = ("time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
-          "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
-          "company", "system", "program", "question", "work", "number", "night", "point", "home", "water", "room")
-
-
 # --- where a run's prompts come from ------------------------------------------
 
 
@@ -203,25 +185,36 @@ class Dataset:
     """Where a run's prompts come from, checked whole before any request; ``load`` reads or makes them
     (after the endpoints answered: a large file is not read for a run that cannot start)."""
 
-    path: Path | None = None  # a JSONL or ShareGPT file; None for random
-    num_prompts: int = 0
-    input_len: int = 0
-    output_len: int = 0
-    range_ratio: float = 0.0
-    seed: int = 0
+    path: Path | None = None  # our JSONL, or the ShareGPT file SGLang's adapter reads; None for random
+    sglang: str | None = None  # sharegpt or random-ids: SGLang's adapter makes the prompts
+    flags: tuple[tuple[str, object], ...] = ()  # what that adapter is given (upstream.dataset's flags)
     speed_bench: speedbench.Request | None = None  # --dataset speed-bench: SGLang's adapter makes the prompts
 
-    def load(self, model_dir: Path | None = None) -> PromptSet:
+    def load(self, model_dir: Path | None = None, place: Callable[[], tuple] | None = None) -> PromptSet:
         """The prompts; ``model_dir`` is the served model's directory, whose tokenizer SPEED-Bench's chat template
-        comes from where --tokenizer is not given."""
+        comes from where --tokenizer is not given; ``place()``, asked only here, is where SGLang's benchmark runs
+        and the tokenizer it counts with (measure.generator_place), which SGLang's other adapters run with."""
         if self.speed_bench is not None:
             prompts, made = self.speed_bench.prompts(model_dir)
             checked = Path(self.speed_bench.path)
             return PromptSet(checked, 0, tuple(Prompt(p.id, speedbench.NAME, speedbench.NAME, p.max_new_tokens, p.text)
                                                for p in prompts), made["sha256"], kind=speedbench.NAME, made=made)
-        if self.path is None:
-            return random_prompts(self.num_prompts, self.input_len, self.output_len, self.range_ratio, self.seed)
-        return load_prompts(self.path)
+        if self.sglang is None:
+            return load_prompts(self.path)
+        if self.sglang == "sharegpt":
+            check_sharegpt(self.path)
+        runner, tokenizer = place()
+        what = f"bench: {self.path or '--dataset random'}: SGLang's {self.sglang} adapter"
+        rows = upstream.dataset(runner, self.sglang, tokenizer, what, self.path, **dict(self.flags))
+        kind = "random" if self.sglang == "random-ids" else self.sglang
+        prompts = tuple(Prompt(f"{kind}-{i}", kind, kind, int(r["output_len"]), "" if isinstance(r["prompt"], list)
+                               else r["prompt"], tuple(r["prompt"]) if isinstance(r["prompt"], list) else None)
+                        for i, r in enumerate(rows))
+        made = {"dataset": self.sglang, **({"file": str(self.path)} if self.path else {}), **dict(self.flags),
+                "sglang": runner.where}
+        spec = str(self.path) if self.path else ",".join(f"{k}={v}" for k, v in self.flags)
+        digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()  # the requests as sent
+        return PromptSet(self.path or f"random:{spec}", 0, prompts, digest, kind=kind, made=made)
 
 
 SPEED_BENCH_FLAGS = ("dataset_path", "category", "num_prompts", "output_len")
@@ -265,19 +258,27 @@ def parse_dataset(request: Request, options: Options) -> Dataset:
             raise UserError("--prompts and --dataset random: choose one")
         n = options.num_requests or 64
         ratio = parse_fraction(request.random_range_ratio)
-        out = Dataset(None, n, parse_count("--random-input-len", request.random_input_len, 1, MAX_TOKENS),
-                      parse_count("--random-output-len", request.random_output_len, 1, MAX_TOKENS), ratio, options.seed)
-        if n * out.input_len * (1 + ratio) > MAX_RANDOM_TOKENS:
-            raise UserError(f"--dataset random: {n} prompts of up to {round(out.input_len * (1 + ratio))} tokens is more than "
+        input_len = parse_count("--random-input-len", request.random_input_len, 1, MAX_TOKENS)
+        output_len = parse_count("--random-output-len", request.random_output_len, 1, MAX_TOKENS)
+        if n * input_len * (1 + ratio) > MAX_RANDOM_TOKENS:
+            raise UserError(f"--dataset random: {n} prompts of up to {round(input_len * (1 + ratio))} tokens is more than "
                             f"{MAX_RANDOM_TOKENS} tokens in all (they are held in memory): lower --num-requests or "
                             "--random-input-len")
-        return out
+        # Ours is [len * (1 - r), len * (1 + r)]; SGLang's adapter draws from [int(top * R), top]: the same range,
+        # said its way (the half keeps int() from rounding the bottom down).
+        top = round(input_len * (1 + ratio))
+        flags = {"num_prompts": n, "input_len": top, "output_len": round(output_len * (1 + ratio)),
+                 "range_ratio": min(1.0, (round(input_len * (1 - ratio)) + 0.5) / top), "seed": options.seed,
+                 "token_ids": options.target.api != "chat" and not options.prompt_template}
+        return Dataset(sglang="random-ids", flags=tuple(flags.items()))
     if kind != "prompts":
         raise UserError(f"--dataset {request.dataset!r}: choose prompts (--prompts, the default set or a ShareGPT "
                         f"file), random or {speedbench.NAME}")
     path = Path(request.prompts) if request.prompts else DEFAULT_PROMPTS
     check_size(path, " (pass --prompts PATH to a JSON Lines or ShareGPT file)")
-    return Dataset(path)
+    if not is_sharegpt(path):
+        return Dataset(path)
+    return Dataset(path, "sharegpt", (("num_prompts", options.num_requests), ("seed", options.seed)))
 
 
 def served_model_dir(endpoints: Sequence[str], env: variables.Environment) -> Path | None:

@@ -7,8 +7,8 @@ published accept lengths for Kimi's EAGLE-3 drafters are measured on it. Many of
 licences keep them out of the Hub dataset, so the JSONL is assembled on the user's host by the upstream preparation
 step and never shipped or built into the image; this module checks the file before anything is sent (each line a
 JSON object with a non-empty ``turns`` list of strings; a cut-off last line is named as such), records its sha256,
-and runs ``entrypoints/prompts.py`` where SGLang is to turn it into the chat-templated prompts SGLang's benchmark
-would send.
+and has SGLang's adapter, where SGLang is (``upstream.dataset``), turn it into the chat-templated prompts SGLang's
+benchmark would send.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ NAME = "speed-bench"
 LIMIT = 1 << 30  # bytes: the throughput splits are a few MB to a few hundred; a larger file is not SPEED-Bench
 CATEGORIES = ("low_entropy", "mixed", "high_entropy")
 ROW = 'a SPEED-Bench row is {"turns": ["..."], "category": "..."}'
-DATA = "/data/speed-bench.jsonl"  # where the file is mounted in the image
 
 
 @dataclass(frozen=True)
@@ -82,23 +81,6 @@ def check(path: Path, category: str | None = None) -> File:
     return File(path, hashlib.sha256(data).hexdigest(), categories)
 
 
-def prompts(runner, checked: File, tokenizer: Path, category: str | None, num_prompts: int, output_len: int,
-            seed: int = 0, caller: str = "acceptance") -> list[dict]:
-    """SGLang's adapter on ``checked`` where ``runner`` (image.derive.Runner) runs SGLang, the tokenizer of
-    ``tokenizer`` (a directory ``check_tokenizer`` passed) applying the chat template: ``[{"prompt", "prompt_len",
-    "output_len"}, ...]``."""
-    data, tok = (DATA, upstream.TOKENIZER) if runner.image else (str(checked.path.resolve()), str(tokenizer.resolve()))
-    mounts = {checked.path.resolve(): DATA, tokenizer.resolve(): upstream.TOKENIZER} if runner.image else None
-    args = ["sglang_stack.entrypoints.prompts", NAME, "--dataset-path", data, "--tokenizer", tok,
-            "--num-prompts", str(num_prompts), "--output-len", str(output_len), "--seed", str(seed),
-            *(["--category", category] if category else [])]
-    out = runner.json(args, f"{caller}: {NAME}", 600, mounts=mounts)
-    rows = out.get("rows")
-    if not isinstance(rows, list) or not rows:
-        raise UserError(f"{checked.path}: SGLang's {NAME} adapter made no prompts")
-    return rows
-
-
 @dataclass(frozen=True)
 class Request:
     """`--dataset speed-bench` and the flags that go with it, as typed (acceptance and bench share them)."""
@@ -132,7 +114,9 @@ class Request:
         # The adapter only makes the prompts, for a server of any release: without --profile, the first profile
         # whose SGLang has it, whichever one the services run.
         runner = upstream.runner(self.image, self.python, self.engine, self.profile, self.caller)
-        rows = prompts(runner, checked, tokenizer, self.category, num, output_len, self.seed, self.caller)
+        rows = upstream.dataset(runner, NAME, tokenizer, f"{self.caller}: {checked.path}: SGLang's {NAME} adapter",
+                                checked.path, num_prompts=num, output_len=output_len, seed=self.seed,
+                                category=self.category)
         sent = {"dataset": NAME, "file": str(checked.path), "sha256": checked.sha256, "category": self.category,
                 "rows": checked.categories, "prompts": len(rows), "max_new_tokens": output_len, "seed": self.seed,
                 "chat_template": True, "sglang": runner.where}

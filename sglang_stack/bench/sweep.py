@@ -17,13 +17,14 @@ spread in mind.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from sglang_stack.engine import Engine
-from sglang_stack.bench import client, display, promptset, report, rounds
+from sglang_stack.bench import client, display, promptset, report, rounds, upstream
 from sglang_stack.bench import measure as bench
 from sglang_stack.services import compose
 from sglang_stack.services import composefile
@@ -344,11 +345,13 @@ def run(
         restart = compose_restart(request.engine, proj, service, ready)
         log_tail = log_tail or (lambda: compose_log_tail(request.engine, proj, service))
     model_dir = promptset.served_model_dir(request.endpoints, env)
-    prompt_set = source.load(model_dir if source.speed_bench else None)
     api_key = (proj or composefile.project(env)).api_key()
-    bench.start_generator(request, options, model_dir, api_key, env, endpoint)
+    place = functools.cache(lambda: bench.generator_place(request, options, model_dir, api_key, env, endpoint))
+    prompt_set = source.load(model_dir, place)
+    options.benchmark = upstream.start(*place(), api_key)
     out_dir = bench.results_dir(request.out)
-    meta = bench.metadata([], prompt_set, options, api_key, interleaved=False)
+    meta = bench.metadata([], options, api_key, interleaved=False)
+    meta["prompt_set"] = prompt_set.record()
     meta["reference"] = None
     meta["load"]["generator"] = bench.generator_record(options.benchmark)
     results = Results(out_dir, meta)

@@ -27,6 +27,7 @@ from sglang_stack.serverapi import RequestFailed
 GENERATORS = ("sglang",)
 BACKENDS = {"native": "sglang", "completions": "sglang-oai", "chat": "sglang-oai-chat"}  # --api: SGLang's --backend
 TOKENIZER = "/models/tokenizer"  # where the tokenizer directory is mounted in the image
+DATA = "/data/prompts"  # where a dataset's file is mounted in the image
 READY_S = 600.0  # the import, and the image's start: minutes on a cold disk
 MARGIN_S = 120.0  # past a round's own limit, which the benchmark enforces itself
 
@@ -112,6 +113,26 @@ def command(runner, tokenizer: Path, api_key: str | None) -> tuple[list[str], di
     return runner.module(["sglang_stack.entrypoints.benchmark", "--tokenizer", tok], env={"HF_HUB_OFFLINE": "1"},
                          mounts={tokenizer.resolve(): TOKENIZER} if runner.image else None, network="host",
                          secrets={"OPENAI_API_KEY": api_key} if api_key else None, interactive=True)
+
+
+def dataset(runner, name: str, tokenizer: Path, what: str, path: Path | None = None, **flags) -> list[dict]:
+    """The requests SGLang's benchmark would send for its dataset ``name`` (``entrypoints/prompts.py``), where
+    ``runner`` runs SGLang: ``[{"prompt", "prompt_len", "output_len"}, ...]``. ``path``, the dataset's file, and
+    ``tokenizer`` are mounted read-only in an image; ``flags`` are the entrypoint's, by name (``num_prompts=32``,
+    ``token_ids=True``), None for its default. ``what`` names the run in the command shown and in its errors."""
+    tok, data = str(tokenizer.resolve()), path and str(path.resolve())
+    mounts = None
+    if runner.image:
+        mounts = {tokenizer.resolve(): TOKENIZER, **({path.resolve(): DATA} if path else {})}
+        tok, data = TOKENIZER, path and DATA
+    args = ["sglang_stack.entrypoints.prompts", name, "--tokenizer", tok, *(["--dataset-path", data] if data else [])]
+    for flag, value in flags.items():
+        if value is not None and value is not False:
+            args += [f"--{flag.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    rows = runner.json(args, what, 600, mounts=mounts).get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"{what} made no prompts")
+    return rows
 
 
 def start(runner, tokenizer: Path, api_key: str | None, caller: str = "bench") -> Benchmark:

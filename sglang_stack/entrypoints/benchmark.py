@@ -194,6 +194,20 @@ def main_block(serving):
     return compile(ast.Module(body=block.body, type_ignores=[]), serving.__file__, "exec")
 
 
+def tokenizer(path: str, serving=None):
+    """The tokenizer at ``path``, loaded by SGLang's benchmark's own loader (0.5.9's is in ``serving``, imported
+    here if not given); ``ValueError`` with one line where transformers cannot load it."""
+    try:
+        from sglang.benchmark.utils import get_tokenizer
+    except ImportError:  # 0.5.9
+        get_tokenizer = (serving or load()).get_tokenizer
+    try:
+        return get_tokenizer(path)
+    except Exception as err:  # transformers' loader raises whatever a broken file provokes (KeyError, TypeError...)
+        raise ValueError(f"the tokenizer (--tokenizer) does not load in transformers: {type(err).__name__}: "
+                         f"{one_line(err) or '-'}") from None
+
+
 def one_line(text: str) -> str:
     """SGLang records a failed request's traceback; its last line says what failed."""
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
@@ -291,23 +305,18 @@ def main(argv: list[str] | None = None) -> int:
         except LookupError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
-        try:
-            from sglang.benchmark.utils import get_tokenizer
-        except ImportError:  # 0.5.9
-            get_tokenizer = serving.get_tokenizer
         watch(serving)
         try:
-            tokenizer = get_tokenizer(args.tokenizer)
-        except Exception as err:  # transformers' loader raises whatever a broken file provokes
-            print(f"error: the tokenizer (--tokenizer) does not load in transformers: {type(err).__name__}: "
-                  f"{one_line(err)}", file=sys.stderr)
+            loaded = tokenizer(args.tokenizer, serving)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
             return 1
     print(json.dumps({"ready": importlib.metadata.version("sglang"), "module": serving.__name__}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            answer = run_round(serving, base, tokenizer, json.loads(line))
+            answer = run_round(serving, base, loaded, json.loads(line))
         except Exception as err:  # one round's failure is its answer; the next round may go on
             answer = {"error": f"{type(err).__name__}: {one_line(err) or '-'}"}
         print(json.dumps(answer), flush=True)

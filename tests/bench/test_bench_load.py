@@ -236,23 +236,36 @@ def test_openai_probe_and_api_choice(tmp_path):
 # --- datasets ----------------------------------------------------------------------------------------
 
 
-def test_sharegpt_file_and_random_lengths(tmp_path, run):
+def test_a_sharegpt_file_is_read_by_sglangs_adapter(tmp_path, run):
+    """SGLang's sharegpt adapter sends the first turn of each conversation of two turns or more, asking for as many
+    tokens as its answer has (the word-level tokenizer counts one per word)."""
     share = tmp_path / "sharegpt.json"
     share.write_text(json.dumps([
-        {"id": "a", "conversations": [{"from": "human", "value": "What is RDMA?"}, {"from": "gpt", "value": "..."}]},
-        {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn"}]},
-        {"id": "c", "conversations": [{"from": "human", "value": "Explain NCCL."}]},
+        {"id": "a", "conversations": [{"from": "human", "value": "What is RDMA?"}, {"from": "gpt", "value": "1 2 3 4 5"}]},
+        {"id": "b", "conversations": [{"from": "gpt", "value": "one turn only"}]},
+        {"id": "c", "conversations": [{"from": "human", "value": "Explain NCCL."}, {"from": "gpt", "value": "6 7 8"}]},
     ]))
-    prompt_set = promptset.load_prompts(share)
-    assert prompt_set.kind == "sharegpt" and [p.prompt for p in prompt_set.prompts] == ["What is RDMA?", "Explain NCCL."]
-    random_set = promptset.random_prompts(5, 100, 20, range_ratio=0.5, seed=1)
-    assert [len(p.input_ids) for p in random_set.prompts] == [len(p.input_ids) for p in promptset.random_prompts(5, 100, 20, 0.5, 1).prompts]
-    assert all(50 <= len(p.input_ids) <= 150 and 10 <= p.max_new_tokens <= 30 for p in random_set.prompts)
     with SGLangServer(FAST) as server:
-        doc, _ = run(server.url, tmp_path, levels="1", dataset="random", num_requests=3, random_input_len=7,
-                     random_output_len=4)
-        assert len(server.bodies[-1]["input_ids"]) == 7, "the native API gets the ids: an exact input length"
-    assert doc["metadata"]["prompt_set"]["kind"] == "random" and {s["output_tokens"] for s in doc["samples"]} == {4}
+        doc, _ = run(server.url, tmp_path, levels="1", prompts=str(share))
+        sent = {b["text"]: b["sampling_params"]["max_new_tokens"] for b in server.bodies if "text" in b}
+    assert sent == {"What is RDMA?": 5, "Explain NCCL.": 3}, sent
+    made = doc["metadata"]["prompt_set"]
+    assert made["kind"] == "sharegpt" and made["prompts"] == 2 and made["made"]["dataset"] == "sharegpt", made
+
+
+@pytest.mark.parametrize("ratio, lengths", [("0", ({7}, {4})), ("0.5", (set(range(4, 11)), set(range(2, 7))))])
+def test_random_prompts_are_sglangs_random_ids_within_our_range(tmp_path, run, ratio, lengths):
+    """``--random-range-ratio r`` draws lengths from [len * (1 - r), len * (1 + r)], said to SGLang's adapter its
+    own way; the native API gets the ids, so an input length is exact."""
+    with SGLangServer(FAST) as server:
+        doc, _ = run(server.url, tmp_path, levels="1", dataset="random", num_requests=24, random_input_len=7,
+                     random_output_len=4, random_range_ratio=ratio)
+        inputs = [len(b["input_ids"]) for b in server.bodies if "input_ids" in b]
+    outputs = [s["output_tokens"] for s in doc["samples"]]
+    assert len(inputs) == 24 and set(inputs) <= lengths[0] and set(outputs) <= lengths[1], (inputs, outputs)
+    if ratio != "0":
+        assert min(inputs) < 7 < max(inputs), f"24 draws from 4..10 cover both sides of 7: {inputs}"
+    assert doc["metadata"]["prompt_set"]["kind"] == "random"
 
 
 # --- usability ---------------------------------------------------------------------------------------

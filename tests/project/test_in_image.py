@@ -31,7 +31,7 @@ BUILD_TOOLS = {
     "sglang_stack/entrypoints/probe.py": {"torch", "flashinfer"},  # the image's own: `invoke probe` runs it there
     "sglang_stack/entrypoints/allreduce.py": {"sglang", "torch", "flashinfer"},  # the image's own: `invoke doctor` runs it there
     "sglang_stack/entrypoints/drafter.py": {"sglang", "torch"},  # the image's own: `invoke drafter-check` runs it there
-    "sglang_stack/entrypoints/prompts.py": {"sglang"},  # the image's own: `invoke acceptance --dataset` runs it there
+    "sglang_stack/entrypoints/prompts.py": {"sglang", "numpy"},  # the image's own: `invoke acceptance --dataset` runs it there
     "sglang_stack/entrypoints/benchmark.py": {"sglang", "numpy"},  # the image's own: `invoke bench --generator sglang`
 }
 
