@@ -204,7 +204,11 @@ plan = {"base_url": "http://127.0.0.1:%d" % srv.server_port, "backend": "sglang"
 proc = subprocess.run([sys.executable, "-m", "sglang_stack.entrypoints.benchmark", "--tokenizer", tok],
                       input=json.dumps(plan) + "\\n", capture_output=True, text=True, timeout=600)
 lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-print(json.dumps({"rc": proc.returncode, "lines": lines, "stderr": proc.stderr.strip().splitlines()[-1:]}))
+made = subprocess.run([sys.executable, "-m", "sglang_stack.entrypoints.prompts", "random-ids", "--tokenizer", tok,
+                       "--num-prompts", "2", "--input-len", "5", "--output-len", "3", "--range-ratio", "1",
+                       "--token-ids"], capture_output=True, text=True, timeout=600)
+print(json.dumps({"rc": proc.returncode, "lines": lines, "stderr": proc.stderr.strip().splitlines()[-1:],
+                  "prompts": json.loads(made.stdout) if made.returncode == 0 else made.stderr.strip()[-300:]}))
 """
 
 
@@ -222,6 +226,13 @@ def benchmark_check(tag: str, version: str, result: SmokeResult) -> None:
     result.record("SGLang's own benchmark sends a round from the image, as `invoke bench --generator sglang` runs it",
                   ok, f"SGLang {version} ({lines[0].get('module')}): 4 requests of 4 tokens, accept length 2.5" if ok
                   else failed)
+    made = got.get("prompts")
+    rows = made.get("rows") if isinstance(made, dict) else None
+    ok = (isinstance(rows, list) and len(rows) == 2
+          and all(len(r["prompt"]) == 5 and r["prompt_len"] == 5 and r["output_len"] == 3 for r in rows))
+    result.record("SGLang's own adapter makes `invoke bench --dataset random`'s prompts in the image", ok,
+                  f"SGLang {version}'s random-ids: 2 prompts of 5 token ids, 3 tokens to generate each" if ok
+                  else str(made or failed)[-300:])
 
 
 def compose_healthcheck() -> list[str]:

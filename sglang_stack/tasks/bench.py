@@ -40,9 +40,10 @@ DEFAULTS = {
         "levels": "comma-separated concurrency levels (default: stack.bench.levels, 1,4,16)",
         "repeats": "measured rounds per endpoint and level (default: stack.bench.repeats, 3)",
         "warmup": "unmeasured requests per endpoint first (default: stack.bench.warmup, 2)",
-        "prompts": "prompt set: our JSON Lines, or a local ShareGPT-format JSON file (default: the packaged set, "
-        "sglang_stack/bench/prompts/v2.jsonl)",
-        "dataset": "prompts (--prompts, the default), random (--random-input-len, --random-output-len, --num-requests) "
+        "prompts": "prompt set: our JSON Lines, or a local ShareGPT-format JSON file, which SGLang's sharegpt adapter "
+        "reads (default: the packaged set, sglang_stack/bench/prompts/v2.jsonl)",
+        "dataset": "prompts (--prompts, the default), random: SGLang's random-ids adapter (--random-input-len, "
+        "--random-output-len, --random-range-ratio, --num-requests) "
         f"or speed-bench: SPEED-Bench's chat-templated prompts, made by SGLang's own adapter (the {ADAPTER_PROFILE} profile's "
         "image, or --python) from the JSONL prepared on this host (--dataset-path)",
         "dataset_path": "with --dataset speed-bench: the SPEED-Bench JSONL prepared on this host (required with it)",

@@ -20,7 +20,6 @@ from conftest import load_factor
 from sglang_server import Behaviour, SGLangServer
 from sglang_stack import ROOT
 from sglang_stack.bench import measure as bench, report, rounds, stats
-from sglang_stack.bench import promptset
 from sglang_stack.bench.display import Progress
 from sglang_stack.errors import UserError
 from sglang_stack.bench.request import Request
