@@ -109,11 +109,12 @@ def load_prompts(path: Path = DEFAULT_PROMPTS) -> PromptSet:
 SHAREGPT = '[{"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", "value": "..."}]}, ...]'
 
 
-def check_sharegpt(path: Path) -> int:
-    """A ShareGPT file's conversations that SGLang's adapter can send (two turns or more, each with a text
-    ``value``), counted here so that a file it would make nothing of is named in one line before it runs."""
+def check_sharegpt(path: Path) -> str:
+    """A ShareGPT file's sha256, once it is seen to hold a conversation SGLang's adapter can send (two turns or more,
+    each with a text ``value``): a file it would make nothing of is named in one line before it runs."""
     try:
-        doc = json.loads(Path(path).read_bytes())
+        raw = Path(path).read_bytes()
+        doc = json.loads(raw)
     except OSError as err:
         raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
@@ -125,7 +126,7 @@ def check_sharegpt(path: Path) -> int:
                    and all(isinstance(t, dict) and isinstance(t.get("value"), str) for t in turns[:2]))
     if not usable:
         raise UserError(f"{path}: no conversation with a human turn and an answer: a ShareGPT file is {SHAREGPT}")
-    return usable
+    return hashlib.sha256(raw).hexdigest()
 
 
 def is_sharegpt(path: Path) -> bool:
@@ -201,8 +202,7 @@ class Dataset:
                                                for p in prompts), made["sha256"], kind=speedbench.NAME, made=made)
         if self.sglang is None:
             return load_prompts(self.path)
-        if self.sglang == "sharegpt":
-            check_sharegpt(self.path)
+        read = {"file": str(self.path), "file_sha256": check_sharegpt(self.path)} if self.path else {}
         runner, tokenizer = place()
         what = f"bench: {self.path or '--dataset random'}: SGLang's {self.sglang} adapter"
         rows = upstream.dataset(runner, self.sglang, tokenizer, what, self.path, **dict(self.flags))
@@ -210,8 +210,7 @@ class Dataset:
         prompts = tuple(Prompt(f"{kind}-{i}", kind, kind, int(r["output_len"]), "" if isinstance(r["prompt"], list)
                                else r["prompt"], tuple(r["prompt"]) if isinstance(r["prompt"], list) else None)
                         for i, r in enumerate(rows))
-        made = {"dataset": self.sglang, **({"file": str(self.path)} if self.path else {}), **dict(self.flags),
-                "sglang": runner.where}
+        made = {"dataset": self.sglang, **read, **dict(self.flags), "sglang": runner.where}
         spec = str(self.path) if self.path else ",".join(f"{k}={v}" for k, v in self.flags)
         digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()  # the requests as sent
         return PromptSet(self.path or f"random:{spec}", 0, prompts, digest, kind=kind, made=made)

@@ -8,6 +8,7 @@ times within bounds derived in each test, since SGLang's benchmark times the str
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import statistics
@@ -19,7 +20,7 @@ import pytest
 from conftest import load_factor
 from sglang_server import Behaviour, SGLangServer
 from sglang_stack import ROOT
-from sglang_stack.bench import measure as bench, report, rounds, stats
+from sglang_stack.bench import measure as bench, promptset, report, rounds, stats
 from sglang_stack.bench.display import Progress
 from sglang_stack.errors import UserError
 from sglang_stack.bench.request import Request
@@ -250,6 +251,22 @@ def test_a_sharegpt_file_is_read_by_sglangs_adapter(tmp_path, run):
     assert sent == {"What is RDMA?": 5, "Explain NCCL.": 3}, sent
     made = doc["metadata"]["prompt_set"]
     assert made["kind"] == "sharegpt" and made["prompts"] == 2 and made["made"]["dataset"] == "sharegpt", made
+    assert made["made"]["file_sha256"] == hashlib.sha256(share.read_bytes()).hexdigest(), made
+
+
+@pytest.mark.parametrize("content, says", [
+    (b'[{"conversations": [1, 2]}]', "no conversation with a human turn and an answer"),
+    (b'[{"conversations": [{"from": "human", "value": "hi"}]}]', "no conversation with a human turn and an answer"),
+    (b'{"conversations": []}', "no conversation with a human turn and an answer"),
+    (b'[{"conversations": [', "not JSON (Expecting value: line 1 column 21 (char 20))"),
+    (b'["\xff"]', "not JSON ("),
+])
+def test_a_sharegpt_file_sglangs_adapter_would_make_nothing_of_is_named(tmp_path, content, says):
+    share = tmp_path / "s.json"
+    share.write_bytes(content)
+    with pytest.raises(UserError) as err:
+        promptset.check_sharegpt(share)
+    assert str(err.value).startswith(f"{share}: {says}") and "\n" not in str(err.value), err.value
 
 
 @pytest.mark.parametrize("ratio, lengths", [("0", ({7}, {4})), ("0.5", (set(range(4, 11)), set(range(2, 7))))])
