@@ -74,7 +74,7 @@ class Options:
     percentiles: tuple[float, ...] = stats.DEFAULT_PERCENTILES
     slo: dict = field(default_factory=dict)
     benchmark: upstream.Benchmark | None = None
-    """SGLang's benchmark, which sends the rounds; set once the tokenizer is known (measure.start_generator)."""
+    """SGLang's benchmark, which sends the rounds; started once the prompts are read or made (measure.run, sweep.run)."""
 
 
 class Results:
