@@ -248,6 +248,8 @@ class BaseLease:
     file in the temporary directory), so concurrent cold runs make the base once: the
     first debootstraps while the others wait, then each tags its own lease. No run can
     untag the shared name between another's check and its tag, so no copy is left nameless.
+    The holder removes the file as it lets go; a waiter that then holds a removed file
+    opens the path again, so every holder holds the file at the path.
     """
 
     def __init__(self, engine: Engine, ref: str, *, make: bool = True, keep: bool = False, run: str | None = None):
@@ -265,18 +267,29 @@ class BaseLease:
         key = hashlib.sha256(f"{self.engine.store}:{self.ref}".encode()).hexdigest()[:16]
         path = Path(tempfile.gettempdir()) / f"sglang-stack-base-{key}.lock"
 
+        def on_disk(handle) -> bool:
+            try:
+                return os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                return False
+
         @contextmanager
         def held():
-            with open(path, "a") as handle:
+            while True:
+                handle = open(path, "a")
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     print(f"waiting for another run to finish making or releasing {self.ref}", flush=True)
                     fcntl.flock(handle, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
+                if on_disk(handle):
+                    break
+                handle.close()  # the holder before removed the file on its way out: lock the one now at the path
+            try:
+                yield
+            finally:
+                path.unlink(missing_ok=True)  # while still held, so no file is left per base name and store
+                handle.close()
 
         return held()
 
