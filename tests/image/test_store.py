@@ -161,12 +161,12 @@ def test_debootstrap_makes_the_tree_once_a_day_and_unpacks_it_after(tmp_path, ca
 
 
 LOCKER = """
-import sys, time
+import sys
 from sglang_stack.engine import BUILDAH
 from sglang_stack.image import store
 with store.BaseLease(BUILDAH, sys.argv[1], run="lock-test")._lock():
     print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
+    sys.stdin.readline()  # until the test lets go
 """
 
 
@@ -178,20 +178,24 @@ def test_the_base_lock_leaves_no_file_and_its_next_holder_holds_the_file_at_the_
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)}
     ref = "localhost/sglang-stack-lock-test-base:bookworm"
 
-    def locker(seconds: float) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", LOCKER, ref, str(seconds)], cwd=ROOT, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def locker() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", LOCKER, ref], cwd=ROOT, env=env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-    first = locker(1.0)
+    first = locker()
     assert first.stdout.readline().strip() == "held", first.stderr.read()
-    second = locker(3.0)
+    second = locker()
     assert second.stdout.readline().startswith("waiting for another run"), "the second must wait for the first"
+    first.stdin.write("\n")
+    first.stdin.flush()
+    assert first.wait(timeout=60) == 0, first.stderr.read()
     assert second.stdout.readline().strip() == "held", second.stderr.read()
-    assert first.wait(timeout=30) == 0
     locks = list(tmp_path.glob("sglang-stack-base-*.lock"))
     assert len(locks) == 1, f"the second run holds a file no longer at the path: {locks}"
     with open(locks[0], "a") as third:
         with pytest.raises(BlockingIOError):
             fcntl.flock(third, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the second run holds this very file
-    assert second.wait(timeout=30) == 0, second.stderr.read()
+    second.stdin.write("\n")
+    second.stdin.flush()
+    assert second.wait(timeout=60) == 0, second.stderr.read()
     assert not list(tmp_path.glob("sglang-stack-base-*.lock")), "the lock file was left behind"
